@@ -1,0 +1,1 @@
+"""Pure retrieval code (no Django): chunking, sparse term weights, rank fusion."""

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Document(models.Model):
+    """One document of an expert's knowledge base, versioned by content hash."""
+
+    expert = models.ForeignKey("experts.Expert", on_delete=models.CASCADE, related_name="documents")
+    external_id = models.CharField(max_length=255, help_text="Stable id from the source (file name, doc id).")
+    title = models.CharField(max_length=500)
+    url = models.URLField(max_length=1000, blank=True)
+    content_hash = models.CharField(max_length=64)
+    version = models.PositiveIntegerField(default=1)
+    text = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["expert", "title"]
+        constraints = [models.UniqueConstraint(fields=["expert", "external_id"], name="unique_document_per_expert")]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,63 @@
+"""The vector-store interface every backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Protocol
+
+
+@dataclass
+class PointRecord:
+    """One chunk to index: id, dense vector, sparse (indices, values) and payload."""
+
+    id: str
+    dense: list[float]
+    sparse_indices: list[int]
+    sparse_values: list[float]
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Hit:
+    """One search result: fused rank score, the dense cosine similarity, and the payload."""
+
+    id: str
+    score: float
+    dense_score: float
+    payload: dict[str, Any]
+
+
+class VectorStore(Protocol):
+    """One collection per expert; documents are replaced atomically; hybrid dense+sparse search."""
+
+    def ensure_collection(self, name: str, dimension: int) -> None: ...
+
+    def replace_documents(self, name: str, documents: dict[int, list[PointRecord]]) -> None:
+        """Swap all chunks of each document for its new points; searches see the old or the new set, never a mix."""
+
+    def delete_document(self, name: str, document_id: int) -> None: ...
+
+    def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
+        """Fill a fresh copy of the collection and switch to it in one step."""
+
+    def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5) -> list[Hit]: ...
+
+    def count(self, name: str) -> int: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def health(self) -> None:
+        """Raise if the store cannot be used."""
+
+
+@lru_cache(maxsize=1)
+def get_store() -> VectorStore:
+    """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else embedded Qdrant."""
+    from django.conf import settings
+
+    from .qdrant import EmbeddedQdrantStore, ServerQdrantStore
+
+    if settings.QDRANT_URL:
+        return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
+    return EmbeddedQdrantStore(settings.QDRANT_PATH)

@@ -1,0 +1,1 @@
+"""Labeling: query logs, their embeddings, clustering runs and the review of expert proposals."""

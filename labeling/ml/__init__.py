@@ -1,0 +1,1 @@
+"""Pure labeling code (no Django)."""

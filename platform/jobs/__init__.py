@@ -1,0 +1,1 @@
+"""Background jobs: one ``Job`` row per piece of long work, updated by thin Celery tasks."""

@@ -1,0 +1,76 @@
+"""API helpers shared by every app: the error shape and the exception handler.
+
+Every API error is ``{"error": {"type": ..., "message": ..., "details": ...}}`` with a 4xx status
+that says what went wrong; the OpenAI-compatible endpoints use the same ``error`` key, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ApiError(exceptions.APIException):
+    """An error raised by a service with a status code and a user-facing message."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid_request_error"
+
+    def __init__(self, message: str, *, status_code: int = 400, code: str = "invalid_request_error", param: str | None = None):
+        super().__init__(detail=message, code=code)
+        self.status_code = status_code
+        self.param = param
+
+
+def _flatten(detail: Any, prefix: str = "") -> list[str]:
+    if isinstance(detail, dict):
+        out: list[str] = []
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            out.extend(_flatten(value, "" if key == "non_field_errors" else name))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for item in detail:
+            out.extend(_flatten(item, prefix))
+        return out
+    return [f"{prefix}: {detail}" if prefix else str(detail)]
+
+
+def error_body(message: str, *, type_: str = "invalid_request_error", param: str | None = None, details: Any = None) -> dict[str, Any]:
+    """The JSON body of an error response."""
+    body: dict[str, Any] = {"type": type_, "message": message}
+    if param is not None:
+        body["param"] = param
+    if details is not None:
+        body["details"] = details
+    return {"error": body}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler that turns every known error into the ``error`` shape."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ParseError):
+        message = f"Malformed request body: {exc.detail}"
+        type_ = "invalid_request_error"
+    elif isinstance(exc, exceptions.ValidationError):
+        message = "; ".join(_flatten(exc.detail)) or "Invalid request."
+        type_ = "invalid_request_error"
+    elif isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        message, type_ = str(exc.detail), "authentication_error"
+    elif isinstance(exc, exceptions.PermissionDenied):
+        message, type_ = str(exc.detail), "permission_error"
+    elif isinstance(exc, exceptions.NotFound):
+        message, type_ = str(exc.detail), "not_found_error"
+    elif isinstance(exc, ApiError):
+        message, type_ = str(exc.detail), exc.default_code if not getattr(exc.detail, "code", None) else str(exc.detail.code)
+    else:
+        message, type_ = str(getattr(exc, "detail", exc)), "api_error"
+    details = exc.detail if isinstance(exc, exceptions.ValidationError) else None
+    response.data = error_body(message, type_=type_, param=getattr(exc, "param", None), details=details)
+    return response

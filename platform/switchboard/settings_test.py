@@ -1,0 +1,14 @@
+"""Settings for the test suite: the defaults, with a throw-away data folder and in-process Celery.
+
+Tests that need a real worker or real services start them themselves (tests/integration).
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="switchboard-test-"))
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
+
+from .settings import *  # noqa: E402,F403  (test settings extend the real ones)
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests only

@@ -1,0 +1,1 @@
+"""Routing: the learned router, its training, the serving path and the routing event log."""

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from . import views
+
+openai_urlpatterns = [
+    path("chat/completions", views.ChatCompletionsView.as_view(), name="chat-completions"),
+    path("models", views.ModelsView.as_view(), name="models"),
+]
+
+api_urlpatterns = [
+    path("route", views.RouteView.as_view(), name="route"),
+]

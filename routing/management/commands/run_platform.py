@@ -1,0 +1,288 @@
+"""``manage.py run_platform``: the whole single-machine platform in one foreground command.
+
+Starts a Celery worker and Celery beat, loads the bundled demo through the worker (unless it is
+already loaded, or ``--no-demo``), then serves the web console and APIs with uvicorn. Every child's
+output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly;
+if any child dies, the others are stopped and the command exits non-zero.
+
+Children run in their own process groups (so a terminal's Ctrl-C reaches the supervisor only, which
+then stops them in order) and, on Linux, get SIGTERM if the supervisor itself is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from sbcommon.env import envint, envstr
+
+ROOT = Path(settings.BASE_DIR)
+
+try:  # Linux: ask the kernel to SIGTERM each child when the supervisor dies, even by SIGKILL.
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux: children are still stopped on every normal exit path
+    _prctl = None
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(parent_pid: int):
+    def setup() -> None:
+        os.setpgrp()
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(1)
+
+    return setup
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen
+    reader: threading.Thread
+    expected_exit: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class Supervisor:
+    """Starts named children, relays their output with a prefix, and stops them all."""
+
+    def __init__(self, out, env: dict[str, str]):
+        self.out = out
+        self.env = env
+        self.children: list[Child] = []
+        self.lock = threading.Lock()
+        self.width = 6
+
+    def say(self, name: str, line: str) -> None:
+        with self.lock:
+            self.out.write(f"{name:>{self.width}} | {line}\n")
+            self.out.flush()
+
+    def start(self, name: str, argv: list[str], expected_exit: bool = False) -> Child:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", bufsize=1, preexec_fn=_child_setup(os.getpid()),  # only setpgrp + prctl, no Python locks
+        )
+        reader = threading.Thread(target=self._relay, args=(name, proc), daemon=True)
+        reader.start()
+        child = Child(name, argv, proc, reader, expected_exit)
+        self.children.append(child)
+        return child
+
+    def _relay(self, name: str, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.say(name, line.rstrip("\n"))
+
+    def dead(self) -> Child | None:
+        """The first child that exited when it should not have, if any."""
+        for child in self.children:
+            if child.proc.poll() is not None and not child.expected_exit:
+                return child
+        return None
+
+    def running(self) -> list[Child]:
+        return [c for c in self.children if c.proc.poll() is None]
+
+    def signal_all(self, sig: int) -> None:
+        for child in reversed(self.children):  # the last started (web) goes first
+            if child.proc.poll() is None:
+                try:
+                    os.killpg(child.proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def stop_all(self, timeout: float, force: threading.Event) -> None:
+        """SIGTERM every child, wait up to ``timeout`` seconds, then SIGKILL what is left."""
+        if not self.running():
+            return
+        self.say("run", f"stopping {', '.join(c.name for c in self.running())} ...")
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline and not force.is_set():
+            time.sleep(0.1)
+        if self.running():
+            self.say("run", f"killing {', '.join(c.name for c in self.running())} (did not stop in time)")
+            self.signal_all(signal.SIGKILL)
+        for child in self.children:
+            child.proc.wait()
+            child.reader.join(timeout=2)
+
+
+def _display_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def demo_state() -> tuple[bool, str]:
+    """Whether the bundled demo is already loaded: its experts are active and an active router covers them."""
+    from experts.selectors import active_experts
+    from routing.models import RouterVersion
+
+    try:
+        agencies = set(json.loads((Path(settings.DEMO_DIR) / "agencies.json").read_text()))
+    except (OSError, ValueError):
+        return False, "no demo found"
+    have = set(active_experts().values_list("slug", flat=True))
+    router = RouterVersion.objects.filter(is_active=True).first()
+    if agencies <= have and router is not None and agencies <= set(router.experts):
+        return True, f"{len(agencies)} demo experts active, router v{router.version}"
+    return False, f"{len(agencies & have)}/{len(agencies)} demo experts, {f'router v{router.version}' if router else 'no router'}"
+
+
+class Command(BaseCommand):
+    help = "Run the worker, beat, the demo loader and the web server together; Ctrl-C stops them all."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=envstr("HOST", "127.0.0.1"), help="Address to serve on (env HOST, default 127.0.0.1).")
+        parser.add_argument("--port", type=int, default=envint("PORT", 8000), help="Port to serve on (env PORT, default 8000).")
+        parser.add_argument("--no-demo", action="store_true", help="Do not load the bundled demo.")
+        parser.add_argument("--reload-demo", action="store_true", help="Run load_demo even when the demo is already loaded.")
+        parser.add_argument("--no-beat", action="store_true", help="Do not start Celery beat.")
+        parser.add_argument("--queues", default=envstr("WORKER_QUEUES", "cpu,gpu"), help="Queues the worker consumes (env WORKER_QUEUES).")
+        parser.add_argument("--stop-timeout", type=float, default=30.0, help="Seconds to wait for children to stop before killing them.")
+        parser.add_argument("--ready-timeout", type=float, default=180.0, help="Seconds to wait for /readyz after the web server starts.")
+
+    def handle(self, *args, **options):
+        host, port = options["host"], options["port"]
+        base = f"http://{_display_host(host)}:{port}"
+        if not _port_free(host, port):
+            raise CommandError(f"{host}:{port} is already in use; set PORT (or --port) to another port")
+
+        env = os.environ.copy()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "platform"), str(ROOT), env.get("PYTHONPATH", "")] if p)
+        env["DJANGO_SETTINGS_MODULE"] = env.get("DJANGO_SETTINGS_MODULE", "switchboard.settings")
+        env["PYTHONUNBUFFERED"] = "1"
+        python = sys.executable
+        sup = Supervisor(self.stdout, env)
+
+        stop, force = threading.Event(), threading.Event()
+
+        def on_signal(signum, frame):
+            if stop.is_set():
+                force.set()  # a second Ctrl-C: do not wait for a graceful stop
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        failure: str | None = None
+        try:
+            failure = self._run(sup, python, host, port, base, options, stop)
+        finally:
+            sup.stop_all(options["stop_timeout"], force)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if failure:
+            raise CommandError(failure)
+        sup.say("run", "stopped")
+
+    def _run(self, sup: Supervisor, python: str, host: str, port: int, base: str, options, stop: threading.Event) -> str | None:
+        var = Path(settings.VAR_DIR)
+        sup.say("run", f"data in {var}; broker {settings.CELERY_BROKER_URL.split('@')[-1]}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+        sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
+                             "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"])
+        if not options["no_beat"]:
+            sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
+                               "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")])
+
+        if not options["no_demo"]:
+            loaded, why = demo_state()
+            if loaded and not options["reload_demo"]:
+                sup.say("run", f"demo already loaded ({why}); skipping it (make demo or --reload-demo runs it again)")
+            else:
+                sup.say("run", f"loading the demo through the worker ({why}) ...")
+                demo = sup.start("demo", [python, str(ROOT / "manage.py"), "load_demo"], expected_exit=True)
+                while demo.proc.poll() is None:
+                    if stop.wait(0.2):
+                        return None
+                    if (dead := sup.dead()) is not None:
+                        return f"{dead.name} exited with code {dead.proc.returncode} while the demo was loading; stopped everything"
+                demo.reader.join(timeout=2)
+                if demo.proc.returncode != 0:
+                    return f"load_demo failed (exit code {demo.proc.returncode}); see the demo lines above"
+
+        sup.start("web", [python, "-m", "uvicorn", "switchboard.asgi:application", "--host", host, "--port", str(port),
+                          "--lifespan", "off", "--timeout-graceful-shutdown", "10"])
+        ready = self._wait_ready(sup, base, options["ready_timeout"], stop)
+        if ready is not None:
+            return ready
+        if not stop.is_set():
+            self._banner(sup, base)
+
+        while not stop.wait(0.2):
+            if (dead := sup.dead()) is not None:
+                return f"{dead.name} exited with code {dead.proc.returncode}; stopped everything"
+        return None
+
+    def _wait_ready(self, sup: Supervisor, base: str, timeout: float, stop: threading.Event) -> str | None:
+        deadline, last = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline:
+            if stop.wait(0.5):
+                return None
+            if (dead := sup.dead()) is not None:
+                return f"{dead.name} exited with code {dead.proc.returncode} before the platform was ready; stopped everything"
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=5) as response:
+                    if response.status == 200:
+                        return None
+            except urllib.error.HTTPError as exc:  # 503: up, but a dependency is not ready yet
+                last = exc.read().decode(errors="replace")[:300]
+            except (urllib.error.URLError, OSError):
+                pass
+        sup.say("run", f"warning: {base}/readyz did not answer 200 within {timeout:.0f} s: {last or 'no answer'}; still running")
+        return None
+
+    def _banner(self, sup: Supervisor, base: str) -> None:
+        username = envstr("ADMIN_USERNAME", "admin")
+        if os.environ.get("ADMIN_PASSWORD"):
+            where = "the password in ADMIN_PASSWORD"
+        else:
+            from .ensure_admin import credentials_path
+
+            path = credentials_path()
+            where = f"the password in {path}" if path.exists() else "the password you set (manage.py ensure_admin / changepassword)"
+        auth = " (needs a login: CHAT_API_REQUIRE_AUTH=true)" if settings.CHAT_API_REQUIRE_AUTH else ""
+        lines = [
+            "",
+            f"Switchboard is ready at {base}/",
+            f"  console:   {base}/   (log in as {username!r} with {where})",
+            f"  admin:     {base}/admin/",
+            f"  API docs:  {base}/api/docs/",
+            f"  health:    {base}/healthz  {base}/readyz",
+            f"  try it{auth}:",
+            f"    curl -s {base}/v1/chat/completions -H 'content-type: application/json' \\",
+            """      -d '{"model": "auto", "messages": [{"role": "user", "content": "How do I apply for retirement benefits?"}]}'""",
+            "  Ctrl-C stops everything.",
+            "",
+        ]
+        for line in lines:
+            sup.say("run", line)

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class RouterVersion(models.Model):
+    """A trained router artefact on disk (config.json + safetensors) and the experts it outputs."""
+
+    version = models.PositiveIntegerField(unique=True)
+    path = models.CharField(max_length=500)
+    experts = models.JSONField(help_text="Expert slugs in output order.")
+    embedding_model = models.CharField(max_length=255)
+    data_fingerprint = models.CharField(max_length=64, db_index=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(default=False, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [models.UniqueConstraint(fields=["is_active"], condition=models.Q(is_active=True), name="one_active_router")]
+
+    def __str__(self) -> str:
+        return f"router v{self.version}"
+
+
+class TrainingRun(models.Model):
+    """One router training: parameters, loss curves, metrics and the version it produced."""
+
+    job = models.ForeignKey("jobs.Job", null=True, blank=True, on_delete=models.SET_NULL)
+    params = models.JSONField(default=dict)
+    history = models.JSONField(default=list, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    n_train = models.PositiveIntegerField(default=0)
+    n_val = models.PositiveIntegerField(default=0)
+    router_version = models.ForeignKey(RouterVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="training_runs")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class RoutingEvent(models.Model):
+    """One routed request: who was chosen with what scores, and where the time went."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    request_id = models.CharField(max_length=64, db_index=True)
+    mode = models.CharField(max_length=32)
+    router_version = models.PositiveIntegerField(null=True, blank=True)
+    expert = models.CharField(max_length=64, blank=True, db_index=True, help_text="The expert that answered.")
+    experts = models.JSONField(default=list, help_text="Ranked [{slug, score}] from the router.")
+    question_chars = models.PositiveIntegerField(default=0)
+    grounded = models.BooleanField(default=True)
+    fallback_used = models.BooleanField(default=False)
+    embed_ms = models.FloatField(default=0)
+    route_ms = models.FloatField(default=0)
+    retrieve_ms = models.FloatField(default=0)
+    generate_ms = models.FloatField(default=0)
+    total_ms = models.FloatField(default=0)
+    status_code = models.PositiveIntegerField(default=200)
+
+    class Meta:
+        ordering = ["-created_at"]

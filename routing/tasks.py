@@ -1,0 +1,20 @@
+"""Celery tasks for routing, thin wrappers around services tracked as Job rows."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from jobs.services import run_job
+
+from . import services
+
+
+def _train(job, reporter):
+    version = services.train_router_from_labels(job.params, reporter=reporter, job_id=job.pk)
+    return {"router_version": version.version, "val_accuracy": version.metrics.get("val", {}).get("accuracy")}
+
+
+@shared_task(bind=True, acks_late=True, max_retries=1)
+def train_router(self, job_id: int) -> None:
+    """Train a router on the promoted experts' queries and activate it."""
+    run_job(job_id, _train)

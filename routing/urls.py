@@ -1,0 +1,15 @@
+"""Console URLs (server-rendered pages and their htmx partials)."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from . import views
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.OverviewView.as_view(), name="console-overview"),
+    path("playground/", views.PlaygroundView.as_view(), name="console-playground"),
+    path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
+    path("jobs/", include("jobs.urls")),
+]

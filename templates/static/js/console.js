@@ -1,0 +1,25 @@
+// Console-wide htmx glue: say so when a fragment request fails instead of doing nothing.
+(function () {
+  "use strict";
+
+  function showError(message) {
+    var banner = document.getElementById("htmx-error");
+    if (!banner) return;
+    banner.textContent = message;
+    banner.hidden = false;
+  }
+
+  function hideError() {
+    var banner = document.getElementById("htmx-error");
+    if (banner) banner.hidden = true;
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var status = event.detail.xhr ? event.detail.xhr.status : "";
+    showError("The server could not complete the request (HTTP " + status + "). Try again, or reload the page.");
+  });
+  document.addEventListener("htmx:sendError", function () {
+    showError("The server could not be reached. Check your connection and try again.");
+  });
+  document.addEventListener("htmx:afterSwap", hideError);
+})();

