@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
-from .choices import ProposalStatus, RunStatus
+from .choices import ProposalStatus, ReviewActionKind, RunStatus
 
 
 class Query(models.Model):
@@ -36,6 +37,9 @@ class Embedding(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["model", "text_hash"], name="unique_embedding_per_model")]
 
+    def __str__(self) -> str:
+        return f"{self.model}:{self.text_hash[:12]}"
+
 
 class ClusteringRun(models.Model):
     """One clustering of a query set into topics and expert proposals, and its review."""
@@ -50,7 +54,6 @@ class ClusteringRun(models.Model):
     n_topics = models.PositiveIntegerField(default=0)
     noise_share = models.FloatField(default=0.0)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.DRAFT)
-    review_log = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -69,8 +72,11 @@ class Proposal(models.Model):
     keywords = models.JSONField(default=list, blank=True)
     representatives = models.JSONField(default=list, blank=True)
     size = models.PositiveIntegerField(default=0)
+    cohesion = models.FloatField(null=True, blank=True, help_text="Mean cosine similarity of its queries to their centroid.")
+    centroid = models.BinaryField(null=True, blank=True, help_text="Normalised mean embedding, float32 little-endian.")
     status = models.CharField(max_length=16, choices=ProposalStatus.choices, default=ProposalStatus.PROPOSED)
     merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    seed_queries = models.JSONField(default=list, blank=True, help_text="Example queries chosen when it was promoted.")
     expert = models.ForeignKey("experts.Expert", null=True, blank=True, on_delete=models.SET_NULL, related_name="proposals")
 
     class Meta:
@@ -91,3 +97,27 @@ class Assignment(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "query"], name="unique_assignment")]
+
+    def __str__(self) -> str:
+        return f"query {self.query_id} → topic {self.topic}"
+
+
+class ReviewAction(models.Model):
+    """One change a reviewer made to a clustering run, with what it takes to undo it."""
+
+    run = models.ForeignKey(ClusteringRun, on_delete=models.CASCADE, related_name="actions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    action = models.CharField(max_length=16, choices=ReviewActionKind.choices)
+    summary = models.CharField(max_length=255, help_text="What was done, in words.")
+    details = models.JSONField(default=dict, blank=True)
+    undo_state = models.JSONField(default=dict, blank=True, help_text="What undoing needs: previous names, statuses, memberships.")
+    undone = models.BooleanField(default=False)
+    undone_at = models.DateTimeField(null=True, blank=True)
+    undone_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.summary

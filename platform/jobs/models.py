@@ -33,7 +33,7 @@ class Job(models.Model):
 
     @property
     def percent(self) -> int:
-        return int(round(self.progress * 100))
+        return round(self.progress * 100)
 
     @property
     def is_active(self) -> bool:

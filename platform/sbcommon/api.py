@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -52,6 +53,11 @@ def error_body(message: str, *, type_: str = "invalid_request_error", param: str
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler that turns every known error into the ``error`` shape."""
+    if isinstance(exc, RequestDataTooBig):
+        from django.conf import settings
+
+        message = f"Request body is too large: the limit is {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+        return Response(error_body(message, type_="request_too_large"), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

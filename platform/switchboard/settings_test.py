@@ -9,6 +9,6 @@ import tempfile
 os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="switchboard-test-"))
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 
-from .settings import *  # noqa: E402,F403  (test settings extend the real ones)
+from .settings import *  # noqa: F403  (test settings extend the real ones)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests only
