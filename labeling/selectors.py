@@ -1,11 +1,27 @@
-"""Reads of labeling state: the training set a promoted clustering run defines."""
+"""Reads of labeling state: cached embeddings, what a reviewer sees of a clustering run, and the
+training set a promoted run defines."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from .choices import ProposalStatus, RunStatus
-from .models import Assignment, ClusteringRun
+import numpy as np
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, QuerySet
+
+from jobs.choices import ACTIVE_STATUSES
+from jobs.models import Job
+from jobs.services import JobFailed
+
+from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, RunStatus
+from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
+
+# Bind-parameter lists stay under PostgreSQL's 65,535 and SQLite's compiled limits.
+ID_CHUNK = 10_000
+QUERIES_PER_PAGE = 25
+DISCOVERY_JOB_KINDS = ("import_queries", "embed_queries", "cluster_queries", "discover")
 
 
 @dataclass
@@ -17,6 +33,40 @@ class LabelledQuery:
     expert: str
     split: str
     conversation: str
+
+
+def chunks(items: list[Any], size: int = ID_CHUNK) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def normalise(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows left as they are)."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return x / norms
+
+
+def load_embeddings(query_ids: list[int], model: str) -> np.ndarray:
+    """Cached embeddings for these queries, in order (raises ``JobFailed`` if any is missing)."""
+    hashes: dict[int, str] = {}
+    for part in chunks(list(query_ids)):
+        hashes.update(Query.objects.filter(pk__in=part).values_list("pk", "text_hash"))
+    vectors: dict[str, np.ndarray] = {}
+    for part in chunks(sorted(set(hashes.values()))):
+        for h, v in Embedding.objects.filter(model=model, text_hash__in=part).values_list("text_hash", "vector"):
+            vectors[h] = np.frombuffer(bytes(v), dtype="<f4")
+    missing = [pk for pk in query_ids if hashes.get(pk) not in vectors]
+    if missing:
+        raise JobFailed(f"{len(missing)} queries have no embedding for {model}; run the embedding job first")
+    if not query_ids:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([vectors[hashes[pk]] for pk in query_ids]).astype(np.float32)
+
+
+def centroid_of(proposal: Proposal) -> np.ndarray | None:
+    """A proposal's normalised centroid, if it has been computed."""
+    return None if proposal.centroid is None else np.frombuffer(bytes(proposal.centroid), dtype="<f4")
 
 
 def latest_promoted_run() -> ClusteringRun | None:
@@ -34,3 +84,153 @@ def routing_examples(run: ClusteringRun) -> list[LabelledQuery]:
         LabelledQuery(query_id=a.query_id, text=a.query.text, expert=a.proposal.expert.slug, split=a.query.split, conversation=a.query.conversation)
         for a in rows
     ]
+
+
+# --- the review console ---------------------------------------------------------------------------
+
+@dataclass
+class ProposalRow:
+    """An open proposal as the review page shows it."""
+
+    proposal: Proposal
+    share: float
+    nearest: Proposal | None = None
+    nearest_similarity: float | None = None
+
+    @property
+    def share_percent(self) -> float:
+        return round(100 * self.share, 1)
+
+
+@dataclass
+class UnassignedQuery:
+    """A query in no proposal, with the open proposal it is closest to."""
+
+    query_id: int
+    text: str
+    nearest: Proposal | None = None
+    distance: float | None = None
+
+
+@dataclass
+class RunReview:
+    """Everything the review page of one clustering run shows."""
+
+    run: ClusteringRun
+    rows: list[ProposalRow]
+    closed: list[Proposal]
+    unassigned: Page
+    unassigned_queries: list[UnassignedQuery]
+    noise_in_proposals: int
+    actions: list[ReviewAction]
+    undoable: ReviewAction | None
+    promoted: int
+
+    @property
+    def open_proposals(self) -> list[Proposal]:
+        return [row.proposal for row in self.rows]
+
+    @property
+    def editable_proposals(self) -> list[Proposal]:
+        return [row.proposal for row in self.rows if row.proposal.status == ProposalStatus.PROPOSED]
+
+
+def runs() -> QuerySet[ClusteringRun]:
+    """Clustering runs, newest first, with how many proposals are open."""
+    return ClusteringRun.objects.annotate(
+        open_count=Count("proposals", filter=Q(proposals__status__in=OPEN_STATUSES)),
+        promoted_count=Count("proposals", filter=Q(proposals__status=ProposalStatus.PROMOTED)),
+    ).order_by("-created_at", "-pk")
+
+
+def editable_proposals(run: ClusteringRun) -> QuerySet[Proposal]:
+    """The run's proposals a reviewer can still change (not promoted, merged, split or discarded), largest first."""
+    return run.proposals.filter(status=ProposalStatus.PROPOSED).order_by("-size", "index")
+
+
+def sources() -> list[tuple[str, int]]:
+    """Query sources and how many queries each holds, largest first."""
+    return list(Query.objects.values_list("source").annotate(n=Count("id")).order_by("-n", "source"))
+
+
+def discovery_jobs(limit: int = 5) -> list[Job]:
+    """Recent import and discovery jobs, active ones first."""
+    recent = list(Job.objects.filter(kind__in=DISCOVERY_JOB_KINDS).order_by("-created_at", "-id")[:limit])
+    return sorted(recent, key=lambda job: job.status not in ACTIVE_STATUSES)
+
+
+def undoable_action(run: ClusteringRun) -> ReviewAction | None:
+    """The action an undo would undo: the latest not undone, if it can be undone."""
+    latest = run.actions.filter(undone=False).order_by("-created_at", "-id").first()
+    if latest is None or latest.action not in UNDOABLE_ACTIONS or run.status == RunStatus.PROMOTED:
+        return None
+    return latest
+
+
+def _nearest_others(proposals: list[Proposal]) -> dict[int, tuple[Proposal, float]]:
+    """For each proposal with a centroid, the other one whose centroid is most similar."""
+    with_centroid = [(p, centroid_of(p)) for p in proposals]
+    with_centroid = [(p, c) for p, c in with_centroid if c is not None]
+    if len(with_centroid) < 2:
+        return {}
+    cents = np.stack([c for _, c in with_centroid])
+    sims = cents @ cents.T
+    np.fill_diagonal(sims, -np.inf)
+    best = sims.argmax(axis=1)
+    return {p.pk: (with_centroid[int(b)][0], float(sims[i, b])) for i, ((p, _), b) in enumerate(zip(with_centroid, best, strict=True))}
+
+
+def unassigned_page(run: ClusteringRun, page: int | str = 1) -> Page:
+    """One page of the run's queries that sit in no proposal."""
+    rows = Assignment.objects.filter(run=run, proposal__isnull=True).select_related("query").order_by("query_id")
+    return Paginator(rows, QUERIES_PER_PAGE).get_page(page)
+
+
+def with_nearest(run: ClusteringRun, assignments: Iterable[Assignment], proposals: list[Proposal]) -> list[UnassignedQuery]:
+    """Unassigned queries with their nearest open proposal and its cosine distance."""
+    items = list(assignments)
+    out = [UnassignedQuery(a.query_id, a.query.text) for a in items]
+    candidates = [(p, centroid_of(p)) for p in proposals if p.status == ProposalStatus.PROPOSED]
+    candidates = [(p, c) for p, c in candidates if c is not None]
+    if not items or not candidates:
+        return out
+    try:
+        x = normalise(load_embeddings([a.query_id for a in items], run.model))
+    except JobFailed:
+        return out
+    sims = x @ np.stack([c for _, c in candidates]).T
+    for row, item in zip(sims, out, strict=True):
+        best = int(row.argmax())
+        item.nearest, item.distance = candidates[best][0], float(1.0 - row[best])
+    return out
+
+
+def run_review(run: ClusteringRun, unassigned_page_number: int | str = 1, action_limit: int = 30) -> RunReview:
+    """What the review page of ``run`` shows: open proposals with their share, cohesion and nearest
+    neighbour, closed ones, unassigned queries, and the action history."""
+    proposals = list(run.proposals.select_related("expert", "expert__team", "merged_into").order_by("index"))
+    open_ = [p for p in proposals if p.status in OPEN_STATUSES]
+    nearest = _nearest_others(open_)
+    total = run.n_queries or 1
+    rows = [
+        ProposalRow(p, share=p.size / total, nearest=nearest.get(p.pk, (None, None))[0], nearest_similarity=nearest.get(p.pk, (None, None))[1])
+        for p in sorted(open_, key=lambda p: (-p.size, p.index))
+    ]
+    page = unassigned_page(run, unassigned_page_number)
+    return RunReview(
+        run=run,
+        rows=rows,
+        closed=[p for p in proposals if p.status not in OPEN_STATUSES],
+        unassigned=page,
+        unassigned_queries=with_nearest(run, page.object_list, open_),
+        noise_in_proposals=Assignment.objects.filter(run=run, topic=-1, proposal__status=ProposalStatus.PROPOSED).count(),
+        actions=list(run.actions.select_related("user")[:action_limit]),
+        undoable=undoable_action(run),
+        promoted=sum(1 for p in open_ if p.status == ProposalStatus.PROMOTED),
+    )
+
+
+def proposal_queries(proposal: Proposal, page: int | str = 1) -> Page:
+    """One page of a proposal's queries."""
+    rows = Assignment.objects.filter(proposal=proposal).select_related("query").order_by("query_id")
+    return Paginator(rows, QUERIES_PER_PAGE).get_page(page)

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from celery import shared_task
 
-from jobs.services import JobFailed, run_job
+from jobs.services import JobFailed, JobReporter, run_job
 
 from . import services
+
+
+@dataclass
+class _Stage(JobReporter):
+    """Reports one stage of a job as its share (``start`` to ``start + span``) of the whole bar."""
+
+    start: float = 0.0
+    span: float = 1.0
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        super().progress(self.start + self.span * max(0.0, min(1.0, fraction)), message)
 
 
 def _import(job, reporter):
@@ -21,6 +34,10 @@ def _import(job, reporter):
             redact=bool(job.params.get("redact")), reporter=reporter, total_bytes=os.path.getsize(path),
         )
     reporter.log(f"imported {report.imported}, duplicates {report.duplicates}, rejected {report.error_count}")
+    for batch in report.failed_batches:
+        reporter.log(f"lines {batch['first_line']}-{batch['last_line']} not imported ({batch['reason']}); run the import again to retry them")
+    if job.params.get("uploaded") and not report.failed_batches and Path(path).parent == services.upload_dir():
+        Path(path).unlink(missing_ok=True)  # imported in full: the copy is no longer needed
     return report.as_dict()
 
 
@@ -40,7 +57,7 @@ def _cluster(job, reporter):
     p = job.params
     run = services.cluster_queries(
         source=p.get("source", ""), eps=p.get("eps"), min_samples=int(p.get("min_samples", 5)),
-        n_experts=p.get("n_experts"), reporter=reporter,
+        n_experts=p.get("n_experts"), reporter=reporter, attach_noise=p.get("attach_noise", True),
     )
     return {"run": run.pk, "topics": run.n_topics, "proposals": run.n_experts, "noise_share": run.noise_share, "eps": run.eps}
 
@@ -49,3 +66,18 @@ def _cluster(job, reporter):
 def cluster_queries(self, job_id: int) -> None:
     """Cluster queries into topics and expert proposals."""
     run_job(job_id, _cluster)
+
+
+def _discover(job, reporter):
+    source = job.params.get("source") or None
+    embedded = services.embed_missing(source=source, reporter=_Stage(reporter.job_id, start=0.0, span=0.5))
+    reporter.log(f"embedded {embedded['embedded']} texts ({embedded['cached']} cached)")
+    result = _cluster(job, _Stage(reporter.job_id, start=0.5, span=0.5))
+    reporter.log(f"clustering run #{result['run']}: {result['topics']} topics, {result['proposals']} proposals")
+    return {**result, "embedded": embedded["embedded"]}
+
+
+@shared_task(bind=True, acks_late=True, max_retries=3)
+def discover(self, job_id: int) -> None:
+    """Embed the missing queries, then cluster them into a clustering run to review."""
+    run_job(job_id, _discover)

@@ -12,4 +12,5 @@ urlpatterns = [
     path("playground/", views.PlaygroundView.as_view(), name="console-playground"),
     path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
     path("jobs/", include("jobs.urls")),
+    path("discovery/", include("labeling.urls")),
 ]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -61,6 +63,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    # DRF answers Django's own exceptions with its equivalents; describe them the same way.
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(*exc.args) if exc.args else exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(*exc.args) if exc.args else exceptions.PermissionDenied()
     if isinstance(exc, exceptions.ParseError):
         message = f"Malformed request body: {exc.detail}"
         type_ = "invalid_request_error"

@@ -122,6 +122,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # Request bodies: a chat request is small; uploads arrive through their own endpoints.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024)
+QUERY_IMPORT_MAX_BYTES = envint("QUERY_IMPORT_MAX_BYTES", 2 * 1024**3)  # query-log uploads (streamed to disk)
 FILE_UPLOAD_MAX_MEMORY_SIZE = envint("FILE_UPLOAD_MAX_MEMORY_SIZE", 5 * 1024 * 1024)
 
 # --- security headers (hardened further in production by env) ---------------------------------

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 
@@ -10,3 +10,4 @@ openai_urlpatterns = [
 api_urlpatterns = [
     path("route", views.RouteView.as_view(), name="route"),
 ]
+api_urlpatterns += [path("", include("labeling.api.urls"))]

@@ -1,0 +1,54 @@
+"""``POST /api/v1/queries/import``: upload a query log; it is checked, stored and imported by a job."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from sbcommon.api import ApiError
+
+from .. import services
+from .serializers import ImportAcceptedSerializer, QueryImportSerializer
+
+# Room for the multipart boundaries and the other fields on top of the file itself.
+MULTIPART_SLACK = 64 * 1024
+
+
+class QueryImportView(APIView):
+    """Upload a query log: validated before anything is written, then imported by a background job."""
+
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(
+        request={"multipart/form-data": QueryImportSerializer},
+        responses={
+            202: ImportAcceptedSerializer,
+            400: OpenApiResponse(description="Empty, not UTF-8, a CSV without a 'text' column, or not JSON Lines."),
+            413: OpenApiResponse(description="Larger than QUERY_IMPORT_MAX_BYTES."),
+        },
+    )
+    def post(self, request):
+        limit = services.max_import_bytes()
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + MULTIPART_SLACK:  # refused before the body is read, let alone stored
+            raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="file")
+        serializer = QueryImportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            job = services.accept_upload(data["file"], source=data["source"], redact=data["redact"], user=request.user)
+        except services.UploadRejected as exc:
+            raise ApiError(str(exc), status_code=exc.status, param="file") from exc
+        job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
+        body = {
+            "job": job.pk, "status": job.status,
+            "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk]),
+        }
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})

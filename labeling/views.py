@@ -1,0 +1,287 @@
+"""Console pages for expert discovery: import query logs, start clustering runs, review their proposals.
+
+Review actions are POST forms. Sent by htmx, they answer with the review body (the run's page
+without its frame) for the page to swap in; sent without JavaScript, they redirect back to the run's
+page with a message. Errors a reviewer can fix come back as 400 with the message in the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import Group
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.csrf import csrf_exempt
+from django.views.generic import TemplateView
+
+from jobs.views import LoginRequiredMixin
+
+from . import forms, selectors, services
+from .choices import ProposalStatus
+from .models import ClusteringRun, Proposal, Query
+
+# Room for the multipart boundaries and the other fields on top of the file itself.
+MULTIPART_SLACK = 64 * 1024
+
+
+def _first_error(form: Any) -> str:
+    for errors in form.errors.values():
+        if errors:
+            return str(errors[0])
+    return "The form is not valid."
+
+
+# --- runs and starting one ------------------------------------------------------------------------
+
+def _list_context(form: forms.StartClusteringForm | None = None) -> dict[str, Any]:
+    return {
+        "runs": selectors.runs(),
+        "form": form or forms.StartClusteringForm(),
+        "jobs": selectors.discovery_jobs(),
+        "query_count": Query.objects.count(),
+    }
+
+
+class RunListView(LoginRequiredMixin, TemplateView):
+    """Clustering runs, the form that starts a new one, and the latest import and discovery jobs."""
+
+    template_name = "labeling/run_list.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), **_list_context()}
+
+
+class StartClusteringView(LoginRequiredMixin, View):
+    """Enqueue embedding + clustering as one job, then show its progress."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = forms.StartClusteringForm(request.POST)
+        if not form.is_valid():
+            return render(request, "labeling/run_list.html", _list_context(form), status=400)
+        data = form.cleaned_data
+        job = services.enqueue_discovery(data["source"] or "", data["eps"], data["min_samples"], data["n_experts"], user=request.user)
+        return redirect("console-job", job.pk)
+
+
+# --- import ---------------------------------------------------------------------------------------
+
+def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
+    """Django's CSRF check, run by hand: the upload view reads the body only after the size check."""
+    check = CsrfViewMiddleware(lambda r: HttpResponse())
+    check.process_request(request)
+    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+
+
+@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see _csrf_failure
+class ImportView(LoginRequiredMixin, View):
+    """Upload a query log. ``upload.js`` posts it with a progress bar and follows the JSON answer to the job page."""
+
+    template_name = "labeling/import.html"
+
+    def _wants_json(self) -> bool:
+        return self.request.headers.get("X-Requested-With") == "XMLHttpRequest"
+
+    def _context(self, form: forms.ImportForm) -> dict[str, Any]:
+        return {"form": form, "max_bytes": services.max_import_bytes(), "jobs": selectors.discovery_jobs()}
+
+    def _refuse(self, form: forms.ImportForm, message: str, status: int) -> HttpResponse:
+        if self._wants_json():
+            return JsonResponse({"error": {"message": message}}, status=status)
+        form.add_error(None, message)
+        return render(self.request, self.template_name, self._context(form), status=status)
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, self.template_name, self._context(forms.ImportForm()))
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        limit = services.max_import_bytes()
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + MULTIPART_SLACK:
+            return self._refuse(forms.ImportForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
+        refused = _csrf_failure(request)
+        if refused is not None:
+            return refused
+        form = forms.ImportForm(request.POST, request.FILES)
+        if not form.is_valid():
+            if self._wants_json():
+                return JsonResponse({"error": {"message": _first_error(form)}}, status=form.status)
+            return render(request, self.template_name, self._context(form), status=form.status)
+        data = form.cleaned_data
+        try:
+            job = services.accept_upload(data["file"], source=data["source"], redact=data["redact"], user=request.user)
+        except services.UploadRejected as exc:
+            return self._refuse(form, forms.sentence(str(exc)), exc.status)
+        job_url = reverse("console-job", args=[job.pk])
+        if self._wants_json():
+            return JsonResponse({"job": job.pk, "job_url": job_url}, status=202)
+        return redirect(job_url)
+
+
+# --- review ---------------------------------------------------------------------------------------
+
+def _review_context(request: HttpRequest, run: ClusteringRun, error: str = "", notice: str = "") -> dict[str, Any]:
+    review = selectors.run_review(run, request.GET.get("unassigned") or 1)
+    for row in review.rows:
+        row.promote_form = forms.PromoteForm(row.proposal)  # type: ignore[attr-defined]
+    return {
+        "run": run, "review": review, "error": error, "notice": notice,
+        "editable": review.editable_proposals, "groups": Group.objects.order_by("name"),
+        "attach_form": forms.AttachNoiseForm(), "draft": run.status != "promoted",
+    }
+
+
+class RunView(LoginRequiredMixin, View):
+    """One clustering run's review page."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        run = get_object_or_404(ClusteringRun, pk=pk)
+        services.ensure_proposal_stats(run)
+        return render(request, "labeling/run_detail.html", _review_context(request, run))
+
+
+class UnassignedView(LoginRequiredMixin, View):
+    """One page of the run's unassigned queries (htmx pagination)."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        run = get_object_or_404(ClusteringRun, pk=pk)
+        page = selectors.unassigned_page(run, request.GET.get("page") or 1)
+        proposals = list(run.proposals.filter(status=ProposalStatus.PROPOSED))
+        return render(request, "labeling/partials/unassigned.html", {
+            "run": run, "page": page, "queries": selectors.with_nearest(run, page.object_list, proposals),
+            "editable": selectors.editable_proposals(run), "draft": run.status != "promoted",
+        })
+
+
+class ProposalQueriesView(LoginRequiredMixin, View):
+    """One page of a proposal's queries, with a form to move some of them (htmx)."""
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        proposal = get_object_or_404(Proposal.objects.select_related("run"), pk=pk)
+        page = selectors.proposal_queries(proposal, request.GET.get("page") or 1)
+        return render(request, "labeling/partials/proposal_queries.html", {
+            "proposal": proposal, "run": proposal.run, "page": page,
+            "editable": [p for p in selectors.editable_proposals(proposal.run) if p.pk != proposal.pk],
+            "can_move": proposal.status == ProposalStatus.PROPOSED and proposal.run.status != "promoted",
+        })
+
+
+class ReviewActionView(LoginRequiredMixin, View):
+    """A review action on a run (``pk`` is the run) or on a proposal (``proposal_action = True``)."""
+
+    proposal_action = False
+
+    def act(self, request: HttpRequest, run: ClusteringRun, proposal: Proposal | None) -> str:
+        raise NotImplementedError
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if self.proposal_action:
+            proposal = get_object_or_404(Proposal.objects.select_related("run"), pk=pk)
+            run = proposal.run
+        else:
+            proposal, run = None, get_object_or_404(ClusteringRun, pk=pk)
+        error = notice = ""
+        try:
+            notice = self.act(request, run, proposal)
+        except services.ReviewError as exc:
+            error = forms.sentence(str(exc))
+        if not request.htmx:
+            if error:
+                messages.error(request, error)
+            else:
+                messages.success(request, notice)
+            return redirect("labeling-run", run.pk)
+        run.refresh_from_db()
+        return render(request, "labeling/partials/run_body.html", _review_context(request, run, error, notice), status=400 if error else 200)
+
+
+def _valid(form: Any) -> dict[str, Any]:
+    if not form.is_valid():
+        raise services.ReviewError(_first_error(form))
+    return form.cleaned_data
+
+
+class RenameView(ReviewActionView):
+    proposal_action = True
+
+    def act(self, request, run, proposal):
+        old = proposal.name
+        services.rename_proposal(proposal, _valid(forms.RenameForm(request.POST))["name"], user=request.user)
+        return f"Renamed '{old}' to '{proposal.name}'."
+
+
+class DiscardView(ReviewActionView):
+    proposal_action = True
+
+    def act(self, request, run, proposal):
+        services.discard_proposal(proposal, user=request.user)
+        return f"Discarded '{proposal.name}'."
+
+
+class SplitView(ReviewActionView):
+    proposal_action = True
+
+    def act(self, request, run, proposal):
+        children = services.split_proposal(proposal, _valid(forms.SplitForm(request.POST))["k"], user=request.user)
+        return f"Split '{proposal.name}' into {len(children)} proposals."
+
+
+class PromoteView(ReviewActionView):
+    proposal_action = True
+
+    def act(self, request, run, proposal):
+        data = _valid(forms.PromoteForm(proposal, request.POST))
+        expert = services.promote_proposal(
+            proposal, data["name"], data["description"], team=data["team"], seed_queries=data["seed_queries"], user=request.user,
+        )
+        return f"Promoted '{expert.name}' to an expert ({expert.slug})."
+
+
+class MergeView(ReviewActionView):
+    def act(self, request, run, proposal):
+        data = _valid(forms.MergeForm(run, request.POST))
+        chosen = list(run.proposals.filter(pk__in=data["all"]))
+        target = next((p for p in chosen if p.pk == data["target"]), None) or max(chosen, key=lambda p: (p.size, -p.index))
+        services.merge_proposals(target, [p for p in chosen if p.pk != target.pk], user=request.user)
+        return f"Merged {len(chosen)} proposals into '{target.name}'."
+
+
+class MoveView(ReviewActionView):
+    def act(self, request, run, proposal):
+        data = _valid(forms.MoveForm(run, request.POST))
+        target = None if data["target"] == "none" else get_object_or_404(Proposal, pk=int(data["target"]), run=run)
+        count = services.move_queries(run, data["queries"], target, user=request.user)
+        return f"Moved {count} {'query' if count == 1 else 'queries'} to {target.name if target else 'unassigned'}."
+
+
+class DetachNoiseView(ReviewActionView):
+    def act(self, request, run, proposal):
+        count = services.detach_noise(run, user=request.user)
+        return f"Detached {count} noise queries; attach back the close ones below."
+
+
+class AttachNoiseView(ReviewActionView):
+    def act(self, request, run, proposal):
+        distance = _valid(forms.AttachNoiseForm(request.POST))["max_distance"]
+        count = services.attach_noise(run, distance, user=request.user)
+        return f"Attached {count} queries within distance {distance:.2f}."
+
+
+class UndoView(ReviewActionView):
+    def act(self, request, run, proposal):
+        action = services.undo_last(run, user=request.user)
+        return f"Undid: {action.summary}."
+
+
+class FinishView(ReviewActionView):
+    def act(self, request, run, proposal):
+        experts = services.promote_run(run, user=request.user)
+        return f"Review finished: {len(experts)} experts; the router trains on this run from now on."

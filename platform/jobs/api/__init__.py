@@ -1,0 +1,1 @@
+"""REST API for background jobs: a job's status, progress and outcome."""

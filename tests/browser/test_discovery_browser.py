@@ -1,0 +1,129 @@
+"""Reviewing expert proposals in a real browser: rename, merge and undo through htmx, without reloading the page.
+
+Run with ``pytest -m browser tests/browser``; it needs Debian's Chromium (``make browser``) and skips without it.
+The screenshot lands in /tmp/discovery.png for a human to look at.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from labeling import services
+from labeling.models import ClusteringRun, Embedding, Query
+from sbcommon.hashing import text_hash
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made here while it runs are
+# still plain synchronous calls, so Django's async-safety guard would refuse them for no reason.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PASSWORD = "correct horse battery staple"
+SCREENSHOT = Path("/tmp/discovery.png")
+TOPICS = {
+    0: ["renew driving licence", "replace a lost driving licence", "driving licence address change", "provisional driving licence fee"],
+    1: ["passport appointment online", "urgent passport appointment", "child passport photo rules", "passport renewal form"],
+    2: ["state pension age check", "claim state pension abroad", "pension credit eligibility", "state pension forecast"],
+}
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def seed() -> ClusteringRun:
+    """Three topics of queries with hand-made embeddings (no encoder), clustered by the real service."""
+    rng = np.random.default_rng(0)
+    for axis, texts in TOPICS.items():
+        for text in texts:
+            for variant in range(2):
+                full = f"{text} {'please' if variant else 'help'}"
+                vector = np.zeros(16, dtype=np.float32)
+                vector[axis] = 1.0
+                vector += 0.03 * rng.normal(size=16).astype(np.float32)
+                Query.objects.create(text=full, text_hash=text_hash(full), row_hash=text_hash("b:" + full), source="helpdesk")
+                Embedding.objects.create(model=settings.EMBEDDING_MODEL, text_hash=text_hash(full), vector=(vector / np.linalg.norm(vector)).astype("<f4").tobytes())
+    return services.cluster_queries(source="helpdesk", eps=0.2, min_samples=3, n_experts=3, attach_noise=False)
+
+
+@pytest.fixture
+def browser_page():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(10_000)
+        yield page
+        browser.close()
+
+
+def test_a_reviewer_renames_merges_and_undoes_on_the_run_page(live_server, django_user_model, browser_page):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
+    run = seed()
+    assert run.proposals.count() == 3
+    page = browser_page
+
+    # Anonymous: sent to the login page, then back to Discovery.
+    page.goto(f"{live_server.url}/discovery/")
+    expect(page).to_have_url(f"{live_server.url}/login/?next=/discovery/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+    expect(page.locator("h1")).to_have_text("Discovery")
+    page.click(f"text=Clustering #{run.pk}")
+    expect(page.locator("h1")).to_have_text(f"Clustering #{run.pk}")
+    expect(page.locator("#open-count")).to_have_text("3")
+    page.evaluate("window.notReloaded = true")  # survives only if htmx swaps fragments instead of loading pages
+
+    licences = page.locator("article.proposal", has_text="renew driving licence")
+    passports = page.locator("article.proposal", has_text="passport appointment online")
+    pensions = page.locator("article.proposal", has_text="state pension age check")
+    expect(licences.locator(".size")).to_have_text("8")
+    expect(licences.locator(".share")).to_have_text("33.3%")
+
+    # Rename.
+    licences.locator("input[name=name]").fill("Driving licences")
+    licences.locator("button:has-text('Rename')").click()
+    expect(page.locator("#review-notice")).to_contain_text("to 'Driving licences'")
+    expect(page.locator("article.proposal .proposal-name", has_text="Driving licences")).to_have_count(1)
+
+    # Merge passports and pensions into passports.
+    passports.locator("input.merge-select").check()
+    pensions.locator("input.merge-select").check()
+    page.select_option("#merge-target", label=passports.locator(".proposal-name").inner_text())
+    page.click("#merge-button")
+    expect(page.locator("#open-count")).to_have_text("2")
+    expect(page.locator("#review-notice")).to_contain_text("Merged 2 proposals")
+    expect(page.locator("article.proposal", has_text="passport appointment online").locator(".size")).to_have_text("16")
+    expect(page.locator("#closed")).to_contain_text("Merged into another")
+
+    # Undo the merge, then the rename.
+    expect(page.locator("#undo-button")).to_contain_text("Undo: Merged")
+    page.click("#undo-button")
+    expect(page.locator("#open-count")).to_have_text("3")
+    expect(page.locator("#review-notice")).to_contain_text("Undid: Merged")
+    expect(page.locator("#undo-button")).to_contain_text("Undo: Renamed")
+    page.click("#undo-button")
+    expect(page.locator("#review-notice")).to_contain_text("Undid: Renamed")
+    expect(page.locator("article.proposal .proposal-name", has_text="Driving licences")).to_have_count(0)
+    expect(page.locator("#undo-button")).to_have_count(0)
+    expect(page.locator("#history li.undone")).to_have_count(2)
+    assert page.evaluate("window.notReloaded") is True
+    assert page.url == f"{live_server.url}/discovery/runs/{run.pk}/"
+
+    # Rename once more, to leave something worth looking at in the screenshot.
+    page.locator("article.proposal", has_text="renew driving licence").locator("input[name=name]").fill("Driving licences")
+    page.locator("article.proposal", has_text="renew driving licence").locator("button:has-text('Rename')").click()
+    expect(page.locator("#review-notice")).to_contain_text("to 'Driving licences'")
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
