@@ -32,6 +32,7 @@ $(STAMP):
 	@# torch first, pinned: pip takes the local CPU build instead of a multi-GB CUDA one.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
+	@rm -rf switchboard.egg-info  # a by-product of the editable install; the metadata lives in $(VENV)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "installed into $(VENV)"
@@ -64,7 +65,8 @@ check: install ## CI checks: Django system checks, missing migrations, ruff, imp
 	$(VENV)/bin/lint-imports
 
 test: install browser check ## Run the CI checks, then the whole default test suite
-	$(PY) -m pytest
+	@# The Makefile exports the real settings for manage.py; the suite runs on its own (temporary data, eager Celery).
+	$(PY) -m pytest --ds=switchboard.settings_test
 
 lint: install ## ruff and the import contracts only
 	$(VENV)/bin/ruff check .

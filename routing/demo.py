@@ -48,6 +48,9 @@ def wait(job: Job, say: Callable[[str], None], timeout: float = 1800) -> Job:
             return job
         if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
             raise DemoFailed(f"{job.title} failed: {job.error.splitlines()[0] if job.error else job.status}")
+        if job.status == JobStatus.QUEUED and settings.CELERY_TASK_ALWAYS_EAGER:
+            # Eager tasks run as soon as their job commits; still queued means it never will.
+            raise DemoFailed(f"{job.title} was never sent: it was enqueued inside a transaction that has not committed")
         if time.monotonic() > deadline:
             raise DemoFailed(f"{job.title} did not finish within {timeout:.0f} s; is the Celery worker running?")
         time.sleep(0.5)

@@ -81,6 +81,7 @@ class ModelsView(APIView):
 
     permission_classes = [ChatPermission]
 
+    @extend_schema(responses={200: dict})
     def get(self, request):
         data = [{"id": m, "object": "model", "owned_by": "switchboard"} for m in services.MODES]
         data += [{"id": e.slug, "object": "model", "owned_by": "switchboard"} for e in active_experts()]

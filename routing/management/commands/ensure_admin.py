@@ -86,6 +86,8 @@ class Command(BaseCommand):
                 changed.append("password (from ADMIN_PASSWORD)")
             if changed:
                 user.save()
+                if password and read_credentials(path).get("username") == username:
+                    path.unlink(missing_ok=True)  # the generated password no longer works: do not leave it lying around
                 self.stdout.write(self.style.SUCCESS(f"admin account {username!r} updated: {', '.join(changed)}"))
                 return
 

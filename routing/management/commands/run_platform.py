@@ -26,6 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from kombu.utils.url import maybe_sanitize_url
 
 from sbcommon.env import envint, envstr
 
@@ -207,7 +208,7 @@ class Command(BaseCommand):
 
     def _run(self, sup: Supervisor, python: str, host: str, port: int, base: str, options, stop: threading.Event) -> str | None:
         var = Path(settings.VAR_DIR)
-        sup.say("run", f"data in {var}; broker {settings.CELERY_BROKER_URL.split('@')[-1]}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+        sup.say("run", f"data in {var}; broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
         sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
                              "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"])
         if not options["no_beat"]:
