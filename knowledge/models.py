@@ -16,6 +16,7 @@ class Document(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
     indexed_at = models.DateTimeField(null=True, blank=True)
+    index_error = models.TextField(blank=True, help_text="Why the current version could not be indexed (the previous one keeps serving).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -25,3 +26,18 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class KnowledgeBase(models.Model):
+    """What an expert's collection was built with: the embedding model and chunking that its vectors come from."""
+
+    expert = models.OneToOneField("experts.Expert", on_delete=models.CASCADE, related_name="knowledge_base")
+    embedding_model = models.CharField(max_length=255, help_text="EMBEDDING_MODEL the collection's vectors were made with.")
+    dimension = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField()
+    chunk_overlap = models.PositiveIntegerField()
+    built_at = models.DateTimeField(null=True, blank=True, help_text="Last full rebuild.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.expert_id}: {self.embedding_model}"

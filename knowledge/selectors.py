@@ -2,12 +2,70 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Sum
+from dataclasses import dataclass
 
-from .models import Document
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet, Sum
+
+from experts.models import Expert
+from jobs.models import Job
+
+from .models import Document, KnowledgeBase
+
+JOB_KINDS = ("ingest_documents", "index_documents", "rebuild_index", "delete_document", "drop_collection")
 
 
 def document_counts() -> dict[int, dict[str, int]]:
     """Per expert id: number of documents and chunks."""
     rows = Document.objects.values("expert_id").annotate(documents=Count("id"), chunks=Sum("chunk_count"))
     return {r["expert_id"]: {"documents": r["documents"], "chunks": r["chunks"] or 0} for r in rows}
+
+
+def documents(expert: Expert) -> QuerySet[Document]:
+    """The expert's documents, by title, without their text."""
+    return Document.objects.filter(expert=expert).defer("text").order_by("title", "pk")
+
+
+@dataclass
+class KnowledgeSummary:
+    """One expert's knowledge base at a glance, for the console."""
+
+    expert: Expert
+    documents: int
+    chunks: int
+    pending: int
+    failed: int
+    knowledge_base: KnowledgeBase | None
+
+    @property
+    def model_mismatch(self) -> bool:
+        return self.knowledge_base is not None and self.knowledge_base.embedding_model != settings.EMBEDDING_MODEL
+
+    @property
+    def chunking_changed(self) -> bool:
+        kb = self.knowledge_base
+        return kb is not None and (kb.chunk_size, kb.chunk_overlap) != (self.expert.chunk_size, self.expert.chunk_overlap)
+
+
+def summaries() -> list[KnowledgeSummary]:
+    """Every expert with its document, chunk, pending and failed counts."""
+    kbs = {kb.expert_id: kb for kb in KnowledgeBase.objects.all()}
+    experts = Expert.objects.annotate(
+        n_documents=Count("documents"), n_chunks=Sum("documents__chunk_count"),
+        n_pending=Count("documents", filter=Q(documents__indexed_at__isnull=True, documents__index_error="")),
+        n_failed=Count("documents", filter=~Q(documents__index_error="")),
+    ).order_by("name")
+    return [KnowledgeSummary(e, e.n_documents, e.n_chunks or 0, e.n_pending, e.n_failed, kbs.get(e.pk)) for e in experts]
+
+
+def summary(expert: Expert) -> KnowledgeSummary:
+    docs = Document.objects.filter(expert=expert)
+    return KnowledgeSummary(
+        expert, docs.count(), docs.aggregate(n=Sum("chunk_count"))["n"] or 0, docs.filter(indexed_at__isnull=True, index_error="").count(),
+        docs.exclude(index_error="").count(), KnowledgeBase.objects.filter(expert=expert).first(),
+    )
+
+
+def expert_jobs(expert: Expert, limit: int = 8) -> QuerySet[Job]:
+    """The latest knowledge jobs of ``expert``, newest first."""
+    return Job.objects.filter(kind__in=JOB_KINDS, params__expert=expert.slug)[:limit]

@@ -1,28 +1,53 @@
-"""Ingesting, indexing and searching experts' knowledge bases."""
+"""Ingesting, indexing and searching experts' knowledge bases.
+
+Documents are versioned by the hash of their text: the same file again changes nothing, a changed
+one becomes a new version that is indexed in one atomic swap of its chunks (``replace_documents``).
+Until that swap succeeds the previous version's chunks keep serving; a version that fails to index
+keeps its error on the row and stays pending.
+
+Every collection records what it was built with (``KnowledgeBase``: embedding model, dimension,
+chunking). Indexing into a collection built with another model re-embeds everything instead, since
+vectors of two models cannot share one collection.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from experts.models import Expert
-from jobs.services import JobReporter
+from experts.selectors import active_experts
+from jobs.models import Job
+from jobs.services import JobReporter, enqueue_once
 from sbcommon.encoders import get_encoder
 from sbcommon.hashing import text_hash
 
 from .ml.chunking import chunk_text
-from .ml.fusion import minmax
 from .ml.sparse import bm25_vector
-from .models import Document
-from .stores import Hit, PointRecord, get_store
+from .models import Document, KnowledgeBase
+from .parsers import SNIFF_BYTES, DocumentInput, ParseError, parse_bytes, safe_filename, sniff
+from .stores import Hit, PointRecord, VectorStore, get_store
 
 logger = logging.getLogger(__name__)
 POINT_NAMESPACE = uuid.UUID("6f1c1f6e-6c57-4d0c-9a55-9b1c2b3b6a11")
+DEFAULT_UPLOAD_MAX_BYTES = 100 * 1024 * 1024
+# 1.0: every expert is always searched, those the router did not pick sharing its leftover probability
+# (continuous soft routing). Lower it to skip the others when the router is that sure (fewer searches).
+DEFAULT_WIDEN_BELOW = 1.0
+MAX_FILES_PER_UPLOAD = 100
+CHUNK_SIZE_RANGE = (100, 8000)
+
+__all__ = ["DocumentInput", "ParseError"]  # re-exported: callers build documents through this module
 
 
 def collection_name(expert: Expert) -> str:
@@ -30,16 +55,24 @@ def collection_name(expert: Expert) -> str:
     return f"expert_{expert.slug}"
 
 
-@dataclass
-class DocumentInput:
-    """A parsed document ready to store."""
+def max_upload_bytes() -> int:
+    """The largest upload accepted (setting ``DOCUMENT_UPLOAD_MAX_BYTES``, default 100 MB), all files of a request together."""
+    return int(getattr(settings, "DOCUMENT_UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
 
-    external_id: str
-    title: str
-    text: str
-    url: str = ""
-    metadata: dict[str, Any] | None = None
 
+def max_document_chars() -> int:
+    """The longest document text accepted (setting ``DOCUMENT_MAX_CHARS``)."""
+    from .parsers import DEFAULT_MAX_DOCUMENT_CHARS
+
+    return int(getattr(settings, "DOCUMENT_MAX_CHARS", DEFAULT_MAX_DOCUMENT_CHARS))
+
+
+def widen_below() -> float:
+    """Router confidence under which routed search widens to every expert (setting ``RETRIEVAL_WIDEN_BELOW``, default 1.0: always)."""
+    return float(getattr(settings, "RETRIEVAL_WIDEN_BELOW", DEFAULT_WIDEN_BELOW))
+
+
+# --- documents -----------------------------------------------------------------------------------
 
 @transaction.atomic
 def upsert_document(expert: Expert, doc: DocumentInput) -> tuple[Document, bool]:
@@ -47,33 +80,52 @@ def upsert_document(expert: Expert, doc: DocumentInput) -> tuple[Document, bool]
     if not doc.text.strip():
         raise ValueError(f"document {doc.external_id!r} has no text")
     digest = text_hash(doc.text)
+    title = doc.title[:500] or doc.external_id
     existing = Document.objects.select_for_update().filter(expert=expert, external_id=doc.external_id).first()
     if existing is not None and existing.content_hash == digest:
         return existing, False
     if existing is None:
         document = Document.objects.create(
-            expert=expert, external_id=doc.external_id, title=doc.title[:500] or doc.external_id, url=doc.url,
-            content_hash=digest, text=doc.text, metadata=doc.metadata or {},
+            expert=expert, external_id=doc.external_id, title=title, url=doc.url, content_hash=digest, text=doc.text, metadata=doc.metadata or {},
         )
     else:
-        existing.title, existing.url, existing.text = doc.title[:500] or doc.external_id, doc.url, doc.text
+        # The new version waits for indexing; the old version's chunks serve until it is swapped in.
+        existing.title, existing.url, existing.text = title, doc.url, doc.text
         existing.content_hash, existing.metadata = digest, doc.metadata or {}
         existing.version += 1
         existing.indexed_at = None
+        existing.index_error = ""
         existing.save()
         document = existing
     return document, True
 
 
+# --- chunks and points ---------------------------------------------------------------------------
+
+def chunk_settings(expert: Expert) -> tuple[int, int]:
+    """(size, overlap) for ``expert``, the overlap clamped below half the size as the chunker requires."""
+    size = max(CHUNK_SIZE_RANGE[0], int(expert.chunk_size))
+    return size, max(0, min(int(expert.chunk_overlap), size // 2 - 1))
+
+
+def embedding_text(title: str, chunk: str) -> str:
+    """What a chunk's dense vector is made from: the document title gives each chunk its context."""
+    return f"{title}\n{chunk}"
+
+
+def sparse_text(title: str, chunk: str) -> str:
+    return f"{title} {chunk}"
+
+
 def _points(expert: Expert, document: Document) -> list[PointRecord]:
-    chunks = chunk_text(document.text, size=expert.chunk_size, overlap=min(expert.chunk_overlap, expert.chunk_size // 2 - 1))
+    size, overlap = chunk_settings(expert)
+    chunks = chunk_text(document.text, size=size, overlap=overlap)
     if not chunks:
         return []
-    texts = [f"{document.title}\n{c.text}" for c in chunks]
-    vectors = get_encoder().encode(texts)
+    vectors = get_encoder().encode([embedding_text(document.title, c.text) for c in chunks], batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64))
     points = []
     for chunk, vector in zip(chunks, vectors, strict=True):
-        indices, values = bm25_vector(f"{document.title} {chunk.text}")
+        indices, values = bm25_vector(sparse_text(document.title, chunk.text))
         points.append(
             PointRecord(
                 id=str(uuid.uuid5(POINT_NAMESPACE, f"{document.pk}:{document.content_hash}:{chunk.position}")),
@@ -88,77 +140,475 @@ def _points(expert: Expert, document: Document) -> list[PointRecord]:
     return points
 
 
+def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
+    encoder = get_encoder()
+    size, overlap = chunk_settings(expert)
+    defaults: dict[str, Any] = {"embedding_model": encoder.name, "dimension": encoder.dimension, "chunk_size": size, "chunk_overlap": overlap}
+    if built:
+        defaults["built_at"] = timezone.now()
+    kb, _ = KnowledgeBase.objects.update_or_create(expert=expert, defaults=defaults)
+    return kb
+
+
+def model_mismatch(expert: Expert, kb: KnowledgeBase | None = None) -> str:
+    """Why the expert's collection no longer fits the configured encoder ("" when it does)."""
+    kb = kb if kb is not None else KnowledgeBase.objects.filter(expert=expert).first()
+    if kb is None:
+        return ""
+    if kb.embedding_model != settings.EMBEDDING_MODEL:
+        return f"built with {kb.embedding_model}, but EMBEDDING_MODEL is {settings.EMBEDDING_MODEL}"
+    return ""
+
+
+# --- indexing ------------------------------------------------------------------------------------
+
 def index_documents(expert: Expert, documents: list[Document]) -> int:
-    """(Re)index these documents' chunks in one atomic swap; returns the number of chunks."""
+    """(Re)index these documents' chunks in one atomic swap; returns the number of chunks.
+
+    A document that cannot be chunked or embedded keeps its error and its previous chunks; the
+    others are indexed. If the swap itself fails, nothing changes in the collection.
+    """
     store = get_store()
     store.ensure_collection(collection_name(expert), get_encoder().dimension)
-    batch = {document.pk: _points(expert, document) for document in documents}
-    store.replace_documents(collection_name(expert), batch)
+    batch: dict[int, list[PointRecord]] = {}
+    for document in documents:
+        try:
+            batch[document.pk] = _points(expert, document)
+        except (ValueError, RuntimeError) as exc:
+            logger.warning("knowledge.index.document_failed", extra={"document": document.pk})
+            Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(index_error=f"{exc.__class__.__name__}: {exc}"[:2000])
+    if not batch:
+        return 0
+    try:
+        store.replace_documents(collection_name(expert), batch)
+    except Exception as exc:
+        Document.objects.filter(pk__in=list(batch)).update(index_error=f"indexing failed, the previous version keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
+        raise
     now = timezone.now()
     for document in documents:
-        # Only marks the version that was indexed: a newer upload stays pending.
-        Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now)
+        if document.pk in batch:
+            # Only marks the version that was indexed: a newer upload stays pending.
+            Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now, index_error="")
     return sum(len(points) for points in batch.values())
 
 
-def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = 50) -> dict[str, int]:
-    """Index every document of ``expert`` not indexed at its current version (resumable, in batches)."""
+def _index_pending_documents(expert: Expert, reporter: JobReporter, batch_size: int, rounds: int = 5) -> dict[str, int]:
+    done, chunks = 0, 0
+    for _ in range(rounds):  # uploads that arrive while this runs are picked up by the next round
+        pending = list(Document.objects.filter(expert=expert, indexed_at__isnull=True, index_error="").order_by("pk"))
+        if not pending:
+            break
+        for start in range(0, len(pending), batch_size):
+            part = pending[start : start + batch_size]
+            chunks += index_documents(expert, part)
+            done += len(part)
+            reporter.progress((start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
+    return {"documents": done, "chunks": chunks}
+
+
+def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = 50) -> dict[str, Any]:
+    """Index every document of ``expert`` not indexed at its current version (resumable, in batches).
+
+    Failed documents are tried again (their error is cleared first). A collection built with
+    another embedding model is rebuilt instead.
+    """
     reporter = reporter or JobReporter()
-    pending = list(Document.objects.filter(expert=expert, indexed_at__isnull=True).order_by("pk"))
-    chunks = 0
-    for start in range(0, len(pending), batch_size):
-        part = pending[start : start + batch_size]
-        chunks += index_documents(expert, part)
-        reporter.progress((start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
-    return {"documents": len(pending), "chunks": chunks}
+    kb = KnowledgeBase.objects.filter(expert=expert).first()
+    mismatch = model_mismatch(expert, kb)
+    if mismatch:
+        reporter.log(f"the collection was {mismatch}: re-embedding every document")
+        return {**rebuild_index(expert, reporter), "reembedded": True}
+    Document.objects.filter(expert=expert, indexed_at__isnull=True).exclude(index_error="").update(index_error="")
+    if kb is None:
+        get_store().ensure_collection(collection_name(expert), get_encoder().dimension)
+        _record_model(expert, built=False)
+    return _index_pending_documents(expert, reporter, batch_size)
 
 
-def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[str, int]:
-    """Re-chunk and re-embed every document into a fresh collection, then switch to it."""
+def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[str, Any]:
+    """Re-chunk and re-embed every document into a fresh collection, then switch to it in one step.
+
+    The old collection serves until the switch. If any document cannot be chunked or embedded,
+    the rebuild stops before the switch (the error is kept on that document), so a rebuild never
+    serves a collection with documents missing. Documents changed while the rebuild ran are
+    indexed right after it, so the collection ends up at every document's latest version.
+    """
     reporter = reporter or JobReporter()
     documents = list(Document.objects.filter(expert=expert).order_by("pk"))
     points: list[PointRecord] = []
-    counts = {}
+    embedded: dict[int, tuple[str, int]] = {}
     for i, document in enumerate(documents, start=1):
-        doc_points = _points(expert, document)
-        counts[document.pk] = len(doc_points)
+        try:
+            doc_points = _points(expert, document)
+        except (ValueError, RuntimeError) as exc:
+            Document.objects.filter(pk=document.pk).update(index_error=f"rebuild stopped here, the previous collection keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
+            raise
+        embedded[document.pk] = (document.content_hash, len(doc_points))
         points.extend(doc_points)
         reporter.progress(0.9 * i / max(1, len(documents)), f"embedded {i}/{len(documents)} documents")
     get_store().rebuild(collection_name(expert), get_encoder().dimension, points)
+    _record_model(expert, built=True)
     now = timezone.now()
-    for pk, n in counts.items():
-        Document.objects.filter(pk=pk).update(chunk_count=n, indexed_at=now)
-    return {"documents": len(documents), "chunks": len(points)}
-
-
-def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None) -> list[Hit]:
-    """Hybrid (dense + sparse, RRF-fused) search of one expert's collection."""
-    dense = query_vector if query_vector is not None else get_encoder().encode([question])[0].tolist()
-    indices, values = bm25_vector(question, query=True)
-    return get_store().search(collection_name(expert), dense, indices, values, limit=limit)
-
-
-def search_experts(experts: list[Expert], question: str, limit: int = 5, weights: list[float] | None = None, query_vector: list[float] | None = None) -> list[Hit]:
-    """Search several experts' collections and fuse them.
-
-    Each expert's dense similarities are kept as they are (comparable across collections, since
-    the encoder is shared); the fused order is by dense similarity weighted by the router's
-    confidence in that expert, so a confident first choice is not drowned by a weak second one.
-    """
-    if not experts:
-        return []
-    dense = query_vector if query_vector is not None else get_encoder().encode([question])[0].tolist()
-    weights = weights or [1.0] * len(experts)
-    norm_weights = minmax(weights) if len(weights) > 1 else [1.0]
-    scored: list[tuple[float, Hit]] = []
-    for expert, w in zip(experts, norm_weights, strict=True):
-        for hit in search_expert(expert, question, limit=limit, query_vector=dense):
-            scored.append((hit.dense_score * (0.85 + 0.15 * w), hit))
-    scored.sort(key=lambda item: item[0], reverse=True)
-    return [hit for _, hit in scored[:limit]]
+    stale = 0
+    for pk, (digest, n) in embedded.items():
+        if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, indexed_at=now, index_error=""):
+            stale += 1
+            Document.objects.filter(pk=pk).update(indexed_at=None)
+    follow_up = _index_pending_documents(expert, reporter, 50) if stale else {"documents": 0}
+    reporter.progress(1.0, f"{len(points)} chunks from {len(embedded)} documents")
+    return {"documents": len(embedded), "chunks": len(points), "updated_after": follow_up["documents"]}
 
 
 def delete_document(document: Document) -> None:
     """Remove a document and its chunks."""
     get_store().delete_document(collection_name(document.expert), document.pk)
     document.delete()
+
+
+def delete_document_by_id(expert: Expert, document_id: int) -> dict[str, Any]:
+    """Delete a document and its chunks; running it again finds nothing left and changes nothing."""
+    get_store().delete_document(collection_name(expert), document_id)
+    deleted, _ = Document.objects.filter(pk=document_id, expert=expert).delete()
+    return {"document": document_id, "deleted": bool(deleted)}
+
+
+def drop_collection(expert: Expert) -> dict[str, Any]:
+    """Drop the expert's collection; its documents stay, pending, until the next index job rebuilds it."""
+    store = get_store()
+    chunks = store.count(collection_name(expert))
+    store.drop(collection_name(expert))
+    KnowledgeBase.objects.filter(expert=expert).delete()
+    pending = Document.objects.filter(expert=expert).update(indexed_at=None, chunk_count=0, index_error="")
+    return {"dropped_chunks": chunks, "documents_pending": pending}
+
+
+@transaction.atomic
+def update_chunking(expert: Expert, size: int, overlap: int, user: Any = None) -> Job | None:
+    """Change the expert's chunk size and overlap; a rebuild job re-chunks the collection (``None`` if nothing changed)."""
+    if not CHUNK_SIZE_RANGE[0] <= size <= CHUNK_SIZE_RANGE[1]:
+        raise ValueError(f"chunk size must be between {CHUNK_SIZE_RANGE[0]} and {CHUNK_SIZE_RANGE[1]} characters")
+    if not 0 <= overlap < size // 2:
+        raise ValueError("chunk overlap must be at least 0 and less than half the chunk size")
+    if (expert.chunk_size, expert.chunk_overlap) == (size, overlap):
+        return None
+    Expert.objects.filter(pk=expert.pk).update(chunk_size=size, chunk_overlap=overlap)
+    expert.chunk_size, expert.chunk_overlap = size, overlap
+    if not Document.objects.filter(expert=expert).exists():
+        return None
+    return enqueue_rebuild(expert, user)
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+def enqueue_index(expert: Expert, user: Any = None) -> Job:
+    """Index the expert's pending documents (one active job per expert)."""
+    from . import tasks
+
+    return enqueue_once("index_documents", f"index:{expert.slug}", f"Index {expert.name} documents", tasks.index_expert_documents, {"expert": expert.slug}, user)
+
+
+def enqueue_rebuild(expert: Expert, user: Any = None) -> Job:
+    """Rebuild the expert's collection behind its alias/pointer (re-chunks and re-embeds everything)."""
+    from . import tasks
+
+    return enqueue_once("rebuild_index", f"rebuild:{expert.slug}", f"Rebuild {expert.name} knowledge base", tasks.rebuild_expert_index, {"expert": expert.slug}, user)
+
+
+def enqueue_reembed_stale(user: Any = None) -> list[Job]:
+    """A rebuild job for every expert whose collection was built with another embedding model."""
+    return [enqueue_rebuild(kb.expert, user) for kb in KnowledgeBase.objects.select_related("expert").exclude(embedding_model=settings.EMBEDDING_MODEL)]
+
+
+def enqueue_delete(document: Document, user: Any = None) -> Job:
+    from . import tasks
+
+    return enqueue_once(
+        "delete_document", f"delete_document:{document.pk}", f"Delete {document.title[:200]}", tasks.delete_expert_document,
+        {"expert": document.expert.slug, "document": document.pk}, user,
+    )
+
+
+def enqueue_drop(expert: Expert, user: Any = None) -> Job:
+    from . import tasks
+
+    return enqueue_once("drop_collection", f"drop:{expert.slug}", f"Drop {expert.name} collection", tasks.drop_expert_collection, {"expert": expert.slug}, user)
+
+
+# --- uploads -------------------------------------------------------------------------------------
+
+class UploadRejected(ValueError):
+    """An upload refused before it is stored, with the HTTP status that says why."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def _read_head(upload: Any) -> bytes:
+    upload.seek(0)
+    head = upload.read(SNIFF_BYTES)
+    upload.seek(0)
+    return head
+
+
+def check_upload(upload: Any) -> str:
+    """Refuse a file that is too large, empty or of a kind we cannot read, before storing it; returns its kind."""
+    name = safe_filename(getattr(upload, "name", "") or "")
+    size = int(getattr(upload, "size", 0) or 0)
+    limit = max_upload_bytes()
+    if size > limit:
+        raise UploadRejected(f"{name} is {size:,} bytes; the limit is {limit:,} bytes", status=413)
+    if size == 0:
+        raise UploadRejected(f"{name}: the file is empty")
+    try:
+        return sniff(_read_head(upload), name, complete=False)
+    except ParseError as exc:
+        raise UploadRejected(f"{name}: {exc}") from exc
+
+
+def upload_dir() -> Path:
+    return Path(settings.VAR_DIR) / "uploads" / "knowledge"
+
+
+def save_upload(upload: Any) -> tuple[Path, str]:
+    """Store an upload under ``VAR_DIR/uploads/knowledge/<uuid>-<safe name>`` atomically; returns (path, SHA-256)."""
+    folder = upload_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{uuid.uuid4().hex}-{safe_filename(upload.name)}"
+    partial = folder / f".{final.name}.part"
+    digest = hashlib.sha256()
+    upload.seek(0)
+    try:
+        with open(partial, "wb") as out:
+            for chunk in upload.chunks():
+                digest.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, final)  # the job never sees a half-written file
+    finally:
+        partial.unlink(missing_ok=True)
+    return final, digest.hexdigest()
+
+
+def accept_uploads(expert: Expert, uploads: list[Any], user: Any = None) -> Job:
+    """Check every file, store them, and enqueue one ingest job; nothing is stored if any file is refused.
+
+    The same files again give the same active job (the key is their hashes).
+
+    Raises:
+        UploadRejected: no files, too many, too large (413), empty, or of a kind we cannot read.
+    """
+    from . import tasks
+
+    if not uploads:
+        raise UploadRejected("choose at least one file")
+    if len(uploads) > MAX_FILES_PER_UPLOAD:
+        raise UploadRejected(f"{len(uploads)} files in one upload; the limit is {MAX_FILES_PER_UPLOAD}")
+    total = sum(int(getattr(u, "size", 0) or 0) for u in uploads)
+    if total > max_upload_bytes():
+        raise UploadRejected(f"the files add up to {total:,} bytes; the limit is {max_upload_bytes():,} bytes", status=413)
+    for upload in uploads:
+        check_upload(upload)
+    stored = [(*save_upload(u), safe_filename(u.name)) for u in uploads]
+    key = hashlib.sha256("|".join(sorted(f"{name}:{digest}" for _, digest, name in stored)).encode()).hexdigest()[:32]
+    names = ", ".join(name for _, _, name in stored)
+    job = enqueue_once(
+        "ingest_documents", f"ingest:{expert.slug}:{key}", f"Add {names[:180]} to {expert.name}"[:255], tasks.ingest_expert_documents,
+        {"expert": expert.slug, "files": [{"path": str(p), "name": name, "sha256": digest} for p, digest, name in stored]}, user,
+    )
+    if [f["path"] for f in job.params.get("files", [])] != [str(p) for p, _, _ in stored]:
+        for path, _, _ in stored:  # the same files are already being ingested
+            path.unlink(missing_ok=True)
+    return job
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did, file by file, and what indexing did after it."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    indexing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def created(self) -> int:
+        return sum(f.get("created", 0) for f in self.files)
+
+    @property
+    def updated(self) -> int:
+        return sum(f.get("updated", 0) for f in self.files)
+
+    @property
+    def unchanged(self) -> int:
+        return sum(f.get("unchanged", 0) for f in self.files)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [f for f in self.files if f.get("error")]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files, "created": self.created, "updated": self.updated, "unchanged": self.unchanged,
+            "failed_files": len(self.failed), "indexing": self.indexing,
+        }
+
+
+def ingest_file(expert: Expert, name: str, data: bytes, external_id: str | None = None) -> dict[str, Any]:
+    """Parse one file and store its documents; returns the file's line of the report (never raises ``ParseError``)."""
+    name = safe_filename(name)
+    outcome: dict[str, Any] = {"file": name, "created": 0, "updated": 0, "unchanged": 0, "documents": []}
+    try:
+        parsed = parse_bytes(data, name, external_id=external_id, max_chars=max_document_chars())
+    except ParseError as exc:
+        outcome["error"] = str(exc)
+        return outcome
+    outcome["kind"] = parsed.kind
+    if parsed.errors:
+        outcome["skipped_lines"] = parsed.errors[:50]
+    for doc in parsed.documents:
+        existing_version = Document.objects.filter(expert=expert, external_id=doc.external_id).values_list("version", flat=True).first()
+        document, changed = upsert_document(expert, doc)
+        state = "unchanged" if not changed else ("created" if existing_version is None else "updated")
+        outcome[state] += 1
+        outcome["documents"].append({"id": document.pk, "title": document.title, "version": document.version, "state": state})
+    return outcome
+
+
+def ingest_files(expert: Expert, files: Iterable[tuple[str, bytes | Path]], reporter: JobReporter | None = None, index: bool = True) -> IngestReport:
+    """Parse and store each (name, bytes or path), then index what changed.
+
+    A file that cannot be parsed is reported and skipped; the others go on. Indexing happens once,
+    after all files, in batches (see ``index_pending``).
+    """
+    reporter = reporter or JobReporter()
+    files = list(files)
+    report = IngestReport()
+    for i, (name, source) in enumerate(files, start=1):
+        data = Path(source).read_bytes() if isinstance(source, Path) else source
+        outcome = ingest_file(expert, name, data)
+        report.files.append(outcome)
+        if outcome.get("error"):
+            reporter.log(f"{outcome['file']}: {outcome['error']}")
+        reporter.progress(0.3 * i / len(files), f"read {i}/{len(files)} files")
+    if index and (report.created or report.updated or Document.objects.filter(expert=expert, indexed_at__isnull=True).exists()):
+        report.indexing = index_pending(expert, _Scaled(reporter, 0.3, 1.0))
+    return report
+
+
+class _Scaled(JobReporter):
+    """Passes progress on to ``inner`` mapped into [start, end] (ingest reads files first, then indexes)."""
+
+    def __init__(self, inner: JobReporter, start: float, end: float):
+        super().__init__(inner.job_id)
+        self.inner, self.start, self.end = inner, start, end
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        self.inner.progress(self.start + (self.end - self.start) * fraction, message)
+
+    def log(self, line: str) -> None:
+        self.inner.log(line)
+
+
+def walk_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named by ``paths``, folders walked in name order (hidden files skipped)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            out.extend(p for p in sorted(path.rglob("*")) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        else:
+            out.append(path)
+    return out
+
+
+# --- search --------------------------------------------------------------------------------------
+
+def _query(question: str, query_vector: list[float] | None) -> tuple[list[float], list[int], list[float]]:
+    dense = query_vector if query_vector is not None else get_encoder().encode([question])[0].tolist()
+    indices, values = bm25_vector(question, query=True)
+    return dense, indices, values
+
+
+def _method_for(expert_models: dict[int, str], experts: list[Expert], method: str) -> str:
+    """Dense vectors of another model mean nothing: if any collection has them, fall back to keyword search."""
+    if method != "sparse" and any(expert_models.get(e.pk, settings.EMBEDDING_MODEL) != settings.EMBEDDING_MODEL for e in experts):
+        logger.warning("knowledge.search.model_mismatch", extra={"experts": [e.slug for e in experts]})
+        return "sparse"
+    return method
+
+
+def _models(experts: list[Expert]) -> dict[int, str]:
+    return dict(KnowledgeBase.objects.filter(expert__in=experts).values_list("expert_id", "embedding_model"))
+
+
+def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None, method: str = "hybrid") -> list[Hit]:
+    """Search one expert's collection: "hybrid" (dense + sparse, RRF-fused), "dense" or "sparse"."""
+    dense, indices, values = _query(question, query_vector)
+    method = _method_for(_models([expert]), [expert], method)
+    return get_store().search(collection_name(expert), dense, indices, values, limit=limit, method=method)
+
+
+def routing_weights(chosen: list[str], weights: list[float] | None, others: list[str], threshold: float) -> dict[str, float]:
+    """Collection weights for a routed search: the router's probabilities, widened when it is unsure.
+
+    The chosen collections get their router probability. If those add up to less than
+    ``threshold``, the router leaves real probability on the other experts, so they are searched
+    too, sharing what is left; at the limit (a router that knows nothing) this is the flat search.
+    Without weights every chosen collection counts the same and nothing widens.
+    """
+    if weights is None:
+        return dict.fromkeys(chosen, 1.0)
+    out = {name: max(0.0, float(w)) for name, w in zip(chosen, weights, strict=True)}
+    mass = sum(out.values())
+    rest = [name for name in others if name not in out]
+    if rest and mass < threshold:
+        share = max(0.0, 1.0 - mass) / len(rest)
+        out.update(dict.fromkeys(rest, share))
+    if not any(w > 0 for w in out.values()):
+        out = dict.fromkeys(out, 1.0)
+    return out
+
+
+def search_collections(store: VectorStore, weights: dict[str, float], dense: list[float], indices: list[int], values: list[float],
+                       limit: int = 5, method: str = "hybrid") -> list[Hit]:
+    """One search over the weighted collections (see ``VectorStore.search_many``)."""
+    names = list(weights)
+    if len(names) == 1:
+        return store.search(names[0], dense, indices, values, limit=limit, method=method)
+    return store.search_many(names, dense, indices, values, limit=limit, method=method, weights=[weights[n] for n in names])
+
+
+def search_experts(experts: list[Expert], question: str, limit: int = 5, weights: list[float] | None = None, query_vector: list[float] | None = None,
+                   *, method: str = "hybrid", flat: bool = False) -> list[Hit]:
+    """Search the chosen experts' collections as one, each weighted by the router's confidence in it.
+
+    Scores are made comparable across collections by ranking every candidate globally (dense
+    cosines over all collections, BM25 with IDF over all of them) before fusing, instead of fusing
+    each collection's own ranks (every collection has a rank 1). A chunk's score is then its RRF
+    score times its expert's weight: the router's probability that the answer lives there. When
+    the chosen experts' probabilities add up to less than ``RETRIEVAL_WIDEN_BELOW`` the other
+    active experts are searched too with the probability left over, so an unsure router degrades
+    to the flat search instead of losing the answer.
+
+    Args:
+        experts: the chosen experts, best first.
+        question: the user's question (its words feed the sparse search).
+        limit: chunks to return.
+        weights: the router's probability for each chosen expert; None treats them alike.
+        query_vector: the question's embedding if the caller has it already.
+        method: "hybrid", "dense" or "sparse".
+        flat: ignore the routing and search every active expert's collection as one (for comparison).
+    """
+    if flat:
+        experts, weights = list(active_experts()), None
+    if not experts:
+        return []
+    dense, indices, values = _query(question, query_vector)
+    names = {collection_name(e): e for e in experts}
+    others: list[Expert] = []
+    if weights is not None and sum(max(0.0, w) for w in weights) < widen_below():
+        others = [e for e in active_experts() if collection_name(e) not in names]
+    plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below())
+    everyone = list(experts) + others
+    method = _method_for(_models(everyone), everyone, method)
+    return search_collections(get_store(), plan, dense, indices, values, limit=limit, method=method)

@@ -13,4 +13,5 @@ urlpatterns = [
     path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
     path("jobs/", include("jobs.urls")),
     path("discovery/", include("labeling.urls")),
+    path("knowledge/", include("knowledge.urls")),
 ]

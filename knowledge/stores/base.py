@@ -20,12 +20,14 @@ class PointRecord:
 
 @dataclass
 class Hit:
-    """One search result: fused rank score, the dense cosine similarity, and the payload."""
+    """One search result: its score (fused rank score for hybrid), the dense cosine and BM25 scores, the payload, and its collection."""
 
     id: str
     score: float
     dense_score: float
     payload: dict[str, Any]
+    sparse_score: float = 0.0
+    collection: str = ""
 
 
 class VectorStore(Protocol):
@@ -41,7 +43,12 @@ class VectorStore(Protocol):
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         """Fill a fresh copy of the collection and switch to it in one step."""
 
-    def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5) -> list[Hit]: ...
+    def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5, method: str = "hybrid") -> list[Hit]:
+        """The best ``limit`` chunks by ``method``: "hybrid" (dense and sparse fused by RRF), "dense" or "sparse"."""
+
+    def search_many(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5,
+                    method: str = "hybrid", weights: list[float] | None = None) -> list[Hit]:
+        """One search over several collections with global ranks, each collection's hits scaled by its weight (0: skipped)."""
 
     def count(self, name: str) -> int: ...
 

@@ -123,6 +123,8 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Request bodies: a chat request is small; uploads arrive through their own endpoints.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024)
 QUERY_IMPORT_MAX_BYTES = envint("QUERY_IMPORT_MAX_BYTES", 2 * 1024**3)  # query-log uploads (streamed to disk)
+DOCUMENT_UPLOAD_MAX_BYTES = envint("DOCUMENT_UPLOAD_MAX_BYTES", 100 * 1024**2)  # all files of one knowledge upload
+DOCUMENT_MAX_CHARS = envint("DOCUMENT_MAX_CHARS", 5_000_000)  # longer documents are refused with a message
 FILE_UPLOAD_MAX_MEMORY_SIZE = envint("FILE_UPLOAD_MAX_MEMORY_SIZE", 5 * 1024 * 1024)
 
 # --- security headers (hardened further in production by env) ---------------------------------
@@ -199,6 +201,9 @@ ROUTER_TOP_K = envint("ROUTER_TOP_K", 2)
 RETRIEVAL_TOP_K = envint("RETRIEVAL_TOP_K", 5)
 EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
 MAX_QUESTION_CHARS = envint("MAX_QUESTION_CHARS", 8000)
+# Routed retrieval also searches the experts the router did not pick, weighted by its leftover
+# probability, unless the router's top-k share reaches this (1.0: always widen).
+RETRIEVAL_WIDEN_BELOW = envfloat("RETRIEVAL_WIDEN_BELOW", 1.0)
 DEMO_DIR = Path(envstr("DEMO_DIR", str(BASE_DIR / "demo")))
 
 # --- logging ----------------------------------------------------------------------------------

@@ -11,3 +11,4 @@ api_urlpatterns = [
     path("route", views.RouteView.as_view(), name="route"),
 ]
 api_urlpatterns += [path("", include("labeling.api.urls"))]
+api_urlpatterns += [path("", include("knowledge.api.urls"))]

@@ -99,3 +99,76 @@ def test_embedded_readers_in_other_processes_see_each_new_snapshot(tmp_path):
     assert len(snapshots) <= 2  # old snapshots are collected once nobody holds them
     reader.close()
     writer.close()
+
+
+@pytest.mark.parametrize("method", ["dense", "sparse", "hybrid"])
+def test_each_search_method_finds_its_own_kind_of_match(store, method):
+    name = f"contract_{uuid.uuid4().hex[:8]}"
+    store.ensure_collection(name, DIM)
+    store.replace_documents(name, {1: [point(1, 0, "renew licence online", 0), point(1, 1, "retirement benefits", 5)]})
+
+    hits = search_with(store, name, "retirement benefits", 5, method)
+
+    assert hits[0].payload["text"] == "retirement benefits"
+    assert hits[0].collection == name
+    if method == "sparse":
+        assert hits[0].sparse_score > 0
+    store.drop(name)
+
+
+def search_with(store, name, text, axis, method, limit=5):
+    idx, val = bm25_vector(text, query=True)
+    return store.search(name, vec(axis), idx, val, limit=limit, method=method)
+
+
+def test_an_unknown_method_is_refused(store):
+    with pytest.raises(ValueError, match="unknown search method"):
+        store.search("anything", vec(0), [], [], method="fuzzy")
+
+
+def test_search_many_ranks_across_collections_and_honours_weights(store):
+    first, second = f"contract_{uuid.uuid4().hex[:8]}", f"contract_{uuid.uuid4().hex[:8]}"
+    for name in (first, second):
+        store.ensure_collection(name, DIM)
+    store.replace_documents(first, {1: [point(1, 0, "renew licence online", 0)]})
+    store.replace_documents(second, {2: [point(2, 0, "renew licence online today", 0)]})
+    idx, val = bm25_vector("renew licence", query=True)
+
+    even = store.search_many([first, second], vec(0), idx, val, limit=5)
+    tilted = store.search_many([first, second], vec(0), idx, val, limit=5, weights=[0.1, 0.9])
+    only_first = store.search_many([first, second], vec(0), idx, val, limit=5, weights=[1.0, 0.0])
+
+    assert {h.collection for h in even} == {first, second}
+    assert tilted[0].collection == second
+    assert [h.collection for h in only_first] == [first]
+    assert store.search_many([f"missing_{uuid.uuid4().hex[:6]}"], vec(0), idx, val) == []
+    store.drop(first)
+    store.drop(second)
+
+
+def test_embedded_readers_never_lock_the_snapshot_they_search(tmp_path):
+    """A reader keeps serving from memory even after a writer's garbage collection removed its snapshot."""
+    reader = EmbeddedQdrantStore(tmp_path / "q")
+    writer = EmbeddedQdrantStore(tmp_path / "q")
+    writer.ensure_collection("c", DIM)
+    writer.replace_documents("c", {1: [point(1, 0, "first", 0)]})
+    assert search(reader, "c", "first", 0)[0].payload["text"] == "first"
+
+    for i in range(3):
+        writer.replace_documents("c", {2 + i: [point(2 + i, 0, f"more {i}", 4)]})
+
+    assert len([p for p in (tmp_path / "q" / "c").iterdir() if p.is_dir()]) == 1  # nothing held the old ones
+    assert reader.count("c") == 4
+
+
+def test_embedded_store_reads_a_snapshot_written_before_indexes_were_saved(tmp_path):
+    import shutil
+
+    store = EmbeddedQdrantStore(tmp_path / "q")
+    store.ensure_collection("old", DIM)
+    store.replace_documents("old", {1: [point(1, 0, "legacy text", 2)]})
+    active = (tmp_path / "q" / "old" / "ACTIVE").read_text().strip()
+    shutil.rmtree(tmp_path / "q" / "old" / active / "hybrid")
+
+    fresh = EmbeddedQdrantStore(tmp_path / "q")
+    assert search(fresh, "old", "legacy text", 2)[0].payload["text"] == "legacy text"

@@ -1,0 +1,80 @@
+"""``/api/v1/experts/{slug}/documents``: list an expert's documents, upload new ones, delete one."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from experts.models import Expert
+from jobs.models import Job
+from sbcommon.api import ApiError
+
+from .. import selectors, services
+from ..models import Document
+from .serializers import DocumentSerializer, DocumentUploadSerializer, UploadAcceptedSerializer
+
+# Room for the multipart boundaries and headers on top of the files themselves.
+MULTIPART_SLACK = 64 * 1024
+
+
+def _accepted(job: Job) -> Response:
+    job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
+    body = {"job": job.pk, "status": job.status, "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk])}
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})
+
+
+class DocumentListView(APIView):
+    """An expert's documents (GET), or new ones uploaded as multipart files (POST, answered 202 with the ingest job)."""
+
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(responses={200: DocumentSerializer(many=True)})
+    def get(self, request, slug: str):
+        expert = get_object_or_404(Expert, slug=slug)
+        return Response(DocumentSerializer(selectors.documents(expert), many=True).data)
+
+    @extend_schema(
+        request={"multipart/form-data": DocumentUploadSerializer},
+        responses={
+            202: UploadAcceptedSerializer,
+            400: OpenApiResponse(description="No file, an empty file, or a kind that cannot be read (a binary file, an old .doc, a ZIP)."),
+            404: OpenApiResponse(description="No such expert."),
+            413: OpenApiResponse(description="Larger than DOCUMENT_UPLOAD_MAX_BYTES (all files together)."),
+        },
+    )
+    def post(self, request, slug: str):
+        expert = get_object_or_404(Expert, slug=slug)
+        limit = services.max_upload_bytes()
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + MULTIPART_SLACK:  # refused before the body is read, let alone stored
+            raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="files")
+        uploads = request.FILES.getlist("files") + request.FILES.getlist("file")
+        if not uploads:
+            raise ApiError("send one or more files in the multipart field 'files'", param="files")
+        try:
+            job = services.accept_uploads(expert, uploads, user=request.user)
+        except services.UploadRejected as exc:
+            code = "file_too_large" if exc.status == 413 else "invalid_request_error"
+            raise ApiError(str(exc), status_code=exc.status, code=code, param="files") from exc
+        return _accepted(job)
+
+
+class DocumentDetailView(APIView):
+    """One document (GET), or its deletion with its chunks (DELETE, answered 202 with the job)."""
+
+    @extend_schema(responses={200: DocumentSerializer})
+    def get(self, request, slug: str, pk: int):
+        return Response(DocumentSerializer(get_object_or_404(Document.objects.defer("text"), pk=pk, expert__slug=slug)).data)
+
+    @extend_schema(request=None, responses={202: UploadAcceptedSerializer, 404: OpenApiResponse(description="No such document.")})
+    def delete(self, request, slug: str, pk: int):
+        document = get_object_or_404(Document.objects.select_related("expert").defer("text"), pk=pk, expert__slug=slug)
+        return _accepted(services.enqueue_delete(document, user=request.user))

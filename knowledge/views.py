@@ -1,0 +1,211 @@
+"""Console pages for knowledge bases: every expert's collection at a glance, and one expert's page.
+
+An expert's page lists its documents (title, version, chunks, when indexed), uploads new ones with
+a progress bar (``upload.js``, the same script as the query import), edits its chunking, starts
+re-index / rebuild / drop jobs, deletes documents, and searches the collection, showing what the
+dense, the sparse and the hybrid search each return. Actions are POST forms that start a job and
+go to its progress page.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.csrf import csrf_exempt
+from django.views.generic import TemplateView
+
+from experts.models import Expert
+from jobs.views import LoginRequiredMixin
+from sbcommon.encoders import get_encoder
+
+from . import forms, selectors, services
+from .ml.index import METHODS
+from .models import Document
+
+# Room for the multipart boundaries and the other fields on top of the files themselves.
+MULTIPART_SLACK = 64 * 1024
+
+
+def _first_error(form: Any) -> str:
+    for errors in form.errors.values():
+        if errors:
+            return str(errors[0])
+    return "The form is not valid."
+
+
+class KnowledgeListView(LoginRequiredMixin, TemplateView):
+    """Every expert's knowledge base: documents, chunks, pending and failed documents, embedding model."""
+
+    template_name = "knowledge/expert_list.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        rows = selectors.summaries()
+        return {
+            **super().get_context_data(**kwargs), "rows": rows, "stale": [r for r in rows if r.model_mismatch], "embedding_model": settings.EMBEDDING_MODEL,
+        }
+
+
+def _expert_context(expert: Expert, **extra: Any) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "expert": expert, "summary": selectors.summary(expert), "documents": selectors.documents(expert),
+        "jobs": selectors.expert_jobs(expert), "collection": services.collection_name(expert), "max_bytes": services.max_upload_bytes(),
+        "upload_form": forms.UploadForm(), "chunking_form": forms.ChunkingForm(initial={"chunk_size": expert.chunk_size, "chunk_overlap": expert.chunk_overlap}),
+        "search_form": forms.SearchForm(), "embedding_model": settings.EMBEDDING_MODEL,
+    }
+    context.update(extra)
+    return context
+
+
+class ExpertKnowledgeView(LoginRequiredMixin, View):
+    """One expert's knowledge base."""
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_object_or_404(Expert, slug=slug)
+        return render(request, "knowledge/expert_detail.html", _expert_context(expert))
+
+
+def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
+    """Django's CSRF check, run by hand: the upload view reads the body only after the size check."""
+    check = CsrfViewMiddleware(lambda r: HttpResponse())
+    check.process_request(request)
+    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+
+
+@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see _csrf_failure
+class UploadView(LoginRequiredMixin, View):
+    """Upload documents. ``upload.js`` posts them with a progress bar and follows the JSON answer to the job page."""
+
+    def _wants_json(self) -> bool:
+        return self.request.headers.get("X-Requested-With") == "XMLHttpRequest"
+
+    def _refuse(self, expert: Expert, form: forms.UploadForm, message: str, status: int) -> HttpResponse:
+        if self._wants_json():
+            return JsonResponse({"error": {"message": message}}, status=status)
+        if message and not form.errors:
+            form.add_error(None, message)
+        return render(self.request, "knowledge/expert_detail.html", _expert_context(expert, upload_form=form), status=status)
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_object_or_404(Expert, slug=slug)
+        limit = services.max_upload_bytes()
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + MULTIPART_SLACK:
+            return self._refuse(expert, forms.UploadForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
+        refused = _csrf_failure(request)
+        if refused is not None:
+            return refused
+        form = forms.UploadForm(request.POST, request.FILES)
+        if not form.is_valid():
+            return self._refuse(expert, form, _first_error(form), form.status)
+        try:
+            job = services.accept_uploads(expert, form.cleaned_data["files"], user=request.user)
+        except services.UploadRejected as exc:
+            return self._refuse(expert, form, forms.sentence(str(exc)), exc.status)
+        job_url = reverse("console-job", args=[job.pk])
+        if self._wants_json():
+            return JsonResponse({"job": job.pk, "job_url": job_url}, status=202)
+        return redirect(job_url)
+
+
+class SearchView(LoginRequiredMixin, View):
+    """Search the expert's collection three ways (dense, sparse, hybrid); an htmx request gets the results alone."""
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_object_or_404(Expert, slug=slug)
+        form = forms.SearchForm(request.GET)
+        context: dict[str, Any] = {"expert": expert, "search_form": form, "results": None}
+        status = 200
+        if form.is_valid():
+            question, limit = form.cleaned_data["q"], form.cleaned_data.get("limit") or 5
+            t0 = time.perf_counter()
+            vector = get_encoder().encode([question])[0].tolist()
+            embed_ms = (time.perf_counter() - t0) * 1000
+            results = []
+            for method in METHODS:
+                t0 = time.perf_counter()
+                hits = services.search_expert(expert, question, limit=limit, query_vector=vector, method=method)
+                results.append({"method": method, "hits": hits, "ms": (time.perf_counter() - t0) * 1000})
+            context.update(results=results, embed_ms=embed_ms, question=question)
+        else:
+            context["error"] = _first_error(form)
+            status = 400
+        template = "knowledge/partials/search_results.html" if request.htmx else "knowledge/expert_detail.html"
+        if not request.htmx:
+            context = _expert_context(expert, **context)
+        return render(request, template, context, status=status)
+
+
+class ChunkingView(LoginRequiredMixin, View):
+    """Save the expert's chunk size and overlap; a rebuild re-chunks the collection."""
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_object_or_404(Expert, slug=slug)
+        form = forms.ChunkingForm(request.POST)
+        if not form.is_valid():
+            return render(request, "knowledge/expert_detail.html", _expert_context(expert, chunking_form=form), status=400)
+        job = services.update_chunking(expert, form.cleaned_data["chunk_size"], form.cleaned_data["chunk_overlap"], user=request.user)
+        if job is None:
+            messages.info(request, "Chunking saved; there was nothing to re-index.")
+            return redirect("knowledge-expert", expert.slug)
+        return redirect("console-job", job.pk)
+
+
+class _JobAction(LoginRequiredMixin, View):
+    """A POST button that starts one job for the expert and opens its progress page."""
+
+    def start(self, request: HttpRequest, expert: Expert) -> Any:
+        raise NotImplementedError
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_object_or_404(Expert, slug=slug)
+        return redirect("console-job", self.start(request, expert).pk)
+
+
+class IndexView(_JobAction):
+    def start(self, request, expert):
+        return services.enqueue_index(expert, user=request.user)
+
+
+class RebuildView(_JobAction):
+    def start(self, request, expert):
+        return services.enqueue_rebuild(expert, user=request.user)
+
+
+class DropView(_JobAction):
+    def start(self, request, expert):
+        return services.enqueue_drop(expert, user=request.user)
+
+
+class ReembedView(LoginRequiredMixin, View):
+    """Rebuild every collection built with another embedding model than the configured one."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        jobs = services.enqueue_reembed_stale(user=request.user)
+        if not jobs:
+            messages.info(request, "Every collection already uses the configured embedding model.")
+        else:
+            messages.success(request, f"Started {len(jobs)} rebuild {'job' if len(jobs) == 1 else 'jobs'} with the configured embedding model.")
+        return redirect("knowledge-list")
+
+
+class DeleteDocumentView(LoginRequiredMixin, View):
+    """Delete one document and its chunks (a job), then come back to the expert's page."""
+
+    def post(self, request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+        document = get_object_or_404(Document.objects.select_related("expert").defer("text"), pk=pk, expert__slug=slug)
+        job = services.enqueue_delete(document, user=request.user)
+        job.refresh_from_db(fields=["status"])
+        messages.success(request, f"Deleting '{document.title}' (job #{job.pk}).")
+        return redirect("knowledge-expert", slug)

@@ -1,0 +1,120 @@
+"""The knowledge console in a real browser: upload a document with the progress bar, watch the job, search it.
+
+Run with ``pytest -m browser tests/browser``; it needs Debian's Chromium (``make browser``) and skips without it.
+Screenshots land in /tmp/knowledge-*.png for a human to look at. The real MiniLM encoder embeds the
+document and the query.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from experts.models import Expert
+from knowledge.models import Document
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PASSWORD = "correct horse battery staple"
+SCREENSHOTS = Path("/tmp")
+GUIDE = """# Replacing a lost licence
+
+If your driving licence is lost or stolen, request a replacement online. You need your licence number
+and the last four digits of your social security number. The replacement costs $17.50 and arrives by
+mail within two weeks; print the temporary document to drive in the meantime.
+
+# Renewing a licence
+
+Most drivers can renew online up to one year before the licence expires. A vision test is required
+every eight years; bring your glasses if you wear them to drive.
+"""
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def browser_page():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(20_000)
+        yield page
+        browser.close()
+
+
+@pytest.fixture
+def own_store(tmp_path, settings):
+    from knowledge.stores import get_store
+
+    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
+    get_store.cache_clear()
+    yield
+    get_store.cache_clear()
+
+
+def test_a_user_uploads_a_document_and_finds_it_by_searching(live_server, django_user_model, browser_page, own_store, tmp_path, encoder):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
+    Expert.objects.create(slug="dmv", name="Motor Vehicles", chunk_size=400, chunk_overlap=60)
+    guide = tmp_path / "licence-guide.md"
+    guide.write_text(GUIDE)
+    page = browser_page
+
+    page.goto(f"{live_server.url}/knowledge/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+    expect(page.locator("h1")).to_have_text("Knowledge")
+    page.click("#knowledge-bases >> text=Motor Vehicles")
+    expect(page.locator("h1")).to_have_text("Motor Vehicles")
+
+    # Upload: XHR with a progress bar, then the ingest job's page (the job runs eagerly in tests).
+    page.set_input_files("#id_files", str(guide))
+    page.click("#upload-button")
+    expect(page).to_have_url(f"{live_server.url}/jobs/{_latest_job_pk()}/", timeout=60_000)
+    expect(page.locator(".badge.status-succeeded").first).to_be_visible(timeout=60_000)
+    page.screenshot(path=str(SCREENSHOTS / "knowledge-job.png"), full_page=True)
+
+    document = Document.objects.get()
+    assert (document.title, document.version) == ("Replacing a lost licence", 1)
+    assert document.indexed_at is not None
+    assert document.chunk_count >= 2
+
+    # Back on the expert's page: the document is listed; a search shows the three methods side by side.
+    page.goto(f"{live_server.url}/knowledge/dmv/")
+    expect(page.locator(f"#document-{document.pk}")).to_contain_text("Replacing a lost licence")
+    expect(page.locator(f"#document-{document.pk}")).to_contain_text("v1")
+    page.fill("#id_q", "what does a replacement licence cost")
+    with page.expect_response(lambda r: "/search/" in r.url) as searched:
+        page.click("#search-button")
+    assert searched.value.status == 200
+    for method in ("dense", "sparse", "hybrid"):
+        expect(page.locator(f"#results-{method} .passage").first).to_be_visible()
+    expect(page.locator("#results-hybrid .passage").first).to_contain_text("$17.50")
+    assert page.url == f"{live_server.url}/knowledge/dmv/"
+    page.screenshot(path=str(SCREENSHOTS / "knowledge-search.png"), full_page=True)
+
+
+def _latest_job_pk() -> int:
+    import time
+
+    from jobs.models import Job
+
+    for _ in range(200):
+        job = Job.objects.order_by("-pk").first()
+        if job is not None:
+            return job.pk
+        time.sleep(0.1)
+    raise AssertionError("no job was created")

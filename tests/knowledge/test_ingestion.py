@@ -1,0 +1,223 @@
+"""Ingesting and indexing documents: versions by content hash, atomic replacement, failures that change nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from knowledge import services
+from knowledge.models import Document, KnowledgeBase
+from knowledge.services import collection_name
+
+from .conftest import make_pdf
+
+pytestmark = pytest.mark.django_db
+
+RENEW = b"Renewing a licence\n\nYou can renew your driving licence online up to six months before it expires."
+RENEW_V2 = b"Renewing a licence\n\nFrom March you renew your driving licence at any service centre or online."
+
+
+def texts(store, expert, query="licence renew", limit=10):
+    return [h.payload["text"] for h in services.search_expert(expert, query, limit=limit)]
+
+
+def test_a_new_file_is_stored_indexed_and_searchable(kb, dmv):
+    report = services.ingest_files(dmv, [("renew.txt", RENEW)])
+
+    document = Document.objects.get()
+    assert report.as_dict()["created"] == 1
+    assert (document.external_id, document.title, document.version) == ("renew.txt", "Renewing a licence", 1)
+    assert document.indexed_at is not None
+    assert document.chunk_count == kb.count(collection_name(dmv)) >= 1
+    hit = services.search_expert(dmv, "renew driving licence online")[0]
+    assert hit.payload["document_id"] == document.pk
+    assert hit.payload["title"] == "Renewing a licence"
+    assert hit.payload["expert"] == "dmv"
+    assert {"position", "heading", "url", "document_version"} <= set(hit.payload)
+
+
+def test_the_same_file_again_changes_nothing(kb, dmv, encoder_stub):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    before = Document.objects.get()
+    calls = encoder_stub.calls
+
+    report = services.ingest_files(dmv, [("renew.txt", RENEW)])
+
+    after = Document.objects.get()
+    assert report.as_dict()["unchanged"] == 1
+    assert report.indexing == {}
+    assert (after.version, after.indexed_at, after.content_hash) == (before.version, before.indexed_at, before.content_hash)
+    assert encoder_stub.calls == calls  # nothing was embedded again
+
+
+def test_a_changed_file_becomes_a_new_version_that_replaces_the_old_chunks(kb, dmv):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    services.ingest_files(dmv, [("renew.txt", RENEW_V2)])
+
+    document = Document.objects.get()
+    assert document.version == 2
+    found = texts(kb, dmv)
+    assert any("service centre" in t for t in found)
+    assert not any("six months" in t for t in found)
+    assert kb.count(collection_name(dmv)) == document.chunk_count
+    assert {h.payload["document_version"] for h in services.search_expert(dmv, "licence", limit=10)} == {2}
+
+
+def test_when_indexing_fails_the_previous_version_keeps_serving(kb, dmv, monkeypatch):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    working = type(kb).replace_documents
+    monkeypatch.setattr(type(kb), "replace_documents", broken)
+    with pytest.raises(OSError, match="disk full"):
+        services.ingest_files(dmv, [("renew.txt", RENEW_V2)])
+
+    document = Document.objects.get()
+    assert document.version == 2
+    assert document.indexed_at is None
+    assert "the previous version keeps serving" in document.index_error
+    found = texts(kb, dmv)
+    assert any("six months" in t for t in found)  # version 1 still answers
+    assert not any("service centre" in t for t in found)
+
+    monkeypatch.setattr(type(kb), "replace_documents", working)
+    result = services.index_pending(dmv)  # a retry clears the error and swaps version 2 in
+
+    document.refresh_from_db()
+    assert result["documents"] == 1
+    assert (document.indexed_at is not None, document.index_error) == (True, "")
+    assert any("service centre" in t for t in texts(kb, dmv))
+
+
+def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, monkeypatch):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    name = collection_name(dmv)
+    before = kb.count(name)
+    from knowledge.stores import qdrant
+
+    real = qdrant._to_points
+    calls = {"n": 0}
+
+    def fail_second_batch(points):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("crashed mid-write")
+        return real(points)
+
+    monkeypatch.setattr(qdrant, "_to_points", fail_second_batch)
+    big = "\n\n".join(f"Paragraph {i} about licence renewal rules and fees." * 3 for i in range(400)).encode()
+    with pytest.raises(RuntimeError):
+        services.ingest_files(dmv, [("renew.txt", big)])
+
+    assert kb.count(name) == before
+    snapshots = [p for p in (kb.root / name).iterdir() if p.is_dir()]
+    assert len(snapshots) == 1
+
+
+def test_files_that_cannot_be_read_are_reported_and_the_others_ingested(kb, dmv):
+    report = services.ingest_files(dmv, [
+        ("good.pdf", make_pdf("Licence plates\nOrder new plates online")),
+        ("broken.pdf", b"%PDF-1.4\n\x00\x01 not really a pdf"),
+        ("empty.txt", b""),
+        ("photo.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))),
+    ])
+
+    errors = {f["file"]: f["error"] for f in report.failed}
+    assert set(errors) == {"broken.pdf", "empty.txt", "photo.txt"}
+    assert errors["empty.txt"] == "the file is empty"
+    assert "binary file" in errors["photo.txt"]
+    assert list(Document.objects.values_list("external_id", flat=True)) == ["good.pdf"]
+    assert Document.objects.get().indexed_at is not None
+
+
+def test_a_path_traversal_name_is_stored_under_its_safe_name(kb, dmv):
+    services.ingest_files(dmv, [("../../etc/passwd", b"root account notes\n\nnothing secret")])
+
+    assert Document.objects.get().external_id == "passwd"
+
+
+def test_indexing_records_the_embedding_model_and_a_new_model_reembeds_everything(kb, dmv, encoder_stub, settings):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    assert KnowledgeBase.objects.get(expert=dmv).embedding_model == "test-hashing-encoder"
+
+    encoder_stub.name = settings.EMBEDDING_MODEL = "another-model"
+    assert services.model_mismatch(dmv) == "built with test-hashing-encoder, but EMBEDDING_MODEL is another-model"
+
+    result = services.index_pending(dmv)
+
+    assert result["reembedded"] is True
+    assert KnowledgeBase.objects.get(expert=dmv).embedding_model == "another-model"
+    assert KnowledgeBase.objects.get(expert=dmv).built_at is not None
+
+
+def test_search_falls_back_to_keywords_while_the_model_does_not_match(kb, dmv, settings):
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    settings.EMBEDDING_MODEL = "a-newer-model"
+
+    hits = services.search_expert(dmv, "renew licence online")
+
+    assert hits
+    assert all(h.sparse_score > 0 for h in hits)
+
+
+def test_rebuild_rechunks_with_new_settings_behind_the_pointer(kb, dmv):
+    long_text = ("Licence renewal. " * 40 + "\n\n") * 6
+    services.ingest_files(dmv, [("long.txt", long_text.encode())])
+    before = Document.objects.get().chunk_count
+
+    job = services.update_chunking(dmv, 1000, 100)
+    result = services.rebuild_index(dmv)
+
+    assert job is not None
+    assert job.kind == "rebuild_index"
+    document = Document.objects.get()
+    assert document.chunk_count == result["chunks"] < before
+    assert kb.count(collection_name(dmv)) == document.chunk_count
+    kbase = KnowledgeBase.objects.get(expert=dmv)
+    assert (kbase.chunk_size, kbase.chunk_overlap) == (1000, 100)
+
+
+def test_chunking_outside_its_limits_is_refused(kb, dmv):
+    with pytest.raises(ValueError, match="between 100 and 8000"):
+        services.update_chunking(dmv, 50, 0)
+    with pytest.raises(ValueError, match="less than half"):
+        services.update_chunking(dmv, 400, 200)
+
+
+def test_delete_and_drop_are_idempotent(kb, dmv):
+    services.ingest_files(dmv, [("a.txt", b"Licence renewal rules"), ("b.txt", b"Vehicle registration rules")])
+    first = Document.objects.get(external_id="a.txt")
+
+    assert services.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": True}
+    assert services.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": False}
+    assert kb.count(collection_name(dmv)) == Document.objects.get().chunk_count
+
+    dropped = services.drop_collection(dmv)
+    again = services.drop_collection(dmv)
+
+    assert dropped == {"dropped_chunks": 1, "documents_pending": 1}
+    assert again == {"dropped_chunks": 0, "documents_pending": 1}
+    assert kb.count(collection_name(dmv)) == 0
+    assert not KnowledgeBase.objects.exists()
+    assert services.index_pending(dmv)["documents"] == 1  # documents stay: indexing brings the collection back
+    assert kb.count(collection_name(dmv)) == 1
+
+
+def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, monkeypatch):
+    services.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
+    before = kb.count(collection_name(dmv))
+    real = services._points
+
+    def fail_on_b(expert, document):
+        if document.external_id == "b.txt":
+            raise RuntimeError("encoder crashed")
+        return real(expert, document)
+
+    monkeypatch.setattr(services, "_points", fail_on_b)
+    with pytest.raises(RuntimeError, match="encoder crashed"):
+        services.rebuild_index(dmv)
+
+    assert kb.count(collection_name(dmv)) == before
+    assert "the previous collection keeps serving" in Document.objects.get(external_id="b.txt").index_error
+    assert Document.objects.get(external_id="b.txt").indexed_at is not None  # its indexed version still serves

@@ -1,0 +1,91 @@
+"""Searching several experts' collections as one: router weights, widening when unsure, the flat mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from experts.models import Expert
+from knowledge import services
+from knowledge.services import routing_weights
+
+pytestmark = pytest.mark.django_db
+
+
+def test_by_default_the_others_share_whatever_probability_the_router_left():
+    weights = routing_weights(["a", "b"], [0.9, 0.08], ["a", "b", "c"], threshold=services.DEFAULT_WIDEN_BELOW)
+
+    assert weights == {"a": 0.9, "b": 0.08, "c": pytest.approx(0.02)}
+
+
+def test_an_unsure_router_widens_to_the_others_with_the_leftover_probability():
+    weights = routing_weights(["a"], [0.4], ["a", "b", "c", "d"], threshold=0.9)
+
+    assert weights == {"a": 0.4, "b": pytest.approx(0.2), "c": pytest.approx(0.2), "d": pytest.approx(0.2)}
+
+
+def test_a_sure_router_does_not_widen_below_the_threshold():
+    assert routing_weights(["a", "b"], [0.95, 0.04], ["a", "b", "c"], threshold=0.9) == {"a": 0.95, "b": 0.04}
+
+
+def test_without_weights_every_chosen_collection_counts_the_same():
+    assert routing_weights(["a", "b"], None, ["a", "b", "c"], threshold=1.0) == {"a": 1.0, "b": 1.0}
+
+
+@pytest.fixture
+def three(kb, dmv, ssa):
+    va = Expert.objects.create(slug="va", name="Veterans", chunk_size=300, chunk_overlap=50)
+    services.ingest_files(dmv, [("renew.txt", b"Renew your driving licence online at the motor vehicles office.")])
+    services.ingest_files(ssa, [("retire.txt", b"Apply for retirement benefits online with social security.")])
+    services.ingest_files(va, [("gi.txt", b"Veterans apply online for education benefits under the GI Bill.")])
+    return dmv, ssa, va
+
+
+def test_routed_search_puts_the_confident_experts_chunks_first(three):
+    dmv, ssa, _va = three
+
+    hits = services.search_experts([ssa, dmv], "apply online benefits", weights=[0.9, 0.1])
+
+    assert hits[0].payload["expert"] == "ssa"
+    assert hits[0].collection == "expert_ssa"
+    assert hits[0].dense_score > 0  # the cosine the generator's threshold reads
+
+
+def test_a_near_even_split_lets_the_better_match_win(three):
+    dmv, ssa, _va = three
+
+    hits = services.search_experts([dmv, ssa], "retirement benefits social security", weights=[0.5, 0.45])
+
+    assert hits[0].payload["expert"] == "ssa"
+
+
+def test_routed_search_widens_to_experts_the_router_did_not_pick(three, settings):
+    dmv, _ssa, _va = three
+    settings.RETRIEVAL_WIDEN_BELOW = 0.9
+
+    narrow = services.search_experts([dmv], "GI Bill education veterans", weights=[0.95], limit=3)
+    wide = services.search_experts([dmv], "GI Bill education veterans", weights=[0.5], limit=3)
+
+    assert {h.payload["expert"] for h in narrow} == {"dmv"}
+    assert wide[0].payload["expert"] == "va"
+
+
+def test_the_flat_mode_searches_every_active_expert(three):
+    dmv, _ssa, va = three
+    Expert.objects.filter(pk=va.pk).update(status="disabled")
+
+    hits = services.search_experts([dmv], "apply online", flat=True, limit=5)
+
+    assert {h.payload["expert"] for h in hits} == {"dmv", "ssa"}
+
+
+@pytest.mark.parametrize("method", ["dense", "sparse", "hybrid"])
+def test_each_method_works_across_collections(three, method):
+    dmv, ssa, va = three
+
+    hits = services.search_experts([dmv, ssa, va], "retirement benefits", weights=[0.2, 0.7, 0.1], method=method)
+
+    assert hits[0].payload["expert"] == "ssa"
+
+
+def test_no_experts_no_hits(kb):
+    assert services.search_experts([], "anything") == []
