@@ -38,6 +38,9 @@ class TrainingRun(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"training run {self.pk}"
+
 
 class RoutingEvent(models.Model):
     """One routed request: who was chosen with what scores, and where the time went."""
@@ -51,6 +54,7 @@ class RoutingEvent(models.Model):
     question_chars = models.PositiveIntegerField(default=0)
     grounded = models.BooleanField(default=True)
     fallback_used = models.BooleanField(default=False)
+    abstained = models.BooleanField(default=False, help_text="The router found no expert close enough to the question.")
     embed_ms = models.FloatField(default=0)
     route_ms = models.FloatField(default=0)
     retrieve_ms = models.FloatField(default=0)
@@ -60,3 +64,6 @@ class RoutingEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} → {self.expert or '-'}"

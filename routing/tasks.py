@@ -11,7 +11,11 @@ from . import services
 
 def _train(job, reporter):
     version = services.train_router_from_labels(job.params, reporter=reporter, job_id=job.pk)
-    return {"router_version": version.version, "val_accuracy": version.metrics.get("val", {}).get("accuracy")}
+    return {
+        "router_version": version.version,
+        "val_accuracy": version.metrics.get("val", {}).get("accuracy"),
+        "abstain_threshold": version.metrics.get("abstain_threshold"),
+    }
 
 
 @shared_task(bind=True, acks_late=True, max_retries=1)

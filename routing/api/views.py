@@ -41,7 +41,9 @@ def _completion_body(result: services.ChatResult) -> dict:
             "router_version": result.decision.router_version,
             "routing_path": "router" if result.mode.startswith("auto") else "direct",
             "grounded": result.grounded,
-            "fallback_used": False,
+            "fallback_used": result.fallback_used,
+            "abstained": result.abstained,
+            "failover": result.decision.failover,
             "citations": result.citations,
             "timings_ms": {k: round(v, 2) for k, v in result.timings.items()},
         },
@@ -103,7 +105,8 @@ class RouteView(APIView):
             return Response(error_body(str(exc), type_="service_unavailable"), status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response({
             "experts": decision.experts[: serializer.validated_data["top_k"]],
-            "failover": decision.experts[:3],
+            "failover": decision.failover,
+            "abstained": decision.abstained,
             "router_version": decision.router_version,
             "timings_ms": {"embed": round(decision.embed_ms, 2), "route": round(decision.route_ms, 2)},
         })
