@@ -199,7 +199,7 @@ GENERATOR = envstr("GENERATOR", "extractive")
 ROUTER_DIR = Path(envstr("ROUTER_DIR", str(VAR_DIR / "routers")))
 ROUTER_TOP_K = envint("ROUTER_TOP_K", 2)
 # The arbiter: recent decisions in the load window, the share an expert may take before it is skipped
-# (1.0 = no cap), and λ in adjusted = raw − λ·(load − mean load) (empty: 0.15 below 200 experts).
+# (1.0 = no cap), and λ in adjusted = raw - λ·(load - mean load) (empty: 0.15 below 200 experts).
 ROUTER_LOAD_WINDOW = envint("ROUTER_LOAD_WINDOW", 500)
 ROUTER_CAPACITY = envfloat("ROUTER_CAPACITY", 1.0)
 ROUTER_LOAD_PENALTY = envstr("ROUTER_LOAD_PENALTY", "")
