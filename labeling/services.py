@@ -26,7 +26,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from experts import services as expert_services
-from experts.ml.clustering import SparseDBSCAN, describe_groups, group_topics, suggest_n_groups
+from experts.ml.clustering import SparseDBSCAN, describe_groups, group_topics, propose_experts, suggest_n_groups
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
 from sbcommon.encoders import get_encoder
@@ -319,11 +319,17 @@ def cluster_queries(
         return existing
     x = load_embeddings(ids, model)
     reporter.progress(0.2, "clustering")
-    estimator = SparseDBSCAN(eps=eps, min_samples=min_samples, n_components=64 if len(ids) > 20000 else None).fit(x)
+    # Exact DBSCAN on the full embeddings: the blockwise pair search is fast enough at 100k, and a PCA
+    # reduction at the same eps changes the clusters (ARI 0.51 against exact at 20k).
+    estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
     labels = estimator.labels_
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
     k = n_experts or suggest_n_groups(x, labels)
-    groups = group_topics(x, labels, k, assign_noise=attach_noise)
+    if attach_noise:
+        # Grouped from the radius that groups best (what `manage.py evaluate clustering` measures).
+        groups, _radius = propose_experts(x, estimator, k)
+    else:
+        groups = group_topics(x, labels, k, assign_noise=False)
     summaries = describe_groups([t for _, t in rows], x, groups)
     reporter.progress(0.8, f"{len(summaries)} proposals; saving")
     with transaction.atomic():

@@ -1,0 +1,86 @@
+"""Wall time and peak resident memory of a block of code, for benchmarks. Pure: no Django.
+
+Peak memory is read two ways and the larger is kept: the kernel's high-water mark ``VmHWM``, reset
+before the block by writing ``5`` to ``/proc/self/clear_refs`` (Linux; exact, catches short spikes),
+and a thread sampling ``VmRSS`` every few milliseconds (works wherever ``/proc`` exists). Both are
+reported relative to the resident size just before the block, so ``peak_mb`` is the extra memory
+the block needed, not the interpreter, the data already loaded or earlier methods.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        for line in STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_high_water_mark() -> bool:
+    try:
+        CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Measurement:
+    """Seconds and peak extra resident MiB of one measured block."""
+
+    wall_s: float = 0.0
+    peak_mb: float = 0.0
+
+
+class measure:
+    """``with measure() as m: ...`` then read ``m.wall_s`` and ``m.peak_mb``.
+
+    Args:
+        interval: seconds between RSS samples of the sampling thread.
+    """
+
+    def __init__(self, interval: float = 0.005):
+        self.interval = interval
+        self.result = Measurement()
+        self._stop = threading.Event()
+        self._peak_kb = 0
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            rss = _status_kb("VmRSS") or 0
+            self._peak_kb = max(self._peak_kb, rss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Measurement:
+        gc.collect()
+        self._hwm = _reset_high_water_mark()
+        self._baseline_kb = _status_kb("VmRSS") or 0
+        self._peak_kb = self._baseline_kb
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        self._start = time.perf_counter()
+        return self.result
+
+    def __exit__(self, *exc: object) -> None:
+        self.result.wall_s = round(time.perf_counter() - self._start, 3)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        peak = self._peak_kb
+        if self._hwm:
+            peak = max(peak, _status_kb("VmHWM") or 0)
+        self.result.peak_mb = round(max(0, peak - self._baseline_kb) / 1024.0, 1)
