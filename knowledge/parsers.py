@@ -374,8 +374,3 @@ def _check_length(text: str, max_chars: int, what: str) -> None:
         raise ParseError(f"{what} is {len(text):,} characters long; the limit is {max_chars:,} (split it into several documents)")
 
 
-def safe_filename(name: str, default: str = "document") -> str:
-    """The last component of ``name`` with anything but letters, digits, dot, dash and underscore replaced."""
-    base = re.split(r"[\\/]", name or "")[-1]
-    safe = re.sub(r"[^\w.-]+", "_", base).strip("._")[:100]
-    return safe or default

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,13 +28,15 @@ from experts.models import Expert
 from experts.selectors import active_experts
 from jobs.models import Job
 from jobs.services import JobReporter, enqueue_once
+from sbcommon import uploads
 from sbcommon.encoders import get_encoder
 from sbcommon.hashing import text_hash
+from sbcommon.uploads import safe_filename
 
 from .ml.chunking import chunk_text
 from .ml.sparse import bm25_vector
 from .models import Document, KnowledgeBase
-from .parsers import SNIFF_BYTES, DocumentInput, ParseError, parse_bytes, safe_filename, sniff
+from .parsers import SNIFF_BYTES, DocumentInput, ParseError, parse_bytes, sniff
 from .stores import Hit, PointRecord, VectorStore, get_store
 
 logger = logging.getLogger(__name__)
@@ -371,24 +372,8 @@ def upload_dir() -> Path:
 
 
 def save_upload(upload: Any) -> tuple[Path, str]:
-    """Store an upload under ``VAR_DIR/uploads/knowledge/<uuid>-<safe name>`` atomically; returns (path, SHA-256)."""
-    folder = upload_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{uuid.uuid4().hex}-{safe_filename(upload.name)}"
-    partial = folder / f".{final.name}.part"
-    digest = hashlib.sha256()
-    upload.seek(0)
-    try:
-        with open(partial, "wb") as out:
-            for chunk in upload.chunks():
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, final)  # the job never sees a half-written file
-    finally:
-        partial.unlink(missing_ok=True)
-    return final, digest.hexdigest()
+    """Store an upload under ``VAR_DIR/uploads/knowledge/`` atomically; returns (path, SHA-256)."""
+    return uploads.save_upload(upload, upload_dir(), default_name="document")
 
 
 def accept_uploads(expert: Expert, uploads: list[Any], user: Any = None) -> Job:

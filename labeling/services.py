@@ -11,9 +11,7 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from experts import services as expert_services
 from experts.ml.clustering import SparseDBSCAN, describe_groups, group_topics, propose_experts, suggest_n_groups
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
+from sbcommon import uploads
 from sbcommon.encoders import get_encoder
 from sbcommon.hashing import text_hash
 
@@ -202,25 +201,8 @@ def upload_dir() -> Path:
 
 
 def save_upload(upload: Any) -> tuple[Path, str]:
-    """Store an upload under ``VAR_DIR/uploads/<uuid>-<safe name>`` atomically; returns (path, SHA-256)."""
-    folder = upload_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^\w.-]+", "_", Path(upload.name).name).strip("._")[:100] or "queries"
-    final = folder / f"{uuid.uuid4().hex}-{safe}"
-    partial = folder / f".{final.name}.part"
-    digest = hashlib.sha256()
-    upload.seek(0)
-    try:
-        with open(partial, "wb") as out:
-            for chunk in upload.chunks():
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, final)  # readers never see a half-written file
-    finally:
-        partial.unlink(missing_ok=True)
-    return final, digest.hexdigest()
+    """Store an upload under ``VAR_DIR/uploads/`` atomically; returns (path, SHA-256)."""
+    return uploads.save_upload(upload, upload_dir(), default_name="queries")
 
 
 def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any = None) -> Job:

@@ -9,7 +9,8 @@ import zipfile
 import pytest
 
 from knowledge.ml.chunking import chunk_text
-from knowledge.parsers import ParseError, parse_bytes, safe_filename, sniff
+from knowledge.parsers import ParseError, parse_bytes, sniff
+from sbcommon.uploads import safe_filename
 
 from .conftest import make_docx, make_pdf
 
