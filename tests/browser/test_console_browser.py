@@ -6,7 +6,6 @@ Screenshots land in /tmp/console-*.png for a human to look at.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,6 @@ from knowledge.models import Document
 from routing import services
 from routing.models import RouterVersion, RoutingEvent
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls made here while it runs are
-# still plain synchronous calls, so Django's async-safety guard would refuse them for no reason.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path("/tmp")
 
@@ -66,18 +56,6 @@ def fake_answer(question: str, model: str = "auto") -> services.ChatResult:
     )
 
 
-@pytest.fixture
-def browser_page():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(10_000)
-        yield page
-        browser.close()
 
 
 def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django_user_model, browser_page, monkeypatch):

@@ -6,7 +6,6 @@ The screenshot lands in /tmp/discovery.png for a human to look at.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +16,6 @@ from labeling import services
 from labeling.models import ClusteringRun, Embedding, Query
 from sbcommon.hashing import text_hash
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls made here while it runs are
-# still plain synchronous calls, so Django's async-safety guard would refuse them for no reason.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 PASSWORD = "correct horse battery staple"
 SCREENSHOT = Path("/tmp/discovery.png")
 TOPICS = {
@@ -52,18 +42,6 @@ def seed() -> ClusteringRun:
     return services.cluster_queries(source="helpdesk", eps=0.2, min_samples=3, n_experts=3, attach_noise=False)
 
 
-@pytest.fixture
-def browser_page():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.set_default_timeout(10_000)
-        yield page
-        browser.close()
 
 
 def test_a_reviewer_renames_merges_and_undoes_on_the_run_page(live_server, django_user_model, browser_page):

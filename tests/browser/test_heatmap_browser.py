@@ -5,9 +5,7 @@ Run with ``pytest -m browser tests/browser``; it needs Debian's Chromium (``make
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -15,14 +13,6 @@ from django.utils import timezone
 from experts.models import Expert
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls made here are still synchronous.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 PASSWORD = "correct horse battery staple"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -62,18 +52,6 @@ def seed() -> TrainingRun:
     )
 
 
-@pytest.fixture
-def browser_page():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (`make browser`) to run the browser tests")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(10_000)
-        yield page
-        browser.close()
 
 
 def test_a_staff_user_reads_the_heatmap_and_activates_a_training_run(live_server, django_user_model, browser_page):
