@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.management.base import OutputWrapper
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -114,3 +115,26 @@ def _finish(job_id: int, status: str, *, result: dict[str, Any] | None = None, e
     else:
         fields["message"] = error.splitlines()[0][:255] if error else status
     Job.objects.filter(pk=job_id).update(**fields)
+
+
+@dataclass
+class ConsoleReporter(JobReporter):
+    """For management commands: progress on one rewritten line on a terminal, every tenth elsewhere (logs stay short)."""
+
+    out: OutputWrapper | None = None
+    tty: bool = False
+    last_tenth: int = -1
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        if self.out is None:
+            return
+        if self.tty:
+            self.out.write(f"\r  {fraction:6.1%}  {message}\033[K", ending="")
+            self.out.flush()
+        elif int(fraction * 10) > self.last_tenth:
+            self.last_tenth = int(fraction * 10)
+            self.out.write(f"  {fraction:6.1%}  {message}")
+
+    def log(self, line: str) -> None:
+        if self.out is not None:
+            self.out.write(("\n" if self.tty else "") + f"  {line}")

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError
 
 from experts.models import Expert
-from jobs.services import JobReporter
+from jobs.services import ConsoleReporter
 from knowledge import services
-
-
-@dataclass
-class _ConsoleProgress(JobReporter):
-    """Progress on one rewritten line on a terminal, every tenth elsewhere (logs stay short)."""
-
-    out: OutputWrapper | None = None
-    tty: bool = False
-    last_tenth: int = -1
-
-    def progress(self, fraction: float, message: str = "") -> None:
-        if self.out is None:
-            return
-        if self.tty:
-            self.out.write(f"\r  {fraction:6.1%}  {message}\033[K", ending="")
-            self.out.flush()
-        elif int(fraction * 10) > self.last_tenth:
-            self.last_tenth = int(fraction * 10)
-            self.out.write(f"  {fraction:6.1%}  {message}")
-
-    def log(self, line: str) -> None:
-        if self.out is not None:
-            self.out.write(("\n" if self.tty else "") + f"  {line}")
 
 
 class Command(BaseCommand):
@@ -63,7 +39,7 @@ class Command(BaseCommand):
             self.stderr.write(f"  {path}: {path.stat().st_size:,} bytes; the limit is {limit:,} bytes (DOCUMENT_UPLOAD_MAX_BYTES): skipped")
         paths = [p for p in paths if p not in too_big]
         self.stdout.write(f"Ingesting {len(paths)} file{'s' if len(paths) != 1 else ''} into {expert.name} ({expert.slug})")
-        progress = _ConsoleProgress(out=self.stderr, tty=self.stderr.isatty())
+        progress = ConsoleReporter(out=self.stderr, tty=self.stderr.isatty())
         try:
             report = services.ingest_files(expert, [(p.name, p) for p in paths], reporter=progress, index=not options["no_index"])
         finally:

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError
 
-from jobs.services import JobReporter
+from jobs.services import ConsoleReporter
 from labeling import services
 
 SHOWN_ERRORS = 20
-
-
-@dataclass
-class _ConsoleProgress(JobReporter):
-    """Progress on one rewritten line on a terminal, every tenth elsewhere (logs stay short)."""
-
-    out: OutputWrapper | None = None
-    tty: bool = False
-    last_tenth: int = -1
-
-    def progress(self, fraction: float, message: str = "") -> None:
-        if self.out is None:
-            return
-        if self.tty:
-            self.out.write(f"\r  {fraction:6.1%}  {message}\033[K", ending="")
-            self.out.flush()
-        elif int(fraction * 10) > self.last_tenth:
-            self.last_tenth = int(fraction * 10)
-            self.out.write(f"  {fraction:6.1%}  {message}")
 
 
 class Command(BaseCommand):
@@ -51,7 +31,7 @@ class Command(BaseCommand):
         source = options["source"].strip()[:128] or services.default_source(path)
         size = os.path.getsize(path)
         self.stdout.write(f"Importing {path} ({size:,} bytes) as source '{source}'" + (", redacting" if options["redact"] else ""))
-        progress = _ConsoleProgress(out=self.stderr, tty=self.stderr.isatty())
+        progress = ConsoleReporter(out=self.stderr, tty=self.stderr.isatty())
         try:
             with open(path, "rb") as handle:
                 report = services.import_queries(handle, os.path.basename(path), source, redact=options["redact"], reporter=progress, total_bytes=size)
