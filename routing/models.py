@@ -61,9 +61,34 @@ class RoutingEvent(models.Model):
     generate_ms = models.FloatField(default=0)
     total_ms = models.FloatField(default=0)
     status_code = models.PositiveIntegerField(default=200)
+    conversation_id = models.CharField(max_length=64, blank=True, db_index=True)
+    api_key_id = models.PositiveIntegerField(null=True, blank=True, help_text="The client's API key (platform/clients), if any.")
+    experiment_id = models.PositiveIntegerField(null=True, blank=True, db_index=True, help_text="The A/B experiment this request took part in.")
+    arm = models.CharField(max_length=32, blank=True, help_text="The experiment arm it was assigned to.")
+    expert_version = models.PositiveIntegerField(null=True, blank=True, help_text="The version of the answering expert.")
+    failover_from = models.JSONField(default=list, blank=True, help_text="Experts tried before the one that answered: [{slug, reason}].")
+    error_kind = models.CharField(max_length=32, blank=True, help_text="Why the request failed, when it did.")
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.request_id} → {self.expert or '-'}"
+
+
+class Feedback(models.Model):
+    """A user's verdict on one answer (thumbs up or down, an optional comment), keyed by the response id."""
+
+    request_id = models.CharField(max_length=64, unique=True, help_text="The chat completion id the feedback is about.")
+    rating = models.SmallIntegerField(choices=[(1, "thumbs up"), (-1, "thumbs down")])
+    comment = models.TextField(blank=True)
+    expert = models.CharField(max_length=64, blank=True, db_index=True, help_text="The expert that answered (copied from the event).")
+    api_key_id = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.request_id}: {'+' if self.rating > 0 else '-'}"

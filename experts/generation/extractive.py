@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.conf import settings
 
 from experts.ml.extractive import Answer, extractive_answer
 from sbcommon.encoders import get_encoder
 
-from .base import GenerationRequest
+from .base import GenerationRequest, stream_by_words
 
 
 class ExtractiveGenerator:
@@ -20,3 +22,6 @@ class ExtractiveGenerator:
         return extractive_answer(
             request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE
         )
+
+    def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
+        return stream_by_words(self.generate(request))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema
-from rest_framework import permissions, status
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,14 +13,8 @@ from experts.selectors import active_experts, expert_by_slug
 from sbcommon.api import ApiError, error_body
 
 from .. import services
+from .auth import ChatApiMixin
 from .serializers import ChatCompletionRequestSerializer, RouteRequestSerializer
-
-
-class ChatPermission(permissions.BasePermission):
-    """Open on a single-machine install (``CHAT_API_REQUIRE_AUTH=false``), else signed-in users only."""
-
-    def has_permission(self, request, view) -> bool:
-        return not settings.CHAT_API_REQUIRE_AUTH or bool(request.user and request.user.is_authenticated)
 
 
 def _completion_body(result: services.ChatResult) -> dict:
@@ -50,10 +43,8 @@ def _completion_body(result: services.ChatResult) -> dict:
     }
 
 
-class ChatCompletionsView(APIView):
+class ChatCompletionsView(ChatApiMixin, APIView):
     """``POST /v1/chat/completions``: route, retrieve, answer, in OpenAI's response shape."""
-
-    permission_classes = [ChatPermission]
 
     @extend_schema(request=ChatCompletionRequestSerializer, responses={200: dict})
     def post(self, request):
@@ -78,10 +69,8 @@ class ChatCompletionsView(APIView):
         return response
 
 
-class ModelsView(APIView):
+class ModelsView(ChatApiMixin, APIView):
     """``GET /v1/models``: the auto modes and every active expert."""
-
-    permission_classes = [ChatPermission]
 
     @extend_schema(responses={200: dict})
     def get(self, request):
@@ -90,10 +79,8 @@ class ModelsView(APIView):
         return Response({"object": "list", "data": data})
 
 
-class RouteView(APIView):
+class RouteView(ChatApiMixin, APIView):
     """``POST /api/v1/route``: the routing decision only."""
-
-    permission_classes = [ChatPermission]
 
     @extend_schema(request=RouteRequestSerializer, responses={200: dict})
     def post(self, request):
