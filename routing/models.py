@@ -52,6 +52,7 @@ class RoutingEvent(models.Model):
     expert = models.CharField(max_length=64, blank=True, db_index=True, help_text="The expert that answered.")
     experts = models.JSONField(default=list, help_text="Ranked [{slug, score}] from the router.")
     question_chars = models.PositiveIntegerField(default=0)
+    question = models.TextField(blank=True, help_text="The question, kept for review only when STORE_QUESTION_TEXT is on; purged with the event.")
     grounded = models.BooleanField(default=True)
     fallback_used = models.BooleanField(default=False)
     abstained = models.BooleanField(default=False, help_text="The router found no expert close enough to the question.")

@@ -222,3 +222,7 @@ LOGGING = {
     "loggers": {"httpx": {"level": "WARNING"}, "urllib3": {"level": "WARNING"}},
 }
 CHAT_API_REQUIRE_AUTH = envbool("CHAT_API_REQUIRE_AUTH", False)
+# Routing events keep the question text (for the review queue) unless this is off; events and their
+# text are deleted after ROUTING_EVENT_RETENTION_DAYS.
+STORE_QUESTION_TEXT = envbool("STORE_QUESTION_TEXT", True)
+ROUTING_EVENT_RETENTION_DAYS = envint("ROUTING_EVENT_RETENTION_DAYS", 90)

@@ -20,3 +20,8 @@ class ChatApiMixin:
     """Authentication, permission and throttle classes shared by the chat-facing views."""
 
     permission_classes = [ChatPermission]
+
+
+def allowed_experts(request) -> set[str] | None:
+    """The expert slugs the caller's API key is scoped to, or None when it may reach every expert."""
+    return None
