@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
 from django.utils.text import slugify
 
-from .models import Expert
+from jobs.models import Job
+from jobs.services import JobFailed, JobReporter, enqueue_once
+from sbcommon.hashing import text_hash
+
+from .choices import ExampleSource, ExampleSplit, VersionStatus
+from .ml.extractive import Passage
+from .ml.lora import (
+    Example,
+    LoraError,
+    LoraParams,
+    check_adapter,
+    check_examples,
+    last_checkpoint_step,
+    resolve_base_model,
+    train_lora,
+)
+from .ml.prompting import DEFAULT_CITATION_FORMAT, validate_citation_format
+from .models import Expert, ExpertVersion, TrainingExample
+from .selectors import serving_version
 
 
 def unique_slug(base: str) -> str:
@@ -33,3 +59,413 @@ def upsert_expert(slug: str, name: str, description: str = "", keywords: list[st
 def slug_for(name: str) -> str:
     """The slug an expert named ``name`` gets (stable: the same name gives the same slug)."""
     return slugify(name)[:64] or "expert"
+
+
+# --- training data (issue 6) ------------------------------------------------------------------
+
+MAX_EXAMPLE_CHARS = 20000
+
+
+class TrainingDataError(ValueError):
+    """Training data that cannot be stored; ``errors`` lists every problem found ("line 3: ...")."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        shown = "; ".join(errors[:5]) + (f"; and {len(errors) - 5} more" if len(errors) > 5 else "")
+        super().__init__(f"nothing was imported: {shown}")
+
+
+@dataclass
+class ImportReport:
+    """What an import stored: new examples, exact duplicates skipped."""
+
+    created: int = 0
+    duplicates: int = 0
+    eval: int = 0
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def example_fingerprint(question: str, answer: str) -> str:
+    """The identity of a question/answer pair (whitespace-insensitive): the same pair is stored once."""
+    return text_hash(_normalise(question).lower() + "\n\u241e\n" + _normalise(answer))
+
+
+def held_out_split(fingerprint: str, eval_fraction: float | None = None) -> str:
+    """``eval`` for a stable ``eval_fraction`` of examples (by their fingerprint), ``train`` for the rest.
+
+    Deterministic: the same pair always lands in the same split, so a re-import or a retraining
+    never leaks held-out examples into training.
+    """
+    fraction = settings.LORA_EVAL_FRACTION if eval_fraction is None else eval_fraction
+    bucket = int(fingerprint[:8], 16) / 0xFFFFFFFF
+    return ExampleSplit.EVAL if bucket < fraction else ExampleSplit.TRAIN
+
+
+def _check_pair(question: Any, answer: Any, split: Any) -> list[str]:
+    problems = []
+    if not isinstance(question, str) or not question.strip():
+        problems.append("'question' must be a non-empty string")
+    elif len(question) > MAX_EXAMPLE_CHARS:
+        problems.append(f"'question' is longer than {MAX_EXAMPLE_CHARS} characters")
+    if not isinstance(answer, str) or not answer.strip():
+        problems.append("'answer' must be a non-empty string")
+    elif len(answer) > MAX_EXAMPLE_CHARS:
+        problems.append(f"'answer' is longer than {MAX_EXAMPLE_CHARS} characters")
+    if split not in (None, "", *ExampleSplit.values):
+        problems.append(f"'split' must be one of {', '.join(ExampleSplit.values)}, not {split!r}")
+    return problems
+
+
+def parse_examples_jsonl(data: bytes | str) -> list[dict[str, str]]:
+    """Validate a JSONL file of ``{"question", "answer"[, "split"]}`` lines; every error reported by line.
+
+    Raises:
+        TrainingDataError: any bad line (nothing is returned, so nothing gets written).
+    """
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise TrainingDataError(["the file is not UTF-8 text"]) from None
+    rows, errors = [], []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not JSON ({exc.msg})")
+            continue
+        if not isinstance(obj, dict):
+            errors.append(f"line {number}: expected an object with 'question' and 'answer'")
+            continue
+        problems = _check_pair(obj.get("question"), obj.get("answer"), obj.get("split"))
+        errors.extend(f"line {number}: {p}" for p in problems)
+        if not problems:
+            rows.append({"question": obj["question"].strip(), "answer": obj["answer"].strip(), "split": obj.get("split") or ""})
+    if not rows and not errors:
+        errors.append("the file holds no examples")
+    if errors:
+        raise TrainingDataError(errors)
+    return rows
+
+
+@transaction.atomic
+def add_example(
+    expert: Expert, question: str, answer: str, *, split: str = "", passages: list[dict[str, Any]] | None = None,
+    source: str = ExampleSource.REVIEWED, user: Any = None,
+) -> tuple[TrainingExample, bool]:
+    """Store one question/answer pair (or find the identical one); returns (example, created)."""
+    problems = _check_pair(question, answer, split)
+    if problems:
+        raise TrainingDataError(problems)
+    fingerprint = example_fingerprint(question, answer)
+    return TrainingExample.objects.get_or_create(
+        expert=expert,
+        fingerprint=fingerprint,
+        defaults={
+            "question": question.strip(), "answer": answer.strip(), "passages": passages or [], "source": source,
+            "split": split or held_out_split(fingerprint), "created_by": user if getattr(user, "pk", None) else None,
+        },
+    )
+
+
+@transaction.atomic
+def import_examples(expert: Expert, data: bytes | str, user: Any = None) -> ImportReport:
+    """Import a JSONL file of examples: all of it, or nothing when any line is bad."""
+    report = ImportReport()
+    for row in parse_examples_jsonl(data):
+        example, created = add_example(expert, row["question"], row["answer"], split=row["split"], source=ExampleSource.IMPORTED, user=user)
+        report.created += created
+        report.duplicates += not created
+        report.eval += created and example.split == ExampleSplit.EVAL
+    return report
+
+
+def enqueue_grounded_examples(expert: Expert, limit: int = 200, user: Any = None) -> Job:
+    """Start the job that builds grounded examples from the expert's labelled queries and documents.
+
+    The work lives in ``labeling.grounding`` (it reads labelled queries and searches the knowledge
+    base, both above this app), so the task is sent by name.
+    """
+    return enqueue_once(
+        "build_grounded_examples", f"grounded:{expert.slug}", f"Grounded training examples for {expert.name}",
+        _NamedTask("labeling.tasks.build_grounded_examples"), params={"expert": expert.slug, "limit": limit}, user=user,
+    )
+
+
+@dataclass
+class _NamedTask:
+    """A Celery task by name, sent to a chosen queue (or one defined in an app this one may not import).
+
+    ``jobs.services.enqueue_once`` sends it with ``apply_async((job_id,), ...)`` and records ``name``
+    so the jobs sweeper can send it again.
+    """
+
+    name: str
+    queue: str | None = None
+
+    def apply_async(self, args: tuple[Any, ...] = (), **options: Any) -> Any:
+        from celery import current_app
+
+        if self.queue:
+            options["queue"] = self.queue
+        task = current_app.tasks.get(self.name)
+        if task is None:  # this process has not imported every app's tasks yet (a web process)
+            current_app.loader.import_default_modules()
+            task = current_app.tasks.get(self.name)
+        if task is None:
+            return current_app.send_task(self.name, args=args, **options)
+        return task.apply_async(args, **options)
+
+    def delay(self, *args: Any) -> Any:
+        return self.apply_async(args)
+
+
+# --- adapter training -------------------------------------------------------------------------
+
+
+def default_training_params() -> dict[str, Any]:
+    """The training form's starting values (the LORA_* settings)."""
+    return LoraParams(
+        rank=settings.LORA_RANK, alpha=settings.LORA_ALPHA, dropout=settings.LORA_DROPOUT,
+        target_modules=list(settings.LORA_TARGET_MODULES), epochs=settings.LORA_EPOCHS,
+        learning_rate=settings.LORA_LEARNING_RATE, batch_size=settings.LORA_BATCH_SIZE,
+        max_length=settings.LORA_MAX_LENGTH, checkpoint_steps=settings.LORA_CHECKPOINT_STEPS, qlora=settings.LORA_QLORA,
+    ).as_dict()
+
+
+def training_queue() -> str:
+    """``LORA_TRAINING_QUEUE``, else ``gpu`` when this process sees CUDA, else the training queue."""
+    if settings.LORA_TRAINING_QUEUE:
+        return settings.LORA_TRAINING_QUEUE
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu"
+    return settings.CELERY_TASK_ROUTES.get("*.train_*", {}).get("queue", "cpu")
+
+
+def adapter_dir(expert: Expert, version: int) -> Path:
+    return Path(settings.ADAPTER_DIR) / expert.slug / f"v{version}"
+
+
+def _work_dir(expert: Expert, job_id: int) -> Path:
+    return Path(settings.ADAPTER_DIR) / expert.slug / ".work" / f"job-{job_id}"
+
+
+def current_prompt(expert: Expert) -> tuple[str, str]:
+    """(system prompt, citation format) of the serving version, else of the latest one, else the defaults."""
+    version = serving_version(expert.slug) or expert.versions.order_by("-version").first()
+    if version is None:
+        return "", DEFAULT_CITATION_FORMAT
+    return version.system_prompt, version.citation_format
+
+
+def training_examples(expert: Expert) -> tuple[list[Example], list[Example]]:
+    """The expert's examples as (train, held-out) lists, with its current prompt."""
+    system_prompt, citation_format = current_prompt(expert)
+    train, held_out = [], []
+    for row in expert.training_examples.order_by("id"):
+        passages = [Passage(text=p.get("text", ""), title=p.get("title", ""), url=p.get("url", ""), score=float(p.get("score", 1.0)))
+                    for p in row.passages]
+        example = Example(row.question, row.answer, passages, system_prompt, citation_format)
+        (held_out if row.split == ExampleSplit.EVAL else train).append(example)
+    return train, held_out
+
+
+def data_fingerprint(expert: Expert) -> str:
+    """A hash of exactly which examples (and splits) a training saw: the version's data snapshot."""
+    rows = expert.training_examples.order_by("fingerprint").values_list("fingerprint", "split")
+    return text_hash("\n".join(f"{f}:{s}" for f, s in rows))
+
+
+def check_training_inputs(expert: Expert, params: dict[str, Any]) -> LoraParams:
+    """Everything a training needs, checked before a job is queued (LoraError says what is wrong)."""
+    parsed = LoraParams.from_dict(params)
+    resolve_base_model(settings.BASE_MODEL)
+    train, held_out = training_examples(expert)
+    check_examples(train, min_examples=settings.LORA_MIN_EXAMPLES)
+    check_examples(held_out, min_examples=0)
+    return parsed
+
+
+def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = None) -> Job:
+    """Validate, then queue one training of the expert's adapter (one at a time per expert).
+
+    Raises:
+        LoraError: bad parameters, a missing base model or unusable training data.
+    """
+    parsed = check_training_inputs(expert, params)
+    from .tasks import train_adapter
+
+    return enqueue_once(
+        "train_adapter", f"train_adapter:{expert.slug}", f"Train the {expert.name} adapter",
+        _NamedTask(train_adapter.name, queue=training_queue()), params={"expert": expert.slug, "lora": parsed.as_dict()}, user=user,
+    )
+
+
+def _training_version(expert: Expert, job: Job, params: LoraParams) -> ExpertVersion:
+    """This job's version row: created on the first run, found again when the job is resumed."""
+    with transaction.atomic():
+        Expert.objects.select_for_update().filter(pk=expert.pk).first()
+        version = ExpertVersion.objects.filter(expert=expert, job=job).first()
+        if version is None:
+            number = (expert.versions.aggregate(m=Max("version"))["m"] or 0) + 1
+            system_prompt, citation_format = current_prompt(expert)
+            version = ExpertVersion.objects.create(
+                expert=expert, version=number, job=job, status=VersionStatus.TRAINING, base_model=settings.BASE_MODEL,
+                system_prompt=system_prompt, citation_format=citation_format, training_params=params.as_dict(),
+            )
+        elif version.status != VersionStatus.TRAINING:
+            version.status = VersionStatus.TRAINING
+            version.save(update_fields=["status"])
+    return version
+
+
+def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """The training job: train, evaluate, save the adapter, record a candidate ExpertVersion.
+
+    A rerun of the same job (a worker restart) finds its version row and its checkpoint folder and
+    continues from the last checkpoint. Whatever happens, the active version keeps serving: the new
+    one is only a candidate, activated by a person (or a failed one).
+    """
+    expert = Expert.objects.filter(slug=job.params.get("expert")).first()
+    if expert is None:
+        raise JobFailed(f"expert {job.params.get('expert')!r} no longer exists")
+    try:
+        params = LoraParams.from_dict(job.params.get("lora", {}))
+    except LoraError as exc:
+        raise JobFailed(str(exc)) from None
+    version = _training_version(expert, job, params)
+    train, held_out = training_examples(expert)
+    fingerprint = data_fingerprint(expert)
+    out = adapter_dir(expert, version.version)
+    work = _work_dir(expert, job.pk)
+    resumed = last_checkpoint_step(work)
+    reporter.log(f"training v{version.version} on {len(train)} examples ({len(held_out)} held out), base {settings.BASE_MODEL}"
+                 + (f", resuming from step {resumed}" if resumed else ""))
+    curve_every = 1
+
+    def on_step(step: int, total: int, loss: float) -> None:
+        nonlocal curve_every
+        curve_every = max(1, total // 200)
+        reporter.progress(0.02 + 0.93 * step / total, f"step {step}/{total}, loss {loss:.4f}")
+        if step % curve_every == 0 or step == total:
+            _record_curve(job.pk, version.version, step, loss)
+
+    try:
+        result = train_lora(settings.BASE_MODEL, train, held_out, params, out, work, on_step=on_step,
+                            min_examples=settings.LORA_MIN_EXAMPLES, threads=settings.TORCH_THREADS)
+    except LoraError as exc:
+        _fail_version(version, str(exc))
+        raise JobFailed(f"{exc} (the active version keeps serving)") from None
+    except Exception as exc:
+        _fail_version(version, f"{exc.__class__.__name__}: {exc}")
+        raise
+    metrics = {
+        "eval_loss": _round(result.eval_loss), "eval_perplexity": _round(result.eval_perplexity),
+        "train_loss": _round(result.train_loss), "steps": result.steps, "base_eval_loss": _round(result.base_eval_loss),
+    }
+    ExpertVersion.objects.filter(pk=version.pk).update(
+        status=VersionStatus.CANDIDATE, adapter_path=str(out), data_fingerprint=fingerprint, n_train=len(train),
+        n_eval=len(held_out), metrics={**metrics, "loss_curve": result.loss_curve}, knowledge_snapshot=_knowledge_snapshot(expert),
+    )
+    reporter.log(f"v{version.version} trained: held-out loss {metrics['eval_loss']}, perplexity {metrics['eval_perplexity']}")
+    return {"expert": expert.slug, "version": version.version, **metrics, "loss_curve": result.loss_curve, "resumed_from": result.resumed_from}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 5)
+
+
+def _record_curve(job_id: int, version: int, step: int, loss: float) -> None:
+    """Append a point to the job row's loss curve (``result.loss_curve``) while it runs, for the console."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        result = dict(job.result or {})
+        curve = [p for p in result.get("loss_curve", []) if p["step"] < step]
+        result.update(version=version, loss_curve=[*curve, {"step": step, "loss": round(loss, 5)}])
+        job.result = result
+        job.save(update_fields=["result"])
+
+
+def _fail_version(version: ExpertVersion, reason: str) -> None:
+    ExpertVersion.objects.filter(pk=version.pk).update(status=VersionStatus.FAILED, notes=reason[:2000])
+
+
+def _knowledge_snapshot(expert: Expert) -> str:
+    """The knowledge base's state at training time: its last change (documents are grounded against it)."""
+    kb = getattr(expert, "knowledge_base", None)  # the knowledge app's one-to-one row; missing before the first index
+    return kb.updated_at.isoformat() if kb is not None and kb.updated_at else ""
+
+
+# --- versions ---------------------------------------------------------------------------------
+
+
+class VersionError(ValueError):
+    """A version change that is not allowed (the message says why)."""
+
+
+@transaction.atomic
+def activate_version(version: ExpertVersion, user: Any = None) -> ExpertVersion:
+    """Make ``version`` the expert's serving version; the previous one is archived (roll back = activate it again).
+
+    Only trained versions with their adapter folder present (or prompt-only versions) can serve,
+    and an adapter must have been trained on the base model this platform runs.
+    """
+    version = ExpertVersion.objects.select_for_update().get(pk=version.pk)
+    if version.status == VersionStatus.ACTIVE:
+        return version
+    if version.status not in (VersionStatus.CANDIDATE, VersionStatus.ARCHIVED):
+        raise VersionError(f"v{version.version} is {version.get_status_display().lower()}; only trained versions can serve")
+    if version.adapter_path:
+        if not Path(version.adapter_path).is_dir():
+            raise VersionError(f"the adapter of v{version.version} is gone from {version.adapter_path}")
+        try:
+            check_adapter(version.adapter_path, settings.BASE_MODEL)
+        except LoraError as exc:
+            raise VersionError(str(exc)) from None
+        if settings.GENERATOR == "vllm":
+            # vLLM must have the adapter before requests name it; if it cannot, the current version keeps serving.
+            from .generation.base import AdapterRef, GenerationError
+            from .generation.vllm import register_for_serving
+
+            ref = AdapterRef(expert=version.expert.slug, name=version.adapter_name, path=version.adapter_path, base_model=version.base_model, version=version.version)
+            try:
+                register_for_serving(ref)
+            except GenerationError as exc:
+                raise VersionError(f"vLLM could not load the adapter of v{version.version}, so the current version keeps serving: {exc}") from None
+    ExpertVersion.objects.filter(expert_id=version.expert_id, status=VersionStatus.ACTIVE).update(status=VersionStatus.ARCHIVED)
+    version.status = VersionStatus.ACTIVE
+    version.activated_at = timezone.now()
+    version.save(update_fields=["status", "activated_at"])
+    return version
+
+
+@transaction.atomic
+def save_prompt(expert: Expert, system_prompt: str, citation_format: str, *, activate: bool = False, user: Any = None) -> ExpertVersion:
+    """A new version with this prompt that shares the serving (else latest trained) version's adapter.
+
+    Versions are immutable, so changing the prompt never changes what a version answered with.
+    """
+    try:
+        validate_citation_format(citation_format)
+    except ValueError as exc:
+        raise VersionError(str(exc)) from None
+    Expert.objects.select_for_update().filter(pk=expert.pk).first()
+    source = serving_version(expert.slug) or expert.versions.filter(
+        status__in=[VersionStatus.CANDIDATE, VersionStatus.ARCHIVED]).order_by("-version").first()
+    number = (expert.versions.aggregate(m=Max("version"))["m"] or 0) + 1
+    fields: dict[str, Any] = {}
+    if source is not None:
+        fields = {f: getattr(source, f) for f in (
+            "base_model", "adapter_path", "knowledge_snapshot", "training_params", "data_fingerprint", "n_train", "n_eval", "metrics")}
+    version = ExpertVersion.objects.create(
+        expert=expert, version=number, status=VersionStatus.CANDIDATE, system_prompt=system_prompt.strip(),
+        citation_format=citation_format, notes=f"prompt edit of v{source.version}" if source else "prompt only", **fields,
+    )
+    return activate_version(version, user) if activate else version

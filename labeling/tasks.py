@@ -81,3 +81,19 @@ def _discover(job, reporter):
 def discover(self, job_id: int) -> None:
     """Embed the missing queries, then cluster them into a clustering run to review."""
     run_job(job_id, _discover)
+
+
+@shared_task(bind=True, acks_late=True, max_retries=3)
+def build_grounded_examples(self, job_id: int) -> None:
+    """Training examples for an expert's adapter from its labelled questions and documents (experts.services.enqueue_grounded_examples)."""
+    from experts.models import Expert
+
+    from .grounding import build_grounded_examples as build
+
+    def work(job, reporter):
+        expert = Expert.objects.filter(slug=job.params.get("expert")).first()
+        if expert is None:
+            raise JobFailed(f"expert {job.params.get('expert')!r} no longer exists")
+        return build(expert, int(job.params.get("limit", 200)), reporter)
+
+    run_job(job_id, work)

@@ -92,4 +92,22 @@ def get_generator(name: str | None = None) -> Generator:
         from .extractive import ExtractiveGenerator
 
         return ExtractiveGenerator()
-    raise ValueError(f"GENERATOR={name!r} is not available; known backends: extractive")
+    if name == "transformers":
+        from .transformers import TransformersGenerator
+
+        return TransformersGenerator.from_settings()
+    if name == "vllm":
+        # Imports the OpenAI client only; vLLM itself runs as a separate server and is never imported here.
+        from .vllm import VllmGenerator
+
+        return VllmGenerator()
+    raise ValueError(f"GENERATOR={name!r} is not available; known backends: {', '.join(BACKENDS)}")
+
+
+BACKENDS = ("extractive", "transformers", "vllm")
+
+
+# Fault injection for soak runs and fault tests (experts/generation/faulty.py): a no-op unless SWITCHBOARD_FAULTS_FILE is set.
+from .faulty import with_fault_hooks  # noqa: E402  (needs the classes above)
+
+get_generator = with_fault_hooks(get_generator)

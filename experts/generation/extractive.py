@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 from django.conf import settings
 
-from experts.ml.extractive import Answer, extractive_answer
+from experts.ml.extractive import Answer, ChunkSentenceCache, extractive_answer
 from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
+
+_caches: dict[str, ChunkSentenceCache] = {}
+_caches_lock = threading.Lock()
+
+
+def chunk_cache(encoder_name: str) -> ChunkSentenceCache:
+    """The process's cache of chunk sentence vectors for one encoder (``EXTRACTIVE_CHUNK_CACHE`` chunks)."""
+    cache = _caches.get(encoder_name)
+    if cache is None:
+        with _caches_lock:
+            cache = _caches.setdefault(encoder_name, ChunkSentenceCache(int(getattr(settings, "EXTRACTIVE_CHUNK_CACHE", 5000))))
+    return cache
+
+
+def clear_chunk_caches() -> None:
+    """Forget every cached chunk (tests; re-indexing changes chunk texts, which the cache key notices anyway)."""
+    with _caches_lock:
+        _caches.clear()
 
 
 class ExtractiveGenerator:
@@ -20,7 +39,8 @@ class ExtractiveGenerator:
     def generate(self, request: GenerationRequest) -> Answer:
         encoder = get_encoder()
         return extractive_answer(
-            request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE
+            request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
+            cache=chunk_cache(encoder.name),
         )
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:

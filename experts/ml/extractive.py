@@ -8,6 +8,8 @@ When the best passage scores below ``min_score`` the answer says so instead of g
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,6 +53,86 @@ def _tokens(text: str) -> set[str]:
     return {t for t in _WORD.findall(text.lower()) if t not in _STOP}
 
 
+@dataclass(frozen=True)
+class _ChunkSentences:
+    sentences: list[str]
+    tokens: list[set[str]]
+    vectors: np.ndarray  # (sentences, dim), read-only
+
+
+class ChunkSentenceCache:
+    """A bounded LRU of each chunk's sentences, their word sets and their vectors, by chunk id.
+
+    A chunk is retrieved again and again; splitting it and encoding its sentences once per process
+    instead of once per answer saves most of the generator's work. The key includes the text's
+    length and hash, so a chunk re-indexed with other text is split and encoded again.
+    """
+
+    def __init__(self, size: int = 5000):
+        self.size = max(0, int(size))
+        self._items: OrderedDict[tuple[str, int, int], _ChunkSentences] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(passage: Passage) -> tuple[str, int, int] | None:
+        return (passage.chunk_id, len(passage.text), hash(passage.text)) if passage.chunk_id else None
+
+    def get(self, passage: Passage) -> _ChunkSentences | None:
+        key = self.key(passage)
+        if key is None or not self.size:
+            return None
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item
+
+    def put(self, passage: Passage, item: _ChunkSentences) -> None:
+        key = self.key(passage)
+        if key is None or not self.size:
+            return
+        with self._lock:
+            self._items[key] = item
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _passage_sentences(question: str, top: list[Passage], embed: Callable[[list[str]], np.ndarray],
+                       cache: ChunkSentenceCache | None) -> tuple[np.ndarray, list[_ChunkSentences]] | None:
+    """The question's vector and each passage's sentences, word sets and vectors (one encode for what
+    is not cached); None when the passages hold no sentence at all (nothing is encoded then)."""
+    found = [cache.get(p) if cache is not None else None for p in top]
+    todo: list[tuple[int, list[str]]] = [(i, split_sentences(p.text)) for i, p in enumerate(top) if found[i] is None]
+    if not any(sentences for _, sentences in todo) and not any(item.sentences for item in found if item is not None):
+        return None
+    texts = [question] + [sentence for _, sentences in todo for sentence in sentences]
+    vectors = np.asarray(embed(texts), dtype=np.float32)
+    q_vector, offset = vectors[0], 1
+    dim = vectors.shape[1]
+    for i, sentences in todo:
+        block = np.array(vectors[offset : offset + len(sentences)], dtype=np.float32).reshape(len(sentences), dim)
+        block.setflags(write=False)
+        offset += len(sentences)
+        item = _ChunkSentences(sentences=sentences, tokens=[_tokens(s) for s in sentences], vectors=block)
+        found[i] = item
+        if cache is not None:
+            cache.put(top[i], item)
+    return q_vector, [item for item in found if item is not None]
+
+
 def extractive_answer(
     question: str,
     passages: list[Passage],
@@ -59,6 +141,7 @@ def extractive_answer(
     max_sentences: int = 3,
     max_passages: int = 3,
     min_score: float = 0.25,
+    cache: ChunkSentenceCache | None = None,
 ) -> Answer:
     """Pick the sentences that best answer ``question`` from the top passages.
 
@@ -69,22 +152,31 @@ def extractive_answer(
         max_sentences: sentences in the answer.
         max_passages: passages considered (and at most cited).
         min_score: below this best-passage similarity the answer is an honest "not found".
+        cache: sentences and their vectors of chunks seen before, by chunk id (passages without a
+            ``chunk_id`` are split and encoded every time).
     """
     top = [p for p in passages[:max_passages] if p.text.strip()]
     if not top or max(p.score for p in top) < min_score:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
+    prepared = _passage_sentences(question, top, embed, cache)
+    if prepared is None:
+        return Answer(text=NOT_FOUND, citations=[], grounded=False)
+    q_vector, per_passage = prepared
     candidates: list[tuple[int, int, str]] = []  # (passage index, position, sentence)
-    for pi, passage in enumerate(top):
-        for si, sentence in enumerate(split_sentences(passage.text)):
+    tokens: list[set[str]] = []
+    blocks = []
+    for pi, item in enumerate(per_passage):
+        for si, sentence in enumerate(item.sentences):
             candidates.append((pi, si, sentence))
+        tokens.extend(item.tokens)
+        blocks.append(item.vectors)
     if not candidates:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    vectors = embed([question] + [c[2] for c in candidates])
-    sims = vectors[1:] @ vectors[0]
+    sims = np.concatenate(blocks) @ q_vector
     q_tokens = _tokens(question)
     scores = []
-    for (pi, _si, sentence), sim in zip(candidates, sims, strict=True):
-        overlap = len(q_tokens & _tokens(sentence)) / max(1, len(q_tokens))
+    for (pi, _si, _sentence), sentence_tokens, sim in zip(candidates, tokens, sims, strict=True):
+        overlap = len(q_tokens & sentence_tokens) / max(1, len(q_tokens))
         rank_prior = 0.02 * (len(top) - pi)  # a small preference for the better-ranked passage
         scores.append(float(sim) + 0.15 * overlap + rank_prior)
     chosen = sorted(np.argsort(scores)[::-1][:max_sentences].tolist(), key=lambda i: (candidates[i][0], candidates[i][1]))

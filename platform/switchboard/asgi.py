@@ -14,6 +14,10 @@ def _warm_up() -> None:
         from sbcommon.encoders import get_encoder
 
         get_encoder().encode(["warm-up"])
+        from experts.generation.transformers import warm_up_hottest  # GENERATOR=transformers: load the busiest adapters
+        from routing.selectors import traffic_by_expert
+
+        warm_up_hottest(traffic_by_expert)
     except Exception:  # a broken model shows up in /readyz; warming up is best effort
         import logging
 

@@ -26,3 +26,28 @@ def test_it_says_so_when_retrieval_is_weak(encoder):
 
 def test_it_handles_no_passages(encoder):
     assert extractive_answer("anything", [], encoder.encode).text == NOT_FOUND
+
+
+def test_the_chunk_cache_gives_the_same_answer_and_skips_re_encoding(encoder):
+    from experts.ml.extractive import ChunkSentenceCache
+
+    chunks = [Passage(text=p.text, title=p.title, score=p.score, chunk_id=f"c{i}") for i, p in enumerate(PASSAGES)]
+    cache = ChunkSentenceCache(10)
+    calls: list[int] = []
+
+    def embed(texts):
+        calls.append(len(texts))
+        return encoder.encode(texts)
+
+    question = "How much does licence renewal cost?"
+    plain = extractive_answer(question, chunks, encoder.encode, max_sentences=2)
+    first = extractive_answer(question, chunks, embed, max_sentences=2, cache=cache)
+    again = extractive_answer(question, chunks, embed, max_sentences=2, cache=cache)
+    assert first.text == plain.text == again.text
+    assert [c.title for c in again.citations] == [c.title for c in plain.citations]
+    assert calls[1] == 1  # only the question: the chunks' sentences came from the cache
+    assert len(cache) == 2
+    assert cache.hits == 2
+    changed = [Passage(text=chunks[0].text + " Renewal by post costs 70 dollars.", title="Renewals", score=0.7, chunk_id="c0"), chunks[1]]
+    extractive_answer(question, changed, embed, max_sentences=2, cache=cache)
+    assert calls[2] > 1  # new text under the same chunk id is split and encoded again

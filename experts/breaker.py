@@ -1,0 +1,152 @@
+"""A circuit breaker per expert, shared by every process through Django's cache.
+
+How the serving path uses it (``routing/services.py``), for each expert in ranked order::
+
+    from experts.breaker import breaker_for
+
+    breaker = breaker_for(expert_slug)
+    if not breaker.allow():
+        continue                          # the expert is down: the next-ranked expert answers
+    try:
+        answer = generator.generate(request)          # (or retrieval, which may raise StoreUnavailable)
+    except (GenerationError, StoreUnavailable) as exc:
+        breaker.record_failure(exc.kind)  # e.g. "generator_timeout"; then try the next expert
+        continue
+    breaker.record_success()
+
+Rules (``experts.ml.breaker`` holds the state machine):
+
+- ``closed``: every call goes through. ``BREAKER_FAILURES`` consecutive failures (default 5), or
+  ``BREAKER_WINDOW_FAILURES`` failures within ``BREAKER_WINDOW_SECONDS`` (default 10 in 60 s),
+  open it.
+- ``open``: ``allow()`` is False until ``BREAKER_RESET_SECONDS`` (default 30) have passed; then
+  exactly one caller, across all processes, gets True: the half-open probe.
+- ``half_open``: the probe's ``record_success()`` closes the breaker, its ``record_failure()``
+  re-opens it for another ``BREAKER_RESET_SECONDS``. A probe that never reports back (its process
+  died) frees the slot after ``BREAKER_PROBE_TIMEOUT_SECONDS``.
+
+The state lives in ``caches[settings.BREAKER_CACHE]`` (default "default"). With Django's default
+local-memory cache each process has its own breakers; point the cache at Redis to share them.
+The single probe is claimed with ``cache.add`` (atomic on every Django backend); the counters are
+read-modify-write, so two processes failing at the same instant may count one failure instead of
+two, which only delays opening by a call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import BaseCache, caches
+
+from .ml.breaker import CLOSED, HALF_OPEN, OPEN, BreakerPolicy, BreakerState, on_failure, on_success, probe_slot, start_probe
+
+__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "CircuitBreaker", "all_breakers", "breaker_for", "policy_from_settings"]
+
+_KEY = "breaker:v1:{slug}"
+_PROBE_KEY = "breaker:v1:{slug}:probe:{opened_at}:{slot}"
+# State outlives any window or reset period by far; an expired key is a closed breaker.
+_STATE_TTL_S = 24 * 3600
+
+
+def policy_from_settings() -> BreakerPolicy:
+    """The thresholds from the ``BREAKER_*`` settings."""
+    return BreakerPolicy(
+        failures=settings.BREAKER_FAILURES,
+        window_failures=settings.BREAKER_WINDOW_FAILURES,
+        window_s=settings.BREAKER_WINDOW_SECONDS,
+        reset_s=settings.BREAKER_RESET_SECONDS,
+        probe_timeout_s=settings.BREAKER_PROBE_TIMEOUT_SECONDS,
+    )
+
+
+class CircuitBreaker:
+    """One expert's breaker; cheap to create (all state is in the cache), so make one per request."""
+
+    def __init__(self, slug: str, *, cache: BaseCache | None = None, policy: BreakerPolicy | None = None, clock: Callable[[], float] = time.time):
+        self.slug = slug
+        self.cache = cache if cache is not None else caches[settings.BREAKER_CACHE]
+        self.policy = policy or policy_from_settings()
+        self.clock = clock
+        self._key = _KEY.format(slug=slug)
+
+    def _load(self) -> BreakerState:
+        return BreakerState.from_dict(self.cache.get(self._key))
+
+    def _save(self, state: BreakerState) -> None:
+        if state.is_clean:
+            self.cache.delete(self._key)
+        else:
+            self.cache.set(self._key, state.to_dict(), timeout=_STATE_TTL_S)
+
+    def allow(self) -> bool:
+        """May a call go to this expert now? (closed: yes; open: only the one half-open probe)."""
+        state = self._load()
+        if state.state == CLOSED:
+            return True
+        now = self.clock()
+        slot = probe_slot(state, self.policy, now)
+        if slot is None:
+            return False
+        probe_key = _PROBE_KEY.format(slug=self.slug, opened_at=repr(state.opened_at), slot=slot)
+        ttl = int(self.policy.reset_s + self.policy.probe_timeout_s * 2) + 60
+        if not self.cache.add(probe_key, now, timeout=ttl):
+            return False  # another caller holds this slot's probe
+        self._save(start_probe(state, now))
+        return True
+
+    def record_success(self) -> None:
+        """The expert answered: close a half-open breaker, reset the consecutive-failure count."""
+        state = self._load()
+        if state.is_clean:
+            return  # the common case costs one cache read and no write
+        self._save(on_success(state, self.policy, self.clock()))
+
+    def record_failure(self, kind: str) -> None:
+        """The expert failed (``kind``: the exception's ``kind``, e.g. "generator_timeout")."""
+        self._save(on_failure(self._load(), self.policy, self.clock(), kind or "error"))
+
+    def reset(self) -> None:
+        """Forget everything (an operator closing the breaker by hand)."""
+        self.cache.delete(self._key)
+
+    @property
+    def state(self) -> str:
+        """"closed", "open" or "half_open"."""
+        return self._load().state
+
+    def snapshot(self) -> dict[str, Any]:
+        """For the console and metrics: state, consecutive failures, opened_at, last error kind."""
+        return _snapshot(self._load(), self.policy, self.clock())
+
+
+def _snapshot(state: BreakerState, policy: BreakerPolicy, now: float) -> dict[str, Any]:
+    retry_in = None
+    if state.state == OPEN and state.opened_at is not None:
+        retry_in = max(0.0, round(state.opened_at + policy.reset_s - now, 3))
+    return {
+        "state": state.state,
+        "failures": state.failures,
+        "recent_failures": len([t for t in state.recent_failures if now - t < policy.window_s]),
+        "opened_at": state.opened_at,
+        "retry_in_s": retry_in,
+        "last_error": state.last_error or None,
+        "last_failure_at": state.last_failure_at,
+    }
+
+
+def breaker_for(slug: str) -> CircuitBreaker:
+    """The breaker of expert ``slug`` (configured from settings)."""
+    return CircuitBreaker(slug)
+
+
+def all_breakers(slugs: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``{slug: snapshot}`` for every slug, read with one ``get_many`` (closed breakers included)."""
+    slugs = list(slugs)
+    cache = caches[settings.BREAKER_CACHE]
+    policy = policy_from_settings()
+    stored = cache.get_many([_KEY.format(slug=s) for s in slugs])
+    now = time.time()
+    return {s: _snapshot(BreakerState.from_dict(stored.get(_KEY.format(slug=s))), policy, now) for s in slugs}

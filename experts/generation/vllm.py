@@ -1,0 +1,424 @@
+"""The vLLM backend: answers come from a vLLM OpenAI-compatible server with one LoRA adapter per expert.
+
+vLLM runs as its own process (``manage.py serve_experts`` prints or runs the command); this module
+only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stays free of it.
+
+- Each request is a ``POST /v1/chat/completions`` with ``model`` set to the expert's adapter name
+  (``AdapterRef.name``, e.g. ``dmv-v3``) or, for an expert without an adapter, to the base model's
+  served name (``VLLM_BASE_MODEL_NAME``). The messages come from ``experts.ml.prompting``.
+- Connection errors and 5xx answers are retried ``VLLM_RETRIES`` times with exponential backoff; a
+  4xx is never retried (the same request would fail the same way), and neither is a read timeout
+  (the server got the request; a retry doubles the wait and the load).
+- Anything unusable becomes a ``GenerationError`` (or ``GenerationTimeout``/``GenerationUnavailable``)
+  with a message that says what happened, so the serving path records it on the expert's circuit
+  breaker and fails over to the next expert.
+- Adapters are added to a running server with ``register`` (``POST /v1/load_lora_adapter``), which
+  vLLM only allows when started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (serve_experts sets
+  it). Registering never unloads anything: the previous version keeps serving until it is
+  unregistered, so a failed registration leaves the expert answering as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+from experts.ml.extractive import NOT_FOUND, Answer
+from experts.ml.prompting import build_messages, parse_answer
+
+from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
+
+logger = logging.getLogger(__name__)
+
+_RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+
+class VllmGenerator:
+    """``Generator`` over a vLLM server; one instance per process (it keeps a connection pool)."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
+        retries: int | None = None,
+        base_model_name: str | None = None,
+        max_tokens: int | None = None,
+        min_score: float | None = None,
+        backoff_s: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.base_url = (base_url or settings.VLLM_URL).rstrip("/")
+        self.timeout_s = float(timeout_s if timeout_s is not None else settings.VLLM_TIMEOUT_S)
+        self.retries = max(0, int(retries if retries is not None else settings.VLLM_RETRIES))
+        self.base_model_name = base_model_name if base_model_name is not None else (settings.VLLM_BASE_MODEL_NAME or getattr(settings, "BASE_MODEL", ""))
+        self.max_tokens = int(max_tokens or settings.VLLM_MAX_TOKENS)
+        # Below this best-passage score the answer is an honest "not found", as in the extractive backend.
+        self.min_score = float(min_score if min_score is not None else settings.EXTRACTIVE_MIN_SCORE)
+        self.backoff_s = backoff_s
+        self._sleep = sleep
+        key = api_key if api_key is not None else settings.VLLM_API_KEY
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # A short connect timeout: a server that is down should fail over in well under a second.
+        timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 3.0))
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+
+    # --- the Generator protocol ------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> Answer:
+        if self._weak(request):
+            return Answer(text=NOT_FOUND, citations=[], grounded=False)
+        response = self._send("POST", "/v1/chat/completions", json=self.payload(request, stream=False), what=self._what(request))
+        body = _json(response, "the chat completion")
+        text = _content(body)
+        return parse_answer(text, request.passages, citation_format=request.citation_format, min_score=self.min_score)
+
+    def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
+        """Text deltas from vLLM's server-sent events, then the parsed ``Answer``.
+
+        Citation markers in the deltas are renumbered as ``parse_answer`` renumbers the final
+        answer (in order of first citation, unknown passages dropped), holding back a marker
+        split across two events, so ``[1]`` in the stream is ``citations[0]`` of the answer.
+        """
+        if self._weak(request):
+            yield NOT_FOUND
+            yield Answer(text=NOT_FOUND, citations=[], grounded=False)
+            return
+        payload = self.payload(request, stream=True)
+        parts: list[str] = []
+        markers = MarkerRenumberer(len(request.passages), request.citation_format)
+        for attempt in range(self.retries + 1):
+            try:
+                with self._client.stream("POST", "/v1/chat/completions", json=payload) as response:
+                    if response.status_code in _RETRY_STATUSES and attempt < self.retries:
+                        self._backoff(attempt, f"HTTP {response.status_code}")
+                        continue
+                    if response.status_code >= 400:
+                        response.read()
+                        _raise_for_status(response, self._what(request))
+                    for delta in _sse_deltas(response.iter_lines()):
+                        parts.append(delta)
+                        shown = markers.feed(delta)
+                        if shown:
+                            yield shown
+                break
+            except httpx.ConnectError as exc:
+                if parts or attempt >= self.retries:
+                    raise self._unavailable(exc, attempt + 1) from exc
+                self._backoff(attempt, "connection refused")
+            except httpx.TimeoutException as exc:
+                raise self._timeout(exc) from exc
+            except httpx.TransportError as exc:
+                raise GenerationUnavailable(f"the vLLM server at {self.base_url} broke the stream: {exc}") from exc
+        text = "".join(parts).strip()
+        if not text:
+            raise GenerationError(f"the vLLM server streamed an empty answer for {self._what(request)}")
+        rest = markers.flush()
+        if rest:
+            yield rest
+        yield parse_answer(text, request.passages, citation_format=request.citation_format, min_score=self.min_score)
+
+    # --- the request -----------------------------------------------------------------------------
+
+    def model_for(self, request: GenerationRequest) -> str:
+        """The served model name: the expert's adapter, or the base model for an expert without one."""
+        if request.adapter is not None:
+            return request.adapter.name
+        if not self.base_model_name:
+            raise GenerationError(
+                f"expert {request.expert!r} has no adapter and VLLM_BASE_MODEL_NAME is not set: "
+                "set it to the base model's served name (the --model given to vLLM)"
+            )
+        return self.base_model_name
+
+    def payload(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+        """The body of ``POST /v1/chat/completions`` (OpenAI's shape)."""
+        messages = build_messages(
+            request.question,
+            request.passages,
+            history=request.history,
+            system_prompt=request.system_prompt,
+            citation_format=request.citation_format,
+        )
+        return {
+            "model": self.model_for(request),
+            "messages": messages,
+            "max_tokens": int(request.max_tokens or self.max_tokens),
+            "temperature": float(request.temperature),
+            "stream": stream,
+        }
+
+    def _weak(self, request: GenerationRequest) -> bool:
+        return not request.passages or max(p.score for p in request.passages) < self.min_score
+
+    def _what(self, request: GenerationRequest) -> str:
+        return f"expert {request.expert!r} (model {self.model_for(request)!r})"
+
+    # --- server administration ---------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """``{"ok", "url", "models", "adapters", "error"}``; never raises (for /readyz and the console)."""
+        try:
+            self._send("GET", "/health", what="the health check", retry=False)
+            cards = self._models()
+        except GenerationError as exc:
+            return {"ok": False, "url": self.base_url, "models": [], "adapters": [], "error": str(exc)}
+        return {
+            "ok": True,
+            "url": self.base_url,
+            "models": [c["id"] for c in cards],
+            "adapters": [c["id"] for c in cards if c.get("parent")],
+            "error": None,
+        }
+
+    def loaded_adapters(self) -> list[str]:
+        """Names of the LoRA adapters the server serves now (``/v1/models`` cards with a parent)."""
+        return [c["id"] for c in self._models() if c.get("parent")]
+
+    def register(self, adapter: AdapterRef) -> bool:
+        """Load ``adapter`` into the running server; True if loaded now, False if it already was.
+
+        Raises:
+            GenerationError: the server refused (runtime loading disabled, bad folder, base model
+                mismatch) or is down; what was loaded before keeps serving.
+        """
+        body = {"lora_name": adapter.name, "lora_path": adapter.path}
+        try:
+            self._send("POST", "/v1/load_lora_adapter", json=body, what=f"adapter {adapter.name!r}")
+        except GenerationError as exc:
+            if "already been loaded" in str(exc):
+                return False
+            raise
+        logger.info("vllm.adapter_registered name=%s path=%s", adapter.name, adapter.path)
+        return True
+
+    def unregister(self, name: str) -> bool:
+        """Unload adapter ``name``; True if unloaded, False if the server did not have it."""
+        try:
+            self._send("POST", "/v1/unload_lora_adapter", json={"lora_name": name}, what=f"adapter {name!r}")
+        except GenerationError as exc:
+            if "cannot be found" in str(exc) or "not found" in str(exc).lower():
+                return False
+            raise
+        logger.info("vllm.adapter_unregistered name=%s", name)
+        return True
+
+    def ensure_registered(self, adapter: AdapterRef) -> bool:
+        """Register ``adapter`` unless ``/v1/models`` already lists it; True if it was loaded now."""
+        if adapter.name in self.loaded_adapters():
+            return False
+        return self.register(adapter)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _models(self) -> list[dict[str, Any]]:
+        body = _json(self._send("GET", "/v1/models", what="the model list"), "the model list")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in data):
+            raise GenerationError(f"the vLLM server's model list has no usable 'data' array: {_excerpt(json.dumps(body))}")
+        return data
+
+    # --- transport with retries --------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, *, what: str, json: Any = None, retry: bool = True) -> httpx.Response:
+        attempts = self.retries + 1 if retry else 1
+        for attempt in range(attempts):
+            try:
+                response = self._client.request(method, path, json=json)
+            except httpx.ConnectError as exc:
+                if attempt + 1 >= attempts:
+                    raise self._unavailable(exc, attempts) from exc
+                self._backoff(attempt, "connection refused")
+                continue
+            except httpx.TimeoutException as exc:
+                raise self._timeout(exc) from exc
+            except httpx.TransportError as exc:
+                raise GenerationUnavailable(f"the vLLM server at {self.base_url} broke the connection: {exc}") from exc
+            if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
+                self._backoff(attempt, f"HTTP {response.status_code}")
+                continue
+            _raise_for_status(response, what)
+            return response
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _backoff(self, attempt: int, why: str) -> None:
+        delay = self.backoff_s * (2**attempt)
+        logger.warning("vllm.retry url=%s attempt=%d why=%s delay_s=%.2f", self.base_url, attempt + 1, why, delay)
+        self._sleep(delay)
+
+    def _unavailable(self, exc: Exception, attempts: int) -> GenerationUnavailable:
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        return GenerationUnavailable(f"the vLLM server at {self.base_url} is unreachable{tries}: {exc}")
+
+    def _timeout(self, exc: Exception) -> GenerationTimeout:
+        return GenerationTimeout(f"the vLLM server at {self.base_url} did not answer within {self.timeout_s:g} s ({type(exc).__name__})")
+
+
+def register_for_serving(adapter: AdapterRef) -> bool:
+    """Load ``adapter`` into the configured vLLM server before its version starts serving.
+
+    Called when a version is activated with ``GENERATOR=vllm``: if vLLM is down or refuses the
+    adapter this raises ``GenerationError`` and the caller keeps the previous version active, so
+    no request is ever sent to an adapter vLLM does not have. True if it was loaded now.
+    """
+    generator = VllmGenerator()
+    try:
+        return generator.ensure_registered(adapter)
+    finally:
+        generator.close()
+
+
+# --- parsing vLLM's answers ------------------------------------------------------------------------
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error message in vLLM's body (OpenAI's ``{"error": {"message"}}`` or FastAPI's ``{"detail"}``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return _excerpt(response.text) or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key])
+    return _excerpt(json.dumps(body))
+
+
+def _raise_for_status(response: httpx.Response, what: str) -> None:
+    status = response.status_code
+    if status < 400:
+        return
+    message = _server_message(response)
+    if status in (401, 403):
+        raise GenerationError(f"the vLLM server refused the request for {what} (HTTP {status}): check VLLM_API_KEY ({message})")
+    if status == 404 and response.request.url.path.endswith("_lora_adapter"):
+        if "lora" not in message.lower():  # FastAPI's bare "Not Found": the route is not mounted
+            raise GenerationError(
+                "the vLLM server does not allow loading adapters at run time: start it with "
+                f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (HTTP 404: {message})"
+            )
+        raise GenerationError(f"the vLLM server refused {what} (HTTP 404: {message})")
+    if status == 404:
+        raise GenerationError(
+            f"the vLLM server does not serve {what} (HTTP 404: {message}); register the adapter "
+            "(POST /api/v1/experts/<slug>/adapter/register) or restart vLLM with manage.py serve_experts"
+        )
+    if status >= 500:
+        raise GenerationUnavailable(f"the vLLM server failed on {what} (HTTP {status}: {message})")
+    raise GenerationError(f"the vLLM server rejected the request for {what} (HTTP {status}: {message})")
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise GenerationError(f"the vLLM server answered {what} with something that is not JSON: {_excerpt(response.text)!r}") from None
+
+
+def _content(body: Any) -> str:
+    """The assistant's text in a chat completion, or a GenerationError saying what is missing."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise GenerationError(f"the vLLM server's chat completion has no choices: {_excerpt(json.dumps(body))}")
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        raise GenerationError(f"the vLLM server's chat completion has no message content: {_excerpt(json.dumps(body))}")
+    if not content.strip():
+        raise GenerationError("the vLLM server returned an empty answer")
+    return content
+
+
+def _sse_deltas(lines: Iterator[str]) -> Iterator[str]:
+    """Text deltas from server-sent events (``data: {...}`` lines, ending with ``data: [DONE]``)."""
+    done = False
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith(":") or not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise GenerationError(f"the vLLM server streamed an event that is not JSON: {_excerpt(data)!r}") from None
+        if isinstance(event, dict) and "error" in event:
+            raise GenerationError(f"the vLLM server failed mid-stream: {_excerpt(json.dumps(event['error']))}")
+        choices = event.get("choices") if isinstance(event, dict) else None
+        if not isinstance(choices, list):
+            raise GenerationError(f"the vLLM server streamed an event without choices: {_excerpt(data)}")
+        if not choices:
+            continue  # a usage-only event
+        delta = choices[0].get("delta") or {}
+        text = delta.get("content") if isinstance(delta, dict) else None
+        if text:
+            yield text
+    if not done:
+        raise GenerationUnavailable("the vLLM server closed the stream before [DONE]")
+
+
+class MarkerRenumberer:
+    """Renumbers citation markers in streamed text the way ``parse_answer`` does the whole answer.
+
+    ``feed`` returns the text that can be shown now: everything except a tail that may still grow
+    into a marker (``[``, ``[1``...), which waits for the next delta.
+    """
+
+    def __init__(self, n_passages: int, citation_format: str = "[{index}]"):
+        before, _, after = citation_format.partition("{index}")
+        self.format = citation_format
+        self.n_passages = n_passages
+        self.order: list[int] = []
+        self.buffer = ""
+        self.pattern = re.compile(re.escape(before) + r"\s*(\d{1,3})\s*" + re.escape(after))
+        partial = [re.escape(before[:k]) for k in range(1, len(before) + 1)]
+        partial += [re.escape(before) + r"\s*\d{0,3}\s*" + re.escape(after[:k]) for k in range(len(after))]
+        self.partial = re.compile("(?:" + "|".join(partial) + ")") if before else None
+        self.longest = len(before) + len(after) + 8
+
+    def _renumber(self, match: re.Match[str]) -> str:
+        n = int(match.group(1))
+        if not 1 <= n <= self.n_passages:
+            return ""
+        if n not in self.order:
+            self.order.append(n)
+        return self.format.format(index=self.order.index(n) + 1)
+
+    def feed(self, delta: str) -> str:
+        self.buffer += delta
+        cut = len(self.buffer)
+        if self.partial is not None:
+            for i in range(max(0, len(self.buffer) - self.longest), len(self.buffer)):
+                if self.partial.fullmatch(self.buffer, i):
+                    cut = i
+                    break
+        ready, self.buffer = self.buffer[:cut], self.buffer[cut:]
+        return self.pattern.sub(self._renumber, ready)
+
+    def flush(self) -> str:
+        ready, self.buffer = self.buffer, ""
+        return self.pattern.sub(self._renumber, ready)

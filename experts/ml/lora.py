@@ -1,0 +1,521 @@
+"""LoRA adapters for one shared causal LM: validation, training with checkpoints and resume, evaluation.
+
+Pure ML code (torch, transformers, peft): no Django. The service in ``experts.services`` turns
+database rows into ``Example``s and ``LoraParams``, calls ``train_lora`` and records the result.
+
+Training is a plain loop rather than transformers' ``Trainer`` so that the resume contract is
+explicit and small: every ``checkpoint_steps`` optimiser steps the adapter weights, the optimiser
+and scheduler state, the step and the loss curve are written to ``work_dir/checkpoint`` (a temp
+folder renamed into place, so a crash never leaves half a checkpoint). The data order is a
+function of the seed and the epoch, so a resumed run sees exactly the batches the interrupted
+one would have seen next.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .extractive import Passage
+from .prompting import DEFAULT_CITATION_FORMAT, build_messages
+
+IGNORE_INDEX = -100
+CHECKPOINT = "checkpoint"
+ADAPTER_META = "switchboard.json"
+
+
+class LoraError(Exception):
+    """A known problem with the inputs or the environment: the message says what to fix."""
+
+
+class BaseModelNotFound(LoraError):
+    """BASE_MODEL is neither a local folder nor in the local model cache (we never download)."""
+
+
+class AdapterMismatch(LoraError):
+    """An adapter trained on another base model than the one being served."""
+
+
+class TrainingOutOfMemory(LoraError):
+    """The device ran out of memory: smaller batch, shorter sequences, lower rank or QLoRA."""
+
+
+@dataclass
+class LoraParams:
+    """Hyper-parameters of one adapter training (stored on the ExpertVersion)."""
+
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    epochs: float = 3.0
+    learning_rate: float = 2e-4
+    batch_size: int = 4
+    max_length: int = 512
+    checkpoint_steps: int = 50
+    max_steps: int = 0  # 0: epochs decide
+    seed: int = 0
+    qlora: bool = True  # used only where a GPU and bitsandbytes are present
+
+    def validate(self) -> LoraParams:
+        problems = []
+        if not 1 <= self.rank <= 256:
+            problems.append("rank must be between 1 and 256")
+        if self.alpha <= 0:
+            problems.append("alpha must be positive")
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append("dropout must be in [0, 1)")
+        if not self.target_modules or not all(isinstance(m, str) and m.strip() for m in self.target_modules):
+            problems.append("target_modules must name at least one module (e.g. q_proj, v_proj)")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            problems.append("epochs (or max_steps) must be positive")
+        if not 0 < self.learning_rate < 1:
+            problems.append("learning_rate must be in (0, 1)")
+        if not 1 <= self.batch_size <= 512:
+            problems.append("batch_size must be between 1 and 512")
+        if not 16 <= self.max_length <= 32768:
+            problems.append("max_length must be between 16 and 32768 tokens")
+        if self.checkpoint_steps < 1:
+            problems.append("checkpoint_steps must be at least 1")
+        if problems:
+            raise LoraError("; ".join(problems))
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoraParams:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if isinstance(known.get("target_modules"), str):
+            known["target_modules"] = [m.strip() for m in known["target_modules"].split(",") if m.strip()]
+        return cls(**known).validate()
+
+
+@dataclass
+class Example:
+    """One training or evaluation example: the prompt's parts and the answer to learn."""
+
+    question: str
+    answer: str
+    passages: list[Passage] = field(default_factory=list)
+    system_prompt: str = ""
+    citation_format: str = DEFAULT_CITATION_FORMAT
+
+
+@dataclass
+class TrainResult:
+    """What a training produced: the adapter folder and the figures to compare versions by."""
+
+    adapter_dir: Path
+    steps: int
+    train_loss: float
+    eval_loss: float | None
+    eval_perplexity: float | None
+    base_eval_loss: float | None  # the same held-out loss without the adapter: what training gained
+    loss_curve: list[dict[str, float]]
+    resumed_from: int
+
+
+StepCallback = Callable[[int, int, float], None]  # (step, total steps, loss)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def resolve_base_model(base_model: str) -> str:
+    """The local folder of ``base_model`` (a path, or a hub id already in the local cache).
+
+    Raises:
+        BaseModelNotFound: nothing local; the platform never downloads weights.
+    """
+    if not base_model or not base_model.strip():
+        raise BaseModelNotFound("BASE_MODEL is not set: give a local model folder or a hub id present in the local cache")
+    path = Path(base_model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise BaseModelNotFound(f"BASE_MODEL {base_model!r} is a folder without config.json: not a transformers model")
+        return str(path.resolve())
+    if path.is_absolute() or base_model.startswith((".", "~")) or base_model.count("/") > 1:
+        raise BaseModelNotFound(f"BASE_MODEL {base_model!r} does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(base_model, local_files_only=True)
+    except Exception:
+        raise BaseModelNotFound(
+            f"BASE_MODEL {base_model!r} is not a local folder and not in the local model cache; "
+            "the platform never downloads weights: copy the model to a folder and point BASE_MODEL at it"
+        ) from None
+
+
+def same_base(a: str, b: str) -> bool:
+    """Whether two BASE_MODEL spellings name the same model (paths compared resolved)."""
+    def norm(x: str) -> str:
+        p = Path(x).expanduser()
+        return str(p.resolve()) if p.exists() else x.strip().rstrip("/")
+
+    return norm(a) == norm(b)
+
+
+def adapter_base_model(adapter_dir: str | Path) -> str:
+    """The base model recorded in an adapter's ``adapter_config.json``."""
+    config = Path(adapter_dir) / "adapter_config.json"
+    if not config.is_file():
+        raise LoraError(f"{adapter_dir} is not a peft adapter (no adapter_config.json)")
+    meta = Path(adapter_dir) / ADAPTER_META
+    if meta.is_file():  # our own record keeps the spelling the service used
+        return json.loads(meta.read_text())["base_model"]
+    return json.loads(config.read_text()).get("base_model_name_or_path") or ""
+
+
+def check_adapter(adapter_dir: str | Path, base_model: str) -> None:
+    """Raise ``AdapterMismatch`` unless the adapter was trained on ``base_model``."""
+    trained_on = adapter_base_model(adapter_dir)
+    if not same_base(trained_on, base_model):
+        raise AdapterMismatch(
+            f"the adapter in {adapter_dir} was trained on {trained_on!r}, not on the served base model {base_model!r}; "
+            "retrain it on this base model"
+        )
+
+
+def check_examples(examples: Sequence[Example], *, min_examples: int) -> None:
+    """Refuse data that cannot train anything: too few examples, empty questions or answers."""
+    if len(examples) < min_examples:
+        raise LoraError(f"{len(examples)} training examples; at least {min_examples} are needed")
+    empty = [i for i, e in enumerate(examples, start=1) if not e.answer.strip() or not e.question.strip()]
+    if empty:
+        raise LoraError(f"{len(empty)} examples have an empty question or answer (e.g. #{empty[0]}); fix or delete them")
+
+
+# --- tokenisation -----------------------------------------------------------------------------
+
+
+def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    # A base model without a chat template: plain role-prefixed turns.
+    turns = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages)
+    return (tokenizer.bos_token or "") + turns + "Assistant: "
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The text the model continues for these chat messages (its chat template, or a plain fallback)."""
+    return _render(tokenizer, messages)
+
+
+def fit_prompt(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]] = ()) -> list[int]:
+    """The prompt's token ids in at most ``room`` tokens.
+
+    The least relevant passages (the last ones) are dropped first, so the rules at the start and
+    the question at the end survive; only a prompt still too long without passages is cut from
+    the left.
+    """
+    passages = list(example.passages)
+    while True:
+        messages = build_messages(example.question, passages, history=history, system_prompt=example.system_prompt,
+                                  citation_format=example.citation_format)
+        ids = tokenizer(_render(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        if len(ids) <= room or not passages:
+            return ids[-room:] if room > 0 else []
+        passages.pop()
+
+
+def encode_example(tokenizer: Any, example: Example, max_length: int) -> tuple[list[int], list[int]]:
+    """Input ids and labels for one example; only the answer (and its end token) is learned.
+
+    The answer is kept whole when it fits (cut to leave a little prompt otherwise); the prompt gets
+    the remaining room (``fit_prompt``).
+    """
+    answer_ids = tokenizer(example.answer.strip(), add_special_tokens=False)["input_ids"]
+    if tokenizer.eos_token_id is not None:
+        answer_ids = [*answer_ids, tokenizer.eos_token_id]
+    answer_ids = answer_ids[: max_length - 8]
+    prompt_ids = fit_prompt(tokenizer, example, max_length - len(answer_ids))
+    return prompt_ids + answer_ids, [IGNORE_INDEX] * len(prompt_ids) + answer_ids
+
+
+def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int):
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (ids, labs) in enumerate(batch):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, : len(labs)] = torch.tensor(labs)
+        mask[i, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _qlora_available() -> bool:
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
+
+
+def load_base(base_model: str, *, qlora: bool = False) -> tuple[Any, Any]:
+    """The tokenizer and model of ``base_model`` from local files only (4-bit when ``qlora`` is usable)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = resolve_base_model(base_model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(local, local_files_only=True)
+        kwargs: dict[str, Any] = {"local_files_only": True}
+        if qlora and _qlora_available():
+            import torch
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+            )
+            kwargs["device_map"] = {"": 0}
+        model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise BaseModelNotFound(f"BASE_MODEL {base_model!r} could not be loaded: {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if "quantization_config" not in kwargs:
+        model.to(device())
+    return tokenizer, model
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def _atomic_dir_swap(tmp: Path, final: Path) -> None:
+    """Replace ``final`` by ``tmp`` (both on one filesystem): the old one is moved aside first."""
+    old = final.with_name(final.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _save_checkpoint(work_dir: Path, model: Any, optimizer: Any, scheduler: Any, step: int, curve: list[dict[str, float]]) -> None:
+    import torch
+
+    tmp = work_dir / f".{CHECKPOINT}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "trainer_state.pt")
+    (tmp / "progress.json").write_text(json.dumps({"step": step, "loss_curve": curve}))
+    _atomic_dir_swap(tmp, work_dir / CHECKPOINT)
+
+
+def last_checkpoint_step(work_dir: str | Path) -> int:
+    """The step of the checkpoint in ``work_dir`` (0 when there is none)."""
+    progress = Path(work_dir) / CHECKPOINT / "progress.json"
+    return json.loads(progress.read_text())["step"] if progress.is_file() else 0
+
+
+def _load_checkpoint(work_dir: Path, model: Any, optimizer: Any, scheduler: Any) -> tuple[int, list[dict[str, float]]]:
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    ckpt = work_dir / CHECKPOINT
+    if not (ckpt / "progress.json").is_file():
+        return 0, []
+    set_peft_model_state_dict(model, load_file(str(ckpt / "adapter_model.safetensors")))
+    state = torch.load(ckpt / "trainer_state.pt", map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    progress = json.loads((ckpt / "progress.json").read_text())
+    return int(progress["step"]), list(progress["loss_curve"])
+
+
+def _base_loss(work_dir: Path, start: int, compute: Callable[[], float | None]) -> float | None:
+    """The base model's held-out loss, measured before the first step and kept next to the checkpoints."""
+    path = work_dir / "base_eval.json"
+    if start > 0 and path.is_file():
+        return json.loads(path.read_text())["loss"]
+    loss = compute()
+    path.write_text(json.dumps({"loss": loss}))
+    return loss
+
+
+def evaluate_loss(model: Any, encoded: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int) -> float | None:
+    """Mean per-token loss of the answers in ``encoded`` (None when there is nothing to evaluate)."""
+    import torch
+
+    if not encoded:
+        return None
+    model.eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(encoded), batch_size):
+            batch = {k: v.to(model.device) for k, v in _collate(encoded[i : i + batch_size], pad_id).items()}
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+            shift_logits, shift_labels = logits[:, :-1], batch["labels"][:, 1:]
+            loss = torch.nn.functional.cross_entropy(
+                shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
+            total += float(loss)
+            tokens += int((shift_labels != IGNORE_INDEX).sum())
+    model.train()
+    return total / tokens if tokens else None
+
+
+def train_lora(
+    base_model: str,
+    train: Sequence[Example],
+    evaluation: Sequence[Example],
+    params: LoraParams,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    *,
+    on_step: StepCallback | None = None,
+    min_examples: int = 1,
+    threads: int | None = None,
+) -> TrainResult:
+    """Train a LoRA adapter on ``train``, evaluate it on ``evaluation``, save it to ``out_dir``.
+
+    Args:
+        base_model: local folder (or cached hub id) of the base causal LM.
+        train, evaluation: the examples; ``evaluation`` may be empty (no held-out figures then).
+        params: hyper-parameters (validated here).
+        out_dir: the adapter's final folder; written to a temp sibling then renamed into place.
+        work_dir: checkpoints of this training; a second call with the same ``work_dir`` resumes
+            from its last checkpoint. Removed after success.
+        on_step: called after every optimiser step (and after any checkpoint of that step) with
+            (step, total steps, loss); an exception raised there stops training, and the next
+            call resumes from the last checkpoint.
+        min_examples: fewer training examples than this is refused.
+        threads: torch CPU threads while training (restored afterwards); None leaves them as they are.
+
+    Raises:
+        LoraError: bad parameters or data; BaseModelNotFound; TrainingOutOfMemory.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(
+    base_model: str, train: Sequence[Example], evaluation: Sequence[Example], params: LoraParams,
+    out: Path, work: Path, on_step: StepCallback | None, min_examples: int,
+) -> TrainResult:
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    params.validate()
+    check_examples(train, min_examples=min_examples)
+    check_examples(evaluation, min_examples=0)
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(params.seed)
+    use_qlora = params.qlora and _qlora_available()
+    tokenizer, model = load_base(base_model, qlora=use_qlora)
+    if use_qlora:
+        model = prepare_model_for_kbit_training(model)
+    missing = [m for m in params.target_modules if not any(name.endswith(m) for name, _ in model.named_modules())]
+    if missing:
+        raise LoraError(f"target modules {missing} do not exist in {base_model!r}")
+    config = LoraConfig(
+        r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
+        target_modules=list(params.target_modules), task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, config)
+    pad_id = tokenizer.pad_token_id
+    encoded_train = [encode_example(tokenizer, e, params.max_length) for e in train]
+    encoded_eval = [encode_example(tokenizer, e, params.max_length) for e in evaluation]
+    steps_per_epoch = math.ceil(len(encoded_train) / params.batch_size)
+    total = params.max_steps or max(1, math.ceil(params.epochs * steps_per_epoch))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=params.learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / total))
+    start, curve = _load_checkpoint(work, model, optimizer, scheduler)
+    # LoRA starts as the identity (B = 0), so before the first step this is the bare base model's loss.
+    base_eval_loss = _base_loss(work, start, lambda: evaluate_loss(model, encoded_eval, pad_id, params.batch_size))
+    model.train()
+    loss_value = curve[-1]["loss"] if curve else float("nan")
+    try:
+        for step in range(start + 1, total + 1):
+            epoch, index = divmod(step - 1, steps_per_epoch)
+            batch_ids = _batches(len(encoded_train), params.batch_size, params.seed, epoch)[index]
+            batch = {k: v.to(model.device) for k, v in _collate([encoded_train[i] for i in batch_ids], pad_id).items()}
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = float(loss.detach())
+            curve.append({"step": step, "loss": round(loss_value, 5)})
+            if step % params.checkpoint_steps == 0 and step < total:
+                _save_checkpoint(work, model, optimizer, scheduler, step, curve)
+            if on_step is not None:
+                on_step(step, total, loss_value)
+        eval_loss = evaluate_loss(model, encoded_eval, pad_id, params.batch_size)
+    except Exception as exc:
+        if _is_oom(exc):
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            raise TrainingOutOfMemory(
+                f"out of memory while training on {device()}: lower batch_size ({params.batch_size}), "
+                f"max_length ({params.max_length}) or rank ({params.rank}), or enable QLoRA on a GPU"
+            ) from None
+        raise
+    save_adapter(model, base_model, out, params)
+    shutil.rmtree(work, ignore_errors=True)
+    return TrainResult(
+        adapter_dir=out,
+        steps=total,
+        train_loss=loss_value,
+        eval_loss=eval_loss,
+        eval_perplexity=math.exp(min(eval_loss, 50.0)) if eval_loss is not None else None,
+        base_eval_loss=base_eval_loss,
+        loss_curve=curve,
+        resumed_from=start,
+    )
+
+
+def save_adapter(model: Any, base_model: str, out_dir: Path, params: LoraParams) -> None:
+    """Write the adapter to a temp sibling of ``out_dir`` and rename it into place."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    (tmp / ADAPTER_META).write_text(json.dumps({"base_model": base_model, "params": params.as_dict()}, indent=2))
+    _atomic_dir_swap(tmp, out_dir)

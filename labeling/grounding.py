@@ -1,0 +1,102 @@
+"""Grounded training examples: an expert's labelled questions answered from its own knowledge base.
+
+The domain team labelled these questions as the expert's (by promoting a proposal, or in the review
+queue); the expert's documents hold their answers. Each question is searched in the expert's
+collection and answered extractively with citations (``experts.ml.extractive``): the adapter then
+learns to answer in the platform's cited style from passages like the ones it will see when
+serving. Questions whose passages are too weak for a grounded answer are skipped, not taught as
+"not found".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+
+from experts.choices import ExampleSource
+from experts.ml.extractive import Passage, extractive_answer
+from experts.models import Expert
+from experts.services import TrainingDataError, add_example
+from jobs.services import JobFailed, JobReporter
+from knowledge.services import search_expert
+from knowledge.stores.base import StoreUnavailable
+from sbcommon.encoders import get_encoder
+
+from .choices import ProposalStatus
+from .models import Assignment, ReviewDecision
+
+
+@dataclass
+class GroundingReport:
+    """What a grounding pass did with the expert's labelled questions."""
+
+    questions: int = 0
+    created: int = 0
+    duplicates: int = 0
+    weak: int = 0
+
+
+def labelled_questions(expert: Expert, limit: int = 200) -> list[str]:
+    """The expert's labelled questions (promoted proposals, then review decisions), deduplicated, oldest first."""
+    texts = list(
+        Assignment.objects.filter(proposal__expert=expert, proposal__status=ProposalStatus.PROMOTED)
+        .order_by("query_id").values_list("query__text", flat=True)
+    )
+    texts += list(ReviewDecision.objects.filter(expert=expert, query__isnull=False).order_by("id").values_list("query__text", flat=True))
+    seen: set[str] = set()
+    unique = []
+    for text in texts:
+        key = " ".join(text.lower().split())
+        if key and key not in seen:
+            seen.add(key)
+            unique.append(text.strip())
+    return unique[:limit]
+
+
+def _passages(hits: list[Any]) -> list[Passage]:
+    return [Passage(text=h.payload.get("text", ""), title=h.payload.get("title", ""), url=h.payload.get("url", ""), score=h.dense_score,
+                    expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id) for h in hits]
+
+
+def _stored(p: Passage) -> dict[str, Any]:
+    row = asdict(p)
+    return {k: row[k] for k in ("title", "text", "url", "score", "document_id")}
+
+
+def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobReporter | None = None) -> dict[str, int]:
+    """Answer up to ``limit`` labelled questions from the expert's documents and store them as examples.
+
+    The stored passages are the cited ones first, in citation order, so the answer's ``[n]``
+    markers point at the prompt's passage ``n``, followed by the retrieved passages it did not cite.
+    Rerunning adds nothing twice (examples are unique by question and answer).
+    """
+    reporter = reporter or JobReporter()
+    report = GroundingReport()
+    questions = labelled_questions(expert, limit)
+    if not questions:
+        raise JobFailed(f"{expert.name} has no labelled questions yet: promote a proposal or review questions first")
+    encoder = get_encoder()
+    for i, question in enumerate(questions, start=1):
+        report.questions += 1
+        try:
+            passages = _passages(search_expert(expert, question, limit=settings.RETRIEVAL_TOP_K))
+        except StoreUnavailable as exc:
+            raise JobFailed(f"the knowledge base of {expert.name} is unavailable: {exc}") from None
+        answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE)
+        if not answer.grounded:
+            report.weak += 1
+            continue
+        cited_ids = {id(p) for p in answer.citations}
+        ordered = list(answer.citations) + [p for p in passages if id(p) not in cited_ids]
+        try:
+            _, created = add_example(expert, question, answer.text, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
+        except TrainingDataError:
+            report.weak += 1
+            continue
+        report.created += created
+        report.duplicates += not created
+        reporter.progress(i / len(questions), f"{i}/{len(questions)} questions, {report.created} new examples")
+    reporter.log(f"{report.created} grounded examples added, {report.duplicates} already there, {report.weak} too weakly grounded to use")
+    return asdict(report)

@@ -1,0 +1,193 @@
+"""The circuit breaker per expert, driven by a fake clock over a real Django cache backend."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.core.cache.backends.locmem import LocMemCache
+
+from experts.breaker import CircuitBreaker, all_breakers, breaker_for
+from experts.ml.breaker import BreakerPolicy
+
+POLICY = BreakerPolicy(failures=3, window_failures=4, window_s=60, reset_s=30, probe_timeout_s=10)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cache():
+    # LocMemCache instances with one name share their storage: a fresh name per test.
+    return LocMemCache(f"breaker-tests-{uuid.uuid4()}", {})
+
+
+def make(slug: str, cache, clock: Clock) -> CircuitBreaker:
+    # Two instances over one cache stand for two processes sharing Redis.
+    return CircuitBreaker(slug, cache=cache, policy=POLICY, clock=clock)
+
+
+def test_it_stays_closed_below_the_consecutive_threshold(cache, clock):
+    breaker = make("dmv", cache, clock)
+    breaker.record_failure("generator_timeout")
+    breaker.record_failure("generator_timeout")
+    assert breaker.state == "closed"
+    assert breaker.allow() is True
+
+
+def test_it_opens_after_consecutive_failures_and_refuses_calls(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_unavailable")
+    assert breaker.state == "open"
+    assert breaker.allow() is False
+    snap = breaker.snapshot()
+    assert snap["state"] == "open"
+    assert snap["failures"] == 3
+    assert snap["opened_at"] == 1_000.0
+    assert snap["last_error"] == "generator_unavailable"
+    assert snap["retry_in_s"] == 30.0
+
+
+def test_a_success_resets_the_consecutive_count(cache, clock):
+    breaker = make("dmv", cache, clock)
+    breaker.record_failure("generator_error")
+    breaker.record_failure("generator_error")
+    breaker.record_success()
+    breaker.record_failure("generator_error")  # 3 failures in all, but only 1 consecutive
+    assert breaker.state == "closed"
+    assert breaker.snapshot()["failures"] == 1
+    assert breaker.snapshot()["recent_failures"] == 3
+
+
+def test_it_opens_on_failures_within_the_window_even_with_successes_between(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_error")
+        breaker.record_success()
+        clock.now += 5
+    assert breaker.state == "closed"
+    breaker.record_failure("generator_error")  # the 4th failure within 60 s
+    assert breaker.state == "open"
+
+
+def test_failures_older_than_the_window_are_forgotten(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_error")
+        breaker.record_success()
+        clock.now += 30  # spread over 90 s: never 4 within 60 s
+    breaker.record_failure("generator_error")
+    assert breaker.state == "closed"
+
+
+def test_after_the_reset_period_exactly_one_probe_is_allowed_across_processes(cache, clock):
+    first, second = make("dmv", cache, clock), make("dmv", cache, clock)
+    for _ in range(3):
+        first.record_failure("generator_timeout")
+    clock.now += 29.9
+    assert first.allow() is False
+    clock.now += 0.1
+    assert first.allow() is True  # the probe
+    assert second.allow() is False
+    assert first.allow() is False
+    assert second.state == "half_open"
+
+
+def test_a_successful_probe_closes_the_breaker(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_timeout")
+    clock.now += 30
+    assert breaker.allow() is True
+    breaker.record_success()
+    assert breaker.state == "closed"
+    assert breaker.allow() is True
+    assert breaker.snapshot()["failures"] == 0
+    # It takes the full threshold again to re-open.
+    breaker.record_failure("generator_timeout")
+    assert breaker.state == "closed"
+
+
+def test_a_failed_probe_reopens_for_another_reset_period(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_timeout")
+    clock.now += 30
+    assert breaker.allow() is True
+    breaker.record_failure("generator_unavailable")
+    assert breaker.state == "open"
+    assert breaker.snapshot()["opened_at"] == clock.now
+    clock.now += 29
+    assert breaker.allow() is False
+    clock.now += 1
+    assert breaker.allow() is True
+
+
+def test_a_probe_that_never_reports_back_is_replaced_after_the_probe_timeout(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_timeout")
+    clock.now += 30
+    assert breaker.allow() is True  # this probe's process dies
+    clock.now += 9
+    assert breaker.allow() is False
+    clock.now += 1
+    assert breaker.allow() is True
+    assert breaker.allow() is False
+
+
+def test_a_late_success_from_before_the_opening_does_not_close_it(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_timeout")
+    breaker.record_success()
+    assert breaker.state == "open"
+
+
+def test_breakers_are_per_expert(cache, clock):
+    dmv, ssa = make("dmv", cache, clock), make("ssa", cache, clock)
+    for _ in range(3):
+        dmv.record_failure("store_unavailable")
+    assert dmv.allow() is False
+    assert ssa.allow() is True
+
+
+def test_reset_closes_it_by_hand(cache, clock):
+    breaker = make("dmv", cache, clock)
+    for _ in range(3):
+        breaker.record_failure("generator_timeout")
+    breaker.reset()
+    assert breaker.state == "closed"
+
+
+def test_a_bad_policy_is_refused():
+    with pytest.raises(ValueError, match="at least one failure"):
+        BreakerPolicy(failures=0)
+
+
+def test_breaker_for_uses_the_configured_cache_and_thresholds(settings):
+    settings.BREAKER_FAILURES = 2
+    breaker_for("va").reset()
+    breaker_for("va").record_failure("generator_timeout")
+    assert breaker_for("va").state == "closed"
+    breaker_for("va").record_failure("generator_timeout")
+    assert breaker_for("va").state == "open"
+    snapshots = all_breakers(["va", "irs"])
+    assert snapshots["va"]["state"] == "open"
+    assert snapshots["va"]["last_error"] == "generator_timeout"
+    assert snapshots["irs"] == {
+        "state": "closed", "failures": 0, "recent_failures": 0, "opened_at": None,
+        "retry_in_s": None, "last_error": None, "last_failure_at": None,
+    }
+    breaker_for("va").reset()

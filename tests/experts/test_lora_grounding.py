@@ -1,0 +1,69 @@
+"""Grounded training examples (labeling.grounding): labelled questions answered from the expert's documents."""
+
+from __future__ import annotations
+
+import pytest
+
+from experts.choices import ExampleSource
+from experts.models import Expert, TrainingExample
+from jobs.choices import JobStatus
+from knowledge import services as knowledge
+from labeling.choices import ProposalStatus
+from labeling.models import Assignment, ClusteringRun, Proposal, Query
+from tests.knowledge.conftest import HashingEncoder
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def grounded_setup(monkeypatch, settings, tmp_path):
+    from knowledge.stores import get_store
+
+    enc = HashingEncoder()
+    settings.EMBEDDING_MODEL = enc.name
+    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
+    settings.EXTRACTIVE_MIN_SCORE = 0.2
+    for module in ("knowledge.services", "labeling.grounding"):
+        monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: enc)
+    get_store.cache_clear()
+    expert = Expert.objects.create(slug="dmv", name="DMV", chunk_size=300, chunk_overlap=50)
+    knowledge.ingest_files(expert, [
+        ("renew.md", b"# Renewals\n\nRenew your driver license online before it expires. Renewal costs 64 dollars."),
+        ("plates.md", b"# Plates\n\nOrder replacement licence plates at a service centre with the old plates."),
+    ])
+    run = ClusteringRun.objects.create(model=enc.name, eps=0.2, min_samples=3, n_experts=1, fingerprint="t")
+    proposal = Proposal.objects.create(run=run, index=0, name="DMV", status=ProposalStatus.PROMOTED, expert=expert)
+    for i, text in enumerate(["How do I renew my driver license online?", "Where do I order replacement plates?",
+                              "how do I renew my driver license online?", "Zebra quantum violin?"]):
+        q = Query.objects.create(text=text, text_hash=f"h{i}", row_hash=f"r{i}", source="test")
+        Assignment.objects.create(run=run, query=q, topic=0, proposal=proposal)
+    yield expert
+    get_store().close()
+    get_store.cache_clear()
+
+
+def test_lora_grounded_examples_cite_the_expert_documents_and_skip_weak_ones(grounded_setup):
+    from labeling.grounding import build_grounded_examples
+
+    report = build_grounded_examples(grounded_setup)
+    assert report == {"questions": 3, "created": 2, "duplicates": 0, "weak": 1}  # the case-only duplicate is asked once
+    renew = TrainingExample.objects.get(question__startswith="How do I renew")
+    assert renew.source == ExampleSource.GROUNDED
+    assert "[1]" in renew.answer
+    assert "Renew your driver license online" in renew.answer
+    assert renew.passages[0]["title"] == "Renewals"  # the cited passage is passage 1 of the prompt
+    assert build_grounded_examples(grounded_setup)["duplicates"] == 2  # a rerun adds nothing
+
+
+def test_lora_grounded_examples_run_as_a_job_from_the_console(grounded_setup, client, django_user_model, django_capture_on_commit_callbacks):
+    from jobs.models import Job
+
+    admin = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/experts/dmv/adapters/data/grounded/")
+    job = Job.objects.get(kind="build_grounded_examples")
+    assert response.status_code == 302
+    assert response["Location"] == f"/jobs/{job.pk}/"
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.result["created"] == 2

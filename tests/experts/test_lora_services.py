@@ -1,0 +1,205 @@
+"""Training data, adapter training jobs and versions (LoRA) with the tiny LM, tasks run eagerly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experts import services
+from experts.choices import ExampleSource, ExampleSplit, VersionStatus
+from experts.ml.lora import LoraError
+from experts.models import Expert, ExpertVersion, TrainingExample
+from jobs.choices import JobStatus
+from jobs.models import Job
+from jobs.services import JobReporter, run_job
+
+pytestmark = pytest.mark.django_db
+
+FAST = {"rank": 4, "alpha": 8, "dropout": 0.0, "epochs": 1, "max_steps": 4, "batch_size": 2, "max_length": 96,
+        "learning_rate": 0.05, "checkpoint_steps": 2, "target_modules": ["q_proj", "v_proj"]}
+
+
+@pytest.fixture
+def expert(db):
+    return Expert.objects.create(slug="dmv", name="DMV")
+
+
+@pytest.fixture
+def train(django_capture_on_commit_callbacks):
+    """Start a training and run it (tasks are eager once the transaction's callbacks run)."""
+    def start(expert, params):
+        with django_capture_on_commit_callbacks(execute=True):
+            job = services.start_adapter_training(expert, params)
+        job.refresh_from_db()
+        return job
+
+    return start
+
+
+@pytest.fixture
+def lora_settings(settings, tiny_lm_dir, tmp_path):
+    settings.BASE_MODEL = str(tiny_lm_dir)
+    settings.ADAPTER_DIR = tmp_path / "adapters"
+    settings.LORA_MIN_EXAMPLES = 4
+    settings.LORA_TRAINING_QUEUE = "cpu"
+    return settings
+
+
+def _jsonl(rows) -> bytes:
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+def _fill(expert, n=8):
+    rows = [{"question": f"How do I renew licence type {i}?", "answer": f"Renew type {i} online at the DMV [1].", "split": "train"} for i in range(n)]
+    rows[0]["split"] = "eval"
+    return services.import_examples(expert, _jsonl(rows))
+
+
+def test_lora_import_stores_every_line_and_skips_duplicates(expert):
+    report = _fill(expert, 8)
+    assert report.created == 8
+    again = services.import_examples(expert, _jsonl([{"question": "How do I renew licence type 1?", "answer": "Renew type 1 online at the DMV [1]."}]))
+    assert (again.created, again.duplicates) == (0, 1)
+    assert TrainingExample.objects.filter(expert=expert, source=ExampleSource.IMPORTED).count() == 8
+    assert TrainingExample.objects.get(question__endswith="type 0?").split == ExampleSplit.EVAL
+
+
+def test_lora_import_of_a_bad_file_reports_each_line_and_writes_nothing(expert):
+    data = b'{"question": "ok?", "answer": "fine"}\nnot json\n{"question": "q", "answer": "  "}\n[1]\n{"question": "q", "answer": "a", "split": "dev"}'
+    with pytest.raises(services.TrainingDataError) as info:
+        services.import_examples(expert, data)
+    assert [e.split(":")[0] for e in info.value.errors] == ["line 2", "line 3", "line 4", "line 5"]
+    assert "'answer' must be a non-empty string" in info.value.errors[1]
+    assert TrainingExample.objects.count() == 0
+
+
+def test_lora_held_out_split_is_deterministic():
+    fps = [services.example_fingerprint(f"q{i}", "a") for i in range(400)]
+    splits = [services.held_out_split(f, 0.1) for f in fps]
+    assert splits == [services.held_out_split(f, 0.1) for f in fps]
+    assert 20 <= splits.count(ExampleSplit.EVAL) <= 60
+
+
+def test_lora_training_is_refused_before_queueing_when_inputs_are_bad(expert, lora_settings, tmp_path):
+    with pytest.raises(LoraError, match="at least 4"):
+        services.start_adapter_training(expert, FAST)
+    _fill(expert)
+    lora_settings.BASE_MODEL = str(tmp_path / "no-such-model")
+    with pytest.raises(LoraError, match="does not exist"):
+        services.start_adapter_training(expert, FAST)
+    assert not Job.objects.exists()
+
+
+def test_lora_training_job_makes_a_candidate_version_with_held_out_figures(expert, lora_settings, train):
+    _fill(expert)
+    job = train(expert, FAST)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    version = ExpertVersion.objects.get(expert=expert)
+    assert version.status == VersionStatus.CANDIDATE
+    assert (version.n_train, version.n_eval) == (7, 1)
+    assert version.metrics["eval_loss"] > 0
+    assert version.metrics["eval_perplexity"] == pytest.approx(torch.tensor(version.metrics["eval_loss"]).exp().item(), rel=1e-3)
+    assert (version.adapter_path.endswith("dmv/v1"))
+    assert (lora_settings.ADAPTER_DIR / "dmv" / "v1" / "adapter_config.json").is_file()
+    assert [p["step"] for p in job.result["loss_curve"]] == [1, 2, 3, 4]
+    assert version.data_fingerprint == services.data_fingerprint(expert)
+
+
+class WorkerKilled(BaseException):
+    """Stands in for a worker process dying mid-training (nothing in the process handles it)."""
+
+
+class DiesAtStep(JobReporter):
+    def progress(self, fraction: float, message: str = "") -> None:
+        super().progress(fraction, message)
+        if message.startswith("step 2/"):
+            raise WorkerKilled
+
+
+def test_lora_training_job_resumes_after_a_worker_restart(expert, lora_settings):
+    _fill(expert)
+    parsed = services.check_training_inputs(expert, FAST)
+    job = Job.objects.create(kind="train_adapter", key="train_adapter:dmv", title="t", params={"expert": "dmv", "lora": parsed.as_dict()},
+                             status=JobStatus.RUNNING)
+    with pytest.raises(WorkerKilled):
+        services.train_adapter_job(job, DiesAtStep(job.pk))
+    assert ExpertVersion.objects.get(expert=expert).status == VersionStatus.TRAINING
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.QUEUED)  # what the jobs sweeper does once the lease runs out
+    finished = run_job(job.pk, services.train_adapter_job)  # acks_late redelivers the task to a new worker
+    assert finished.status == JobStatus.SUCCEEDED, finished.error
+    assert finished.result["resumed_from"] == 2
+    assert [p["step"] for p in finished.result["loss_curve"]] == [1, 2, 3, 4]
+    assert ExpertVersion.objects.filter(expert=expert).count() == 1
+
+
+class OutOfMemoryAtStep1(JobReporter):
+    def progress(self, fraction: float, message: str = "") -> None:
+        if message.startswith("step 1/"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def test_lora_out_of_memory_fails_the_job_and_the_active_version_keeps_serving(expert, lora_settings, monkeypatch):
+    _fill(expert)
+    serving = ExpertVersion.objects.create(expert=expert, version=1, status=VersionStatus.ACTIVE, system_prompt="Be brief.")
+    parsed = services.check_training_inputs(expert, FAST)
+    job = Job.objects.create(kind="train_adapter", key="k", title="t", params={"expert": "dmv", "lora": parsed.as_dict()})
+    monkeypatch.setattr("jobs.services.JobReporter", OutOfMemoryAtStep1)
+    finished = run_job(job.pk, services.train_adapter_job)
+    assert finished.status == JobStatus.FAILED
+    assert "out of memory" in finished.error
+    assert "keeps serving" in finished.error
+    failed = ExpertVersion.objects.get(expert=expert, version=2)
+    assert failed.status == VersionStatus.FAILED
+    assert "batch_size" in failed.notes
+    serving.refresh_from_db()
+    assert serving.status == VersionStatus.ACTIVE
+    assert failed.system_prompt == "Be brief."  # a training carries the serving prompt
+
+
+def test_lora_activate_and_roll_back_versions(expert, lora_settings, train):
+    _fill(expert)
+    train(expert, FAST)
+    v1 = ExpertVersion.objects.get(expert=expert, version=1)
+    services.activate_version(v1)
+    v2 = services.save_prompt(expert, "Answer like a DMV clerk.", "(source {index})")
+    assert (v2.version, v2.adapter_path, v2.status) == (2, v1.adapter_path, VersionStatus.CANDIDATE)
+    services.activate_version(v2)
+    v1.refresh_from_db()
+    assert v1.status == VersionStatus.ARCHIVED
+    services.activate_version(v1)  # roll back
+    assert list(ExpertVersion.objects.filter(expert=expert, status=VersionStatus.ACTIVE)) == [v1]
+    with pytest.raises(services.VersionError, match="exactly once"):
+        services.save_prompt(expert, "x", "no marker")
+    failed = ExpertVersion.objects.create(expert=expert, version=9, status=VersionStatus.FAILED)
+    with pytest.raises(services.VersionError, match="only trained versions"):
+        services.activate_version(failed)
+
+
+def test_lora_an_adapter_for_another_base_model_cannot_be_activated(expert, lora_settings, tmp_path, train):
+    _fill(expert)
+    train(expert, FAST)
+    lora_settings.BASE_MODEL = str(tmp_path)
+    with pytest.raises(services.VersionError, match="trained on"):
+        services.activate_version(ExpertVersion.objects.get(expert=expert, version=1))
+
+
+def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest_adapters(expert, lora_settings, train):
+    from experts.generation.base import get_generator
+    from experts.generation.transformers import TransformersGenerator, warm_up_hottest
+
+    _fill(expert)
+    train(expert, {**FAST, "max_steps": 1})
+    services.activate_version(ExpertVersion.objects.get(expert=expert, version=1))
+    other = Expert.objects.create(slug="ssa", name="SSA")
+    lora_settings.GENERATOR = "transformers"
+    lora_settings.ADAPTER_CACHE_SIZE = 1
+    get_generator.cache_clear()
+    try:
+        assert isinstance(get_generator(), TransformersGenerator)
+        assert warm_up_hottest(lambda: {"dmv": 5, other.slug: 50}) == ["dmv-v1"]
+        with pytest.raises(ValueError, match="known backends: extractive, transformers, vllm"):
+            get_generator("nope")
+    finally:
+        get_generator.cache_clear()

@@ -1,0 +1,176 @@
+"""``/api/v1/experts/{slug}/adapter[/register]``: staff load an expert's active adapter into the running vLLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from rest_framework.test import APIClient
+
+from experts.breaker import breaker_for
+from experts.generation.vllm import VllmGenerator
+from experts.models import Expert, ExpertVersion
+
+pytestmark = pytest.mark.django_db
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+REGISTER = "/api/v1/experts/dmv/adapter/register"
+
+
+def recorded(name: str) -> httpx.Response:
+    response = json.loads((FIXTURES / f"{name}.json").read_text())["response"]
+    if response["json"] is None:
+        return httpx.Response(response["status"], text=response["text"])
+    return httpx.Response(response["status"], json=response["json"])
+
+
+class FakeVllm:
+    """Stands in for the network: every VllmGenerator the view builds talks to this handler."""
+
+    def __init__(self, monkeypatch, *responses):
+        self.responses = list(responses)
+        self.requests: list[httpx.Request] = []
+        transport = httpx.MockTransport(self.handle)
+        monkeypatch.setattr("experts.api.views.VllmGenerator", lambda **kw: VllmGenerator("http://vllm.test", transport=transport, sleep=lambda s: None, **kw))
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        item = self.responses.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+@pytest.fixture
+def base(tmp_path, settings) -> Path:
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    settings.BASE_MODEL = str(folder)
+    return folder
+
+
+@pytest.fixture
+def dmv(tmp_path, base) -> ExpertVersion:
+    folder = tmp_path / "dmv-v2"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "base_model_name_or_path": str(base)}))
+    expert = Expert.objects.create(slug="dmv", name="DMV")
+    return ExpertVersion.objects.create(expert=expert, version=2, status="active", adapter_path=str(folder), base_model=str(base))
+
+
+@pytest.fixture
+def staff(django_user_model) -> APIClient:
+    user = django_user_model.objects.create_user("ops", "ops@example.com", "pw", is_staff=True)
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_staff_register_the_active_adapter_with_vllm(monkeypatch, dmv, staff):
+    fake = FakeVllm(monkeypatch, recorded("load_lora_adapter"))
+    response = staff.post(REGISTER)
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "expert": "dmv", "version": 2, "adapter": "dmv-v2", "path": dmv.adapter_path,
+        "base_model": dmv.base_model, "registered": True, "vllm_url": "http://vllm.test",
+    }
+    assert fake.requests[0].url.path == "/v1/load_lora_adapter"
+    assert json.loads(fake.requests[0].content) == {"lora_name": "dmv-v2", "lora_path": dmv.adapter_path}
+
+
+def test_registering_again_says_it_was_already_loaded(monkeypatch, dmv, staff):
+    FakeVllm(monkeypatch, recorded("load_lora_adapter_again"))
+    response = staff.post(REGISTER)
+    assert response.status_code == 200
+    assert response.json()["registered"] is False
+
+
+def test_a_signed_in_user_who_is_not_staff_is_refused(monkeypatch, dmv, django_user_model):
+    fake = FakeVllm(monkeypatch)
+    client = APIClient()
+    client.force_authenticate(django_user_model.objects.create_user("member", "m@example.com", "pw"))
+    response = client.post(REGISTER)
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "permission_error"
+    assert fake.requests == []
+
+
+def test_anonymous_callers_are_refused(dmv):
+    assert APIClient().post(REGISTER).status_code in (401, 403)
+
+
+def test_an_unknown_expert_is_404(staff, base):
+    response = staff.post("/api/v1/experts/nope/adapter/register")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_an_expert_without_an_adapter_is_409(monkeypatch, staff, base):
+    fake = FakeVllm(monkeypatch)
+    Expert.objects.create(slug="dmv", name="DMV")
+    response = staff.post(REGISTER)
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "no_adapter"
+    assert "train one and activate it" in response.json()["error"]["message"]
+    assert fake.requests == []
+
+
+def test_a_missing_adapter_folder_is_409(monkeypatch, dmv, staff):
+    FakeVllm(monkeypatch)
+    dmv.adapter_path = "/nonexistent/dmv-v2"
+    dmv.save()
+    response = staff.post(REGISTER)
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "adapter_missing"
+
+
+def test_an_adapter_trained_on_another_base_model_is_409(monkeypatch, dmv, staff, tmp_path):
+    FakeVllm(monkeypatch)
+    dmv.base_model = str(tmp_path)
+    dmv.save()
+    response = staff.post(REGISTER)
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "base_model_mismatch"
+
+
+def test_vllm_down_is_503_with_the_reason(monkeypatch, dmv, staff):
+    refused = httpx.ConnectError("[Errno 111] Connection refused")
+    FakeVllm(monkeypatch, refused, refused, refused)
+    response = staff.post(REGISTER)
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "vllm_unavailable"
+    assert "unreachable" in response.json()["error"]["message"]
+
+
+def test_vllm_refusing_the_adapter_is_502_with_its_message(monkeypatch, dmv, staff):
+    FakeVllm(monkeypatch, recorded("load_lora_adapter_missing_path"))
+    response = staff.post(REGISTER)
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "vllm_error"
+    assert "adapter 'dmv-v2'" in response.json()["error"]["message"]
+
+
+def test_status_shows_whether_vllm_serves_the_adapter_and_the_breaker(monkeypatch, dmv, staff):
+    models = json.loads((FIXTURES / "models.json").read_text())["response"]["json"]
+    models["data"].append({**next(m for m in models["data"] if m.get("parent")), "id": "dmv-v2"})
+    FakeVllm(monkeypatch, recorded("health"), httpx.Response(200, json=models))
+    breaker_for("dmv").reset()
+    breaker_for("dmv").record_failure("generator_timeout")
+    response = staff.get("/api/v1/experts/dmv/adapter")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["adapter"]["adapter"] == "dmv-v2"
+    assert body["loaded"] is True
+    assert body["vllm"]["ok"] is True
+    assert body["breaker"]["failures"] == 1
+    assert body["breaker"]["last_error"] == "generator_timeout"
+    breaker_for("dmv").reset()
+
+
+def test_status_with_vllm_down_says_loaded_is_unknown(monkeypatch, dmv, staff):
+    FakeVllm(monkeypatch, httpx.ConnectError("refused"))
+    body = staff.get("/api/v1/experts/dmv/adapter").json()
+    assert body["loaded"] is None
+    assert body["vllm"]["ok"] is False
