@@ -93,3 +93,22 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_id}: {'+' if self.rating > 0 else '-'}"
+
+
+class Conversation(models.Model):
+    """A chat conversation: the expert it sticks to and its last user turns as embeddings (never their text)."""
+
+    conversation_id = models.CharField(max_length=64, unique=True)
+    expert = models.CharField(max_length=64, blank=True, help_text="The expert that answered the last turn (the sticky one).")
+    turns = models.JSONField(default=list, blank=True, help_text="Embeddings of the last user turns, oldest first (float16, base64).")
+    n_turns = models.PositiveIntegerField(default=0)
+    api_key_id = models.PositiveIntegerField(null=True, blank=True, help_text="The API key that started it; other keys cannot continue it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} → {self.expert or '-'}"

@@ -22,3 +22,11 @@ def _train(job, reporter):
 def train_router(self, job_id: int) -> None:
     """Train a router on the promoted experts' queries and activate it."""
     run_job(job_id, _train)
+
+
+@shared_task(acks_late=True, max_retries=0)
+def purge_routing_events(days: int | None = None) -> int:
+    """Delete routing events older than ROUTING_EVENT_RETENTION_DAYS (schedule it daily with beat)."""
+    from .events import purge_old_events
+
+    return purge_old_events(days)

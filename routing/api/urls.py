@@ -9,6 +9,7 @@ openai_urlpatterns = [
 
 api_urlpatterns = [
     path("route", views.RouteView.as_view(), name="route"),
+    path("feedback", views.FeedbackView.as_view(), name="feedback"),
 ]
 api_urlpatterns += [path("", include("labeling.api.urls"))]
 api_urlpatterns += [path("", include("knowledge.api.urls"))]

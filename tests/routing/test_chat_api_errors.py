@@ -37,10 +37,41 @@ def test_a_body_over_the_upload_limit_is_413(client, settings):
     assert "too large" in response.json()["error"]["message"]
 
 
-def test_streaming_is_refused_clearly_for_now(client):
-    response = post(client, "/v1/chat/completions", {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
-    assert response.status_code == 400
-    assert response.json()["error"]["param"] == "stream"
+def test_a_ten_megabyte_body_is_413_with_the_openai_error_keys(client):
+    response = post(client, "/v1/chat/completions", b'{"model": "auto", "messages": [{"role": "user", "content": "' + b"x" * 10_000_000 + b'"}]}')
+    assert response.status_code == 413
+    assert set(response.json()["error"]) >= {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"model": "auto", "messages": [{"role": "user", "content": 42}]}, "content must be a string or a list"),
+        ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+         "'image_url' are not supported"),
+        ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "needs a string 'text'"),
+        ({"model": "auto", "messages": [{"role": "user", "content": ["hi"]}]}, "must be an object"),
+        ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "text", "text": "  "}]}]}, "empty"),
+        ({"model": 5, "messages": [{"role": "user", "content": "hi"}]}, "model"),
+        ({"model": "auto", "stream": "yes please", "messages": [{"role": "user", "content": "hi"}]}, "stream"),
+        ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature"),
+        ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "stream_options": "usage"}, "stream_options"),
+        ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "metadata": {"conversation_id": "a b"}}, "conversation_id"),
+        ({"model": "auto", "messages": [{"content": "hi"}]}, "role"),
+    ],
+)
+def test_wrong_types_and_unsupported_content_are_400_in_openais_shape(client, body, fragment):
+    response = post(client, "/v1/chat/completions", body)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert fragment in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert set(error) >= {"message", "type", "param", "code"}
+
+
+def test_an_unknown_model_has_openais_code(client):
+    response = post(client, "/v1/chat/completions", {"model": "legal", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.json()["error"]["code"] == "model_not_found"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,299 @@
+"""``manage.py bench serving``: throughput and latency of the chat API over HTTP, against the encoder alone.
+
+The run, in one process tree:
+
+1. a data folder (a fresh temporary one, or ``--var-dir`` to reuse one) with the bundled demo
+   loaded through the real pipeline (``migrate`` + ``load_demo`` with eager Celery, in subprocesses);
+2. uvicorn serving ``switchboard.asgi`` from that folder on a free loopback port, with the
+   extractive generator and batched event writes, exactly as ``run_platform`` starts it;
+3. a warm-up, then ``concurrency`` clients (asyncio + httpx, one connection each) posting held-out
+   demo questions (split ``test``) to ``/v1/chat/completions`` for ``duration`` seconds;
+4. the server stopped, then the encoder alone in this process with the server's thread count: one
+   query at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``).
+
+The clients share the machine with the server, as they would on one box; the report says how many
+CPUs there were and the load average before the run, since other work skews every figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+READY_MARKER = ".bench-demo-ready"
+ENCODER_BATCH = 32
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(var_dir: Path, **extra: str) -> dict[str, str]:
+    root = Path(settings.BASE_DIR)
+    env = os.environ.copy()
+    env.update({
+        "VAR_DIR": str(var_dir),
+        "PYTHONPATH": os.pathsep.join([str(root / "platform"), str(root)]),
+        "DJANGO_SETTINGS_MODULE": "switchboard.settings",
+        "GENERATOR": "extractive",
+        "PYTHONUNBUFFERED": "1",
+    })
+    for name in ("DATABASE_URL", "QDRANT_URL", "QDRANT_PATH", "ROUTER_DIR", "CELERY_BROKER_URL"):
+        env.pop(name, None)  # everything lives in the bench's own data folder
+    env.update(extra)
+    return env
+
+
+def prepare_demo(var_dir: Path, say: Callable[[str], None]) -> float:
+    """Migrate and load the demo into ``var_dir`` unless a previous bench already did; returns seconds spent."""
+    if (var_dir / READY_MARKER).exists():
+        say(f"reusing the demo in {var_dir}")
+        return 0.0
+    t0 = time.monotonic()
+    root = Path(settings.BASE_DIR)
+    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0")
+    for argv in (["migrate", "--noinput"], ["load_demo"]):
+        say(f"running manage.py {' '.join(argv)} in {var_dir} ...")
+        done = subprocess.run([sys.executable, str(root / "manage.py"), *argv], cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {argv[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    (var_dir / READY_MARKER).write_text("demo loaded\n")
+    return time.monotonic() - t0
+
+
+class Server:
+    """uvicorn serving the platform from ``var_dir``, output to a log file in it; stopped on exit."""
+
+    def __init__(self, var_dir: Path, port: int, workers: int = 1):
+        self.var_dir, self.port, self.workers = var_dir, port, workers
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = var_dir / "bench-server.log"
+
+    def __enter__(self) -> Server:
+        root = Path(settings.BASE_DIR)
+        argv = [sys.executable, "-m", "uvicorn", "switchboard.asgi:application", "--host", "127.0.0.1", "--port", str(self.port),
+                "--lifespan", "off", "--timeout-graceful-shutdown", "10", "--no-access-log"]
+        if self.workers > 1:
+            argv += ["--workers", str(self.workers)]
+        self._log = self.log_path.open("w")
+        env = _env(self.var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0")
+        self.proc = subprocess.Popen(argv, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with code {self.proc.returncode}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.base}/readyz", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server was not ready within {timeout:.0f} s; see {self.log_path}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+def held_out_questions(demo_dir: Path | None = None) -> list[str]:
+    """The demo's test-split questions, less any whose text also appears in training (a few do)."""
+    path = Path(demo_dir or settings.DEMO_DIR) / "queries.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    trained = {r["text"] for r in rows if r.get("split") != "test"}
+    questions = [r["text"] for r in rows if r.get("split") == "test" and r["text"] not in trained]
+    return questions or [r["text"] for r in rows]
+
+
+def unique_question(questions: list[str], n: int, run: str) -> str:
+    """The ``n``-th question of a run, made unique with a reference number.
+
+    The encoder keeps a cache of recent vectors (passage sentences recur in every answer). Without
+    the suffix, a question asked again would be a cache hit and the bench would measure no encoder
+    work at all; with it, every request pays for its own question's embedding, as with real traffic.
+    """
+    return f"{questions[n % len(questions)]} (ref {run}-{n})"
+
+
+async def _drive(base: str, questions: list[str], concurrency: int, duration: float, model: str, run: str,
+                 min_requests: int = 0) -> dict[str, Any]:
+    """``concurrency`` clients posting unique questions for ``duration`` seconds (and at least ``min_requests``)."""
+    import httpx
+
+    latencies: list[float] = []
+    stage_ms: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    counter = iter(range(10**9))
+    sent = 0
+    deadline = time.perf_counter() + duration
+
+    def more() -> bool:
+        return time.perf_counter() < deadline or sent < min_requests
+
+    async def client() -> None:
+        nonlocal sent
+        async with httpx.AsyncClient(base_url=base, timeout=60.0, limits=httpx.Limits(max_connections=1)) as http:
+            while more():
+                sent += 1
+                question = unique_question(questions, next(counter), run)
+                body = {"model": model, "messages": [{"role": "user", "content": question}]}
+                t0 = time.perf_counter()
+                try:
+                    response = await http.post("/v1/chat/completions", json=body)
+                except httpx.HTTPError as exc:
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    continue
+                elapsed = (time.perf_counter() - t0) * 1000
+                if response.status_code != 200:
+                    errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
+                    continue
+                latencies.append(elapsed)
+                for name, value in (response.json().get("switchboard", {}).get("timings_ms") or {}).items():
+                    stage_ms.setdefault(name, []).append(float(value))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    return {"latencies": latencies, "stage_ms": stage_ms, "errors": errors, "wall": wall}
+
+
+def encoder_batches(base: str) -> dict[str, float]:
+    """Forward passes and mean texts per pass of the server's micro-batcher, from its /metrics (one process's view)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return {}
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name.startswith("switchboard_encoder_batch_size")}
+    passes = values.get("switchboard_encoder_batch_size_count", 0.0)
+    return {"forward_passes": passes, "mean_batch": round(values.get("switchboard_encoder_batch_size_sum", 0.0) / passes, 2) if passes else 0.0}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int | None = None) -> dict[str, float]:
+    """Queries per second of the bare encoder: one query at a time, and batches of 32."""
+    from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
+
+    # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
+    encoder = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads() if threads is None else threads)
+    encoder.encode(questions[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        encoder.encode([questions[n % len(questions)]])
+        n += 1
+    single = n / (time.perf_counter() - t0)
+    n, i, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batch = [questions[(i + j) % len(questions)] for j in range(ENCODER_BATCH)]
+        encoder.encode(batch, batch_size=ENCODER_BATCH)
+        n += ENCODER_BATCH
+        i += ENCODER_BATCH
+    batched = n / (time.perf_counter() - t0)
+    return {"encoder_rps_single": round(single, 1), "encoder_rps_batched": round(batched, 1)}
+
+
+def _serving_threads() -> int:
+    from sbcommon.encoders import serving_threads
+
+    return serving_threads()
+
+
+def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
+                  model: str = "auto", encoder_seconds: float = 8.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the serving benchmark (see the module docstring) and return its report."""
+    if concurrency < 1 or duration <= 0:
+        raise ValueError("concurrency must be at least 1 and duration positive")
+    folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    demo_s = prepare_demo(folder, say)
+    questions = held_out_questions()
+    port = _free_port()
+    with Server(folder, port, workers=workers) as server:
+        say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
+        server.wait_ready()
+        # The warm-up asks every held-out question once at least, so the passages they retrieve are in
+        # the encoder's sentence cache, as in a server that has been up for a while.
+        say(f"warming up: {warmup:.0f} s and every held-out question once ({len(questions)}) ...")
+        warm = asyncio.run(_drive(server.base, questions, concurrency, warmup, model, "warm", min_requests=len(questions)))
+        if not warm["latencies"]:
+            raise RuntimeError(f"no successful request during the warm-up: {warm['errors']}; see {server.log_path}")
+        say(f"driving {concurrency} concurrent clients for {duration:.0f} s ...")
+        load_during = os.getloadavg()
+        run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
+        batches = encoder_batches(server.base)
+    say(f"measuring the encoder alone ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
+    encoder = encoder_throughput(questions, seconds=encoder_seconds)
+    latencies = run["latencies"]
+    rps = len(latencies) / run["wall"]
+    report: dict[str, Any] = {
+        "rps": round(rps, 1),
+        "p50_ms": round(_percentile(latencies, 50), 1),
+        "p95_ms": round(_percentile(latencies, 95), 1),
+        "p99_ms": round(_percentile(latencies, 99), 1),
+        "errors": sum(run["errors"].values()),
+        **encoder,
+        "concurrency": concurrency,
+        "duration_s": round(run["wall"], 1),
+        "requests": len(latencies),
+        "warmup_requests": len(warm["latencies"]),
+        "warmup_errors": warm["errors"],
+        "error_kinds": run["errors"],
+        "model": model,
+        "server_processes": workers,
+        "torch_threads": settings.TORCH_THREADS,
+        "encoder_threads": _serving_threads(),
+        "encoder_max_batch": settings.ENCODER_MAX_BATCH,
+        "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
+        "server_encoder_batches": batches,
+        "stage_p50_ms": {name: round(statistics.median(values), 2) for name, values in sorted(run["stage_ms"].items())},
+        "cpus": os.cpu_count(),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_during": [round(x, 2) for x in load_during],
+        "demo_load_s": round(demo_s, 1),
+        "var_dir": str(folder),
+    }
+    single, batched = report["encoder_rps_single"], report["encoder_rps_batched"]
+    report["targets"] = {
+        "rps >= 3 x encoder_rps_single": rps >= 3 * single,
+        "rps >= 0.7 x encoder_rps_batched": rps >= 0.7 * batched,
+        "p99_ms <= 4 x p50_ms": report["p99_ms"] <= 4 * report["p50_ms"],
+        "errors == 0": report["errors"] == 0,
+    }
+    return report

@@ -1,0 +1,166 @@
+"""The micro-batching encoder: concurrent one-text calls share forward passes, with unchanged results."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from sbcommon.encoders import MicroBatchingEncoder, SentenceTransformerEncoder
+
+
+class CountingEncoder:
+    """A stand-in model: deterministic vectors per text, a fixed cost per pass, and a pass log."""
+
+    name = "counting"
+    dimension = 8
+
+    def __init__(self, delay: float = 0.02, fail_on: str | None = None):
+        self.delay = delay
+        self.fail_on = fail_on
+        self.passes: list[int] = []
+        self._lock = threading.Lock()
+
+    def vector(self, text: str) -> np.ndarray:
+        digest = hashlib.sha256(text.encode()).digest()[: self.dimension]
+        v = np.frombuffer(digest, dtype=np.uint8).astype(np.float32) + 1
+        return v / np.linalg.norm(v)
+
+    def encode(self, texts, batch_size=64):
+        with self._lock:
+            time.sleep(self.delay)
+            self.passes.append(len(texts))
+        if self.fail_on is not None and self.fail_on in texts:
+            raise RuntimeError("model exploded")
+        return np.stack([self.vector(t) for t in texts])
+
+
+def _concurrently(encoder, texts: list[str]) -> list[np.ndarray]:
+    barrier = threading.Barrier(len(texts))
+
+    def one(text):
+        barrier.wait()
+        return encoder.encode([text])[0]
+
+    with ThreadPoolExecutor(len(texts)) as pool:
+        return list(pool.map(one, texts))
+
+
+def test_concurrent_single_calls_share_forward_passes_and_get_their_own_rows():
+    inner = CountingEncoder()
+    batched = MicroBatchingEncoder(inner, max_batch=32, max_wait_ms=5)
+    texts = [f"question {i}" for i in range(16)]
+    rows = _concurrently(batched, texts)
+    batched.close()
+    assert sum(inner.passes) == 16
+    assert len(inner.passes) <= 4, inner.passes  # 16 callers, a handful of passes, not 16
+    assert max(inner.passes) >= 4
+    for text, row in zip(texts, rows, strict=True):
+        np.testing.assert_array_equal(row, inner.vector(text))
+
+
+def test_a_batch_never_exceeds_max_batch():
+    inner = CountingEncoder(delay=0.03)
+    batched = MicroBatchingEncoder(inner, max_batch=4, max_wait_ms=20)
+    _concurrently(batched, [f"q{i}" for i in range(12)])
+    batched.close()
+    assert max(inner.passes) <= 4
+    assert sum(inner.passes) == 12
+
+
+def test_multi_text_calls_bypass_the_batcher():
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=32, max_wait_ms=5)
+    out = batched.encode(["a", "b", "c"])
+    assert inner.passes == [3]
+    assert batched.forward_passes == 0
+    assert batched._thread is None
+    assert out.shape == (3, 8)
+
+
+def test_an_exception_reaches_every_caller_of_the_failed_pass_and_the_batcher_survives():
+    inner = CountingEncoder(delay=0.05, fail_on="boom")
+    batched = MicroBatchingEncoder(inner, max_batch=32, max_wait_ms=30)
+    barrier = threading.Barrier(3)
+    outcomes: dict[str, object] = {}
+
+    def one(text):
+        barrier.wait()
+        try:
+            outcomes[text] = batched.encode([text])
+        except RuntimeError as exc:
+            outcomes[text] = exc
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in ("boom", "x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    failed = [t for t, o in outcomes.items() if isinstance(o, RuntimeError)]
+    assert "boom" in failed
+    # The batcher lives on: the next call is answered.
+    np.testing.assert_array_equal(batched.encode(["after"])[0], inner.vector("after"))
+    batched.close()
+
+
+def test_close_stops_the_thread_and_later_calls_still_work():
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=8, max_wait_ms=1)
+    batched.encode(["warm"])
+    thread = batched._thread
+    assert thread is not None
+    assert thread.is_alive()
+    batched.close()
+    assert not thread.is_alive()
+    np.testing.assert_array_equal(batched.encode(["late"])[0], inner.vector("late"))
+    assert batched._thread is thread  # no new thread after close
+
+
+def test_the_cache_answers_repeated_texts_without_a_forward_pass_and_stays_bounded():
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=1, cache_size=2)
+    batched.encode(["a", "b"])
+    batched.encode(["a", "b"])
+    assert inner.passes == [2]
+    batched.encode(["c"])  # evicts the least recently used ("a")
+    batched.encode(["a"])
+    assert inner.passes == [2, 1, 1]
+    assert len(batched._cache) == 2
+
+
+def test_real_encoder_batched_vectors_equal_unbatched(encoder):
+    inner = encoder.inner if isinstance(encoder, MicroBatchingEncoder) else encoder
+    assert isinstance(inner, SentenceTransformerEncoder)
+    texts = ["How do I renew my driver license?", "When can I claim retirement benefits?",
+             "student loan forgiveness", "VA disability compensation rates for 2024 and how to apply online"]
+    batched = MicroBatchingEncoder(inner, max_batch=8, max_wait_ms=50)
+    rows = _concurrently(batched, texts)
+    batched.close()
+    assert batched.forward_passes < len(texts)
+    for text, row in zip(texts, rows, strict=True):
+        np.testing.assert_allclose(row, inner.encode([text])[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("wait_ms", [0, 2])
+def test_a_lone_call_waits_at_most_about_max_wait(wait_ms):
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=32, max_wait_ms=wait_ms)
+    batched.encode(["warm"])
+    t0 = time.perf_counter()
+    batched.encode(["alone"])
+    elapsed_ms = (time.perf_counter() - t0) * 1000
+    batched.close()
+    assert elapsed_ms < wait_ms + 500  # generous: the machine is shared; the point is no blocking wait
+
+
+def test_bulk_calls_skip_the_cache():
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=8, cache_size=1000)
+    texts = [f"doc {i}" for i in range(batched.BULK_TEXTS + 1)]
+    batched.encode(texts)
+    assert len(batched._cache) == 0
+    assert inner.passes == [len(texts)]

@@ -1,0 +1,58 @@
+"""``bench serving``: the client loop, the figures it reports, and (slow) a real run against the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from routing.bench_serving import _drive, _percentile, bench_serving, held_out_questions, unique_question
+
+
+def test_every_request_sends_a_question_the_encoder_cache_has_never_seen():
+    questions = ["a?", "b?"]
+    sent = [unique_question(questions, n, "run") for n in range(6)]
+    assert len(set(sent)) == 6
+    assert sent[0].startswith("a? ")
+    assert sent[1].startswith("b? ")
+
+
+def test_held_out_questions_are_the_demo_test_split():
+    rows = [json.loads(line) for line in open("demo/queries.jsonl")]
+    questions = held_out_questions()
+    assert questions
+    assert set(questions) <= {r["text"] for r in rows if r["split"] == "test"}
+    assert not set(questions) & {r["text"] for r in rows if r["split"] != "test"}
+
+
+def test_percentiles_are_nearest_rank():
+    values = list(range(1, 101))
+    assert _percentile(values, 50) in (50, 51)
+    assert _percentile(values, 99) == 99
+    assert _percentile([7.0], 95) == 7.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_client_loop_counts_refused_requests_as_errors_by_status(live_server):
+    # No router is trained in the test database: every chat request is a clean 503.
+    run = asyncio.run(_drive(live_server.url, ["hello?"], concurrency=2, duration=0.3, model="auto", run="t", min_requests=3))
+    assert run["latencies"] == []
+    assert set(run["errors"]) == {"503"}
+    assert sum(run["errors"].values()) >= 3
+
+
+def test_bad_parameters_are_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="concurrency"):
+        bench_serving(concurrency=0)
+
+
+@pytest.mark.slow
+def test_a_short_real_run_reports_the_figures(tmp_path):
+    report = bench_serving(concurrency=4, duration=5, warmup=1, var_dir=str(tmp_path), encoder_seconds=2, say=lambda _: None)
+    for name in ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched"):
+        assert name in report
+    assert report["errors"] == 0
+    assert report["rps"] > 0
+    assert report["p50_ms"] <= report["p99_ms"]
+    assert set(report["stage_p50_ms"]) >= {"embed_ms", "route_ms", "retrieve_ms", "generate_ms"}
