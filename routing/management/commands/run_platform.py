@@ -212,6 +212,9 @@ class Command(BaseCommand):
         sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
                              "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"])
         if not options["no_beat"]:
+            from django.core.management import call_command  # the default scheduled jobs (routing.experiments), created once
+
+            call_command("ensure_schedules", verbosity=0)
             sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
                                "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")])
 

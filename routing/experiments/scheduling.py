@@ -1,0 +1,148 @@
+"""Scheduled jobs: what beat fires, how a firing is claimed once, and the default schedules.
+
+Beat sends ``experiments.fire_schedule(name)``; that task claims the row ``ScheduledRun(task=name,
+slot=<the period it belongs to>)`` (unique: a second firing in the same period, from a duplicated
+beat or a redelivered message, finds it taken and does nothing) and enqueues one Job through
+``enqueue_once`` (one active job per schedule name), which a worker runs with ``run_job`` (acks late:
+a worker killed mid-job gets the message again and ``claim`` lets it resume). The Job row records
+the outcome, shown on the jobs page and next to the schedule in the console.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery.schedules import crontab
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from jobs.models import Job
+from jobs.services import enqueue_once
+
+from .models import ScheduledRun
+
+TASK_NAME = "experiments.fire_schedule"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A default schedule: its crontab (minute hour day_of_month month_of_year day_of_week) and what it does."""
+
+    name: str
+    title: str
+    cron: str
+    description: str
+
+
+DEFAULTS: tuple[Schedule, ...] = (
+    Schedule("retrain_router", "Retrain the router", "0 3 * * 1", "Weekly: train on reviewed labels; activate only if it beats the active router on the same held-out set."),
+    Schedule("recluster", "Re-cluster the query log", "0 4 1 * *", "Monthly: cluster recent queries into proposals to review; uncovered dense clusters become proposals."),
+    Schedule("refresh_knowledge", "Refresh knowledge bases", "30 2 * * *", "Nightly: index every document whose content changed or never indexed."),
+    Schedule("nightly_evaluation", "Nightly evaluation", "0 1 * * *", "Router accuracy on held-out reviewed questions, traffic shares and online rates, stored over time."),
+    Schedule("drift_check", "Drift check", "0 5 * * *", "Daily: recent questions against the router's training distribution."),
+    Schedule("load_check", "Load alarm check", "15 * * * *", "Hourly: an expert above ROUTER_ALARM_SHARE of a week's traffic raises an alarm."),
+    Schedule("srm_check", "Experiment SRM check", "45 * * * *", "Hourly: sample-ratio mismatch of running experiments."),
+    Schedule("event_retention", "Routing event retention", "30 0 * * *", "Daily: delete routing events older than ROUTING_EVENT_RETENTION_DAYS."),
+)
+BY_NAME = {s.name: s for s in DEFAULTS}
+
+
+class InvalidCrontab(ValueError):
+    """A crontab expression celery cannot parse; ``field`` names the part that is wrong."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+
+
+def validate_crontab(**parts: str) -> dict[str, str]:
+    """Check each crontab field with celery's own parser (``celery.schedules.crontab``); returns the cleaned fields.
+
+    Raises:
+        InvalidCrontab: naming the first field celery rejects.
+    """
+    cleaned = {}
+    for name in CRON_FIELDS:
+        value = (parts.get(name) or "*").strip()
+        if not value or any(c.isspace() for c in value):
+            raise InvalidCrontab(f"{name.replace('_', ' ')}: one expression without spaces (e.g. '*', '0', '*/15', '1-5')", name)
+        try:
+            crontab(**{name: value})
+        except (ValueError, TypeError, IndexError) as exc:
+            raise InvalidCrontab(f"{name.replace('_', ' ')} {value!r} is not a valid crontab field: {exc}", name) from exc
+        cleaned[name] = value
+    return cleaned
+
+
+def parse_cron(expr: str) -> dict[str, str]:
+    parts = expr.split()
+    if len(parts) != 5:
+        raise InvalidCrontab(f"a crontab has 5 fields (minute hour day-of-month month day-of-week); got {len(parts)}", "minute")
+    return validate_crontab(**dict(zip(CRON_FIELDS, parts, strict=True)))
+
+
+def ensure_schedules(timezone_name: str = "UTC") -> list[tuple[str, bool]]:
+    """Create the default PeriodicTasks that do not exist yet (idempotent; edited schedules are left alone)."""
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    out = []
+    for s in DEFAULTS:
+        if PeriodicTask.objects.filter(name=f"switchboard:{s.name}").exists():
+            out.append((s.name, False))
+            continue
+        cron, _ = CrontabSchedule.objects.get_or_create(**parse_cron(s.cron), timezone=timezone_name)
+        PeriodicTask.objects.get_or_create(
+            name=f"switchboard:{s.name}",
+            defaults={"task": TASK_NAME, "crontab": cron, "kwargs": json.dumps({"name": s.name}), "description": s.description},
+        )
+        out.append((s.name, True))
+    return out
+
+
+# --- firing ----------------------------------------------------------------------------------------
+
+def slot_for(now: Any, slot_seconds: int) -> str:
+    """The period a firing belongs to: the time floored to ``slot_seconds`` (a minute by default, cron's granularity)."""
+    stamp = int(now.timestamp()) // max(1, slot_seconds) * max(1, slot_seconds)
+    return str(stamp)
+
+
+def fire(name: str, *, slot_seconds: int = 60, now: Any = None) -> Job | None:
+    """Claim this period's firing of schedule ``name`` and enqueue its job; None when already claimed.
+
+    Raises:
+        KeyError: an unknown schedule name (a PeriodicTask edited by hand to something we do not run).
+    """
+    from . import tasks  # imports .jobs, which fills WORK
+
+    if name not in WORK:
+        raise KeyError(f"unknown schedule {name!r}")
+    slot = slot_for(now or timezone.now(), slot_seconds)
+    schedule = BY_NAME.get(name)
+    # The claim and the job commit together: a worker killed in between leaves neither, and the
+    # redelivered message (acks late) claims the period again.
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                run = ScheduledRun.objects.create(task=name, slot=slot)
+        except IntegrityError:
+            return None
+        job = enqueue_once(f"scheduled_{name}", f"scheduled:{name}", schedule.title if schedule else name, tasks.run_scheduled, {"schedule": name, "slot": slot})
+        run.job = job
+        run.save(update_fields=["job"])
+    return job
+
+
+def last_outcome(name: str) -> Job | None:
+    """The most recent job of schedule ``name`` (its status, result or error)."""
+    return Job.objects.filter(kind=f"scheduled_{name}").order_by("-created_at", "-id").first()
+
+
+# The work of each schedule: (job, reporter) -> result dict. Filled in by ``routing.experiments.jobs``.
+WORK: dict[str, Callable[[Job, Any], dict[str, Any] | None]] = {}

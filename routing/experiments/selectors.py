@@ -1,0 +1,90 @@
+"""Reads for the console: schedules with their last outcome, versions per expert, recent reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.http import Http404
+
+from experts.models import ExpertVersion
+from jobs.models import Job
+
+from . import scheduling
+from .models import DriftReport, EvaluationSnapshot
+
+
+@dataclass
+class ScheduleRow:
+    """One periodic task as the console shows it."""
+
+    task: Any
+    name: str
+    title: str
+    description: str
+    crontab: dict[str, str]
+    last_job: Job | None
+    form: Any = None
+
+
+def _schedule_name(task: Any) -> str:
+    try:
+        return json.loads(task.kwargs or "{}").get("name", "")
+    except (TypeError, ValueError):
+        return ""
+
+
+def schedule_rows(invalid: dict[int, Any] | None = None) -> list[ScheduleRow]:
+    from django_celery_beat.models import PeriodicTask
+
+    rows = []
+    for task in PeriodicTask.objects.select_related("crontab", "interval").order_by("name"):
+        name = _schedule_name(task) if task.task == scheduling.TASK_NAME else ""
+        default = scheduling.BY_NAME.get(name)
+        cron = task.crontab
+        fields = {f: getattr(cron, f) for f in scheduling.CRON_FIELDS} if cron else {}
+        form = (invalid or {}).get(task.pk)
+        if form is not None:  # show what was typed, next to its errors
+            fields = {f: form.data.get(f, "") for f in scheduling.CRON_FIELDS}
+        rows.append(ScheduleRow(
+            task=task, name=name, title=default.title if default else task.name, description=task.description or (default.description if default else ""),
+            crontab=fields, last_job=scheduling.last_outcome(name) if name else None, form=form,
+        ))
+    return rows
+
+
+def periodic_task_or_404(pk: int) -> Any:
+    from django_celery_beat.models import PeriodicTask
+
+    task = PeriodicTask.objects.filter(pk=pk).first()
+    if task is None:
+        raise Http404("no such schedule")
+    return task
+
+
+@transaction.atomic
+def save_crontab(task: Any, data: dict[str, Any]) -> None:
+    """Point the task at the (shared) CrontabSchedule row with these fields and set its enabled flag."""
+    from django_celery_beat.models import CrontabSchedule
+
+    tz = task.crontab.timezone if task.crontab else "UTC"
+    cron, _ = CrontabSchedule.objects.get_or_create(timezone=tz, **{f: data[f] for f in scheduling.CRON_FIELDS})
+    task.crontab, task.interval, task.enabled = cron, None, bool(data.get("enabled"))
+    task.save()
+
+
+def experts_with_versions(experts: Any) -> list[tuple[str, list[int]]]:
+    versions: dict[str, list[int]] = {}
+    for slug, number in ExpertVersion.objects.filter(expert__in=experts).order_by("expert__slug", "version").values_list("expert__slug", "version"):
+        versions.setdefault(slug, []).append(number)
+    return sorted(versions.items())
+
+
+def recent_drift_reports(limit: int = 10) -> list[DriftReport]:
+    return list(DriftReport.objects.all()[:limit])
+
+
+def recent_snapshots(limit: int = 14) -> list[EvaluationSnapshot]:
+    return list(EvaluationSnapshot.objects.all()[:limit])

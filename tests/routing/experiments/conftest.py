@@ -1,0 +1,39 @@
+"""Fixtures of the experiments tests: experts with versions, router versions, events with feedback."""
+
+from __future__ import annotations
+
+import pytest
+
+from experts.models import Expert, ExpertVersion
+from routing.models import RouterVersion
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
+
+
+@pytest.fixture
+def expert(db):
+    """An expert with an active v1 and a candidate v2."""
+    e = Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    ExpertVersion.objects.create(expert=e, version=1, status="active", system_prompt="v1")
+    ExpertVersion.objects.create(expert=e, version=2, status="candidate", system_prompt="v2")
+    return e
+
+
+@pytest.fixture
+def lonely_expert(db):
+    e = Expert.objects.create(slug="ssa", name="Social Security")
+    ExpertVersion.objects.create(expert=e, version=1, status="active")
+    return e
+
+
+@pytest.fixture
+def routers(db):
+    return [
+        RouterVersion.objects.create(version=n, path=f"/nowhere/v{n}", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint=str(n), is_active=n == 1)
+        for n in (1, 2)
+    ]

@@ -1,0 +1,115 @@
+"""The console pages of experiments, schedules and alarms: rendering, refusals with reasons, access rules."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django_celery_beat.models import PeriodicTask
+
+from routing.experiments import services
+from routing.experiments.models import Alarm, Experiment
+
+from .conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client, staff):
+    client.login(username=staff.username, password=PASSWORD)
+    return client
+
+
+FORM = {"kind": "expert", "expert": "dmv", "control_version": 1, "treatment_version": 2, "split": 0.5, "unit": "conversation",
+        "primary_metric": "thumbs_up_rate", "design": "sequential", "baseline": 0.6, "min_effect": 0.05, "alpha": 0.05, "power": 0.8}
+
+
+def test_creating_an_experiment_shows_the_power_calculation(admin_client, expert):
+    response = admin_client.post(reverse("console-experiments"), FORM)
+    exp = Experiment.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console-experiment", args=[exp.pk])
+    page = admin_client.get(response["Location"]).content.decode()
+    assert "4129 control and 4129 treatment" in page
+    assert "Start" in page
+
+
+def test_a_0_100_split_is_a_field_error(admin_client, expert):
+    response = admin_client.post(reverse("console-experiments"), {**FORM, "split": 1})
+    assert response.status_code == 400
+    assert "strictly between 0 and 1" in response.content.decode()
+    assert not Experiment.objects.exists()
+
+
+def test_an_expert_with_one_version_is_refused_in_the_form(admin_client, lonely_expert):
+    response = admin_client.post(reverse("console-experiments"), {**FORM, "expert": "ssa", "treatment_version": 1})
+    assert response.status_code == 400
+    assert "needs two to compare" in response.content.decode()
+
+
+def test_promoting_with_too_little_data_is_refused_with_the_reason(admin_client, expert):
+    exp = services.start(services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2, design="fixed"))
+    response = admin_client.post(reverse("console-experiment-action", args=[exp.pk, "promote"]))
+    assert response.status_code == 400
+    assert "too little data" in response.content.decode()
+    assert Experiment.objects.get(pk=exp.pk).status == "running"
+
+
+def test_a_team_outsider_cannot_see_a_team_experts_experiment(client, django_user_model, expert):
+    from django.contrib.auth.models import Group
+
+    expert.team = Group.objects.create(name="dmv-team")
+    expert.save()
+    exp = services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2)
+    django_user_model.objects.create_user("stranger", "s@example.com", PASSWORD)
+    client.login(username="stranger", password=PASSWORD)
+    assert client.get(reverse("console-experiment", args=[exp.pk])).status_code == 404
+    assert exp.name not in client.get(reverse("console-experiments")).content.decode()
+
+
+def test_schedules_page_lists_and_edits_with_validation(admin_client):
+    call_command("ensure_schedules", verbosity=0)
+    assert "Retrain the router" in admin_client.get(reverse("console-schedules")).content.decode()
+    task = PeriodicTask.objects.get(name="switchboard:retrain_router")
+    url = reverse("console-schedule-edit", args=[task.pk])
+    bad = admin_client.post(url, {"minute": "61", "hour": "3", "day_of_month": "*", "month_of_year": "*", "day_of_week": "1", "enabled": "on"})
+    assert bad.status_code == 400
+    assert "Invalid end range" in bad.content.decode()
+    good = admin_client.post(url, {"minute": "30", "hour": "2", "day_of_month": "*", "month_of_year": "*", "day_of_week": "0"})
+    assert good.status_code == 302
+    task.refresh_from_db()
+    assert (task.crontab.minute, task.crontab.hour, task.crontab.day_of_week, task.enabled) == ("30", "2", "0", False)
+
+
+def test_a_non_staff_user_cannot_edit_a_schedule(client, owner):
+    call_command("ensure_schedules", verbosity=0)
+    client.login(username=owner.username, password=PASSWORD)
+    task = PeriodicTask.objects.first()
+    assert client.post(reverse("console-schedule-edit", args=[task.pk]), {"minute": "1"}).status_code == 403
+
+
+def test_alarms_page_shows_the_proposal_and_acknowledges(admin_client):
+    alarm = services.raise_alarm("load", "load:dmv", "dmv", "Expert dmv answered 80% of requests", "Split dmv: re-cluster its traffic")
+    page = admin_client.get(reverse("console-alarms")).content.decode()
+    assert "Split dmv: re-cluster its traffic" in page
+    assert admin_client.post(reverse("console-alarm-ack", args=[alarm.pk])).status_code == 302
+    assert Alarm.objects.get(pk=alarm.pk).status == "acknowledged"
+
+
+def test_the_detail_page_shows_rates_latency_srm_and_the_decision(admin_client, expert):
+    from routing.models import Feedback, RoutingEvent
+
+    exp = services.start(services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2))
+    for arm, ups in (("control", 60), ("treatment", 90)):
+        ids = [f"{arm}-{i}" for i in range(120)]
+        RoutingEvent.objects.bulk_create([RoutingEvent(request_id=r, mode="auto", expert="dmv", experiment_id=exp.pk, arm=arm, conversation_id=r, total_ms=120.0 + i % 5, fallback_used=i < 6) for i, r in enumerate(ids)])
+        Feedback.objects.bulk_create([Feedback(request_id=r, rating=1 if i < ups else -1) for i, r in enumerate(ids)])
+    page = admin_client.get(reverse("console-experiment", args=[exp.pk])).content.decode()
+    assert "0.500" in page  # control thumbs-up rate
+    assert "0.750" in page  # treatment
+    assert "6/120" in page  # fallback guardrail counts, read as a rate
+    assert "p50 122.0" in page  # latency guardrail, read as a mean
+    assert "(no mismatch)" in page
+    outcome = services.read(exp)["decision"]["outcome"]
+    assert f'id="decision-outcome"><strong>{outcome}</strong>' in page

@@ -1,0 +1,91 @@
+"""Scheduled retraining activates a new router only when it beats the active one on the same held-out split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experts.models import Expert
+from routing import services
+from routing.models import RouterVersion
+
+pytestmark = pytest.mark.django_db
+
+
+class FakeEncoder:
+    name = "fake"
+
+    def encode(self, texts, batch_size=64):
+        return np.zeros((len(texts), 16), dtype=np.float32)
+
+
+@pytest.fixture
+def labelled(settings, tmp_path, monkeypatch):
+    """A promoted run of two experts whose embeddings are cached (separable: any router gets them all right)."""
+    from labeling.choices import ProposalStatus, RunStatus
+    from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
+    from sbcommon.hashing import text_hash
+
+    settings.ROUTER_DIR = tmp_path
+    monkeypatch.setattr("labeling.services.get_encoder", lambda *a, **k: FakeEncoder())
+    rng = np.random.default_rng(0)
+    run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=2, fingerprint="t", status=RunStatus.PROMOTED)
+    for index, slug in enumerate(["dmv", "ssa"]):
+        expert = Expert.objects.create(slug=slug, name=slug)
+        proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
+        for j in range(30):
+            text = f"{slug} question {j}"
+            v = np.zeros(16, dtype=np.float32)
+            v[index] = 1.0
+            v += 0.1 * rng.normal(size=16).astype(np.float32)
+            v /= np.linalg.norm(v)
+            q = Query.objects.create(text=text, text_hash=text_hash(text), row_hash=text_hash("r" + text), source="t")
+            Embedding.objects.create(model=settings.EMBEDDING_MODEL, text_hash=q.text_hash, vector=v.astype("<f4").tobytes())
+            Assignment.objects.create(run=run, query=q, topic=index, proposal=proposal)
+    return run
+
+
+PARAMS = {"epochs": 3, "seed": 0, "hidden_dim": 128}
+
+
+def test_the_first_router_activates_even_under_the_if_better_policy(labelled):
+    version = services.train_router_from_labels(PARAMS, activate="if_better")
+    assert version.is_active
+    assert version.metrics["activation"]["reason"] == "no active router"
+
+
+def test_a_router_that_does_not_beat_the_active_one_is_kept_as_a_candidate_with_the_reason(labelled):
+    first = services.train_router_from_labels(PARAMS)
+    second = services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
+    assert not second.is_active
+    assert RouterVersion.objects.get(is_active=True).pk == first.pk
+    verdict = second.metrics["activation"]
+    # Both separate the two experts perfectly on the same held-out questions: equal is not better.
+    assert verdict["candidate_accuracy"] == verdict["active_accuracy"] == 1.0
+    assert "kept as a candidate" in verdict["reason"]
+    assert f"active v{first.version}" in verdict["reason"]
+    # Rerunning on the same data finds the candidate instead of training a third router.
+    again = services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
+    assert again.pk == second.pk
+    assert RouterVersion.objects.count() == 2
+
+
+def test_the_default_policy_still_activates_every_new_router(labelled):
+    services.train_router_from_labels(PARAMS)
+    second = services.train_router_from_labels({**PARAMS, "seed": 1})
+    assert second.is_active
+
+
+def test_a_router_experiment_scores_both_arms_on_the_reviewed_questions(labelled):
+    from labeling.models import Assignment, ReviewDecision
+    from routing.experiments import services as experiments
+
+    services.train_router_from_labels(PARAMS)
+    services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
+    for i, a in enumerate(Assignment.objects.select_related("proposal__expert")[:10]):
+        ReviewDecision.objects.create(request_id=f"r{i}", reason="low_confidence", routed_expert="", expert=a.proposal.expert, query_id=a.query_id)
+    exp = experiments.create_experiment(kind="router", control_version=1, treatment_version=2)
+    offline = experiments.offline_metrics(exp)
+    assert offline["control"]["n"] == offline["treatment"]["n"] == 10
+    assert offline["control"]["accuracy"] == 1.0
+    assert offline["treatment"]["accuracy"] == 1.0
