@@ -4,7 +4,9 @@ The kind of a file is read from its bytes, not its name: a PDF starts with ``%PD
 ZIP holding ``word/document.xml``, text is text (no NUL bytes, decodable), and among texts JSON
 Lines, HTML and Markdown are told apart by their content (the name only breaks a tie between
 Markdown and plain text). So a binary renamed ``.txt`` is refused, and an HTML page saved as
-``.txt`` is still stripped of its scripts.
+``.txt`` is still stripped of its scripts. A name that promises a binary format the content is
+not (a text or HTML file named ``.pdf`` or ``.docx``) is refused: it was mislabelled, or made to
+look like something else. HTML goes through nh3 (``sbcommon.sanitize``) before its text is taken.
 
 Everything here is pure (no Django): bytes in, ``DocumentInput`` rows out, ``ParseError`` with a
 sentence a person can act on when a file cannot be used.
@@ -21,6 +23,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
+
+from sbcommon.sanitize import clean_structure
 
 KINDS = ("text", "markdown", "html", "pdf", "docx", "jsonl")
 SNIFF_BYTES = 8192
@@ -96,12 +100,26 @@ def decode_text(data: bytes) -> str:
         return data.decode("cp1252", errors="replace")
 
 
+# Extensions that promise a binary format: content of another kind under these names is refused.
+_BINARY_SUFFIXES = {".pdf": "pdf", ".docx": "docx"}
+
+
 def sniff(data: bytes, filename: str = "", complete: bool = True) -> str:
     """The kind of file ``data`` is (one of ``KINDS``), from its content; ``ParseError`` if it is none of them.
 
     With ``complete=False`` ``data`` is only the file's first bytes: a ZIP is then taken for a
     .docx until the whole file is parsed.
     """
+    kind = _sniff_content(data, filename, complete)
+    suffix = PurePath(filename).suffix.lower()
+    promised = _BINARY_SUFFIXES.get(suffix)
+    if promised is not None and kind != promised:
+        what = {"text": "plain text", "markdown": "Markdown text", "html": "an HTML page", "jsonl": "JSON Lines", "pdf": "a PDF", "docx": "a Word document"}[kind]
+        raise ParseError(f"the file is named {suffix} but its content is {what}; rename it to match what it holds")
+    return kind
+
+
+def _sniff_content(data: bytes, filename: str, complete: bool) -> str:
     head = data[:SNIFF_BYTES]
     if not data or (complete and not data.strip()):
         raise ParseError("the file is empty")
@@ -162,6 +180,7 @@ def parse_text(text: str, filename: str) -> tuple[str, str]:
     return _first_line_title(text, _stem(filename)), text
 
 
+_ACTIVE_BLOCKS = re.compile(r"<(script|style|iframe|object|embed|template|noscript)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.S | re.I)
 _MD_FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
 
 
@@ -178,6 +197,7 @@ def parse_markdown(text: str, filename: str) -> tuple[str, str, dict[str, str]]:
         text = text[match.end():]
     text = re.sub(r"!\[([^\]]*)\]\([^)]*\)", r"\1", text)  # images: their alt text
     text = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", text)  # links: their text
+    text = _ACTIVE_BLOCKS.sub("", text)  # inline scripts and styles go with their content
     text = re.sub(r"<[^>\n]+>", "", text)  # inline HTML tags
     text = re.sub(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", r"\2", text)
     text = re.sub(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\w)", r"\1", text)
@@ -197,6 +217,8 @@ def parse_html(html: str, filename: str) -> tuple[str, str, str]:
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     canonical = soup.find("link", rel="canonical")
     url = str(canonical.get("href") or "") if canonical else ""
+    # nh3 first: scripts, styles, event handlers and embeds go with their content; the structure stays.
+    soup = BeautifulSoup(clean_structure(str(soup.body or soup)), "lxml")
     for tag in soup(_DROP_TAGS):
         tag.decompose()
     for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):

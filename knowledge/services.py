@@ -564,7 +564,7 @@ def search_collections(store: VectorStore, weights: dict[str, float], dense: lis
 
 
 def search_experts(experts: list[Expert], question: str, limit: int = 5, weights: list[float] | None = None, query_vector: list[float] | None = None,
-                   *, method: str = "hybrid", flat: bool = False) -> list[Hit]:
+                   *, method: str = "hybrid", flat: bool = False, allowed: set[str] | None = None) -> list[Hit]:
     """Search the chosen experts' collections as one, each weighted by the router's confidence in it.
 
     Scores are made comparable across collections by ranking every candidate globally (dense
@@ -583,6 +583,8 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
         query_vector: the question's embedding if the caller has it already.
         method: "hybrid", "dense" or "sparse".
         flat: ignore the routing and search every active expert's collection as one (for comparison).
+        allowed: the only expert slugs the caller may read (an API key's scope): widening never
+            reaches past them. None: every active expert.
     """
     if flat:
         experts, weights = list(active_experts()), None
@@ -592,7 +594,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     names = {collection_name(e): e for e in experts}
     others: list[Expert] = []
     if weights is not None and sum(max(0.0, w) for w in weights) < widen_below():
-        others = [e for e in active_experts() if collection_name(e) not in names]
+        others = [e for e in active_experts() if collection_name(e) not in names and (allowed is None or e.slug in allowed)]
     plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below())
     everyone = list(experts) + others
     method = _method_for(_models(everyone), everyone, method)

@@ -10,7 +10,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from experts.models import Expert
+from experts.access import get_expert_or_404
 from jobs.models import Job
 from sbcommon.api import ApiError
 
@@ -35,7 +35,7 @@ class DocumentListView(APIView):
 
     @extend_schema(responses={200: DocumentSerializer(many=True)})
     def get(self, request, slug: str):
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug)  # another team's expert: 404
         return Response(DocumentSerializer(selectors.documents(expert), many=True).data)
 
     @extend_schema(
@@ -48,7 +48,7 @@ class DocumentListView(APIView):
         },
     )
     def post(self, request, slug: str):
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug, edit=True)
         limit = services.max_upload_bytes()
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -72,9 +72,11 @@ class DocumentDetailView(APIView):
 
     @extend_schema(responses={200: DocumentSerializer})
     def get(self, request, slug: str, pk: int):
+        get_expert_or_404(request.user, slug)
         return Response(DocumentSerializer(get_object_or_404(Document.objects.defer("text"), pk=pk, expert__slug=slug)).data)
 
     @extend_schema(request=None, responses={202: UploadAcceptedSerializer, 404: OpenApiResponse(description="No such document.")})
     def delete(self, request, slug: str, pk: int):
+        get_expert_or_404(request.user, slug, edit=True)
         document = get_object_or_404(Document.objects.select_related("expert").defer("text"), pk=pk, expert__slug=slug)
         return _accepted(services.enqueue_delete(document, user=request.user))

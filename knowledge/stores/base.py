@@ -7,11 +7,11 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 
-@dataclass
-
 class StoreUnavailable(RuntimeError):
     """The vector store cannot be reached or answered with an error: the expert's retrieval is down."""
 
+
+@dataclass
 class PointRecord:
     """One chunk to index: id, dense vector, sparse (indices, values) and payload."""
 

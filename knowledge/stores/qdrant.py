@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import shutil
@@ -35,11 +36,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from sbcommon import faults
 
 from ..ml.index import HybridIndex, rrf_score, search_indexes
-from .base import Hit, PointRecord
+from .base import Hit, PointRecord, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,50 @@ SPARSE = "sparse"
 PREFETCH_FACTOR = 4
 HYBRID_DIR = "hybrid"
 METHODS = ("hybrid", "dense", "sparse")
+
+
+def _inject_faults(names: list[str]) -> None:
+    """Fault-injection hook (``sbcommon.faults``): the store slow or down, for everyone or for some experts' collections."""
+    for name in names:
+        faults.inject("vector_store", StoreUnavailable, expert=name.removeprefix("expert_"))
+
+
+def _check_failures(names: list[str], weights: list[float], failures: dict[str, StoreUnavailable]) -> None:
+    """A fused search survives a broken *secondary* collection (skipped, logged) but not a broken primary one.
+
+    The primary collection (highest weight: the expert the router chose first) failing raises
+    ``StoreUnavailable``, so the caller fails over to the next expert; so does every collection
+    failing. A collection searched only because the search widened to other experts does not
+    take the whole answer down with it.
+    """
+    if not failures:
+        return
+    weighted = [(w, n) for n, w in zip(names, weights, strict=True) if w > 0]
+    primary = max(weighted, key=lambda item: item[0])[1] if weighted else None
+    if primary in failures or len(failures) >= len(weighted):
+        raise failures.get(primary) or next(iter(failures.values()))
+    logger.warning("knowledge.store.collections_skipped", extra={"collections": sorted(failures)})
+
+
+def _server_errors(method):
+    """Turn a Qdrant server that cannot be reached, times out or answers 5xx into ``StoreUnavailable``.
+
+    Callers (the chat path, readiness) then degrade or fail over instead of answering 500; a 4xx
+    (our own mistake, e.g. a bad filter) stays what it is.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except UnexpectedResponse as exc:
+            if exc.status_code is not None and exc.status_code < 500:
+                raise
+            raise StoreUnavailable(f"the Qdrant server answered {exc.status_code}") from exc
+        except (ResponseHandlingException, httpx.HTTPError, ConnectionError, TimeoutError) as exc:
+            raise StoreUnavailable(f"the Qdrant server cannot be reached ({exc.__class__.__name__})") from exc
+
+    return wrapper
 
 
 def _check_method(method: str) -> None:
@@ -136,6 +185,7 @@ class ServerQdrantStore:
                 return alias.collection_name
         return None
 
+    @_server_errors
     def ensure_collection(self, name: str, dimension: int) -> None:
         if self._physical(name) is None:
             physical = f"{name}__{int(time.time() * 1000)}"
@@ -144,6 +194,7 @@ class ServerQdrantStore:
                 change_aliases_operations=[models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=physical, alias_name=name))]
             )
 
+    @_server_errors
     def replace_documents(self, name: str, documents: dict[int, list[PointRecord]]) -> None:
         # New chunks first, then the old ones go: a reader may briefly see both, never neither.
         for document_id, points in documents.items():
@@ -152,9 +203,11 @@ class ServerQdrantStore:
             keep = [p.id for p in points]
             self.client.delete(name, points_selector=models.FilterSelector(filter=_doc_filter(document_id, keep)), wait=True)
 
+    @_server_errors
     def delete_document(self, name: str, document_id: int) -> None:
         self.client.delete(name, points_selector=models.FilterSelector(filter=_doc_filter(document_id)), wait=True)
 
+    @_server_errors
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         old = self._physical(name)
         physical = f"{name}__{int(time.time() * 1000)}"
@@ -169,12 +222,15 @@ class ServerQdrantStore:
         if old is not None:
             self.client.delete_collection(old)
 
+    @_server_errors
     def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5, method: str = "hybrid") -> list[Hit]:
         _check_method(method)
+        _inject_faults([name])
         if self._physical(name) is None:
             return []
         return _hybrid_search(self.client, name, dense, sparse_indices, sparse_values, limit, method)
 
+    @_server_errors
     def search_many(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5,
                     method: str = "hybrid", weights: list[float] | None = None) -> list[Hit]:
         """Each collection's dense and sparse candidates, merged into global lists by score, fused by weighted RRF.
@@ -189,19 +245,24 @@ class ServerQdrantStore:
         pools: dict[str, list[tuple[float, str, str]]] = {"dense": [], "sparse": []}
         points: dict[tuple[str, str], models.ScoredPoint] = {}
         weight_of = dict(zip(names, weights, strict=True))
+        failures: dict[str, StoreUnavailable] = {}
+        queries = []
+        if method != "sparse":
+            queries.append(("dense", dense, DENSE))
+        if method != "dense" and sparse_indices:
+            queries.append(("sparse", models.SparseVector(indices=sparse_indices, values=sparse_values), SPARSE))
         for name, weight in weight_of.items():
-            if weight <= 0 or self._physical(name) is None:
+            if weight <= 0:
                 continue
-            queries = []
-            if method != "sparse":
-                queries.append(("dense", dense, DENSE))
-            if method != "dense" and sparse_indices:
-                queries.append(("sparse", models.SparseVector(indices=sparse_indices, values=sparse_values), SPARSE))
-            for kind, query, using in queries:
-                result = self.client.query_points(name, query=query, using=using, limit=prefetch, with_payload=True, with_vectors=[DENSE])
-                for point in result.points:
-                    pools[kind].append((float(point.score), name, str(point.id)))
-                    points[(name, str(point.id))] = point
+            try:
+                found = self._candidates(name, queries, prefetch)
+            except StoreUnavailable as exc:
+                failures[name] = exc
+                continue
+            for kind, point in found:
+                pools[kind].append((float(point.score), name, str(point.id)))
+                points[(name, str(point.id))] = point
+        _check_failures(names, weights, failures)
         fused: dict[tuple[str, str], float] = {}
         sparse_of: dict[tuple[str, str], float] = {}
         for kind, pool in pools.items():
@@ -217,11 +278,25 @@ class ServerQdrantStore:
             for (name, pid), score in best
         ]
 
+    @_server_errors
+    def _candidates(self, name: str, queries: list, prefetch: int) -> list[tuple[str, models.ScoredPoint]]:
+        """One collection's dense and sparse candidates (none if it does not exist); ``StoreUnavailable`` if it cannot be reached."""
+        _inject_faults([name])
+        if self._physical(name) is None:
+            return []
+        out = []
+        for kind, query, using in queries:
+            result = self.client.query_points(name, query=query, using=using, limit=prefetch, with_payload=True, with_vectors=[DENSE])
+            out.extend((kind, point) for point in result.points)
+        return out
+
+    @_server_errors
     def count(self, name: str) -> int:
         if self._physical(name) is None:
             return 0
         return int(self.client.count(name, exact=True).count)
 
+    @_server_errors
     def drop(self, name: str) -> None:
         physical = self._physical(name)
         if physical is not None:
@@ -230,6 +305,7 @@ class ServerQdrantStore:
             )
             self.client.delete_collection(physical)
 
+    @_server_errors
     def health(self) -> None:
         self.client.get_collections()
 
@@ -342,7 +418,7 @@ class EmbeddedQdrantStore:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"collection {name} is being written by another process") from None
+                        raise StoreUnavailable(f"collection {name} is locked: another process has been writing it for over {self.lock_timeout:.0f} s") from None
                     time.sleep(0.05)
             try:
                 yield
@@ -368,6 +444,8 @@ class EmbeddedQdrantStore:
                     _collection_config(client, name, dimension, payload_indexes=False)
                 _unsynced_writes(client, name)
                 yield client
+                # Fault hook: a writer that stalls (or dies) after writing, before the switch.
+                faults.inject("vector_store_write", StoreUnavailable, expert=name.removeprefix("expert_"))
                 _export_index(client, name, target / HYBRID_DIR)
             except BaseException:
                 client.close()
@@ -380,7 +458,22 @@ class EmbeddedQdrantStore:
             self._collect_garbage(name)
 
     def _index(self, name: str) -> HybridIndex | None:
-        """The active snapshot's index, loaded once per snapshot (the pointer is re-read on every call)."""
+        """The active snapshot's index, loaded once per snapshot (the pointer is re-read on every call).
+
+        Raises:
+            StoreUnavailable: the store's folder is gone or unreadable, or the snapshot is damaged.
+        """
+        self._dir(name)  # a malformed name is the caller's bug (ValueError), not an outage
+        if not self.root.is_dir():
+            raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
+        try:
+            return self._load_active(name)
+        except (PermissionError, OSError, ValueError, EOFError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise StoreUnavailable(f"collection {name}'s active snapshot is missing ({exc})") from exc
+            raise StoreUnavailable(f"collection {name} cannot be read ({exc.__class__.__name__}: {str(exc)[:120]})") from exc
+
+    def _load_active(self, name: str) -> HybridIndex | None:
         for _attempt in range(5):
             active = self._active(name)
             with self._mutex:
@@ -398,7 +491,7 @@ class EmbeddedQdrantStore:
             with self._mutex:
                 self._readers[name] = (active, index)
             return index
-        raise RuntimeError(f"collection {name} changed five times while it was being loaded")
+        raise StoreUnavailable(f"collection {name} changed five times while it was being loaded")
 
     def _collect_garbage(self, name: str) -> None:
         """Remove snapshots that are neither active nor open in any process."""
@@ -452,6 +545,7 @@ class EmbeddedQdrantStore:
 
     def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5, method: str = "hybrid") -> list[Hit]:
         _check_method(method)
+        _inject_faults([name])
         index = self._index(name)
         if index is None:
             return []
@@ -461,8 +555,19 @@ class EmbeddedQdrantStore:
                     method: str = "hybrid", weights: list[float] | None = None) -> list[Hit]:
         _check_method(method)
         weights = list(weights) if weights is not None else [1.0] * len(names)
-        pairs = [(name, self._index(name), w) for name, w in zip(names, weights, strict=True) if w > 0]
-        pairs = [(name, index, w) for name, index, w in pairs if index is not None]
+        pairs, failures = [], {}
+        for name, weight in zip(names, weights, strict=True):
+            if weight <= 0:
+                continue
+            try:
+                _inject_faults([name])
+                index = self._index(name)
+            except StoreUnavailable as exc:
+                failures[name] = exc
+                continue
+            if index is not None:
+                pairs.append((name, index, weight))
+        _check_failures(names, weights, failures)
         found = search_indexes([index for _, index, _ in pairs], dense, sparse_indices, sparse_values, limit=limit, method=method,
                                weights=[w for _, _, w in pairs], prefetch=limit * PREFETCH_FACTOR)
         return [
@@ -482,6 +587,12 @@ class EmbeddedQdrantStore:
             self._collect_garbage(name)
 
     def health(self) -> None:
+        """Raise ``StoreUnavailable`` unless the store's folder exists and takes a write (what every index change needs)."""
+        if not self.root.is_dir():
+            raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
         probe = self.root / f".probe-{uuid.uuid4().hex}"
-        probe.write_text("ok")
-        probe.unlink()
+        try:
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreUnavailable(f"the embedded vector store's folder {self.root} is not writable ({exc.__class__.__name__})") from exc

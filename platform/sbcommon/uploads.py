@@ -5,16 +5,32 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
 
+# Names Windows reserves for devices, whatever the extension (CON.txt is the console too).
+RESERVED_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))})
+
 
 def safe_filename(name: str, default: str = "document") -> str:
-    """The last component of ``name`` with anything but letters, digits, dot, dash and underscore replaced."""
-    base = re.split(r"[\\/]", name or "")[-1]
-    safe = re.sub(r"[^\w.-]+", "_", base).strip("._")[:100]
+    """A file name safe on any file system and in any page.
+
+    The last path component of ``name`` (either slash), normalised (NFKC folds look-alike slashes and
+    dots), with anything but letters, digits, dot, dash and underscore replaced, no leading dots,
+    at most 100 characters keeping the extension, and never a device name such as ``CON`` or ``NUL``.
+    """
+    normalised = unicodedata.normalize("NFKC", name or "")
+    base = re.split(r"[\\/]", normalised)[-1]
+    safe = re.sub(r"[^\w.-]+", "_", base).strip("._")  # \w excludes control and format characters (RLO, zero-width)
+    if len(safe) > 100:
+        stem, dot, suffix = safe.rpartition(".")
+        safe = f"{stem[: 99 - len(suffix)]}.{suffix}" if dot and 0 < len(suffix) <= 10 else safe[:100]
+    if safe.split(".")[0].lower() in RESERVED_NAMES:
+        safe = f"_{safe}"
     return safe or default
+
 
 
 def save_upload(upload: Any, folder: Path, default_name: str = "upload") -> tuple[Path, str]:

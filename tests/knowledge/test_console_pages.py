@@ -18,6 +18,9 @@ PAGE = "/knowledge/dmv/"
 
 @pytest.fixture
 def console(client, owner):
+    # Experts without a team are changed by staff only (experts.access): the owner here is staff.
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
     client.force_login(owner)
     return client
 
@@ -184,3 +187,65 @@ def test_deleting_a_document_comes_back_to_the_page(console, filled, django_capt
 
 def test_get_is_not_allowed_on_actions(console, filled):
     assert console.get(f"{PAGE}drop/").status_code == 405
+
+
+# --- teams ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def teams(dmv, ssa, django_user_model):
+    from django.contrib.auth.models import Group
+
+    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    dmv.team, ssa.team = roads, pensions
+    dmv.save(update_fields=["team"])
+    ssa.save(update_fields=["team"])
+    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
+    member.groups.add(roads)
+    return member
+
+
+def test_a_team_member_sees_only_their_teams_knowledge_bases(client, kb, teams):
+    client.force_login(teams)
+
+    body = client.get("/knowledge/").content.decode()
+
+    assert 'href="/knowledge/dmv/"' in body
+    assert "/knowledge/ssa/" not in body
+    assert client.get("/knowledge/ssa/").status_code == 404
+    assert client.get("/knowledge/ssa/search/?q=pension").status_code == 404
+
+
+def test_a_team_member_edits_their_expert_but_not_anothers(client, kb, teams):
+    client.force_login(teams)
+
+    own = client.get(PAGE).content.decode()
+    assert 'id="import-form"' in own
+    assert 'id="chunking"' in own
+
+    assert client.post("/knowledge/ssa/index/").status_code == 404  # cannot even see it
+    assert client.post(f"{PAGE}chunking/", {"chunk_size": 0, "chunk_overlap": 0}).status_code == 400  # own expert: validated
+
+
+def test_a_reader_of_a_teamless_expert_gets_403_for_changes_and_no_edit_forms(client, kb, dmv, owner):
+    client.force_login(owner)  # not staff, and dmv has no team: visible, not changeable
+
+    body = client.get(PAGE).content.decode()
+
+    assert 'id="import-form"' not in body
+    assert 'id="chunking"' not in body
+    assert client.post(f"{PAGE}index/").status_code == 403
+    assert client.post("/knowledge/reembed/").status_code == 403
+
+
+def test_a_search_without_javascript_renders_the_whole_page(console, filled):
+    response = console.get(f"{PAGE}search/", {"q": "renew licence"})
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="documents-card"' in body
+    assert 'id="search-results"' in body
+
+
+def test_the_search_url_without_a_question_shows_the_page_and_an_empty_question_is_refused(console, filled):
+    assert console.get(f"{PAGE}search/").status_code == 200
+    assert console.get(f"{PAGE}search/", {"q": ""}).status_code == 400

@@ -89,3 +89,15 @@ def test_each_method_works_across_collections(three, method):
 
 def test_no_experts_no_hits(kb):
     assert services.search_experts([], "anything") == []
+
+
+def test_widening_never_reaches_past_the_callers_scope(three, settings):
+    """An API key scoped to some experts must not get passages from the others, even when the router is unsure."""
+    settings.RETRIEVAL_WIDEN_BELOW = 1.0
+    dmv, ssa, _va = three
+
+    unscoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10)
+    scoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10, allowed={"dmv", "ssa"})
+
+    assert "va" in {h.payload["expert"] for h in unscoped}  # the leak this guards against
+    assert {h.payload["expert"] for h in scoped} <= {"dmv", "ssa"}

@@ -7,14 +7,23 @@ from rest_framework import generics
 from rest_framework.exceptions import NotFound
 
 from ..models import Job
+from ..views import _no_slugs, visible_jobs
 from .serializers import JobSerializer
 
 
 class JobDetailView(generics.RetrieveAPIView):
-    """A job's status, progress, result and error; poll it until ``status`` is succeeded or failed."""
+    """A job's status, progress, result and error; poll it until ``status`` is succeeded or failed.
+
+    Only jobs the caller may see (``jobs.views.visible_jobs``): another team's job is "not found".
+    The expert rules are handed in by the URLconf (``as_view(visible_slugs=...)``), as for the console.
+    """
 
     queryset = Job.objects.all()
     serializer_class = JobSerializer
+    visible_slugs = staticmethod(_no_slugs)
+
+    def get_queryset(self):
+        return visible_jobs(self.request.user, self.visible_slugs)
 
     def get_object(self) -> Job:
         try:

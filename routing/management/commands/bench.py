@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = "Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`."
+    help = "Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, `bench serving --concurrency 16 --duration 30 --json FILE`."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="target", required=True)
@@ -25,6 +25,23 @@ class Command(BaseCommand):
         retrieval.add_argument("--skip-baseline", action="store_true", help="do not time qdrant-client local mode")
         retrieval.add_argument("--json", dest="json_path", default=None)
         retrieval.add_argument("--skip-checks", action="store_true")
+        serving = sub.add_parser("serving", help="the chat API over HTTP under concurrent clients, against the encoder alone")
+        serving.add_argument("--concurrency", type=int, default=16, help="concurrent clients (default 16)")
+        serving.add_argument("--duration", type=float, default=30.0, help="seconds of measured load (default 30)")
+        serving.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load first (default 5)")
+        serving.add_argument("--var-dir", default=None, help="data folder to reuse (the demo is loaded once; default: a new temporary folder)")
+        serving.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+        serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
+        serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
+        serving.add_argument("--json", dest="json_path", default=None)
+        serving.add_argument("--skip-checks", action="store_true")
+        soak = sub.add_parser("soak", help="bounded load on loopback with generator and vector-store faults injected on a schedule")
+        soak.add_argument("--duration", type=float, default=300.0, help="seconds of load after the warm-up (default 300)")
+        soak.add_argument("--rps", type=float, default=5.0, help="requests a second, sent open-loop (default 5)")
+        soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
+        soak.add_argument("--var-dir", default=None, help="data folder to reuse (the demo is loaded once; default: a new temporary folder)")
+        soak.add_argument("--json", dest="json_path", default=None)
+        soak.add_argument("--skip-checks", action="store_true")
 
     def handle(self, *args, **options):
         if options["target"] == "clustering":
@@ -35,6 +52,16 @@ class Command(BaseCommand):
             from knowledge.bench import bench_retrieval
 
             report = bench_retrieval(chunks=options["chunks"], queries=options["queries"], baseline=not options["skip_baseline"], say=self.stdout.write)
+        elif options["target"] == "serving":
+            from routing.bench_serving import bench_serving
+
+            report = bench_serving(concurrency=options["concurrency"], duration=options["duration"], var_dir=options["var_dir"],
+                                   warmup=options["warmup"], workers=options["workers"], model=options["model"],
+                                   encoder_seconds=options["encoder_seconds"], say=self.stdout.write)
+        elif options["target"] == "soak":
+            from routing.bench_soak import bench_soak
+
+            report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"], say=self.stdout.write)
         self.stdout.write(json.dumps(report, indent=2))
         if options["json_path"]:
             Path(options["json_path"]).write_text(json.dumps(report, indent=2))

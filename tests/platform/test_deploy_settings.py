@@ -1,0 +1,36 @@
+"""Production settings: `check --deploy` is clean, secrets come only from the environment, DEBUG is refused."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _manage(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE", "SWITCHBOARD_ENV")}
+    base.update(PYTHONPATH=os.pathsep.join([str(ROOT / "platform"), str(ROOT)]), VAR_DIR=str(tmp_path / "var"), **env)
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=300)
+
+
+def test_check_deploy_reports_no_security_issue_in_production(tmp_path):
+    proc = _manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", "--tag", "security",
+                   SWITCHBOARD_ENV="production", SECRET_KEY=secrets.token_urlsafe(60), ALLOWED_HOSTS="switchboard.example.com")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "System check identified no issues" in proc.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key_from_the_environment(tmp_path):
+    proc = _manage(tmp_path, "check", SWITCHBOARD_ENV="production", ALLOWED_HOSTS="switchboard.example.com")
+    assert proc.returncode != 0
+    assert "needs SECRET_KEY" in proc.stderr
+
+
+def test_production_refuses_debug(tmp_path):
+    proc = _manage(tmp_path, "check", SWITCHBOARD_ENV="production", SECRET_KEY=secrets.token_urlsafe(60), DEBUG="true")
+    assert proc.returncode != 0
+    assert "refuses DEBUG" in proc.stderr
