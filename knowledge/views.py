@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,6 +24,7 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
+from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
 from jobs.views import LoginRequiredMixin
 from sbcommon.encoders import get_encoder
@@ -48,7 +50,8 @@ class KnowledgeListView(LoginRequiredMixin, TemplateView):
     template_name = "knowledge/expert_list.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        rows = selectors.summaries()
+        visible = visible_slugs(self.request.user)
+        rows = [r for r in selectors.summaries() if r.expert.slug in visible]
         return {
             **super().get_context_data(**kwargs), "rows": rows, "stale": [r for r in rows if r.model_mismatch], "embedding_model": settings.EMBEDDING_MODEL,
         }
@@ -60,6 +63,7 @@ def _expert_context(expert: Expert, **extra: Any) -> dict[str, Any]:
         "jobs": selectors.expert_jobs(expert), "collection": services.collection_name(expert), "max_bytes": services.max_upload_bytes(),
         "upload_form": forms.UploadForm(), "chunking_form": forms.ChunkingForm(initial={"chunk_size": expert.chunk_size, "chunk_overlap": expert.chunk_overlap}),
         "search_form": forms.SearchForm(), "embedding_model": settings.EMBEDDING_MODEL,
+        "can_edit": True,  # the views that show the page to readers pass the real answer
     }
     context.update(extra)
     return context
@@ -69,8 +73,8 @@ class ExpertKnowledgeView(LoginRequiredMixin, View):
     """One expert's knowledge base."""
 
     def get(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_object_or_404(Expert, slug=slug)
-        return render(request, "knowledge/expert_detail.html", _expert_context(expert))
+        expert = get_expert_or_404(request.user, slug)
+        return render(request, "knowledge/expert_detail.html", _expert_context(expert, can_edit=can_edit(request.user, expert)))
 
 
 def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
@@ -95,7 +99,7 @@ class UploadView(LoginRequiredMixin, View):
         return render(self.request, "knowledge/expert_detail.html", _expert_context(expert, upload_form=form), status=status)
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug, edit=True)
         limit = services.max_upload_bytes()
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -123,9 +127,12 @@ class SearchView(LoginRequiredMixin, View):
     """Search the expert's collection three ways (dense, sparse, hybrid); an htmx request gets the results alone."""
 
     def get(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug)
+        if "q" not in request.GET:
+            # Nothing asked yet (a bookmark, a link): the page with an empty search form, not an error.
+            return render(request, "knowledge/expert_detail.html", _expert_context(expert, can_edit=can_edit(request.user, expert)))
         form = forms.SearchForm(request.GET)
-        context: dict[str, Any] = {"expert": expert, "search_form": form, "results": None}
+        context: dict[str, Any] = {"expert": expert, "search_form": form, "results": None, "can_edit": can_edit(request.user, expert)}
         status = 200
         if form.is_valid():
             question, limit = form.cleaned_data["q"], form.cleaned_data.get("limit") or 5
@@ -143,7 +150,7 @@ class SearchView(LoginRequiredMixin, View):
             status = 400
         template = "knowledge/partials/search_results.html" if request.htmx else "knowledge/expert_detail.html"
         if not request.htmx:
-            context = _expert_context(expert, **context)
+            context = _expert_context(**context)  # context already holds the expert
         return render(request, template, context, status=status)
 
 
@@ -151,7 +158,7 @@ class ChunkingView(LoginRequiredMixin, View):
     """Save the expert's chunk size and overlap; a rebuild re-chunks the collection."""
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug, edit=True)
         form = forms.ChunkingForm(request.POST)
         if not form.is_valid():
             return render(request, "knowledge/expert_detail.html", _expert_context(expert, chunking_form=form), status=400)
@@ -169,7 +176,7 @@ class _JobAction(LoginRequiredMixin, View):
         raise NotImplementedError
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_object_or_404(Expert, slug=slug)
+        expert = get_expert_or_404(request.user, slug, edit=True)
         return redirect("console-job", self.start(request, expert).pk)
 
 
@@ -192,6 +199,8 @@ class ReembedView(LoginRequiredMixin, View):
     """Rebuild every collection built with another embedding model than the configured one."""
 
     def post(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("Only staff users may rebuild every collection.")
         jobs = services.enqueue_reembed_stale(user=request.user)
         if not jobs:
             messages.info(request, "Every collection already uses the configured embedding model.")
@@ -204,6 +213,7 @@ class DeleteDocumentView(LoginRequiredMixin, View):
     """Delete one document and its chunks (a job), then come back to the expert's page."""
 
     def post(self, request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+        get_expert_or_404(request.user, slug, edit=True)
         document = get_object_or_404(Document.objects.select_related("expert").defer("text"), pk=pk, expert__slug=slug)
         job = services.enqueue_delete(document, user=request.user)
         job.refresh_from_db(fields=["status"])

@@ -121,3 +121,32 @@ class ReviewAction(models.Model):
 
     def __str__(self) -> str:
         return self.summary
+
+
+class ReviewDecision(models.Model):
+    """A reviewer's verdict on one served question from the review queue (one per request id).
+
+    The question becomes a labelled ``Query`` assigned to the chosen expert's promoted proposal in the
+    latest promoted clustering run, which is what the next router training reads
+    (``selectors.routing_examples``). ``routed_expert`` keeps what the router chose, so the console
+    can show router choice against reviewed label.
+    """
+
+    request_id = models.CharField(max_length=64, unique=True, help_text="The routing event's request id.")
+    reason = models.CharField(max_length=16, help_text="Why it was queued: low_confidence, abstained or thumbs_down.")
+    routed_expert = models.CharField(max_length=64, blank=True, help_text="The expert that answered it.")
+    expert = models.ForeignKey("experts.Expert", null=True, blank=True, on_delete=models.SET_NULL, related_name="review_decisions",
+                               help_text="The right expert; empty when the reviewer dismissed the question.")
+    query = models.ForeignKey(Query, null=True, blank=True, on_delete=models.SET_NULL, related_name="review_decisions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.request_id}: {self.routed_expert or '-'} → {self.expert_id or 'dismissed'}"
+
+    @property
+    def is_misroute(self) -> bool:
+        return self.expert is not None and self.expert.slug != self.routed_expert

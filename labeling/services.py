@@ -33,8 +33,8 @@ from sbcommon.hashing import text_hash
 
 from .choices import OPEN_STATUSES, ProposalStatus, ReviewActionKind, RunStatus
 from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format, iter_rows, sniff
-from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
-from .selectors import centroid_of, chunks, load_embeddings, normalise, undoable_action
+from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
+from .selectors import centroid_of, chunks, latest_promoted_run, load_embeddings, normalise, undoable_action
 
 logger = logging.getLogger(__name__)
 IMPORT_BATCH = 2000
@@ -771,3 +771,68 @@ def enqueue_discovery(source: str = "", eps: float | None = None, min_samples: i
     key = "discover:" + hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     title = f"Discover experts in {source or 'all queries'}"
     return enqueue_once("discover", key, title, tasks.discover, params, user)
+
+
+# --- the review queue (served questions labelled by a reviewer) -----------------------------------
+
+REVIEW_SOURCE = "review"
+REVIEW_REASONS = ("low_confidence", "abstained", "thumbs_down")
+
+
+def _review_proposal(run: ClusteringRun, expert: Any) -> Proposal:
+    """The promoted proposal of ``expert`` in ``run``; one is added when the expert has none there.
+
+    The router learns from promoted proposals of the latest promoted run, so a label for an expert
+    promoted elsewhere (or created by hand) still reaches the next training.
+    """
+    proposal = run.proposals.filter(status=ProposalStatus.PROMOTED, expert=expert).order_by("index").first()
+    if proposal is None:
+        proposal = Proposal.objects.create(
+            run=run, index=_next_index(run), name=expert.name[:128], status=ProposalStatus.PROMOTED, expert=expert,
+            keywords=list(expert.keywords or []), representatives=[],
+        )
+    return proposal
+
+
+@transaction.atomic
+def record_review_decision(
+    request_id: str, question: str, reason: str, routed_expert: str, expert: Any, user: Any = None,
+) -> tuple[ReviewDecision, bool]:
+    """Label one served question with the right expert (or dismiss it with ``expert=None``).
+
+    The labelled question is stored as a ``Query`` (source ``review``, split ``train``) assigned to the
+    expert's promoted proposal of the latest promoted run, so ``train_router_from_labels`` trains on it.
+    One decision per request id: a repeated submit returns the first decision and ``created=False``.
+
+    Raises ``ReviewError`` when the question cannot become training data (no text, no promoted run).
+    """
+    existing = ReviewDecision.objects.filter(request_id=request_id).first()
+    if existing is not None:
+        return existing, False
+    if reason not in REVIEW_REASONS:
+        raise ReviewError(f"unknown review reason {reason!r}")
+    query = None
+    if expert is not None:
+        text = " ".join((question or "").split())
+        if not text:
+            raise ReviewError("this request has no stored question text (STORE_QUESTION_TEXT was off); it can only be dismissed")
+        run = latest_promoted_run()
+        if run is None:
+            raise ReviewError("no promoted clustering run to add the label to: promote experts in Discovery first")
+        # Lock the run's row (not _lock: a promoted run is exactly what review labels extend).
+        run = ClusteringRun.objects.select_for_update().get(pk=run.pk)
+        row_hash = hashlib.sha256(json.dumps([REVIEW_SOURCE, request_id, text]).encode()).hexdigest()
+        query, _ = Query.objects.get_or_create(
+            row_hash=row_hash,
+            defaults={"text": text, "text_hash": text_hash(text), "source": REVIEW_SOURCE, "label": expert.slug, "split": "train"},
+        )
+        proposal = _review_proposal(run, expert)
+        # topic -1: the query was not clustered; it belongs to the proposal by the reviewer's word.
+        Assignment.objects.update_or_create(run=run, query=query, defaults={"topic": -1, "proposal": proposal})
+        # Size only: the new query has no embedding yet, and the centroid should not be lost over it.
+        Proposal.objects.filter(pk=proposal.pk).update(size=Assignment.objects.filter(proposal=proposal).count())
+    decision, created = ReviewDecision.objects.get_or_create(
+        request_id=request_id,
+        defaults={"reason": reason, "routed_expert": routed_expert or "", "expert": expert, "query": query, "user": user},
+    )
+    return decision, created

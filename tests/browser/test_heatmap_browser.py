@@ -70,13 +70,16 @@ def test_a_staff_user_reads_the_heatmap_and_activates_a_training_run(live_server
     expect(page.locator("#heatmap tbody tr")).to_have_count(3)
     expect(page.locator("#shares tr[data-expert='dmv']")).to_contain_text("over threshold")
     expect(page.locator("#shares tr[data-expert='ssa']")).not_to_contain_text("over threshold")
+    expect(page.locator("#share-chart")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#share-chart canvas")).to_be_visible()
     page.screenshot(path="/tmp/heatmap.png", full_page=True)
 
     page.click("nav >> text=Training")
     expect(page.locator("#training-runs")).to_contain_text("v2")
     page.click(f"a:has-text('#{run.pk}')")
     expect(page.locator("h1")).to_have_text(f"Training run #{run.pk}")
-    expect(page.locator("#loss-chart polyline")).to_have_count(2)
+    expect(page.locator("#loss-chart")).to_have_attribute("data-ready", "true")
+    assert page.evaluate("document.querySelector('#loss-chart').chart.data.datasets.length") == 2
     expect(page.locator("#confusion")).to_contain_text("Veterans Affairs")
     page.screenshot(path="/tmp/training.png", full_page=True)
 

@@ -171,8 +171,9 @@ def test_attaching_and_detaching_noise_from_the_page(console, three_topics):
     assert Assignment.objects.filter(run=three_topics, proposal__isnull=True).count() == 2
 
 
-def test_promoting_from_the_page_creates_the_expert_with_the_team(console, three_topics):
+def test_promoting_from_the_page_creates_the_expert_with_the_team(console, three_topics, owner):
     team = Group.objects.create(name="Licensing desk")
+    owner.groups.add(team)  # a member promotes into their own team
     licences = proposal(three_topics, "Licences")
     prefix = f"promote-{licences.pk}"
 
@@ -200,7 +201,9 @@ def test_the_promote_form_offers_the_teams_and_the_representatives(console, thre
     assert "checked" in html
 
 
-def test_finishing_the_review_promotes_every_open_proposal(console, three_topics):
+def test_finishing_the_review_promotes_every_open_proposal(console, three_topics, owner):
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
     response = console.post(reverse("labeling-finish", args=[three_topics.pk]), headers=HTMX)
 
     assert response.status_code == 200
@@ -222,3 +225,28 @@ def test_the_unassigned_pages_answer_htmx(console, three_topics):
 
 def test_an_unknown_run_is_404(console):
     assert console.get(reverse("labeling-run", args=[999])).status_code == 404
+
+
+# --- teams ----------------------------------------------------------------------------------------
+
+def test_a_member_cannot_promote_into_another_team_or_over_another_teams_expert(console, three_topics, owner):
+    mine, theirs = Group.objects.create(name="Licensing desk"), Group.objects.create(name="Pensions desk")
+    owner.groups.add(mine)
+    Expert.objects.create(slug="state-pensions", name="State pensions", team=theirs)
+    pensions, licences = proposal(three_topics, "Pensions"), proposal(three_topics, "Licences")
+
+    def promote(p, name, team):
+        prefix = f"promote-{p.pk}"
+        return console.post(reverse("labeling-promote", args=[p.pk]), {f"{prefix}-name": name, f"{prefix}-team": team.pk if team else ""})
+
+    assert promote(licences, "Driving licences", theirs).status_code == 403
+    assert promote(licences, "Driving licences", None).status_code == 403
+    assert promote(pensions, "State pensions", mine).status_code == 403
+    assert Expert.objects.get(slug="state-pensions").team == theirs
+    assert not Expert.objects.filter(slug="driving-licences").exists()
+
+
+def test_only_staff_finish_a_review(console, three_topics):
+    assert console.post(reverse("labeling-finish", args=[three_topics.pk])).status_code == 403
+    three_topics.refresh_from_db()
+    assert three_topics.status != "promoted"

@@ -102,15 +102,17 @@ def test_the_overview_lists_experts_with_documents_and_traffic(console, experts)
     response = console.get(reverse("console-overview"))
 
     assert response.status_code == 200
-    rows = {row.slug: row for row in response.context["experts"]}
+    rows = {row.expert.slug: row for row in response.context["experts"]}
     assert sorted(rows) == ["dmv", "ssa", "va"]
-    assert (rows["dmv"].documents, rows["dmv"].chunks, rows["dmv"].requests_24h, rows["dmv"].requests_total) == (2, 7, 2, 3)
-    assert (rows["ssa"].documents, rows["ssa"].chunks, rows["ssa"].requests_24h, rows["ssa"].requests_total) == (0, 0, 0, 0)
-    assert rows["va"].status_label == "Disabled"
+    assert (rows["dmv"].documents, rows["dmv"].chunks, rows["dmv"].requests_today, rows["dmv"].requests_week) == (2, 7, 2, 3)
+    assert (rows["ssa"].documents, rows["ssa"].chunks, rows["ssa"].requests_today, rows["ssa"].requests_week) == (0, 0, 0, 0)
+    assert rows["dmv"].share == 1.0
+    assert rows["dmv"].over_threshold
+    assert rows["va"].expert.get_status_display() == "Disabled"
     html = response.content.decode()
     assert "Motor Vehicles" in html
     assert "Social Security" in html
-    assert "<code>dmv</code>" in html
+    assert 'href="/experts/dmv/"' in html
 
 
 def test_the_overview_shows_the_active_router_and_its_validation_accuracy(console, experts):
@@ -128,14 +130,15 @@ def test_the_overview_says_when_no_router_is_trained(console):
     assert "No router is trained yet" in html
 
 
-def test_the_overview_shows_the_latest_five_jobs(console):
+def test_the_overview_shows_the_latest_five_jobs_and_the_running_ones(console):
     for i in range(7):
-        Job.objects.create(kind="train_router", key=f"k{i}", title=f"Train router {i}")
+        Job.objects.create(kind="train_router", key=f"k{i}", title=f"Train router {i}", status="succeeded" if i != 3 else "running")
 
     response = console.get(reverse("console-overview"))
 
     assert [job.title for job in response.context["jobs"]] == [f"Train router {i}" for i in range(6, 1, -1)]
-    assert b"Train router 6" in response.content
+    assert [job.title for job in response.context["running"]] == ["Train router 3"]
+    assert b"Train router 3" in response.content
     assert b"Train router 1" not in response.content
 
 

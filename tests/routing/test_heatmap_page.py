@@ -173,3 +173,39 @@ def test_it_shows_an_empty_state_without_traffic(console, experts):
     assert 'id="heatmap-empty"' in html
     assert 'id="heatmap"' not in html
     assert "No routed requests in this window." in html
+
+
+def test_the_share_chart_data_is_json_behind_the_login(client, owner, experts):
+    now = timezone.now()
+    for _ in range(6):
+        event("dmv", now)
+    for _ in range(4):
+        event("ssa", now)
+    url = reverse("console-heatmap-data") + "?window=24h"
+
+    assert client.get(url).status_code == 302
+    client.force_login(owner)
+    response = client.get(url)
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    data = response.json()
+    shares = {e["slug"]: e for e in data["experts"]}
+    assert shares["dmv"]["share"] == pytest.approx(0.6)
+    assert shares["dmv"]["over_threshold"] is True
+    assert shares["ssa"]["over_threshold"] is False
+    assert data["fair_share"] == pytest.approx(0.5)
+    assert data["total"] == 10
+
+
+def test_the_page_draws_the_share_chart_with_the_vendored_library(console, experts):
+    event("dmv", timezone.now())
+
+    html = console.get(reverse("console-heatmap")).content.decode()
+
+    assert 'src="/static/vendor/chart.umd.min.js"' in html
+    assert 'data-chart="share"' in html
+    assert "<canvas" in html.split('id="share-chart"')[1].split("</figure>")[0]
+    assert 'class="muted small chart-fallback"' in html  # the no-JS text
+    assert 'id="shares"' in html  # the table view
+    assert "cdn" not in html.lower()

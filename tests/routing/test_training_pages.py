@@ -89,7 +89,7 @@ def test_the_list_has_an_empty_state(client, owner):
     assert 'id="training-empty"' in client.get(reverse("console-training")).content.decode()
 
 
-def test_a_run_page_draws_its_curves_as_svg_and_a_table(client, owner, runs):
+def test_a_run_page_has_chart_figures_fed_by_the_curves_json_and_a_table(client, owner, runs):
     _, new = runs
     client.force_login(owner)
 
@@ -97,12 +97,52 @@ def test_a_run_page_draws_its_curves_as_svg_and_a_table(client, owner, runs):
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert html.count("<polyline") == 3
-    assert 'data-series="train_loss" points="32.0,44.4 280.0,93.8 528.0,118.5"' in html
-    assert 'data-series="val_accuracy"' in html
+    curves = reverse("console-training-curves", args=[new.pk])
+    assert 'src="/static/vendor/chart.umd.min.js"' in html
+    assert "<polyline" not in html
+    loss = html.split('id="loss-chart"')[1].split("</figure>")[0]
+    assert f'data-src="{curves}" data-chart="loss"' in loss
+    assert "<canvas" in loss
+    assert "chart-fallback" in loss  # the text shown without JavaScript
+    assert 'data-chart="accuracy"' in html.split('id="accuracy-chart"')[1].split("</figure>")[0]
     history = html.split('id="history"')[1].split("</table>")[0]
     assert "<td class=\"num\">0.7000</td>" in history
     assert history.count("<tr>") == 4
+
+
+def test_the_curves_json_holds_each_series_per_epoch(client, owner, runs):
+    _, new = runs
+    client.force_login(owner)
+
+    response = client.get(reverse("console-training-curves", args=[new.pk]))
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "run": new.pk,
+        "epochs": [1, 2, 3],
+        "series": {"train_loss": [1.0, 0.6, 0.4], "val_loss": [1.1, 0.7, 0.5], "val_accuracy": [0.6, 0.8, 0.9]},
+        "robustness": None,
+    }
+
+
+def test_the_curves_json_needs_a_login_and_a_known_run(client, owner, runs):
+    url = reverse("console-training-curves", args=[runs[0].pk])
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+    client.force_login(owner)
+    assert client.get(url).status_code == 200
+    assert client.get(reverse("console-training-curves", args=[999999])).status_code == 404
+
+
+def test_a_run_without_history_has_empty_curves_and_no_chart_to_fetch(client, owner):
+    run = TrainingRun.objects.create(params={}, history=[{"nonsense": True}, "bad"], metrics={})
+    client.force_login(owner)
+
+    assert client.get(reverse("console-training-curves", args=[run.pk])).json()["series"]["train_loss"] == [None]
+    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    assert "data-chart=" not in html
 
 
 def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(client, owner, runs):
@@ -192,3 +232,118 @@ def test_line_chart_scales_every_series_to_one_box_and_skips_gaps():
     assert chart["lines"] == [{"name": "a", "points": "32.0,32.0 68.0,68.0"}, {"name": "b", "points": "32.0,50.0"}]
     assert (chart["y_min"], chart["y_max"]) == (0.0, 2.0)
     assert line_chart({"a": [(1, None)]})["empty"] is True
+
+
+# --- train form, compare, robustness ---------------------------------------------------------------
+
+def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gives_one_job(client, staff, monkeypatch, django_capture_on_commit_callbacks):
+    from jobs.models import Job
+    from routing import tasks
+
+    sent = []
+    # The job is what matters here, not the training: the task's message is caught, not run.
+    monkeypatch.setattr(tasks.train_router, "delay", lambda job_id: sent.append(job_id))
+    monkeypatch.setattr(tasks.train_router, "apply_async", lambda args, **kwargs: sent.append(args[0]))
+    client.force_login(staff)
+    form = {"balance_weight": "0.3", "input_noise": "0.5", "label_noise": "0.1", "noise_kind": "uniform", "gumbel_temperature": "0",
+            "hidden_dim": "128", "epochs": "5", "seed": "7"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(reverse("console-training-start"), form)
+        second = client.post(reverse("console-training-start"), form)
+
+    job = Job.objects.get()
+    assert sent == [job.pk]
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] == reverse("console-job", args=[job.pk])
+    assert job.kind == "train_router"
+    assert job.created_by == staff
+    assert job.params == {"balance_weight": 0.3, "input_noise": 0.5, "label_noise": 0.1, "noise_kind": "uniform", "gumbel_temperature": 0.0,
+                          "hidden_dim": 128, "epochs": 5, "seed": 7}
+
+
+def test_bad_training_parameters_come_back_next_to_their_fields(client, staff):
+    from jobs.models import Job
+
+    client.force_login(staff)
+    response = client.post(reverse("console-training-start"), {"balance_weight": "-1", "input_noise": "0.8", "label_noise": "0.9",
+                                                                "noise_kind": "sideways", "gumbel_temperature": "0", "hidden_dim": "4096", "epochs": "0", "seed": "0"})
+
+    assert response.status_code == 400
+    body = response.content.decode()
+    for field in ("balance_weight", "label_noise", "noise_kind", "hidden_dim", "epochs"):
+        assert f'id="{field}-error"' in body, field
+    assert not Job.objects.exists()
+
+
+def test_only_staff_may_train_and_others_do_not_see_the_form(client, owner):
+    client.force_login(owner)
+    assert 'id="train"' not in client.get(reverse("console-training")).content.decode()
+    assert client.post(reverse("console-training-start"), {"balance_weight": "0.1"}).status_code == 403
+
+
+def test_two_runs_compare_side_by_side_with_differences_marked(client, owner, runs):
+    old, new = runs
+    client.force_login(owner)
+
+    response = client.get(reverse("console-training-compare"), {"a": old.pk, "b": new.pk})
+
+    assert response.status_code == 200
+    params = {p["key"]: p for p in response.context["params"]}
+    assert params["balance_weight"]["a"] == 0.1
+    assert params["balance_weight"]["b"] == 0.25
+    assert params["balance_weight"]["differs"]
+    metrics = {m["key"]: m for m in response.context["metrics"]}
+    assert metrics["accuracy"]["delta"] == pytest.approx(0.934 - 0.812)
+    html = response.content.decode()
+    assert 'id="loss-a"' in html
+    assert 'id="loss-b"' in html
+    assert f'data-src="{reverse("console-training-curves", args=[old.pk])}" data-chart="loss"' in html
+    assert f'data-src="{reverse("console-training-curves", args=[new.pk])}" data-chart="accuracy"' in html
+    assert "<td class=\"num\">0.7000</td>" in html.split('id="history-b"')[1].split("</table>")[0]
+    assert 'id="history-a"' in html
+
+
+def test_compare_rejects_missing_or_unknown_runs(client, owner, runs):
+    client.force_login(owner)
+    assert client.get(reverse("console-training-compare"), {"a": "x", "b": "1"}).status_code == 400
+    assert client.get(reverse("console-training-compare"), {"a": runs[0].pk, "b": 999999}).status_code == 404
+
+
+def test_a_run_with_a_noise_report_shows_the_robustness_chart_and_table(client, owner, runs):
+    _old, new = runs
+    levels = {
+        str(level): {
+            "router": {"accuracy": 0.9 - level, "typo_accuracy": 0.85 - level},
+            "router_without_regulariser": {"accuracy": 0.88 - 2 * level, "typo_accuracy": 0.8 - 2 * level},
+        }
+        for level in (0.0, 0.1, 0.2)
+    }
+    new.metrics = {**new.metrics, "noise_report": {"typo_rate": 0.05, "levels": levels}}
+    new.save()
+    client.force_login(owner)
+
+    response = client.get(reverse("console-training-run", args=[new.pk]))
+
+    report = response.context["robustness"]
+    assert report["levels"] == [0.0, 10.0, 20.0]
+    assert [r["label"] for r in report["rows"]] == ["router (with noise injection)", "router without noise injection"]
+    assert report["rows"][1]["cells"][2] == {"clean": pytest.approx(0.48), "typo": pytest.approx(0.4)}
+    body = response.content.decode()
+    assert 'id="robustness-chart"' in body
+    assert 'data-chart="robustness"' in body
+    assert 'id="robustness-table"' in body
+    assert "0.480" in body
+    robustness = client.get(reverse("console-training-curves", args=[new.pk])).json()["robustness"]
+    assert robustness["levels"] == [0.0, 10.0, 20.0]
+    assert [(s["method"], s["kind"]) for s in robustness["series"]] == [
+        ("router", "clean"), ("router", "typo"), ("router_without_regulariser", "clean"), ("router_without_regulariser", "typo"),
+    ]
+    assert robustness["series"][3]["values"] == [pytest.approx(0.8), pytest.approx(0.6), pytest.approx(0.4)]
+
+
+def test_a_run_without_a_noise_report_says_how_to_make_one(client, owner, runs):
+    client.force_login(owner)
+    body = client.get(reverse("console-training-run", args=[runs[0].pk])).content.decode()
+    assert "--noise-report" in body
+    assert 'id="robustness-chart"' not in body
