@@ -90,7 +90,7 @@ class Server:
     def __enter__(self) -> Server:
         root = Path(settings.BASE_DIR)
         argv = [sys.executable, "-m", "uvicorn", "switchboard.asgi:application", "--host", "127.0.0.1", "--port", str(self.port),
-                "--lifespan", "off", "--timeout-graceful-shutdown", "10", "--no-access-log"]
+                "--lifespan", "on", "--timeout-graceful-shutdown", "10", "--no-access-log"]
         if self.workers > 1:
             argv += ["--workers", str(self.workers)]
         self._log = self.log_path.open("w")

@@ -4,7 +4,8 @@ The run:
 
 1. the demo in a data folder (``bench serving``'s ``prepare_demo``) and uvicorn serving it
    (``bench serving``'s ``Server``) with ``SWITCHBOARD_FAULTS_FILE`` pointing at a file in that folder;
-2. a warm-up, then the serving processes' resident memory (``rss_start_mb``, from ``/proc``);
+2. a warm-up at ``rps`` (``warmup`` seconds, longer if needed to ask every held-out question once), then the
+   serving processes' resident memory (``rss_start_mb``, from ``/proc``);
 3. an open-loop load of ``rps`` requests a second for ``duration`` seconds (each request is sent
    on its own schedule, whatever the previous ones are doing), while the schedule below rewrites
    the faults file: the server's hooks (``sbcommon.faults``) make a generator or the vector store
@@ -218,8 +219,15 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
             say(f"starting uvicorn on {server.base}, data in {folder}, faults in {faults_file}")
             server.wait_ready()
             experts = _experts(server.base)
-            say(f"warming up for {warmup:.0f} s at {rps} requests/s ...")
-            warm, _ = asyncio.run(_load(server.base, questions, rps, warmup, [], faults_file, say, "warm"))
+            # The warm-up asks every held-out question once at least, at the soak's own rate: a server that has been
+            # up a while has split and encoded the passages they retrieve (the generator's chunk cache, the encoder's
+            # vector cache) and its native allocators (torch, glibc) have seen those input shapes. That memory grows
+            # with the distinct passages served, not with time: with rss_start read after a few dozen requests it
+            # showed up as 10-17% "growth" during the soak. A faster warm-up would not do: its bigger batches and
+            # more threads leave a higher plateau (~+30%) than the soak's rate needs, and would hide a real leak.
+            warm_s = max(warmup, len(questions) / rps)
+            say(f"warming up for {warm_s:.0f} s at {rps} requests/s (every held-out question once: {len(questions)}) ...")
+            warm, _ = asyncio.run(_load(server.base, questions, rps, warm_s, [], faults_file, say, "warm"))
             if not warm.answered:
                 raise RuntimeError(f"no answer during the warm-up: {warm.errors} {warm.lost}; see {server.log_path}")
             assert server.proc is not None

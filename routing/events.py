@@ -10,7 +10,8 @@ Failure handling: a batch that fails to write (database down, locked, restarting
 front of the buffer and is retried with a growing pause (up to ``MAX_BACKOFF_S``); nothing is lost
 unless the buffer reaches ``EVENTS_BUFFER_MAX``, when new events are dropped, counted
 (``dropped``, and ``switchboard_events_dropped_total``) and logged. ``flush()`` writes everything now;
-it runs at interpreter exit, so a clean shutdown loses nothing.
+it runs at the server's shutdown (``shutdown()``, from the ASGI lifespan in ``switchboard.asgi``) and at
+interpreter exit, so a clean shutdown loses nothing.
 
 ``created_at`` is stamped when the row is written (``auto_now_add``), normally at most
 ``EVENTS_FLUSH_MS`` after the request; after a database outage, the time of the retry.
@@ -95,6 +96,12 @@ class EventWriter:
                 logger.error("routing event buffer full (%d waiting): dropped %d events so far; is the database reachable?",
                              self.buffer_max, dropped)
             return False
+        if self._stopping:  # closed (shutdown): no thread will write it, so write it now, in the caller
+            try:
+                self.flush()
+            except Exception:
+                logger.exception("routing events: %d events could not be written after shutdown", len(self._buffer))
+            return True
         self._ensure_thread()
         return True
 
@@ -210,6 +217,16 @@ def flush() -> None:
     """Write any buffered events now (tests, bench and shutdown call this)."""
     if _writer is not None:
         _writer.flush()
+
+
+def shutdown() -> None:
+    """Stop the writer thread and write what is buffered: the server's shutdown hook (the ASGI lifespan).
+
+    At-exit hooks are not enough: uvicorn re-raises the SIGTERM it handled once it has stopped,
+    which kills the process without running them. Events recorded later are written in the caller.
+    """
+    if _writer is not None:
+        _writer.close()
 
 
 def purge_old_events(days: int | None = None, batch_size: int | None = None) -> int:

@@ -5,7 +5,34 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+
+async def application(scope, receive, send):
+    """Django for HTTP; the ASGI lifespan here (Django does not speak it): at shutdown, write the buffered routing events.
+
+    uvicorn (``--lifespan on``) sends ``lifespan.shutdown`` after the last request finished, then
+    re-raises the SIGTERM it handled, which ends the process without running at-exit hooks: without
+    this the events of the last half second (``EVENTS_FLUSH_MS``) were lost.
+    """
+    if scope["type"] != "lifespan":
+        return await django_application(scope, receive, send)
+    import asyncio
+
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            from routing import events
+
+            try:
+                await asyncio.to_thread(events.shutdown)  # the database is used from a thread, never the event loop
+            except Exception as exc:
+                await send({"type": "lifespan.shutdown.failed", "message": str(exc)})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def _warm_up() -> None:

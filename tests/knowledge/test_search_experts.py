@@ -94,7 +94,7 @@ def test_no_experts_no_hits(kb):
 def test_widening_never_reaches_past_the_callers_scope(three, settings):
     """An API key scoped to some experts must not get passages from the others, even when the router is unsure."""
     settings.RETRIEVAL_WIDEN_BELOW = 1.0
-    dmv, ssa, _va = three
+    dmv, _ssa, _va = three
 
     unscoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10)
     scoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10, allowed={"dmv", "ssa"})

@@ -164,3 +164,23 @@ def test_bulk_calls_skip_the_cache():
     batched.encode(texts)
     assert len(batched._cache) == 0
     assert inner.passes == [len(texts)]
+
+
+def test_encoder_threads_default_to_torch_threads_and_apply_once_the_batcher_runs(monkeypatch, settings):
+    import torch
+
+    from sbcommon import encoders
+
+    settings.ENCODER_THREADS = 0
+    settings.TORCH_THREADS = 1
+    assert encoders.serving_threads() == 1
+    assert encoders.serving_threads(3) == 3
+    assert encoders.serving_threads(-1) == encoders.cpu_count()
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    batched = MicroBatchingEncoder(CountingEncoder(delay=0.0), max_wait_ms=0.5, batch_threads=2)
+    try:
+        batched.encode(["one text"])
+    finally:
+        batched.close()
+    assert calls == [2]

@@ -144,3 +144,49 @@ def test_the_retention_task_uses_the_setting(settings):
 def test_a_retention_below_one_day_is_refused():
     with pytest.raises(ValueError, match="at least one day"):
         purge_old_events(days=0)
+
+
+def test_an_event_added_after_close_is_written_by_the_caller():
+    """A request that finishes after the shutdown hook closed the writer still gets its row (no thread is left to write it)."""
+    write = FlakyWrite()
+    writer = EventWriter(write, flush_ms=60_000, batch_size=100)
+    writer.close()
+    assert writer.add(RoutingEvent(**fields(1)))
+    assert write.batches == [["chatcmpl-1"]]
+    assert len(writer) == 0
+
+
+def test_the_asgi_lifespan_shutdown_writes_the_buffered_events(settings, monkeypatch):
+    """uvicorn re-raises SIGTERM after a graceful stop, so at-exit hooks never run: the lifespan shutdown must flush.
+
+    The soak (``bench soak``) found the last answered request of every run without its event: it was
+    still in the buffer (flushed every EVENTS_FLUSH_MS) when the server was stopped.
+    """
+    import asyncio
+    import os
+
+    monkeypatch.setitem(os.environ, "SWITCHBOARD_WARMUP", "0")
+    from switchboard.asgi import application
+
+    settings.EVENTS_SYNC = False
+    write = FlakyWrite()
+    writer = EventWriter(write, flush_ms=60_000, batch_size=100)  # nothing written before shutdown but for it
+    monkeypatch.setattr(events, "_writer", writer)
+    events.record(**fields(7))
+    assert write.batches == []
+
+    async def serve() -> list[str]:
+        inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+        sent: list[str] = []
+
+        async def receive():
+            return inbox.pop(0)
+
+        async def send(message):
+            sent.append(message["type"])
+
+        await application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+        return sent
+
+    assert asyncio.run(serve()) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert write.batches == [["chatcmpl-7"]]

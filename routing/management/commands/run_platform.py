@@ -235,7 +235,7 @@ class Command(BaseCommand):
                     return f"load_demo failed (exit code {demo.proc.returncode}); see the demo lines above"
 
         sup.start("web", [python, "-m", "uvicorn", "switchboard.asgi:application", "--host", host, "--port", str(port),
-                          "--lifespan", "off", "--timeout-graceful-shutdown", "10"])
+                          "--lifespan", "on", "--timeout-graceful-shutdown", "10"])
         ready = self._wait_ready(sup, base, options["ready_timeout"], stop)
         if ready is not None:
             return ready
