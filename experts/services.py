@@ -221,9 +221,6 @@ class _NamedTask:
             return current_app.send_task(self.name, args=args, **options)
         return task.apply_async(args, **options)
 
-    def delay(self, *args: Any) -> Any:
-        return self.apply_async(args)
-
 
 # --- adapter training -------------------------------------------------------------------------
 

@@ -132,7 +132,9 @@ def _sniff_content(data: bytes, filename: str, complete: bool) -> str:
     if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
         raise ParseError("old Office formats (.doc, .xls, .ppt) are not supported; save the file as .docx or PDF")
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        text_head = decode_text(data)[:SNIFF_BYTES]
+        # Only the head, leniently: a check of the first bytes may cut a surrogate pair, and the
+        # whole file is decoded strictly once, when it is parsed.
+        text_head = head.decode("utf-16", errors="ignore")
     else:
         if _looks_binary(head):
             raise ParseError("this is a binary file, not text, HTML, PDF or a Word document")

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from experts.models import Expert
-from experts.selectors import active_experts
+from experts.selectors import active_expert_slugs, active_experts, experts_by_slug
 from jobs.models import Job
 from jobs.services import JobReporter, enqueue_once
 from sbcommon import uploads
@@ -594,7 +594,9 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     names = {collection_name(e): e for e in experts}
     others: list[Expert] = []
     if weights is not None and sum(max(0.0, w) for w in weights) < widen_below():
-        others = [e for e in active_experts() if collection_name(e) not in names and (allowed is None or e.slug in allowed)]
+        # The serving caches' copy of the active experts (ordered by slug): no query per routed request.
+        candidates = experts_by_slug(active_expert_slugs()).values()
+        others = [e for e in candidates if collection_name(e) not in names and (allowed is None or e.slug in allowed)]
     plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below())
     everyone = list(experts) + others
     method = _method_for(_models(everyone), everyone, method)

@@ -27,13 +27,13 @@ from django.views import View
 from clients.models import ApiKey
 from clients.selectors import keys_for
 from clients.services import create_key, revoke_key
-from experts.access import can_edit, visible_experts
+from experts.access import editable_slugs
 from jobs.views import LoginRequiredMixin
 
 
 def grantable_slugs(user) -> list[str]:
     """Expert slugs ``user`` may scope a key to: the experts they can edit."""
-    return sorted(e.slug for e in visible_experts(user).select_related("team") if can_edit(user, e))
+    return sorted(editable_slugs(user))
 
 
 class ApiKeyForm(forms.Form):

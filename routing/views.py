@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views import View
 from django.views.generic import TemplateView
 
+from experts import access
 from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
 from experts.choices import ExpertStatus
 from jobs.models import Job
@@ -37,9 +38,7 @@ _CITATION = re.compile(r"\[(\d+)\]")
 _TIMING_PARTS = (("embed_ms", "Embed"), ("route_ms", "Route"), ("retrieve_ms", "Retrieve"), ("generate_ms", "Generate"))
 
 
-def editable_slugs(user: Any) -> set[str]:
-    """Slugs of the experts ``user`` may change (staff: all; others: their teams' experts)."""
-    return {e.slug for e in visible_experts(user).select_related("team") if can_edit(user, e)}
+editable_slugs = access.editable_slugs  # the jobs pages take the rule as a function (routing/urls.py)
 
 
 def visible_jobs_for(user: Any) -> Any:

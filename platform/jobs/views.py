@@ -23,6 +23,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.utils.functional import cached_property
 from django.views import View
 from django.views.generic import TemplateView
 
@@ -87,7 +88,12 @@ class JobAccessMixin(LoginRequiredMixin):
         if user.is_staff or (job.created_by_id is not None and job.created_by_id == user.pk):
             return True
         expert = job.params.get("expert") if isinstance(job.params, dict) else None
-        return isinstance(expert, str) and expert in self.editable_slugs(user)
+        return isinstance(expert, str) and expert in self._editable
+
+    @cached_property
+    def _editable(self) -> set[str]:
+        """The experts the user may change, read once per request (the list asks for every row)."""
+        return self.editable_slugs(self.request.user)
 
     def get_job(self, pk: int) -> Job:
         return get_object_or_404(self.visible_jobs(), pk=pk)

@@ -147,8 +147,14 @@ def _switch_to(experiment: Experiment, version: int) -> None:
 
         routing_services.activate_version(RouterVersion.objects.get(version=version))
         return
-    ExpertVersion.objects.filter(expert=experiment.expert, status=VersionStatus.ACTIVE).exclude(version=version).update(status=VersionStatus.ARCHIVED)
-    ExpertVersion.objects.filter(expert=experiment.expert, version=version).update(status=VersionStatus.ACTIVE, activated_at=timezone.now())
+    # The experts app's own activation: it checks the adapter, loads it into vLLM first when that
+    # serves, and saves through the ORM so the serving caches hear of the switch.
+    from experts.services import VersionError, activate_version
+
+    try:
+        activate_version(ExpertVersion.objects.get(expert=experiment.expert, version=version))
+    except VersionError as exc:
+        raise ExperimentError(str(exc), "arm") from None
 
 
 def promote(experiment: Experiment, *, force_arm: str | None = None) -> Experiment:

@@ -176,3 +176,13 @@ def test_a_document_over_the_character_limit_is_refused_clearly():
 ])
 def test_file_names_are_sanitised(raw, safe):
     assert safe_filename(raw) == safe
+
+
+def test_a_utf16_file_whose_head_cuts_a_surrogate_pair_is_still_accepted():
+    """The upload check reads only the first bytes; an emoji split at that cut must not refuse a valid file."""
+    from knowledge.parsers import SNIFF_BYTES, parse_bytes, sniff
+
+    data = ("a" * (SNIFF_BYTES // 2 - 2) + "\N{GRINNING FACE}" + "b" * 100).encode("utf-16")
+
+    assert sniff(data[:SNIFF_BYTES], "notes.txt", complete=False) == sniff(data, "notes.txt")
+    assert "\N{GRINNING FACE}" in parse_bytes(data, "notes.txt").documents[0].text

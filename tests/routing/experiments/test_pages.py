@@ -80,6 +80,7 @@ def test_schedules_page_lists_and_edits_with_validation(admin_client):
     assert good.status_code == 302
     task.refresh_from_db()
     assert (task.crontab.minute, task.crontab.hour, task.crontab.day_of_week, task.enabled) == ("30", "2", "0", False)
+    assert f"Schedule {task.name} saved." in admin_client.get(good["Location"]).content.decode()  # the page it lands on says so
 
 
 def test_a_non_staff_user_cannot_edit_a_schedule(client, owner):
