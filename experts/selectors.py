@@ -47,6 +47,12 @@ def _cached(key: Any, load: Callable[[], Any]) -> Any:
     return value
 
 
+def serving_cached(key: Any, load: Callable[[], Any]) -> Any:
+    """For the apps above: ``load()`` kept with the serving caches (same TTL, cleared together by
+    ``clear_serving_caches``; connect that to the saves of whatever ``load`` reads)."""
+    return _cached(key, load)
+
+
 def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
     """Forget what serving read of experts and their versions (in this process)."""
     global _generation

@@ -22,10 +22,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from experts.models import Expert
-from experts.selectors import active_expert_slugs, active_experts, experts_by_slug
+from experts.selectors import active_expert_slugs, active_experts, clear_serving_caches, experts_by_slug, serving_cached
 from jobs.models import Job
 from jobs.services import JobReporter, enqueue_once
 from sbcommon import uploads
@@ -523,7 +524,13 @@ def _method_for(expert_models: dict[int, str], experts: list[Expert], method: st
 
 
 def _models(experts: list[Expert]) -> dict[int, str]:
-    return dict(KnowledgeBase.objects.filter(expert__in=experts).values_list("expert_id", "embedding_model"))
+    """The embedding model of each expert's knowledge base (read once per SERVING_CACHE_TTL_S, not per search)."""
+    every = serving_cached("knowledge-base-models", lambda: dict(KnowledgeBase.objects.values_list("expert_id", "embedding_model")))
+    return {e.pk: every[e.pk] for e in experts if e.pk in every}
+
+
+for _signal in (post_save, post_delete):
+    _signal.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid=f"serving-cache-{_signal is post_save}-KnowledgeBase")
 
 
 def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None, method: str = "hybrid") -> list[Hit]:

@@ -6,7 +6,7 @@ The run, in one process tree:
    loaded through the real pipeline (``migrate`` + ``load_demo`` with eager Celery, in subprocesses);
 2. uvicorn serving ``switchboard.asgi`` from that folder on a free loopback port, with the
    extractive generator and batched event writes, exactly as ``run_platform`` starts it;
-3. a warm-up, then ``concurrency`` clients (asyncio + httpx, one connection each) posting held-out
+3. a warm-up, then ``concurrency`` clients (asyncio, one keep-alive connection each) posting held-out
    demo questions (split ``test``) to ``/v1/chat/completions`` for ``duration`` seconds;
 4. the server stopped, then the encoder alone in this process with the server's thread count: one
    query at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``).
@@ -35,8 +35,11 @@ from typing import Any
 
 from django.conf import settings
 
+from sbcommon.env import envbool
+
 READY_MARKER = ".bench-demo-ready"
 ENCODER_BATCH = 32
+WARMUP_WINDOW_S = 5.0
 
 
 def _free_port() -> int:
@@ -91,6 +94,7 @@ class Server:
         root = Path(settings.BASE_DIR)
         argv = [sys.executable, "-m", "uvicorn", "switchboard.asgi:application", "--host", "127.0.0.1", "--port", str(self.port),
                 "--lifespan", "on", "--timeout-graceful-shutdown", "10", "--no-access-log"]
+
         if self.workers > 1:
             argv += ["--workers", str(self.workers)]
         self._log = self.log_path.open("w")
@@ -142,11 +146,65 @@ def unique_question(questions: list[str], n: int, run: str) -> str:
     return f"{questions[n % len(questions)]} (ref {run}-{n})"
 
 
+class HttpConnection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON: the load generator's client.
+
+    The clients share the two cores with the server, so they are kept as lean as wrk's: a request
+    is one ``write`` and the response is read by ``Content-Length`` (or chunks). httpx spent ~3x the
+    CPU per request here, all of it taken from the server being measured.
+    """
+
+    def __init__(self, base: str, timeout: float = 60.0):
+        host_port = base.split("://", 1)[1].rstrip("/")
+        self.host, port = host_port.rsplit(":", 1)
+        self.port, self.timeout = int(port), timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        """(status, body); raises ``OSError`` or ``asyncio.IncompleteReadError`` (the connection is then dropped)."""
+        try:
+            return await asyncio.wait_for(self._post(path, json.dumps(payload).encode()), self.timeout)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._writer.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (path.encode(), self.host.encode(), self.port, len(body), body))
+        head = (await self._reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(head[0].split(" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:] if line)}
+        if "content-length" in headers:
+            data = await self._reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while size := int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append(await self._reader.readexactly(size + 2))
+            await self._reader.readuntil(b"\r\n")
+            data = b"".join(p[:-2] for p in parts)
+        else:
+            data = await self._reader.read()
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+        return status, data
+
+    async def close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
 async def _drive(base: str, questions: list[str], concurrency: int, duration: float, model: str, run: str,
                  min_requests: int = 0) -> dict[str, Any]:
     """``concurrency`` clients posting unique questions for ``duration`` seconds (and at least ``min_requests``)."""
-    import httpx
-
     latencies: list[float] = []
     stage_ms: dict[str, list[float]] = {}
     errors: dict[str, int] = {}
@@ -159,24 +217,27 @@ async def _drive(base: str, questions: list[str], concurrency: int, duration: fl
 
     async def client() -> None:
         nonlocal sent
-        async with httpx.AsyncClient(base_url=base, timeout=60.0, limits=httpx.Limits(max_connections=1)) as http:
+        http = HttpConnection(base)
+        try:
             while more():
                 sent += 1
                 question = unique_question(questions, next(counter), run)
                 body = {"model": model, "messages": [{"role": "user", "content": question}]}
                 t0 = time.perf_counter()
                 try:
-                    response = await http.post("/v1/chat/completions", json=body)
-                except httpx.HTTPError as exc:
+                    status, data = await http.post("/v1/chat/completions", body)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                     continue
                 elapsed = (time.perf_counter() - t0) * 1000
-                if response.status_code != 200:
-                    errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
+                if status != 200:
+                    errors[str(status)] = errors.get(str(status), 0) + 1
                     continue
                 latencies.append(elapsed)
-                for name, value in (response.json().get("switchboard", {}).get("timings_ms") or {}).items():
+                for name, value in (json.loads(data).get("switchboard", {}).get("timings_ms") or {}).items():
                     stage_ms.setdefault(name, []).append(float(value))
+        finally:
+            await http.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -184,18 +245,39 @@ async def _drive(base: str, questions: list[str], concurrency: int, duration: fl
     return {"latencies": latencies, "stage_ms": stage_ms, "errors": errors, "wall": wall}
 
 
-def encoder_batches(base: str) -> dict[str, float]:
-    """Forward passes and mean texts per pass of the server's micro-batcher, from its /metrics (one process's view)."""
+def _scrape(base: str) -> list[Any]:
+    """The server's /metrics samples (one process's view); empty when it cannot be read."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
-        return {}
-    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name.startswith("switchboard_encoder_batch_size")}
+        return []
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def encoder_batches(base: str) -> dict[str, float]:
+    """Forward passes and mean texts per pass of the server's micro-batcher, from its /metrics."""
+    values = {s.name: s.value for s in _scrape(base) if s.name.startswith("switchboard_encoder_batch_size")}
     passes = values.get("switchboard_encoder_batch_size_count", 0.0)
     return {"forward_passes": passes, "mean_batch": round(values.get("switchboard_encoder_batch_size_sum", 0.0) / passes, 2) if passes else 0.0}
+
+
+def cache_lookups(base: str) -> dict[str, dict[str, float]]:
+    """``{cache: {"hit": n, "miss": n}}`` from the server's ``switchboard_cache_lookups_total``."""
+    found: dict[str, dict[str, float]] = {}
+    for sample in _scrape(base):
+        if sample.name == "switchboard_cache_lookups_total":
+            found.setdefault(sample.labels["cache"], {})[sample.labels["result"]] = sample.value
+    return found
+
+
+def miss_rate(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], cache: str) -> float | None:
+    """Share of one cache's lookups between two scrapes that missed (None: no lookup)."""
+    hits = after.get(cache, {}).get("hit", 0.0) - before.get(cache, {}).get("hit", 0.0)
+    misses = after.get(cache, {}).get("miss", 0.0) - before.get(cache, {}).get("miss", 0.0)
+    return round(misses / (hits + misses), 4) if hits + misses > 0 else None
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -207,20 +289,25 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int | None = None) -> dict[str, float]:
-    """Queries per second of the bare encoder: one query at a time, and batches of 32."""
+    """Queries per second of the bare encoder: one query at a time, and batches of 32.
+
+    The texts are the ones the server is sent (``unique_question``: the reference number adds a few
+    tokens), so both sides of the comparison encode the same work.
+    """
     from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
 
     # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
     encoder = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads() if threads is None else threads)
-    encoder.encode(questions[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
+    texts = [unique_question(questions, n, "enc") for n in range(max(len(questions), ENCODER_BATCH))]
+    encoder.encode(texts[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        encoder.encode([questions[n % len(questions)]])
+        encoder.encode([texts[n % len(texts)]])
         n += 1
     single = n / (time.perf_counter() - t0)
     n, i, t0 = 0, 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        batch = [questions[(i + j) % len(questions)] for j in range(ENCODER_BATCH)]
+        batch = [texts[(i + j) % len(texts)] for j in range(ENCODER_BATCH)]
         encoder.encode(batch, batch_size=ENCODER_BATCH)
         n += ENCODER_BATCH
         i += ENCODER_BATCH
@@ -235,7 +322,8 @@ def _serving_threads() -> int:
 
 
 def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
-                  model: str = "auto", encoder_seconds: float = 8.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+                  model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the serving benchmark (see the module docstring) and return its report."""
     if concurrency < 1 or duration <= 0:
         raise ValueError("concurrency must be at least 1 and duration positive")
@@ -251,12 +339,28 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         # The warm-up asks every held-out question once at least, so the passages they retrieve are in
         # the encoder's sentence cache, as in a server that has been up for a while.
         say(f"warming up: {warmup:.0f} s and every held-out question once ({len(questions)}) ...")
+        warm_t0 = time.monotonic()
         warm = asyncio.run(_drive(server.base, questions, concurrency, warmup, model, "warm", min_requests=len(questions)))
         if not warm["latencies"]:
             raise RuntimeError(f"no successful request during the warm-up: {warm['errors']}; see {server.log_path}")
+        warm_requests, window_miss_rate = len(warm["latencies"]), None
+        # A fresh server splits and encodes every chunk it retrieves the first time (the extractive
+        # generator's sentence cache): steady state is when that has stopped. Warm up in windows
+        # until at most max_chunk_miss_rate of the chunk lookups miss, or max_warmup seconds.
+        while time.monotonic() - warm_t0 < max_warmup:
+            before = cache_lookups(server.base)
+            window = asyncio.run(_drive(server.base, questions, concurrency, WARMUP_WINDOW_S, model, f"warm{warm_requests}"))
+            warm_requests += len(window["latencies"])
+            window_miss_rate = miss_rate(before, cache_lookups(server.base), "chunk_sentences")
+            say(f"  warm-up window: {len(window['latencies'])} requests, chunk sentence cache miss rate {window_miss_rate}")
+            if window_miss_rate is None or window_miss_rate <= max_chunk_miss_rate:
+                break
+        warmup_s = time.monotonic() - warm_t0
         say(f"driving {concurrency} concurrent clients for {duration:.0f} s ...")
         load_during = os.getloadavg()
+        caches_before = cache_lookups(server.base)
         run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
+        caches_after = cache_lookups(server.base)
         batches = encoder_batches(server.base)
     say(f"measuring the encoder alone ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
     encoder = encoder_throughput(questions, seconds=encoder_seconds)
@@ -272,13 +376,19 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         "concurrency": concurrency,
         "duration_s": round(run["wall"], 1),
         "requests": len(latencies),
-        "warmup_requests": len(warm["latencies"]),
+        "warmup_requests": warm_requests,
+        "warmup_s": round(warmup_s, 1),
+        "warmup_last_chunk_miss_rate": window_miss_rate,
+        "chunk_cache_miss_rate": miss_rate(caches_before, caches_after, "chunk_sentences"),
+        "encoder_cache_miss_rate": miss_rate(caches_before, caches_after, "encoder"),
         "warmup_errors": warm["errors"],
         "error_kinds": run["errors"],
         "model": model,
         "server_processes": workers,
         "torch_threads": settings.TORCH_THREADS,
         "encoder_threads": _serving_threads(),
+        "encoder_sub_batch": settings.ENCODER_SUB_BATCH,
+        "encoder_in_child_process": envbool("ENCODER_PROCESS", True),  # the server's view: switchboard.asgi defaults it on
         "encoder_max_batch": settings.ENCODER_MAX_BATCH,
         "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
         "server_encoder_batches": batches,

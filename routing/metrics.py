@@ -3,7 +3,9 @@
 Fed from three places: ``routing.events.record`` (every routed request: mode and status, latency
 per stage, the answering expert, fallbacks, failovers, error kinds), the chat API's base class in
 ``routing.api.auth`` (every response of the chat-facing endpoints by status, including the 401 and
-429 answered before routing) and the micro-batching encoder (forward-pass batch sizes).
+429 answered before routing) and the micro-batching encoder (forward-pass batch sizes). The serving caches' hits and misses (the
+encoder's vector cache, the extractive generator's chunk sentence cache) are read from the caches
+at scrape time.
 
 Multi-process caveat: each process has its own registry, so with several uvicorn workers each
 scrape sees one worker. Run one web process per scrape target, or set ``PROMETHEUS_MULTIPROC_DIR``
@@ -20,8 +22,10 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
-from sbcommon.encoders import add_batch_listener
+from experts.generation.extractive import chunk_cache_counts
+from sbcommon.encoders import add_batch_listener, cache_counts
 
 STAGES = ("embed", "route", "retrieve", "generate", "total")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -50,6 +54,26 @@ def _buffered() -> int:
 
 EVENTS_BUFFERED.set_function(_buffered)
 add_batch_listener(ENCODER_BATCH.observe)
+
+
+class CacheCollector:
+    """``switchboard_cache_lookups_total{cache, result}``: the serving caches' own hit and miss counts (this process).
+
+    ``encoder``: question and sentence vectors; ``chunk_sentences``: the extractive generator's split
+    and encoded chunks. A chunk miss costs a forward pass over the chunk's sentences, so the miss
+    rate says whether a server has warmed up.
+    """
+
+    def collect(self):
+        family = CounterMetricFamily("switchboard_cache_lookups", "Lookups of the serving caches by cache and result (this process).",
+                                     labels=["cache", "result"])
+        for name, (hits, misses) in (("encoder", cache_counts()), ("chunk_sentences", chunk_cache_counts())):
+            family.add_metric([name, "hit"], hits)
+            family.add_metric([name, "miss"], misses)
+        yield family
+
+
+REGISTRY.register(CacheCollector())
 
 
 def observe_event(fields: dict[str, Any]) -> None:

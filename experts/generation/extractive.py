@@ -25,6 +25,12 @@ def chunk_cache(encoder_name: str) -> ChunkSentenceCache:
     return cache
 
 
+def chunk_cache_counts() -> tuple[int, int]:
+    """(hits, misses) of this process's chunk sentence caches (for /metrics and the serving bench)."""
+    caches = list(_caches.values())
+    return sum(c.hits for c in caches), sum(c.misses for c in caches)
+
+
 def clear_chunk_caches() -> None:
     """Forget every cached chunk (tests; re-indexing changes chunk texts, which the cache key notices anyway)."""
     with _caches_lock:

@@ -5,6 +5,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
+# A serving process encodes in a child process of its own (sbcommon.encoders.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
+os.environ.setdefault("ENCODER_PROCESS", "1")
 django_application = get_asgi_application()
 
 

@@ -406,6 +406,13 @@ DRIFT_SAMPLE = envint("DRIFT_SAMPLE", 500)
 # 32 run ~4x faster on 2 threads than on 1). Where the server shares its cores (with its clients, a
 # worker, other work) extra threads oversubscribe them and were measured slower: hence the default.
 ENCODER_THREADS = envint("ENCODER_THREADS", 0)
+# Run the encoder's forward passes in a child process of the serving process. In-process, a pass
+# waits for the GIL after every torch op behind the request threads (6x slower next to 16 busy
+# threads, measured); switchboard.asgi turns this on for servers, tests and workers leave it off.
+ENCODER_PROCESS = envbool("ENCODER_PROCESS", False)
+# Texts per encoder forward pass at most: a call's texts are sorted by length and run in passes of this
+# many, which pads less than one long pass (32 questions: ~1.5x faster in passes of 8, measured).
+ENCODER_SUB_BATCH = envint("ENCODER_SUB_BATCH", 8)
 # Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
 EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # Seconds a serving process reuses what it read of the active router, experts and expert versions

@@ -56,3 +56,47 @@ def test_a_short_real_run_reports_the_figures(tmp_path):
     assert report["rps"] > 0
     assert report["p50_ms"] <= report["p99_ms"]
     assert set(report["stage_p50_ms"]) >= {"embed_ms", "route_ms", "retrieve_ms", "generate_ms"}
+
+
+def test_the_lean_client_reads_length_and_chunked_bodies_and_keeps_the_connection():
+    from routing.bench_serving import HttpConnection
+
+    connections = 0
+
+    async def serve(reader, writer):
+        nonlocal connections
+        connections += 1
+        for reply in (b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+                      b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"b\r\n4\r\n\":2}\r\n0\r\n\r\n"):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+            assert b'"q"' in await reader.readexactly(length)
+            writer.write(reply)
+            await writer.drain()
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        http = HttpConnection(f"http://127.0.0.1:{port}")
+        try:
+            first = await http.post("/x", {"q": 1})
+            second = await http.post("/x", {"q": 2})
+        finally:
+            await http.close()
+            server.close()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first == (200, b'{"a":1}')
+    assert second == (503, b'{"b":2}')
+    assert connections == 1  # both requests on one keep-alive connection
+
+
+def test_miss_rates_are_computed_between_two_scrapes():
+    from routing.bench_serving import miss_rate
+
+    before = {"chunk_sentences": {"hit": 10.0, "miss": 5.0}}
+    after = {"chunk_sentences": {"hit": 28.0, "miss": 7.0}}
+    assert miss_rate(before, after, "chunk_sentences") == 0.1
+    assert miss_rate(after, after, "chunk_sentences") is None

@@ -83,3 +83,17 @@ def test_a_metrics_token_is_required_when_set(client, settings):
 def test_metrics_can_be_turned_off(client, settings):
     settings.METRICS_ENABLED = False
     assert client.get("/metrics").status_code == 404
+
+
+def test_serving_cache_hits_and_misses_are_exported(client):
+    from experts.generation.extractive import chunk_cache
+
+    cache = chunk_cache("metrics-test")
+    before = scrape(client)
+    cache.hits += 2
+    cache.misses += 1
+    after = scrape(client)
+    key = "switchboard_cache_lookups_total"
+    assert after[(key, (("cache", "chunk_sentences"), ("result", "hit")))] - before.get((key, (("cache", "chunk_sentences"), ("result", "hit"))), 0) == 2
+    assert after[(key, (("cache", "chunk_sentences"), ("result", "miss")))] - before.get((key, (("cache", "chunk_sentences"), ("result", "miss"))), 0) == 1
+    assert (key, (("cache", "encoder"), ("result", "hit"))) in after

@@ -84,3 +84,18 @@ def test_a_conversation_is_written_behind_and_resolved_from_the_pending_row_mean
     events.flush()
     row.refresh_from_db()
     assert (row.n_turns, len(row.turns)) == (3, 3)
+
+
+def test_knowledge_base_models_are_read_once_within_the_ttl_and_again_after_a_save(ttl):
+    from knowledge.models import KnowledgeBase
+    from knowledge.services import _models
+
+    dmv = Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
+    kb = KnowledgeBase.objects.create(expert=dmv, embedding_model="model-a", dimension=384, chunk_size=800, chunk_overlap=100)
+    assert _models([dmv]) == {dmv.pk: "model-a"}
+    with CaptureQueriesContext(connection) as queries:
+        assert _models([dmv]) == {dmv.pk: "model-a"}
+    assert len(queries) == 0
+    kb.embedding_model = "model-b"
+    kb.save()
+    assert _models([dmv]) == {dmv.pk: "model-b"}

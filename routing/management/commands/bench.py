@@ -33,6 +33,10 @@ class Command(BaseCommand):
         serving.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
         serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
+        serving.add_argument("--max-warmup", type=float, default=180.0,
+                             help="seconds of warm-up at most: it goes on in 5 s windows until the chunk sentence cache is warm (default 180)")
+        serving.add_argument("--max-chunk-miss-rate", type=float, default=0.01,
+                             help="warm when at most this share of a window's chunk lookups missed the cache (default 0.01)")
         serving.add_argument("--json", dest="json_path", default=None)
         serving.add_argument("--skip-checks", action="store_true")
         soak = sub.add_parser("soak", help="bounded load on loopback with generator and vector-store faults injected on a schedule")
@@ -57,7 +61,8 @@ class Command(BaseCommand):
 
             report = bench_serving(concurrency=options["concurrency"], duration=options["duration"], var_dir=options["var_dir"],
                                    warmup=options["warmup"], workers=options["workers"], model=options["model"],
-                                   encoder_seconds=options["encoder_seconds"], say=self.stdout.write)
+                                   encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
+                                   max_chunk_miss_rate=options["max_chunk_miss_rate"], say=self.stdout.write)
         elif options["target"] == "soak":
             from routing.bench_soak import bench_soak
 

@@ -1,0 +1,112 @@
+"""The encoder in a child process: batching there, the same vectors as in-process, restarts, and sub-batches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from sbcommon import encoders
+from sbcommon.encoders import EncoderUnavailable, ProcessEncoder, SentenceTransformerEncoder
+
+TEXTS = [f"How do I renew my licence, question {i}?" for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    return SentenceTransformerEncoder(encoders.DEFAULT_MODEL, threads=1)
+
+
+@pytest.fixture(scope="module")
+def child():
+    # One child for the module: starting one imports torch and loads the model (~10 s here).
+    process = ProcessEncoder(encoders.DEFAULT_MODEL, threads=1, max_batch=32, max_wait_ms=5.0)
+    yield process
+    process.close()
+
+
+def test_concurrent_calls_share_forward_passes_in_the_child_and_get_their_own_rows(child, in_process):
+    before = child.forward_passes
+    barrier = threading.Barrier(len(TEXTS))
+
+    def one(text):
+        barrier.wait()
+        return child.encode([text])[0]
+
+    with ThreadPoolExecutor(len(TEXTS)) as pool:
+        rows = list(pool.map(one, TEXTS))
+    passes = child.forward_passes - before
+    assert 1 <= passes < len(TEXTS) // 2  # batched in the child, not one pass per call
+    np.testing.assert_allclose(np.stack(rows), in_process.encode(TEXTS), atol=1e-5)
+
+
+def test_a_multi_text_call_gets_its_rows_in_order(child, in_process):
+    np.testing.assert_allclose(child.encode(TEXTS[:5]), in_process.encode(TEXTS[:5]), atol=1e-5)
+    assert child.encode([]).shape == (0, child.dimension)
+
+
+def test_batch_listeners_hear_each_pass_in_the_child(child):
+    sizes: list[int] = []
+    encoders.add_batch_listener(sizes.append)
+    try:
+        child.encode(TEXTS[:3])
+    finally:
+        encoders._batch_listeners.remove(sizes.append)
+    assert sizes == [3]
+
+
+def test_a_killed_child_is_replaced_and_the_call_answered_on_the_new_one(child, in_process):
+    starts = child.starts
+    os.kill(child.pid, signal.SIGKILL)
+    time.sleep(0.3)
+    np.testing.assert_allclose(child.encode(TEXTS[:2]), in_process.encode(TEXTS[:2]), atol=1e-5)
+    assert child.starts == starts + 1
+
+
+def test_a_closed_encoder_refuses_calls_and_its_child_exits():
+    process = ProcessEncoder(encoders.DEFAULT_MODEL, threads=1)
+    pid = process.pid
+    process.close()
+    with pytest.raises(EncoderUnavailable, match="closed"):
+        process.encode(["hello"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_sub_batches_change_the_passes_not_the_vectors(in_process):
+    small = SentenceTransformerEncoder(encoders.DEFAULT_MODEL, threads=1, sub_batch=3)
+    assert small.sub_batch == 3
+    np.testing.assert_allclose(small.encode(TEXTS, batch_size=64), in_process.encode(TEXTS, batch_size=64), atol=1e-5)
+
+
+def test_serving_processes_get_the_child_behind_the_vector_cache(monkeypatch, settings):
+    made: list[dict] = []
+
+    class FakeProcessEncoder:
+        name, dimension = "fake", 4
+
+        def __init__(self, name, threads, max_batch, max_wait_ms):
+            made.append({"name": name, "threads": threads, "max_batch": max_batch, "max_wait_ms": max_wait_ms})
+
+        def encode(self, texts, batch_size=64):
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(encoders, "ProcessEncoder", FakeProcessEncoder)
+    settings.ENCODER_PROCESS, settings.ENCODER_THREADS, settings.ENCODER_CACHE_SIZE = True, 2, 100
+    settings.ENCODER_MAX_BATCH, settings.ENCODER_MAX_WAIT_MS = 16, 3.0
+    built = encoders._build_encoder("some-model", 1)
+    assert made == [{"name": "some-model", "threads": 2, "max_batch": 16, "max_wait_ms": 3.0}]
+    assert isinstance(built, encoders.MicroBatchingEncoder)
+    assert isinstance(built.inner, FakeProcessEncoder)
+    assert built.max_batch == 1  # the child batches; this process only caches
+    built.encode(["a"])
+    built.encode(["a"])
+    assert built.cache_hits == 1
