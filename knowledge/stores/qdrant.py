@@ -378,10 +378,16 @@ class EmbeddedQdrantStore:
 
     POINTER = "ACTIVE"
 
-    def __init__(self, root: str | os.PathLike[str], lock_timeout: float = 120.0):
+    def __init__(self, root: str | os.PathLike[str], lock_timeout: float = 120.0, pointer_ttl_s: float = 0.0):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.lock_timeout = lock_timeout
+        # Searches trust the active-snapshot pointer they read for this long (0: read it every time).
+        # A serving process searches several collections per request; each read is a few syscalls,
+        # and under load every syscall costs a wait for the GIL. Writes in this process update it at
+        # once; another process's re-index shows within the TTL.
+        self.pointer_ttl_s = max(0.0, float(pointer_ttl_s))
+        self._pointers: dict[str, tuple[float, str | None]] = {}
         self._readers: dict[str, tuple[str, HybridIndex]] = {}
         self._mutex = threading.RLock()
 
@@ -397,8 +403,21 @@ class EmbeddedQdrantStore:
         except FileNotFoundError:
             return None
 
+    def _active_for_search(self, name: str) -> str | None:
+        """``_active``, reused for ``pointer_ttl_s`` seconds."""
+        if self.pointer_ttl_s <= 0:
+            return self._active(name)
+        now = time.monotonic()
+        known = self._pointers.get(name)
+        if known is not None and now - known[0] < self.pointer_ttl_s:
+            return known[1]
+        active = self._active(name)
+        self._pointers[name] = (now, active)
+        return active
+
     def _set_active(self, name: str, snapshot: str | None) -> None:
         pointer = self._dir(name) / self.POINTER
+        self._pointers.pop(name, None)
         if snapshot is None:
             pointer.unlink(missing_ok=True)
             return
@@ -474,8 +493,8 @@ class EmbeddedQdrantStore:
             raise StoreUnavailable(f"collection {name} cannot be read ({exc.__class__.__name__}: {str(exc)[:120]})") from exc
 
     def _load_active(self, name: str) -> HybridIndex | None:
-        for _attempt in range(5):
-            active = self._active(name)
+        for attempt in range(5):
+            active = self._active_for_search(name) if attempt == 0 else self._active(name)
             with self._mutex:
                 cached = self._readers.get(name)
                 if cached and cached[0] == active:

@@ -2,12 +2,35 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
 # A serving process encodes in a child process of its own (sbcommon.encoders.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
 os.environ.setdefault("ENCODER_PROCESS", "1")
-django_application = get_asgi_application()
+
+
+class OneThreadASGIHandler(ASGIHandler):
+    """Django's ASGI handler, with the middleware chain and the view run together in one thread per request.
+
+    Every view here and most of the middleware (Django's own, WhiteNoise, ours) are synchronous.
+    Django's handler starts an async chain that ends in an async inner handler, so a request went
+    to a thread for the sync middleware, back to the event loop for the inner handler, and to the
+    thread again for the view; under load each crossing waits for the GIL. Here the chain is built
+    synchronous (as under WSGI) and the whole of it runs in the request's thread: one round trip.
+    Requests are still read and responses (streams included) still sent by the event loop.
+    """
+
+    def load_middleware(self, is_async=False):
+        super().load_middleware(is_async=False)
+
+    async def get_response_async(self, request):
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+django.setup(set_prefix=False)
+django_application = OneThreadASGIHandler()
 
 
 async def application(scope, receive, send):

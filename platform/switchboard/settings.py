@@ -419,3 +419,6 @@ EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # (saving them through the ORM clears this process's copy at once; other processes, and changes made
 # with queryset.update(), show within this time). Default: 0 (off) when Celery runs eagerly (tests).
 SERVING_CACHE_TTL_S = envfloat("SERVING_CACHE_TTL_S", 0.0 if CELERY_TASK_ALWAYS_EAGER else 2.0)
+# Seconds a process trusts the embedded store's active-snapshot pointer it read (searches only;
+# writes in the process update it at once, another process's re-index shows within this time).
+QDRANT_POINTER_TTL_S = envfloat("QDRANT_POINTER_TTL_S", 0.0 if CELERY_TASK_ALWAYS_EAGER else 1.0)

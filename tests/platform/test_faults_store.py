@@ -149,3 +149,17 @@ def test_a_fused_search_skips_a_broken_secondary_collection_but_not_a_broken_pri
         embedded.search_many(["expert_a", "expert_b"], *query, weights=[0.3, 0.7])  # b is the router's first choice
     with pytest.raises(StoreUnavailable):
         embedded.search_many(["expert_b"], *query)
+
+
+def test_searches_trust_the_active_pointer_for_its_ttl_and_own_writes_at_once(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("knowledge.stores.qdrant.time.monotonic", lambda: clock[0])
+    serving = EmbeddedQdrantStore(tmp_path / "qdrant", pointer_ttl_s=1.0)
+    serving.rebuild("expert_a", DIM, _points("alpha"))
+    assert _search(serving)[0].payload["expert"] == "alpha"
+    EmbeddedQdrantStore(serving.root).rebuild("expert_a", DIM, _points("beta"))  # another process re-indexes
+    assert _search(serving)[0].payload["expert"] == "alpha"  # within the TTL: the snapshot it had
+    clock[0] += 1.5
+    assert _search(serving)[0].payload["expert"] == "beta"  # read again after the TTL
+    serving.rebuild("expert_a", DIM, _points("gamma"))  # its own write: seen at once
+    assert _search(serving)[0].payload["expert"] == "gamma"

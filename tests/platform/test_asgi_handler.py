@@ -1,0 +1,71 @@
+"""switchboard.asgi: the middleware chain and the view run together in one thread per request, streams included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync, iscoroutinefunction
+from asgiref.testing import ApplicationCommunicator
+
+from switchboard.asgi import OneThreadASGIHandler, django_application
+from tests.routing import test_failover as support
+
+encoder, generator, no_experiment, router, serving, store = (
+    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
+
+
+def _scope(method: str, path: str, body: bytes = b"") -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http", "path": path,
+            "raw_path": path.encode(), "query_string": b"", "root_path": "", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+
+def _call(method: str, path: str, payload: dict | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
+    body = json.dumps(payload).encode() if payload is not None else b""
+
+    async def run():
+        app = ApplicationCommunicator(django_application, _scope(method, path, body))
+        await app.send_input({"type": "http.request", "body": body, "more_body": False})
+        start = await app.receive_output(30)
+        parts = []
+        while True:
+            message = await app.receive_output(30)
+            parts.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await app.wait(5)
+        return start["status"], {k.lower(): v for k, v in start["headers"]}, b"".join(parts)
+
+    return async_to_sync(run)()
+
+
+def test_the_middleware_chain_is_built_synchronous():
+    assert isinstance(django_application, OneThreadASGIHandler)
+    assert not iscoroutinefunction(django_application._middleware_chain)
+
+
+def test_a_request_through_the_handler_gets_the_middleware_headers():
+    status, headers, _ = _call("GET", "/healthz")
+    assert status == 200
+    assert b"x-frame-options" in {k.lower() for k in headers}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chat_stream_through_the_handler_arrives_whole(serving):
+    status, headers, raw = _call("POST", "/v1/chat/completions",
+                                 {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "how do I renew my licence"}]})
+    assert status == 200
+    assert headers[b"content-type"].startswith(b"text/event-stream")
+    blocks = [b for b in raw.decode().split("\n\n") if b.strip()]
+    assert blocks[-1] == "data: [DONE]"
+    text = "".join(json.loads(b[6:])["choices"][0]["delta"].get("content", "") for b in blocks[:-1])
+    assert text == "dmv says: The dmv office handles this. [1]"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_chat_request_through_the_handler(serving):
+    status, headers, raw = _call("POST", "/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": "how do I renew my licence"}]})
+    assert status == 200
+    assert headers[b"x-switchboard-expert"] == b"dmv"
+    assert json.loads(raw)["choices"][0]["message"]["content"] == "dmv says: The dmv office handles this. [1]"
