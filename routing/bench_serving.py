@@ -8,8 +8,11 @@ The run, in one process tree:
    extractive generator and batched event writes, exactly as ``run_platform`` starts it;
 3. a warm-up, then ``concurrency`` clients (asyncio, one keep-alive connection each) posting held-out
    demo questions (split ``test``) to ``/v1/chat/completions`` for ``duration`` seconds;
-4. the server stopped, then the encoder alone in this process with the server's thread count: one
-   query at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``).
+4. the encoder alone in this process with the server's thread count, on the same texts: one query
+   at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``), measured once
+   before the server starts and once after it stopped; the report gives the mean of the two and
+   both runs (``encoder_runs``). This machine's speed drifts by 10-20% within minutes, so a single
+   measurement on one side of the run skewed the ratios either way.
 
 The clients share the machine with the server, as they would on one box; the report says how many
 CPUs there were and the load average before the run, since other work skews every figure.
@@ -288,7 +291,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int | None = None) -> dict[str, float]:
+def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int | None = None, encoder: Any = None) -> dict[str, float]:
     """Queries per second of the bare encoder: one query at a time, and batches of 32.
 
     The texts are the ones the server is sent (``unique_question``: the reference number adds a few
@@ -297,7 +300,8 @@ def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int 
     from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
 
     # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
-    encoder = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads() if threads is None else threads)
+    if encoder is None:
+        encoder = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads() if threads is None else threads)
     texts = [unique_question(questions, n, "enc") for n in range(max(len(questions), ENCODER_BATCH))]
     encoder.encode(texts[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
     n, t0 = 0, time.perf_counter()
@@ -332,6 +336,11 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     load_before = os.getloadavg()
     demo_s = prepare_demo(folder, say)
     questions = held_out_questions()
+    from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
+
+    say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
+    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads())
+    encoder_before = encoder_throughput(questions, seconds=encoder_seconds, encoder=bare)
     port = _free_port()
     with Server(folder, port, workers=workers) as server:
         say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
@@ -362,8 +371,9 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
         caches_after = cache_lookups(server.base)
         batches = encoder_batches(server.base)
-    say(f"measuring the encoder alone ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
-    encoder = encoder_throughput(questions, seconds=encoder_seconds)
+    say(f"measuring the encoder alone after the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
+    encoder_after = encoder_throughput(questions, seconds=encoder_seconds, encoder=bare)
+    encoder = {name: round((encoder_before[name] + encoder_after[name]) / 2, 1) for name in encoder_before}
     latencies = run["latencies"]
     rps = len(latencies) / run["wall"]
     report: dict[str, Any] = {
@@ -373,6 +383,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         "p99_ms": round(_percentile(latencies, 99), 1),
         "errors": sum(run["errors"].values()),
         **encoder,
+        "encoder_runs": {"before": encoder_before, "after": encoder_after},
         "concurrency": concurrency,
         "duration_s": round(run["wall"], 1),
         "requests": len(latencies),

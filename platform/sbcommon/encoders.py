@@ -99,10 +99,13 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
     """The child side of ``ProcessEncoder``: load the model, then encode what arrives, batched, until the pipe closes.
 
     Requests are ``(id, texts, batch_size)``. After the first one arrives, whatever else is already
-    waiting in the pipe (or comes within ``max_wait_ms``) joins it, up to ``max_batch`` texts, and
-    the lot is encoded in one call; the reply is ``("ok", [(id, vectors), ...], texts)``, or
-    ``("error", [ids], message)``. While a pass runs the next requests queue up in the pipe, so
-    the encoder never waits for the parent to hand it work.
+    waiting in the pipe (or comes within ``max_wait_ms``) joins it, up to ``max_batch`` texts. The
+    texts are sorted by length and encoded in passes of ``sub_batch``; after each pass the requests
+    whose texts are all done are answered at once, ``("ok", [(id, vectors), ...], texts in the
+    pass)``, so the first callers go back to their work while later passes run (a whole batch
+    answered together came back together, and left the encoder idle while it was away). A failed
+    pass answers the unfinished requests ``("error", [ids], message)``. While passes run the next
+    requests queue up in the pipe, so the encoder never waits for the parent to hand it work.
     """
     try:
         encoder = SentenceTransformerEncoder(name, threads=threads, sub_batch=sub_batch)
@@ -111,6 +114,7 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
         return
     conn.send(("ready", [], encoder.dimension))
     wait = max(0.0, max_wait_ms) / 1000.0
+    step = max(1, int(sub_batch))
     try:
         while True:
             batch = [conn.recv()]
@@ -119,17 +123,23 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
             while size < max_batch and conn.poll(max(0.0, deadline - time.monotonic())):
                 batch.append(conn.recv())
                 size += len(batch[-1][1])
-            texts = [text for _, group, _ in batch for text in group]
+            # (request, position, text) for every text, shortest first: passes of similar lengths pad little.
+            items = sorted(((k, pos, text) for k, (_, group, _) in enumerate(batch) for pos, text in enumerate(group)), key=lambda t: len(t[2]))
+            rows: list[list[np.ndarray | None]] = [[None] * len(group) for _, group, _ in batch]
+            left = [len(group) for _, group, _ in batch]
             try:
-                vectors = encoder.encode(texts, batch_size=max(max(b for _, _, b in batch), min(len(texts), max_batch)))
-            except Exception as exc:  # one bad batch must not end the process
-                conn.send(("error", [rid for rid, _, _ in batch], f"{type(exc).__name__}: {exc}"))
-                continue
-            out, offset = [], 0
-            for rid, group, _ in batch:
-                out.append((rid, vectors[offset : offset + len(group)]))
-                offset += len(group)
-            conn.send(("ok", out, len(texts)))
+                for start in range(0, len(items), step):
+                    chunk = items[start : start + step]
+                    vectors = encoder.encode([text for _, _, text in chunk], batch_size=len(chunk))
+                    done = []
+                    for (k, pos, _), vector in zip(chunk, vectors, strict=True):
+                        rows[k][pos] = vector
+                        left[k] -= 1
+                        if not left[k]:
+                            done.append(k)
+                    conn.send(("ok", [(batch[k][0], np.stack(rows[k])) for k in done], len(chunk)))
+            except Exception as exc:  # one bad pass must not end the process
+                conn.send(("error", [batch[k][0] for k in range(len(batch)) if left[k]], f"{type(exc).__name__}: {exc}"))
     except (EOFError, OSError):  # the parent went away (or closed the pipe): so do we
         return
 

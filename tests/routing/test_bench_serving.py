@@ -54,6 +54,8 @@ def test_a_short_real_run_reports_the_figures(tmp_path):
         assert name in report
     assert report["errors"] == 0
     assert report["rps"] > 0
+    runs = report["encoder_runs"]
+    assert report["encoder_rps_batched"] == round((runs["before"]["encoder_rps_batched"] + runs["after"]["encoder_rps_batched"]) / 2, 1)
     assert report["p50_ms"] <= report["p99_ms"]
     assert set(report["stage_p50_ms"]) >= {"embed_ms", "route_ms", "retrieve_ms", "generate_ms"}
 
