@@ -24,7 +24,8 @@ from django.db.models.signals import post_delete, post_save
 from experts.generation import AdapterRef, GenerationError, GenerationRequest, get_generator
 from experts.ml.extractive import Answer, Passage
 from experts.models import Expert, ExpertVersion
-from experts.selectors import active_expert_slugs, active_experts, experts_by_slug, fallback_slugs, serving_version
+from experts.selectors import active_expert_slugs, active_experts, experts_by_slug, fallback_slugs, serving_cached, serving_version
+from experts.selectors import clear_serving_caches as clear_experts_caches
 from jobs.services import JobFailed, JobReporter
 from knowledge import services as knowledge
 from knowledge.stores import StoreUnavailable
@@ -267,23 +268,14 @@ def _arbiter_for(version: RouterVersion) -> Arbiter:
     )
 
 
-_version_memo: dict[str, tuple[float, RouterVersion | None]] = {}
-_version_generation = 0
-
-
 def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
     """Forget what serving read of router versions, experts and expert versions (in this process).
 
-    Saving or deleting a RouterVersion, Expert or ExpertVersion through the ORM calls this;
-    ``activate_version`` (queryset updates) and other processes rely on ``SERVING_CACHE_TTL_S``.
+    They share ``experts.selectors``' cache. Saving or deleting a RouterVersion, Expert or
+    ExpertVersion through the ORM calls this; ``activate_version`` (queryset updates) and other
+    processes rely on ``SERVING_CACHE_TTL_S``.
     """
-    global _version_generation
-    from experts.selectors import clear_serving_caches as clear_experts
-
-    with _router_lock:
-        _version_generation += 1
-        _version_memo.clear()
-    clear_experts()
+    clear_experts_caches()
 
 
 post_save.connect(clear_serving_caches, sender=RouterVersion, dispatch_uid="serving-cache-save-RouterVersion")
@@ -291,21 +283,13 @@ post_delete.connect(clear_serving_caches, sender=RouterVersion, dispatch_uid="se
 
 
 def _router_version(key: str, number: int | None) -> RouterVersion | None:
-    """The active RouterVersion (or version ``number``), reused for SERVING_CACHE_TTL_S seconds."""
-    ttl = float(getattr(settings, "SERVING_CACHE_TTL_S", 0.0) or 0.0)
-    now = time.monotonic()
-    if ttl > 0:
-        hit = _version_memo.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-    generation = _version_generation
-    query = RouterVersion.objects.filter(is_active=True) if number is None else RouterVersion.objects.filter(version=number)
-    version = query.first()
-    if ttl > 0:
-        with _router_lock:
-            if generation == _version_generation:
-                _version_memo[key] = (now + ttl, version)
-    return version
+    """The active RouterVersion (or version ``number``), kept with the serving caches for SERVING_CACHE_TTL_S seconds."""
+
+    def load() -> RouterVersion | None:
+        query = RouterVersion.objects.filter(is_active=True) if number is None else RouterVersion.objects.filter(version=number)
+        return query.first()
+
+    return serving_cached(("router-version", key), load)
 
 
 def _active_router(number: int | None = None) -> tuple[RouterVersion, RouterNet, Arbiter, NumpyScorer | None]:
