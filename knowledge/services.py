@@ -529,8 +529,8 @@ def _models(experts: list[Expert]) -> dict[int, str]:
     return {e.pk: every[e.pk] for e in experts if e.pk in every}
 
 
-for _signal in (post_save, post_delete):
-    _signal.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid=f"serving-cache-{_signal is post_save}-KnowledgeBase")
+post_save.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-save-KnowledgeBase")
+post_delete.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-delete-KnowledgeBase")
 
 
 def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None, method: str = "hybrid") -> list[Hit]:

@@ -291,17 +291,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def encoder_throughput(questions: list[str], seconds: float = 8.0, threads: int | None = None, encoder: Any = None) -> dict[str, float]:
+def encoder_throughput(questions: list[str], encoder: Any, seconds: float = 8.0) -> dict[str, float]:
     """Queries per second of the bare encoder: one query at a time, and batches of 32.
 
     The texts are the ones the server is sent (``unique_question``: the reference number adds a few
     tokens), so both sides of the comparison encode the same work.
     """
-    from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
-
-    # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
-    if encoder is None:
-        encoder = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads() if threads is None else threads)
     texts = [unique_question(questions, n, "enc") for n in range(max(len(questions), ENCODER_BATCH))]
     encoder.encode(texts[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
     n, t0 = 0, time.perf_counter()
@@ -336,11 +331,12 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     load_before = os.getloadavg()
     demo_s = prepare_demo(folder, say)
     questions = held_out_questions()
-    from sbcommon.encoders import SentenceTransformerEncoder, serving_threads
+    from sbcommon.encoders import SentenceTransformerEncoder
 
     say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
-    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=serving_threads())
-    encoder_before = encoder_throughput(questions, seconds=encoder_seconds, encoder=bare)
+    # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
+    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads())
+    encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
     port = _free_port()
     with Server(folder, port, workers=workers) as server:
         say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
@@ -372,7 +368,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         caches_after = cache_lookups(server.base)
         batches = encoder_batches(server.base)
     say(f"measuring the encoder alone after the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
-    encoder_after = encoder_throughput(questions, seconds=encoder_seconds, encoder=bare)
+    encoder_after = encoder_throughput(questions, bare, seconds=encoder_seconds)
     encoder = {name: round((encoder_before[name] + encoder_after[name]) / 2, 1) for name in encoder_before}
     latencies = run["latencies"]
     rps = len(latencies) / run["wall"]

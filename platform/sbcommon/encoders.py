@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -175,7 +175,7 @@ class ProcessEncoder:
         self._lock = threading.Lock()  # guards the pipe's write end and the state below
         self._process = None
         self._conn = None
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Any, Future]] = {}  # id -> (the pipe it was sent on, its future)
         self._ids = iter(range(1, 1 << 62))
         self._closed = False
         with self._lock:
@@ -214,25 +214,21 @@ class ProcessEncoder:
                 break
             if kind == "ok":
                 self.forward_passes += 1
-                for listener in list(_batch_listeners):
-                    try:
-                        listener(int(payload))
-                    except Exception:  # a metrics hook must never break encoding
-                        logger.exception("encoder batch listener failed")
+                _notify_batch_listeners(int(payload))
                 for rid, vectors in results:
-                    future = self._pending.pop(rid, None)
+                    _, future = self._pending.pop(rid, (None, None))
                     if future is not None:
                         future.set_result(vectors)
             else:
                 for rid in results:
-                    future = self._pending.pop(rid, None)
+                    _, future = self._pending.pop(rid, (None, None))
                     if future is not None:
                         future.set_exception(RuntimeError(f"the encoder failed: {payload}"))
         with self._lock:
             if self._conn is conn:  # not replaced already by a restart
                 self._conn = self._process = None
-            orphans = [rid for rid, f in self._pending.items() if getattr(f, "conn", None) is conn]
-            futures = [self._pending.pop(rid) for rid in orphans]
+            orphans = [rid for rid, (sent_on, _) in self._pending.items() if sent_on is conn]
+            futures = [self._pending.pop(rid)[1] for rid in orphans]
         for future in futures:
             future.set_exception(EncoderUnavailable(f"the encoder process exited (exit code {process.exitcode})"))
         conn.close()
@@ -246,8 +242,7 @@ class ProcessEncoder:
             if self._conn is None:
                 self._start()
             rid = next(self._ids)
-            future.conn = self._conn  # type: ignore[attr-defined]  # which child it waits on
-            self._pending[rid] = future
+            self._pending[rid] = (self._conn, future)
             try:
                 self._conn.send((rid, texts, batch_size))
             except (OSError, ValueError) as exc:  # the child is gone; the reader fails the rest
@@ -259,14 +254,13 @@ class ProcessEncoder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         texts = list(texts)
-        for attempt in (1, 2):
-            try:
-                return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
-            except EncoderUnavailable:
-                if attempt == 2 or self._closed:
-                    raise
-                logger.warning("the encoder process is gone; encoding again on a fresh one")
-        raise AssertionError("unreachable")
+        try:
+            return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
+        except EncoderUnavailable:
+            if self._closed:
+                raise
+            logger.warning("the encoder process is gone; encoding again on a fresh one")
+        return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
 
     @property
     def pid(self) -> int | None:
@@ -284,6 +278,7 @@ class ProcessEncoder:
             process.join(timeout)
             if process.is_alive():
                 process.kill()
+                process.join(5)  # reaped: no zombie left behind
 
 
 class MicroBatchingEncoder:
@@ -436,11 +431,7 @@ class MicroBatchingEncoder:
                 future.set_exception(exc)
             return
         self.forward_passes += 1
-        for listener in list(_batch_listeners):
-            try:
-                listener(len(live))
-            except Exception:  # a metrics hook must never break encoding
-                logger.exception("encoder batch listener failed")
+        _notify_batch_listeners(len(live))
         for (_, future), vector in zip(live, vectors, strict=True):
             future.set_result(vector)
 
@@ -452,6 +443,14 @@ def add_batch_listener(listener: Callable[[int], None]) -> None:
     """Call ``listener(batch_size)`` after every micro-batched forward pass (metrics use it)."""
     if listener not in _batch_listeners:
         _batch_listeners.append(listener)
+
+
+def _notify_batch_listeners(size: int) -> None:
+    for listener in list(_batch_listeners):
+        try:
+            listener(size)
+        except Exception:  # a metrics hook must never break encoding
+            logger.exception("encoder batch listener failed")
 
 
 def cpu_count() -> int:
