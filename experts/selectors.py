@@ -5,6 +5,8 @@ that serves each one). ``active_expert_slugs``, ``fallback_slugs``, ``experts_by
 ``serving_version`` keep what they read for ``SERVING_CACHE_TTL_S`` seconds per process (0: read
 every time); saving or deleting an Expert or ExpertVersion through the ORM clears that at once, and
 ``clear_serving_caches()`` does it by hand (changes made with ``queryset.update()`` show within the TTL).
+When an entry expires, one caller reads it again while the others keep using the old value: without
+that, every request thread of a busy server missed at the same instant and ran the same queries.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .models import Expert, ExpertVersion
 _memo: dict[Any, tuple[float, Any]] = {}
 _memo_lock = threading.Lock()
 _generation = 0  # bumped by every clear, so a read that started before a clear is not stored after it
+_refreshing: set[Any] = set()  # expired keys one caller is reading again
 
 
 def _ttl() -> float:
@@ -39,11 +42,23 @@ def _cached(key: Any, load: Callable[[], Any]) -> Any:
     hit = _memo.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    generation = _generation
-    value = load()
-    with _memo_lock:
-        if generation == _generation:
-            _memo[key] = (now + ttl, value)
+    refreshing = False
+    if hit is not None:  # expired (a clear removes entries): whoever comes first reads it again
+        with _memo_lock:
+            if key in _refreshing:
+                return hit[1]
+            _refreshing.add(key)
+            refreshing = True
+    try:
+        generation = _generation
+        value = load()
+        with _memo_lock:
+            if generation == _generation:
+                _memo[key] = (now + ttl, value)
+    finally:
+        if refreshing:
+            with _memo_lock:
+                _refreshing.discard(key)
     return value
 
 

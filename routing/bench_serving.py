@@ -283,6 +283,47 @@ def miss_rate(before: dict[str, dict[str, float]], after: dict[str, dict[str, fl
     return round(misses / (hits + misses), 4) if hits + misses > 0 else None
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (Linux ``/proc``; 0 where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def process_tree_cpu(root_pid: int) -> dict[str, float]:
+    """CPU seconds per process of the tree under ``root_pid``, keyed ``"<pid> <command name>"``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = {}, [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(cmdline)
+        name = ("web server" if pid == root_pid else "resource tracker" if b"resource_tracker" in text
+                else "encoder child" if b"spawn_main" in text else "child")
+        found[f"{pid} {name}"] = _cpu_seconds(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """CPU milliseconds per served request of each process between two readings of ``process_tree_cpu``."""
+    if not requests:
+        return {}
+    return {key.split(" ", 1)[1]: round((after[key] - before.get(key, 0.0)) * 1000 / requests, 2) for key in after}
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -364,7 +405,10 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         say(f"driving {concurrency} concurrent clients for {duration:.0f} s ...")
         load_during = os.getloadavg()
         caches_before = cache_lookups(server.base)
+        assert server.proc is not None
+        cpu_before, bench_cpu_before = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
         run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
+        cpu_after, bench_cpu_after = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
         caches_after = cache_lookups(server.base)
         batches = encoder_batches(server.base)
     say(f"measuring the encoder alone after the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
@@ -399,6 +443,9 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         "encoder_max_batch": settings.ENCODER_MAX_BATCH,
         "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
         "server_encoder_batches": batches,
+        # Where the two cores went: CPU ms per served request of each server process and of the load generator.
+        "cpu_ms_per_request": {**cpu_ms_per_request(cpu_before, cpu_after, len(latencies)),
+                               "load generator": round((bench_cpu_after - bench_cpu_before) * 1000 / max(1, len(latencies)), 2)},
         "stage_p50_ms": {name: round(statistics.median(values), 2) for name, values in sorted(run["stage_ms"].items())},
         "cpus": os.cpu_count(),
         "load_avg_before": [round(x, 2) for x in load_before],

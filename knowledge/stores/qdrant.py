@@ -388,6 +388,7 @@ class EmbeddedQdrantStore:
         # once; another process's re-index shows within the TTL.
         self.pointer_ttl_s = max(0.0, float(pointer_ttl_s))
         self._pointers: dict[str, tuple[float, str | None]] = {}
+        self._root_seen_at = float("-inf")  # when the store's folder was last seen (trusted for pointer_ttl_s, as the pointers)
         self._readers: dict[str, tuple[str, HybridIndex]] = {}
         self._mutex = threading.RLock()
 
@@ -483,8 +484,11 @@ class EmbeddedQdrantStore:
             StoreUnavailable: the store's folder is gone or unreadable, or the snapshot is damaged.
         """
         self._dir(name)  # a malformed name is the caller's bug (ValueError), not an outage
-        if not self.root.is_dir():
-            raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
+        now = time.monotonic()
+        if now - self._root_seen_at >= self.pointer_ttl_s:
+            if not self.root.is_dir():
+                raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
+            self._root_seen_at = now
         try:
             return self._load_active(name)
         except (PermissionError, OSError, ValueError, EOFError) as exc:

@@ -1,14 +1,48 @@
 """ASGI entry point (served by uvicorn; needed for streaming responses)."""
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import django
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
 # A serving process encodes in a child process of its own (sbcommon.encoders.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
 os.environ.setdefault("ENCODER_PROCESS", "1")
+
+
+class RequestThreads:
+    """Single-thread executors kept between requests: each request borrows one for all its sync work.
+
+    Django's handler opened a ``ThreadSensitiveContext`` per request, which started a thread for it
+    and joined it at the end: ~9% of the serving process's time went to starting and joining threads
+    under load, and every request opened a new database connection (connections are per thread).
+    A borrowed executor keeps its thread, and with ``DB_CONN_MAX_AGE`` its connection, across
+    requests, as a WSGI server's worker threads do. Executors come back most recent first (hot
+    caches); beyond ``keep`` idle ones, the extras are shut down.
+    """
+
+    def __init__(self, keep: int = 64):
+        self.keep = keep
+        self._idle: list[ThreadPoolExecutor] = []
+        self._lock = threading.Lock()
+        self.started = 0
+
+    def take(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            self.started += 1
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+
+    def give(self, executor: ThreadPoolExecutor) -> None:
+        with self._lock:
+            if len(self._idle) < self.keep:
+                self._idle.append(executor)
+                return
+        executor.shutdown(wait=False)
 
 
 class OneThreadASGIHandler(ASGIHandler):
@@ -19,8 +53,27 @@ class OneThreadASGIHandler(ASGIHandler):
     to a thread for the sync middleware, back to the event loop for the inner handler, and to the
     thread again for the view; under load each crossing waits for the GIL. Here the chain is built
     synchronous (as under WSGI) and the whole of it runs in the request's thread: one round trip.
-    Requests are still read and responses (streams included) still sent by the event loop.
+    Requests are still read and responses (streams included) still sent by the event loop. The
+    thread is borrowed from ``RequestThreads`` instead of started for the request.
     """
+
+    def __init__(self):
+        super().__init__()
+        from django.conf import settings
+
+        self.threads = RequestThreads(keep=settings.REQUEST_THREADS_KEEP)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        executor = self.threads.take()
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            # A view still running after its client went away keeps the thread busy: the next
+            # request on it waits its turn, which is correct, only slower for that one.
+            self.threads.give(executor)
 
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)

@@ -90,7 +90,9 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'switchboard.sqlite3'}"),
-        conn_max_age=envint("DB_CONN_MAX_AGE", 0),
+        # Request threads are kept between requests (switchboard.asgi.RequestThreads), so is each one's connection.
+        conn_max_age=envint("DB_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -418,6 +420,8 @@ EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # Seconds a serving process reuses what it read of the active router, experts and expert versions
 # (saving them through the ORM clears this process's copy at once; other processes, and changes made
 # with queryset.update(), show within this time). Default: 0 (off) when Celery runs eagerly (tests).
+# Idle request threads (each with its database connection) a server process keeps for the next requests.
+REQUEST_THREADS_KEEP = envint("REQUEST_THREADS_KEEP", 64)
 SERVING_CACHE_TTL_S = envfloat("SERVING_CACHE_TTL_S", 0.0 if CELERY_TASK_ALWAYS_EAGER else 2.0)
 # Seconds a process trusts the embedded store's active-snapshot pointer it read (searches only;
 # writes in the process update it at once, another process's re-index shows within this time).

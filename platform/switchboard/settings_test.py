@@ -12,3 +12,6 @@ os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 from .settings import *  # noqa: F403  (test settings extend the real ones)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests only
+# A test's database is set up and torn down around it: a request thread kept from an earlier test
+# would carry that test's connection into the next one. Each request gets a fresh thread here.
+REQUEST_THREADS_KEEP = 0

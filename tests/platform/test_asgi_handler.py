@@ -21,11 +21,11 @@ def _scope(method: str, path: str, body: bytes = b"") -> dict:
             "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
 
 
-def _call(method: str, path: str, payload: dict | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
+def _call(method: str, path: str, payload: dict | None = None, handler=None) -> tuple[int, dict[bytes, bytes], bytes]:
     body = json.dumps(payload).encode() if payload is not None else b""
 
     async def run():
-        app = ApplicationCommunicator(django_application, _scope(method, path, body))
+        app = ApplicationCommunicator(handler or django_application, _scope(method, path, body))
         await app.send_input({"type": "http.request", "body": body, "more_body": False})
         start = await app.receive_output(30)
         parts = []
@@ -69,3 +69,24 @@ def test_a_plain_chat_request_through_the_handler(serving):
     assert status == 200
     assert headers[b"x-switchboard-expert"] == b"dmv"
     assert json.loads(raw)["choices"][0]["message"]["content"] == "dmv says: The dmv office handles this. [1]"
+
+
+def test_requests_reuse_the_handlers_threads(settings):
+    settings.REQUEST_THREADS_KEEP = 4  # the test settings keep none (see there)
+    handler = OneThreadASGIHandler()
+    for _ in range(3):
+        assert _call("GET", "/healthz", handler=handler)[0] == 200
+    assert handler.threads.started == 1  # one-at-a-time requests share one kept thread
+
+
+def test_the_thread_pool_keeps_at_most_its_limit_idle():
+    from switchboard.asgi import RequestThreads
+
+    pool = RequestThreads(keep=1)
+    first, second = pool.take(), pool.take()
+    assert first is not second
+    assert pool.started == 2
+    pool.give(first)
+    pool.give(second)  # over the limit: shut down
+    assert pool.take() is first
+    assert second._shutdown

@@ -110,3 +110,48 @@ def test_serving_processes_get_the_child_behind_the_vector_cache(monkeypatch, se
     built.encode(["a"])
     built.encode(["a"])
     assert built.cache_hits == 1
+
+
+def test_a_long_text_gets_a_pass_of_its_own_instead_of_padding_the_short_ones():
+    waiting = [(0, 1, 0, "x" * 40), (1, 2, 0, "x" * 5), (2, 3, 0, "x" * 38), (3, 4, 0, "x" * 43), (4, 5, 0, "x" * 300)]
+    # one pass: 100 + 5 x 300 = 1600; the four short ones, then the long one: 100 + 4 x 43 + 100 + 300 = 672
+    chunk = encoders._next_pass(waiting, 8, pass_cost=100)
+    assert [item[0] for item in chunk] == [1, 2, 0, 3]  # the oldest's run, shortest first
+    assert [item[0] for item in waiting] == [4]
+    assert [item[0] for item in encoders._next_pass(waiting, 8, pass_cost=100)] == [4]
+    assert waiting == []
+
+
+def test_when_passes_cost_much_everything_waiting_goes_together_up_to_the_size():
+    waiting = [(i, i, 0, "x" * (10 * i + 5)) for i in range(8)]
+    assert len(encoders._next_pass(waiting, 8, pass_cost=10_000)) == 8
+    assert waiting == []
+    waiting = [(i, i, 0, "x" * (10 * i + 5)) for i in range(12)]
+    passes = [len(encoders._next_pass(waiting, 8, pass_cost=10_000)) for _ in range(2)]
+    assert waiting == []
+    assert max(passes) <= 8
+
+
+def test_the_oldest_text_always_goes_in_the_next_pass():
+    waiting = [(0, 1, 0, "x" * 200)] + [(i, i + 1, 0, "short") for i in range(1, 20)]
+    assert [item[0] for item in encoders._next_pass(waiting, 4, pass_cost=50)] == [0]  # however unlike the others
+    waiting = [(5, 1, 0, "x" * 20)] + [(i, i + 1, 0, "x" * (100 + i)) for i in range(6, 20)]
+    assert 5 in {item[0] for item in encoders._next_pass(waiting, 4, pass_cost=50)}
+
+
+def test_the_pass_cost_is_measured_positive_on_the_real_encoder(in_process):
+    assert 0 < encoders._pass_cost(in_process, repeats=2) <= 10_000
+
+
+def test_a_multi_text_call_spanning_passes_is_answered_once_all_its_texts_are_done(child, in_process):
+    texts = [f"{'word ' * (i % 7)}question {i} about licences" for i in range(19)]  # more than two passes of 8
+    sizes: list[int] = []
+    encoders.add_batch_listener(sizes.append)
+    try:
+        rows = child.encode(texts)
+    finally:
+        encoders._batch_listeners.remove(sizes.append)
+    assert sum(sizes) == len(texts)
+    assert max(sizes) <= 8
+    assert len(sizes) >= 3
+    np.testing.assert_allclose(rows, in_process.encode(texts), atol=1e-5)

@@ -99,3 +99,29 @@ def test_knowledge_base_models_are_read_once_within_the_ttl_and_again_after_a_sa
     kb.embedding_model = "model-b"
     kb.save()
     assert _models([dmv]) == {dmv.pk: "model-b"}
+
+
+def test_an_expired_entry_is_read_again_by_one_caller_while_the_others_keep_the_old_value(ttl, monkeypatch):
+    import threading
+
+    calls, started, release = [], threading.Event(), threading.Event()
+
+    def slow_load():
+        calls.append(1)
+        started.set()
+        release.wait(5)
+        return "new"
+
+    assert selectors.serving_cached("k", lambda: "old") == "old"
+    clock = [selectors.time.monotonic() + 3600]  # long past the TTL
+    monkeypatch.setattr(selectors.time, "monotonic", lambda: clock[0])
+    refresher = threading.Thread(target=lambda: selectors.serving_cached("k", slow_load))
+    refresher.start()
+    assert started.wait(5)
+    assert selectors.serving_cached("k", slow_load) == "old"  # no second read while one is under way
+    release.set()
+    refresher.join(5)
+    assert calls == [1]
+    assert selectors.serving_cached("k", slow_load) == "new"
+    services.clear_serving_caches()
+    assert selectors.serving_cached("k", lambda: "after a clear") == "after a clear"  # a clear is never served stale
