@@ -35,6 +35,7 @@ from sbcommon.hashing import text_hash
 from sbcommon.uploads import safe_filename
 
 from .ml.chunking import chunk_text
+from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
 from .models import Document, KnowledgeBase
 from .parsers import SNIFF_BYTES, DocumentInput, ParseError, parse_bytes, sniff
@@ -124,9 +125,12 @@ def _points(expert: Expert, document: Document) -> list[PointRecord]:
     chunks = chunk_text(document.text, size=size, overlap=overlap)
     if not chunks:
         return []
-    vectors = get_encoder().encode([embedding_text(document.title, c.text) for c in chunks], batch_size=getattr(settings, "EMBEDDING_BATCH_SIZE", 64))
+    encoder = get_encoder()
+    batch_size = getattr(settings, "EMBEDDING_BATCH_SIZE", 64)
+    vectors = encoder.encode([embedding_text(document.title, c.text) for c in chunks], batch_size=batch_size)
+    sentences = _sentence_payloads([c.text for c in chunks], encoder, batch_size)
     points = []
-    for chunk, vector in zip(chunks, vectors, strict=True):
+    for chunk, vector, extra in zip(chunks, vectors, sentences, strict=True):
         indices, values = bm25_vector(sparse_text(document.title, chunk.text))
         points.append(
             PointRecord(
@@ -135,11 +139,43 @@ def _points(expert: Expert, document: Document) -> list[PointRecord]:
                 payload={
                     "expert": expert.slug, "document_id": document.pk, "document_version": document.version,
                     "title": document.title, "url": document.url, "position": chunk.position,
-                    "heading": chunk.heading, "text": chunk.text,
+                    "heading": chunk.heading, "text": chunk.text, **extra,
                 },
             )
         )
     return points
+
+
+def _sentence_payloads(texts: list[str], encoder: Any, batch_size: int) -> list[dict[str, str]]:
+    """Each chunk's sentence vectors for its payload (``INDEX_SENTENCE_VECTORS``), in one encode for the document.
+
+    The extractive generator answers from these sentences (``experts.ml.extractive``); with them in
+    the payload, serving encodes only the question. Empty dicts when the setting is off.
+    """
+    if not getattr(settings, "INDEX_SENTENCE_VECTORS", True):
+        return [{} for _ in texts]
+    from experts.ml.extractive import split_sentences
+
+    split = [split_sentences(text) for text in texts]
+    flat = [sentence for sentences in split for sentence in sentences]
+    vectors = encoder.encode(flat, batch_size=batch_size) if flat else None
+    payloads, offset = [], 0
+    for sentences in split:
+        block = vectors[offset : offset + len(sentences)] if vectors is not None else None
+        offset += len(sentences)
+        payloads.append({"sentence_model": encoder.name, "sentence_vectors": pack_vectors(block)} if sentences else {})
+    return payloads
+
+
+def sentence_vectors(payload: dict[str, Any]) -> Any:
+    """A chunk payload's sentence vectors (float32 rows), or None: absent, or made by another encoder than serving's."""
+    packed = payload.get("sentence_vectors")
+    if not packed:
+        return None
+    encoder = get_encoder()
+    if payload.get("sentence_model") != encoder.name:
+        return None
+    return unpack_vectors(packed, encoder.dimension)
 
 
 def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:

@@ -261,10 +261,11 @@ def _scrape(base: str) -> list[Any]:
 
 
 def encoder_batches(base: str) -> dict[str, float]:
-    """Forward passes and mean texts per pass of the server's micro-batcher, from its /metrics."""
+    """Forward passes, texts encoded and mean texts per pass of the server's encoder so far, from its /metrics."""
     values = {s.name: s.value for s in _scrape(base) if s.name.startswith("switchboard_encoder_batch_size")}
     passes = values.get("switchboard_encoder_batch_size_count", 0.0)
-    return {"forward_passes": passes, "mean_batch": round(values.get("switchboard_encoder_batch_size_sum", 0.0) / passes, 2) if passes else 0.0}
+    texts = values.get("switchboard_encoder_batch_size_sum", 0.0)
+    return {"forward_passes": passes, "texts": texts, "mean_batch": round(texts / passes, 2) if passes else 0.0}
 
 
 def cache_lookups(base: str) -> dict[str, dict[str, float]]:
@@ -404,7 +405,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         warmup_s = time.monotonic() - warm_t0
         say(f"driving {concurrency} concurrent clients for {duration:.0f} s ...")
         load_during = os.getloadavg()
-        caches_before = cache_lookups(server.base)
+        caches_before, batches_before = cache_lookups(server.base), encoder_batches(server.base)
         assert server.proc is not None
         cpu_before, bench_cpu_before = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
         run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
@@ -443,6 +444,10 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         "encoder_max_batch": settings.ENCODER_MAX_BATCH,
         "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
         "server_encoder_batches": batches,
+        # Texts the server encoded per request during the run: the question, and the sentences of
+        # retrieved chunks not yet in the chunk sentence cache.
+        "encoder_texts_per_request": round((batches["texts"] - batches_before["texts"]) / max(1, len(latencies)), 3),
+        "encoder_mean_pass_during_run": round((batches["texts"] - batches_before["texts"]) / max(1.0, batches["forward_passes"] - batches_before["forward_passes"]), 2),
         # Where the two cores went: CPU ms per served request of each server process and of the load generator.
         "cpu_ms_per_request": {**cpu_ms_per_request(cpu_before, cpu_after, len(latencies)),
                                "load generator": round((bench_cpu_after - bench_cpu_before) * 1000 / max(1, len(latencies)), 2)},

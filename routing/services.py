@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -487,7 +487,8 @@ def _generation_settings(slug: str, arm: ArmAssignment | None) -> tuple[ExpertVe
 def _to_passages(hits: list[Any]) -> list[Passage]:
     return [
         Passage(text=h.payload.get("text", ""), title=h.payload.get("title", ""), url=h.payload.get("url", ""), score=h.dense_score,
-                expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id)
+                expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id,
+                sentence_vectors=knowledge.sentence_vectors(h.payload))
         for h in hits
     ]
 
@@ -833,7 +834,8 @@ def answer(question: str, model: str = "auto", **request: Any) -> ChatResult:
 
 
 def _passage_dict(p: Passage, index: int) -> dict[str, Any]:
-    d = asdict(p)
+    """A citation as the API shows it: the passage's fields, less its sentence vectors."""
+    d = {f.name: getattr(p, f.name) for f in fields(p) if f.name != "sentence_vectors"}
     d["index"] = index
     d["score"] = round(float(d["score"]), 4)
     return d

@@ -33,6 +33,9 @@ class Passage:
     expert: str = ""
     document_id: int | None = None
     chunk_id: str = ""
+    # The chunk's sentence vectors from index time, one row per ``split_sentences(text)``, by the
+    # encoder that embeds the question; None: encoded here when first needed.
+    sentence_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -118,14 +121,26 @@ def _passage_sentences(question: str, top: list[Passage], embed: Callable[[list[
     todo: list[tuple[int, list[str]]] = [(i, split_sentences(p.text)) for i, p in enumerate(top) if found[i] is None]
     if not any(sentences for _, sentences in todo) and not any(item.sentences for item in found if item is not None):
         return None
-    texts = [question] + [sentence for _, sentences in todo for sentence in sentences]
+    # Sentence vectors from index time stand in for encoding, when they match the split (the text
+    # did not change) and the question's encoder (same dimension); the rest are encoded with the question.
+    given = {i: top[i].sentence_vectors for i, sentences in todo
+             if top[i].sentence_vectors is not None and len(top[i].sentence_vectors) == len(sentences)}
+    to_encode = [(i, sentences) for i, sentences in todo if i not in given]
+    texts = [question] + [sentence for _, sentences in to_encode for sentence in sentences]
     vectors = np.asarray(embed(texts), dtype=np.float32)
     q_vector, offset = vectors[0], 1
     dim = vectors.shape[1]
-    for i, sentences in todo:
-        block = np.array(vectors[offset : offset + len(sentences)], dtype=np.float32).reshape(len(sentences), dim)
-        block.setflags(write=False)
+    blocks: dict[int, np.ndarray] = {}
+    for i, sentences in to_encode:
+        blocks[i] = np.array(vectors[offset : offset + len(sentences)], dtype=np.float32).reshape(len(sentences), dim)
         offset += len(sentences)
+    for i, sentences in todo:
+        block = blocks.get(i)
+        if block is None:
+            block = given[i]
+            if block.shape[1] != dim:  # made by another encoder than the question's
+                block = np.asarray(embed(sentences), dtype=np.float32).reshape(len(sentences), dim)
+        block.setflags(write=False)
         item = _ChunkSentences(sentences=sentences, tokens=[_tokens(s) for s in sentences], vectors=block)
         found[i] = item
         if cache is not None:

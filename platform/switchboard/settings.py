@@ -417,6 +417,9 @@ ENCODER_PROCESS = envbool("ENCODER_PROCESS", False)
 ENCODER_SUB_BATCH = envint("ENCODER_SUB_BATCH", 8)
 # Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
 EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
+# Encode each chunk's sentences at index time and keep them in its payload (the extractive answer
+# then never encodes passage text while serving); off: encoded on first use and cached per process.
+INDEX_SENTENCE_VECTORS = envbool("INDEX_SENTENCE_VECTORS", True)
 # Seconds a serving process reuses what it read of the active router, experts and expert versions
 # (saving them through the ORM clears this process's copy at once; other processes, and changes made
 # with queryset.update(), show within this time). Default: 0 (off) when Celery runs eagerly (tests).

@@ -221,3 +221,20 @@ def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, 
     assert kb.count(collection_name(dmv)) == before
     assert "the previous collection keeps serving" in Document.objects.get(external_id="b.txt").index_error
     assert Document.objects.get(external_id="b.txt").indexed_at is not None  # its indexed version still serves
+
+
+def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, dmv, settings, encoder_stub):
+    from experts.ml.extractive import split_sentences
+
+    get_encoder = services.get_encoder  # the hashing encoder (encoder_stub)
+    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    hit = services.search_expert(dmv, "renew driving licence online")[0]
+    vectors = services.sentence_vectors(hit.payload)
+    assert hit.payload["sentence_model"] == get_encoder().name
+    assert vectors.shape == (len(split_sentences(hit.payload["text"])), get_encoder().dimension)
+    settings.INDEX_SENTENCE_VECTORS = False
+    services.ingest_files(dmv, [("renew-v2.txt", RENEW_V2)])
+    plain = [h for h in services.search_expert(dmv, "service centre", limit=10) if "From March" in h.payload["text"]]
+    assert plain
+    assert "sentence_vectors" not in plain[0].payload
+    assert services.sentence_vectors(plain[0].payload) is None

@@ -51,3 +51,48 @@ def test_the_chunk_cache_gives_the_same_answer_and_skips_re_encoding(encoder):
     changed = [Passage(text=chunks[0].text + " Renewal by post costs 70 dollars.", title="Renewals", score=0.7, chunk_id="c0"), chunks[1]]
     extractive_answer(question, changed, embed, max_sentences=2, cache=cache)
     assert calls[2] > 1  # new text under the same chunk id is split and encoded again
+
+
+def test_sentence_vectors_from_index_time_stand_in_for_encoding(encoder):
+    import numpy as np
+
+    from experts.ml.extractive import split_sentences
+    from knowledge.ml.sentences import pack_vectors, unpack_vectors
+
+    question = "How much does licence renewal cost?"
+    plain = extractive_answer(question, PASSAGES, encoder.encode, max_sentences=2)
+    indexed = [Passage(text=p.text, title=p.title, score=p.score,
+                       sentence_vectors=unpack_vectors(pack_vectors(encoder.encode(split_sentences(p.text))), encoder.dimension))
+               for p in PASSAGES]
+    calls: list[list[str]] = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return encoder.encode(texts)
+
+    answer = extractive_answer(question, indexed, embed, max_sentences=2)
+    assert calls == [[question]]  # only the question was encoded
+    assert answer.text == plain.text
+    stale = [Passage(text=PASSAGES[0].text, title="Renewals", score=0.7, sentence_vectors=np.zeros((1, encoder.dimension), np.float32))]
+    calls.clear()
+    extractive_answer(question, stale, embed, max_sentences=2)
+    assert len(calls[0]) > 1  # vectors that do not match the split are not used: the sentences are encoded
+    other_model = [Passage(text=PASSAGES[0].text, title="Renewals", score=0.7,
+                           sentence_vectors=np.ones((len(split_sentences(PASSAGES[0].text)), 3), np.float32))]
+    calls.clear()
+    assert "64 dollars" in extractive_answer(question, other_model, embed, max_sentences=2).text
+    assert len(calls) == 2  # another encoder's vectors (another dimension): encoded again
+
+
+def test_packed_vectors_round_trip_in_half_precision_and_bad_input_is_refused():
+    import numpy as np
+
+    from knowledge.ml.sentences import pack_vectors, unpack_vectors
+
+    vectors = np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)
+    back = unpack_vectors(pack_vectors(vectors), 8)
+    assert back.shape == (3, 8)
+    assert not back.flags.writeable
+    np.testing.assert_allclose(back, vectors, atol=2e-3)
+    assert unpack_vectors(pack_vectors(vectors), 5) is None  # 48 bytes are not rows of 5
+    assert unpack_vectors("not base64!", 8) is None
