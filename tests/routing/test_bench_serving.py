@@ -58,6 +58,9 @@ def test_a_short_real_run_reports_the_figures(tmp_path):
     assert report["encoder_rps_batched"] == round((runs["before"]["encoder_rps_batched"] + runs["after"]["encoder_rps_batched"]) / 2, 1)
     assert report["p50_ms"] <= report["p99_ms"]
     assert set(report["stage_p50_ms"]) >= {"embed_ms", "route_ms", "retrieve_ms", "generate_ms"}
+    assert report["encoder_texts_per_request"] == pytest.approx(1.0, abs=0.05)  # questions only: sentences came with the index
+    assert report["cpu_ms_per_request"]["web server"] > 0
+    assert report["cpu_ms_per_request"]["encoder child"] > 0
 
 
 def test_the_lean_client_reads_length_and_chunked_bodies_and_keeps_the_connection():
@@ -102,3 +105,28 @@ def test_miss_rates_are_computed_between_two_scrapes():
     after = {"chunk_sentences": {"hit": 28.0, "miss": 7.0}}
     assert miss_rate(before, after, "chunk_sentences") == 0.1
     assert miss_rate(after, after, "chunk_sentences") is None
+
+
+def test_cpu_is_read_per_process_of_the_tree():
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from routing.bench_serving import cpu_ms_per_request, process_tree_cpu
+
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {busy!r}])"],
+                              start_new_session=True)
+    try:
+        time.sleep(2.0)
+        tree = process_tree_cpu(parent.pid)
+        assert len(tree) == 2  # the root and its child
+        assert f"{parent.pid} web server" in tree
+        child = next(key for key in tree if not key.startswith(f"{parent.pid} "))
+        assert tree[child] >= 0.25  # the busy child's CPU, not the sleeping parent's
+        assert cpu_ms_per_request({child: 0.0}, {child: 1.0}, 10) == {child.split(" ", 1)[1]: 100.0}
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
