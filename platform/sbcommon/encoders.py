@@ -172,6 +172,9 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
         conn.send(("error", [], f"{type(exc).__name__}: {exc}"))
         return
     pass_cost = _pass_cost(encoder)
+    from .gcfreeze import freeze_startup_objects
+
+    freeze_startup_objects()  # the model's objects stay out of the collector's walks
     conn.send(("ready", [], encoder.dimension))
     wait = max(0.0, max_wait_ms) / 1000.0
     size = max(1, min(int(sub_batch), int(max_batch)))
