@@ -12,10 +12,11 @@ vectors of two models cannot share one collection.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,24 +159,27 @@ def _sentence_payloads(texts: list[str], encoder: Any, batch_size: int) -> list[
 
     split = [split_sentences(text) for text in texts]
     flat = [sentence for sentences in split for sentence in sentences]
-    vectors = encoder.encode(flat, batch_size=batch_size) if flat else None
+    if not flat:
+        return [{} for _ in texts]
+    vectors = encoder.encode(flat, batch_size=batch_size)
     payloads, offset = [], 0
     for sentences in split:
-        block = vectors[offset : offset + len(sentences)] if vectors is not None else None
+        block = vectors[offset : offset + len(sentences)]
         offset += len(sentences)
         payloads.append({"sentence_model": encoder.name, "sentence_vectors": pack_vectors(block)} if sentences else {})
     return payloads
 
 
-def sentence_vectors(payload: dict[str, Any]) -> Any:
-    """A chunk payload's sentence vectors (float32 rows), or None: absent, or made by another encoder than serving's."""
+def sentence_vector_reader(payload: dict[str, Any]) -> Callable[[], Any] | None:
+    """Reads a chunk payload's sentence vectors (float32 rows) when called; None: absent, or made by
+    another encoder than serving's. Decoding waits for the call: most retrieved chunks are cached already."""
     packed = payload.get("sentence_vectors")
     if not packed:
         return None
     encoder = get_encoder()
     if payload.get("sentence_model") != encoder.name:
         return None
-    return unpack_vectors(packed, encoder.dimension)
+    return functools.partial(unpack_vectors, packed, encoder.dimension)
 
 
 def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:

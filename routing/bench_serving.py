@@ -284,36 +284,37 @@ def miss_rate(before: dict[str, dict[str, float]], after: dict[str, dict[str, fl
     return round(misses / (hits + misses), 4) if hits + misses > 0 else None
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process so far (Linux ``/proc``; 0 where it cannot be read)."""
+def _stat(pid: int | str) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of one process (Linux ``/proc``); None when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # ppid, utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (0 where it cannot be read)."""
+    stat = _stat(pid)
+    return stat[1] if stat else 0.0
 
 
 def process_tree_cpu(root_pid: int) -> dict[str, float]:
     """CPU seconds per process of the tree under ``root_pid``, keyed ``"<pid> <command name>"``."""
+    stats = {int(entry.name): stat for entry in Path("/proc").iterdir() if entry.name.isdigit() and (stat := _stat(entry.name))}
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
     found, todo = {}, [root_pid]
     while todo:
         pid = todo.pop()
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        text = b" ".join(cmdline)
-        name = ("web server" if pid == root_pid else "resource tracker" if b"resource_tracker" in text
-                else "encoder child" if b"spawn_main" in text else "child")
-        found[f"{pid} {name}"] = _cpu_seconds(pid)
+        name = ("web server" if pid == root_pid else "resource tracker" if b"resource_tracker" in cmdline
+                else "encoder child" if b"spawn_main" in cmdline else "child")
+        found[f"{pid} {name}"] = stats[pid][1] if pid in stats else 0.0
         todo.extend(children.get(pid, []))
     return found
 

@@ -488,7 +488,7 @@ def _to_passages(hits: list[Any]) -> list[Passage]:
     return [
         Passage(text=h.payload.get("text", ""), title=h.payload.get("title", ""), url=h.payload.get("url", ""), score=h.dense_score,
                 expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id,
-                sentence_vectors=knowledge.sentence_vectors(h.payload))
+                sentence_vectors=knowledge.sentence_vector_reader(h.payload))
         for h in hits
     ]
 

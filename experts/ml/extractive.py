@@ -33,9 +33,9 @@ class Passage:
     expert: str = ""
     document_id: int | None = None
     chunk_id: str = ""
-    # The chunk's sentence vectors from index time, one row per ``split_sentences(text)``, by the
-    # encoder that embeds the question; None: encoded here when first needed.
-    sentence_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Reads the chunk's sentence vectors from index time (one row per ``split_sentences(text)``); called
+    # only when the chunk is not cached yet. None (or a read giving None): the sentences are encoded here.
+    sentence_vectors: Callable[[], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -123,8 +123,12 @@ def _passage_sentences(question: str, top: list[Passage], embed: Callable[[list[
         return None
     # Sentence vectors from index time stand in for encoding, when they match the split (the text
     # did not change) and the question's encoder (same dimension); the rest are encoded with the question.
-    given = {i: top[i].sentence_vectors for i, sentences in todo
-             if top[i].sentence_vectors is not None and len(top[i].sentence_vectors) == len(sentences)}
+    given: dict[int, np.ndarray] = {}
+    for i, sentences in todo:
+        read = top[i].sentence_vectors
+        block = read() if read is not None else None
+        if block is not None and len(block) == len(sentences):
+            given[i] = block
     to_encode = [(i, sentences) for i, sentences in todo if i not in given]
     texts = [question] + [sentence for _, sentences in to_encode for sentence in sentences]
     vectors = np.asarray(embed(texts), dtype=np.float32)

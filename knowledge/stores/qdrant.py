@@ -388,7 +388,6 @@ class EmbeddedQdrantStore:
         # once; another process's re-index shows within the TTL.
         self.pointer_ttl_s = max(0.0, float(pointer_ttl_s))
         self._pointers: dict[str, tuple[float, str | None]] = {}
-        self._root_seen_at = float("-inf")  # when the store's folder was last seen (trusted for pointer_ttl_s, as the pointers)
         self._readers: dict[str, tuple[str, HybridIndex]] = {}
         self._mutex = threading.RLock()
 
@@ -405,15 +404,20 @@ class EmbeddedQdrantStore:
             return None
 
     def _active_for_search(self, name: str) -> str | None:
-        """``_active``, reused for ``pointer_ttl_s`` seconds."""
-        if self.pointer_ttl_s <= 0:
-            return self._active(name)
+        """``_active``, once the store's folder is seen to exist; both reused for ``pointer_ttl_s`` seconds.
+
+        Raises:
+            StoreUnavailable: the store's folder is missing (a missing pointer only means no collection).
+        """
         now = time.monotonic()
         known = self._pointers.get(name)
         if known is not None and now - known[0] < self.pointer_ttl_s:
             return known[1]
+        if not self.root.is_dir():
+            raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
         active = self._active(name)
-        self._pointers[name] = (now, active)
+        if self.pointer_ttl_s > 0:
+            self._pointers[name] = (now, active)
         return active
 
     def _set_active(self, name: str, snapshot: str | None) -> None:
@@ -478,17 +482,12 @@ class EmbeddedQdrantStore:
             self._collect_garbage(name)
 
     def _index(self, name: str) -> HybridIndex | None:
-        """The active snapshot's index, loaded once per snapshot (the pointer is re-read on every call).
+        """The active snapshot's index, loaded once per snapshot (the pointer is re-read after ``pointer_ttl_s``; 0: every call).
 
         Raises:
             StoreUnavailable: the store's folder is gone or unreadable, or the snapshot is damaged.
         """
         self._dir(name)  # a malformed name is the caller's bug (ValueError), not an outage
-        now = time.monotonic()
-        if now - self._root_seen_at >= self.pointer_ttl_s:
-            if not self.root.is_dir():
-                raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
-            self._root_seen_at = now
         try:
             return self._load_active(name)
         except (PermissionError, OSError, ValueError, EOFError) as exc:

@@ -79,16 +79,21 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def _sub_batch_setting() -> int:
-    """``ENCODER_SUB_BATCH`` from Django settings when configured (8 otherwise)."""
+def _setting(name: str, default: Any) -> Any:
+    """A Django setting when Django is configured; ``default`` otherwise (this module also runs outside Django)."""
     try:
         from django.conf import settings
 
         if settings.configured:
-            return int(getattr(settings, "ENCODER_SUB_BATCH", 8))
+            return getattr(settings, name, default)
     except ImportError:
         pass
-    return 8
+    return default
+
+
+def _sub_batch_setting() -> int:
+    """``ENCODER_SUB_BATCH`` (8 outside Django)."""
+    return int(_setting("ENCODER_SUB_BATCH", 8))
 
 
 class EncoderUnavailable(RuntimeError):
@@ -544,18 +549,9 @@ def cpu_count() -> int:
 def serving_threads(setting: int | None = None, default: int | None = None) -> int:
     """torch threads of the micro-batcher's forward passes: ``ENCODER_THREADS``; 0 (the default) means
     ``TORCH_THREADS``, -1 every CPU of the process."""
-    torch_threads = default
-    if setting is None or torch_threads is None:
-        try:
-            from django.conf import settings
-
-            configured = settings.configured
-        except ImportError:
-            configured = False
-        if setting is None:
-            setting = int(getattr(settings, "ENCODER_THREADS", 0)) if configured else 0
-        if torch_threads is None:
-            torch_threads = int(getattr(settings, "TORCH_THREADS", 1)) if configured else 1
+    if setting is None:
+        setting = int(_setting("ENCODER_THREADS", 0))
+    torch_threads = default if default is not None else int(_setting("TORCH_THREADS", 1))
     setting = int(setting)
     if setting < 0:
         return cpu_count()
@@ -570,15 +566,7 @@ def cache_counts() -> tuple[int, int]:
 
 def _batching_settings() -> tuple[int, float, int]:
     """(max batch, max wait in ms, cache size) from Django settings when configured, else the defaults."""
-    try:
-        from django.conf import settings
-
-        if settings.configured:
-            return (int(getattr(settings, "ENCODER_MAX_BATCH", 32)), float(getattr(settings, "ENCODER_MAX_WAIT_MS", 2.0)),
-                    int(getattr(settings, "ENCODER_CACHE_SIZE", 0)))
-    except ImportError:  # used outside Django: plain defaults
-        pass
-    return 32, 2.0, 0
+    return int(_setting("ENCODER_MAX_BATCH", 32)), float(_setting("ENCODER_MAX_WAIT_MS", 2.0)), int(_setting("ENCODER_CACHE_SIZE", 0))
 
 
 _encoders: dict[tuple[str, int], Encoder] = {}
@@ -611,13 +599,8 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
 
 def _encoder_process_enabled() -> bool:
-    """``ENCODER_PROCESS`` from Django settings (serving processes turn it on, see ``switchboard.asgi``)."""
-    try:
-        from django.conf import settings
-
-        return bool(settings.configured and getattr(settings, "ENCODER_PROCESS", False))
-    except ImportError:
-        return False
+    """``ENCODER_PROCESS`` (serving processes turn it on, see ``switchboard.asgi``)."""
+    return bool(_setting("ENCODER_PROCESS", False))
 
 
 def _build_encoder(name: str, threads: int) -> Encoder:

@@ -420,11 +420,11 @@ EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # Encode each chunk's sentences at index time and keep them in its payload (the extractive answer
 # then never encodes passage text while serving); off: encoded on first use and cached per process.
 INDEX_SENTENCE_VECTORS = envbool("INDEX_SENTENCE_VECTORS", True)
+# Idle request threads (each with its database connection) a server process keeps for the next requests.
+REQUEST_THREADS_KEEP = envint("REQUEST_THREADS_KEEP", 64)
 # Seconds a serving process reuses what it read of the active router, experts and expert versions
 # (saving them through the ORM clears this process's copy at once; other processes, and changes made
 # with queryset.update(), show within this time). Default: 0 (off) when Celery runs eagerly (tests).
-# Idle request threads (each with its database connection) a server process keeps for the next requests.
-REQUEST_THREADS_KEEP = envint("REQUEST_THREADS_KEEP", 64)
 SERVING_CACHE_TTL_S = envfloat("SERVING_CACHE_TTL_S", 0.0 if CELERY_TASK_ALWAYS_EAGER else 2.0)
 # Seconds a process trusts the embedded store's active-snapshot pointer it read (searches only;
 # writes in the process update it at once, another process's re-index shows within this time).

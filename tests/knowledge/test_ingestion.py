@@ -229,7 +229,7 @@ def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, d
     get_encoder = services.get_encoder  # the hashing encoder (encoder_stub)
     services.ingest_files(dmv, [("renew.txt", RENEW)])
     hit = services.search_expert(dmv, "renew driving licence online")[0]
-    vectors = services.sentence_vectors(hit.payload)
+    vectors = services.sentence_vector_reader(hit.payload)()
     assert hit.payload["sentence_model"] == get_encoder().name
     assert vectors.shape == (len(split_sentences(hit.payload["text"])), get_encoder().dimension)
     settings.INDEX_SENTENCE_VECTORS = False
@@ -237,4 +237,4 @@ def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, d
     plain = [h for h in services.search_expert(dmv, "service centre", limit=10) if "From March" in h.payload["text"]]
     assert plain
     assert "sentence_vectors" not in plain[0].payload
-    assert services.sentence_vectors(plain[0].payload) is None
+    assert services.sentence_vector_reader(plain[0].payload) is None

@@ -61,9 +61,11 @@ def test_sentence_vectors_from_index_time_stand_in_for_encoding(encoder):
 
     question = "How much does licence renewal cost?"
     plain = extractive_answer(question, PASSAGES, encoder.encode, max_sentences=2)
-    indexed = [Passage(text=p.text, title=p.title, score=p.score,
-                       sentence_vectors=unpack_vectors(pack_vectors(encoder.encode(split_sentences(p.text))), encoder.dimension))
-               for p in PASSAGES]
+    def reader(text):
+        packed = pack_vectors(encoder.encode(split_sentences(text)))
+        return lambda: unpack_vectors(packed, encoder.dimension)
+
+    indexed = [Passage(text=p.text, title=p.title, score=p.score, sentence_vectors=reader(p.text)) for p in PASSAGES]
     calls: list[list[str]] = []
 
     def embed(texts):
@@ -73,12 +75,21 @@ def test_sentence_vectors_from_index_time_stand_in_for_encoding(encoder):
     answer = extractive_answer(question, indexed, embed, max_sentences=2)
     assert calls == [[question]]  # only the question was encoded
     assert answer.text == plain.text
-    stale = [Passage(text=PASSAGES[0].text, title="Renewals", score=0.7, sentence_vectors=np.zeros((1, encoder.dimension), np.float32))]
+    from experts.ml.extractive import ChunkSentenceCache
+
+    reads: list[int] = []
+    counted = Passage(text=PASSAGES[0].text, title="Renewals", score=0.7, chunk_id="c0",
+                      sentence_vectors=lambda: reads.append(1) or encoder.encode(split_sentences(PASSAGES[0].text)))
+    cache = ChunkSentenceCache(10)
+    for _ in range(2):
+        extractive_answer(question, [counted], embed, max_sentences=2, cache=cache)
+    assert reads == [1]  # read when the chunk is first seen, not again once cached
+    stale = [Passage(text=PASSAGES[0].text, title="Renewals", score=0.7, sentence_vectors=lambda: np.zeros((1, encoder.dimension), np.float32))]
     calls.clear()
     extractive_answer(question, stale, embed, max_sentences=2)
     assert len(calls[0]) > 1  # vectors that do not match the split are not used: the sentences are encoded
     other_model = [Passage(text=PASSAGES[0].text, title="Renewals", score=0.7,
-                           sentence_vectors=np.ones((len(split_sentences(PASSAGES[0].text)), 3), np.float32))]
+                           sentence_vectors=lambda: np.ones((len(split_sentences(PASSAGES[0].text)), 3), np.float32))]
     calls.clear()
     assert "64 dollars" in extractive_answer(question, other_model, embed, max_sentences=2).text
     assert len(calls) == 2  # another encoder's vectors (another dimension): encoded again
