@@ -58,19 +58,21 @@ demo: install ## Load the bundled demo only (needs a running worker, or CELERY_T
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py load_demo
 
-check: install ## CI checks: Django system checks, missing migrations, ruff, import contracts
+check: install ## CI checks: Django system checks, missing migrations, ruff, import contracts, layout rules
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_layout.py
 
 test: install browser check ## Run the CI checks, then the whole default test suite
 	@# The Makefile exports the real settings for manage.py; the suite runs on its own (temporary data, eager Celery).
 	$(PY) -m pytest --ds=switchboard.settings_test
 
-lint: install ## ruff and the import contracts only
+lint: install ## ruff, the import contracts and the layout rules only
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_layout.py
 
 clean: ## Remove var/ (database, vectors, models, broker) and .venv
 	rm -rf var $(VENV) .pytest_cache .ruff_cache

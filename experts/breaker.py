@@ -14,7 +14,7 @@ How the serving path uses it (``routing/services.py``), for each expert in ranke
         continue
     breaker.record_success()
 
-Rules (``experts.ml.breaker`` holds the state machine):
+Rules (``experts.circuit`` holds the state machine):
 
 - ``closed``: every call goes through. ``BREAKER_FAILURES`` consecutive failures (default 5), or
   ``BREAKER_WINDOW_FAILURES`` failures within ``BREAKER_WINDOW_SECONDS`` (default 10 in 60 s),
@@ -41,7 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import BaseCache, caches
 
-from .ml.breaker import CLOSED, HALF_OPEN, OPEN, BreakerPolicy, BreakerState, on_failure, on_success, probe_slot, start_probe
+from .circuit import CLOSED, HALF_OPEN, OPEN, BreakerPolicy, BreakerState, on_failure, on_success, probe_slot, start_probe
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "CircuitBreaker", "all_breakers", "breaker_for", "policy_from_settings"]
 

@@ -117,3 +117,8 @@ def serving_adapters() -> list:
 def serving_version(slug: str):
     """The active ExpertVersion of ``slug``, or None (the expert answers with the base model / extractively); cached."""
     return _cached(("version", slug), lambda: ExpertVersion.objects.filter(expert__slug=slug, status="active").first())
+
+
+def expert_names(slugs: list[str]) -> dict[str, str]:
+    """Expert display names by slug (slugs without an expert row are absent)."""
+    return dict(Expert.objects.filter(slug__in=slugs).values_list("slug", "name"))

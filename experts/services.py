@@ -174,6 +174,12 @@ def add_example(
 
 
 @transaction.atomic
+def delete_example(expert: Expert, pk: int) -> bool:
+    """Delete one of the expert's training examples; False when it does not exist (or is another expert's)."""
+    deleted, _ = TrainingExample.objects.filter(expert=expert, pk=pk).delete()
+    return bool(deleted)
+
+
 def import_examples(expert: Expert, data: bytes | str, user: Any = None) -> ImportReport:
     """Import a JSONL file of examples: all of it, or nothing when any line is bad."""
     report = ImportReport()
@@ -183,43 +189,6 @@ def import_examples(expert: Expert, data: bytes | str, user: Any = None) -> Impo
         report.duplicates += not created
         report.eval += created and example.split == ExampleSplit.EVAL
     return report
-
-
-def enqueue_grounded_examples(expert: Expert, limit: int = 200, user: Any = None) -> Job:
-    """Start the job that builds grounded examples from the expert's labelled queries and documents.
-
-    The work lives in ``labeling.grounding`` (it reads labelled queries and searches the knowledge
-    base, both above this app), so the task is sent by name.
-    """
-    return enqueue_once(
-        "build_grounded_examples", f"grounded:{expert.slug}", f"Grounded training examples for {expert.name}",
-        _NamedTask("labeling.tasks.build_grounded_examples"), params={"expert": expert.slug, "limit": limit}, user=user,
-    )
-
-
-@dataclass
-class _NamedTask:
-    """A Celery task by name, sent to a chosen queue (or one defined in an app this one may not import).
-
-    ``jobs.services.enqueue_once`` sends it with ``apply_async((job_id,), ...)`` and records ``name``
-    so the jobs sweeper can send it again.
-    """
-
-    name: str
-    queue: str | None = None
-
-    def apply_async(self, args: tuple[Any, ...] = (), **options: Any) -> Any:
-        from celery import current_app
-
-        if self.queue:
-            options["queue"] = self.queue
-        task = current_app.tasks.get(self.name)
-        if task is None:  # this process has not imported every app's tasks yet (a web process)
-            current_app.loader.import_default_modules()
-            task = current_app.tasks.get(self.name)
-        if task is None:
-            return current_app.send_task(self.name, args=args, **options)
-        return task.apply_async(args, **options)
 
 
 # --- adapter training -------------------------------------------------------------------------
@@ -301,7 +270,7 @@ def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = N
 
     return enqueue_once(
         "train_adapter", f"train_adapter:{expert.slug}", f"Train the {expert.name} adapter",
-        _NamedTask(train_adapter.name, queue=training_queue()), params={"expert": expert.slug, "lora": parsed.as_dict()}, user=user,
+        train_adapter.s().set(queue=training_queue()), params={"expert": expert.slug, "lora": parsed.as_dict()}, user=user,
     )
 
 

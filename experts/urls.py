@@ -1,4 +1,8 @@
-"""Console URLs for experts' adapters, included at ``experts/``; all below ``<slug>/adapters/``."""
+"""Console URLs for experts' adapters, included at ``experts/``; all below ``<slug>/adapters/``.
+
+The training data page's "Build grounded examples" action is the labeling app's
+(``labeling.urls.expert_urlpatterns``, also included at ``experts/``).
+"""
 
 from django.urls import path
 
@@ -12,6 +16,5 @@ urlpatterns = [
     path("<slug:slug>/adapters/data/", views.TrainingDataView.as_view(), name="expert-training-data"),
     path("<slug:slug>/adapters/data/add/", views.AddExampleView.as_view(), name="expert-training-data-add"),
     path("<slug:slug>/adapters/data/import/", views.ImportExamplesView.as_view(), name="expert-training-data-import"),
-    path("<slug:slug>/adapters/data/grounded/", views.GroundedExamplesView.as_view(), name="expert-training-data-grounded"),
     path("<slug:slug>/adapters/data/<int:pk>/delete/", views.DeleteExampleView.as_view(), name="expert-training-data-delete"),
 ]

@@ -12,18 +12,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from jobs.models import Job
-from jobs.views import LoginRequiredMixin
+from sbcommon.console import LoginRequiredMixin
 
 from . import forms, services
 from .access import can_edit, get_expert_or_404
 from .choices import ExampleSplit, VersionStatus
 from .ml.lora import LoraError
-from .models import Expert, ExpertVersion, TrainingExample
+from .models import Expert, ExpertVersion
 
 COMPARED = (
     ("Status", lambda v: v.get_status_display()),
@@ -204,15 +204,10 @@ class ImportExamplesView(LoginRequiredMixin, View):
         return render(request, "experts/training_data.html", context, status=400)
 
 
-class GroundedExamplesView(LoginRequiredMixin, View):
-    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
-        expert = get_expert_or_404(request.user, slug, edit=True)
-        return redirect("console-job", services.enqueue_grounded_examples(expert, user=request.user).pk)
-
-
 class DeleteExampleView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
-        get_object_or_404(TrainingExample, expert=expert, pk=pk).delete()
+        if not services.delete_example(expert, pk):
+            raise Http404("no such example")
         messages.success(request, "Example deleted.")
         return redirect("expert-training-data", expert.slug)

@@ -1,5 +1,8 @@
 """Ingesting, indexing and searching experts' knowledge bases.
 
+Long because ingestion, indexing and search share one knowledge base's rules: document versions,
+the model a collection was built with, and its chunking.
+
 Documents are versioned by the hash of their text: the same file again changes nothing, a changed
 one becomes a new version that is indexed in one atomic swap of its chunks (``replace_documents``).
 Until that swap succeeds the previous version's chunks keep serving; a version that fails to index
@@ -33,7 +36,7 @@ from jobs.services import JobReporter, enqueue_once
 from sbcommon import uploads
 from sbcommon.encoders import get_encoder
 from sbcommon.hashing import text_hash
-from sbcommon.uploads import safe_filename
+from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
 from .ml.chunking import chunk_text
 from .ml.sentences import pack_vectors, unpack_vectors
@@ -378,14 +381,6 @@ def enqueue_drop(expert: Expert, user: Any = None) -> Job:
 
 # --- uploads -------------------------------------------------------------------------------------
 
-class UploadRejected(ValueError):
-    """An upload refused before it is stored, with the HTTP status that says why."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
-
-
 def _read_head(upload: Any) -> bytes:
     upload.seek(0)
     head = upload.read(SNIFF_BYTES)
@@ -396,12 +391,7 @@ def _read_head(upload: Any) -> bytes:
 def check_upload(upload: Any) -> str:
     """Refuse a file that is too large, empty or of a kind we cannot read, before storing it; returns its kind."""
     name = safe_filename(getattr(upload, "name", "") or "")
-    size = int(getattr(upload, "size", 0) or 0)
-    limit = max_upload_bytes()
-    if size > limit:
-        raise UploadRejected(f"{name} is {size:,} bytes; the limit is {limit:,} bytes", status=413)
-    if size == 0:
-        raise UploadRejected(f"{name}: the file is empty")
+    check_size(int(getattr(upload, "size", 0) or 0), max_upload_bytes(), name)
     try:
         return sniff(_read_head(upload), name, complete=False)
     except ParseError as exc:

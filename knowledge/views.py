@@ -16,7 +16,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -26,15 +25,15 @@ from django.views.generic import TemplateView
 
 from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
-from jobs.views import LoginRequiredMixin
+from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
 from sbcommon.encoders import get_encoder
+from sbcommon.uploads import declared_over_limit
 
 from . import forms, selectors, services
 from .ml.index import METHODS
 from .models import Document
 
 # Room for the multipart boundaries and the other fields on top of the files themselves.
-MULTIPART_SLACK = 64 * 1024
 
 
 def _first_error(form: Any) -> str:
@@ -77,19 +76,10 @@ class ExpertKnowledgeView(LoginRequiredMixin, View):
         return render(request, "knowledge/expert_detail.html", _expert_context(expert, can_edit=can_edit(request.user, expert)))
 
 
-def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
-    """Django's CSRF check, run by hand: the upload view reads the body only after the size check."""
-    check = CsrfViewMiddleware(lambda r: HttpResponse())
-    check.process_request(request)
-    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
 
-
-@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see _csrf_failure
-class UploadView(LoginRequiredMixin, View):
+@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see csrf_failure
+class UploadView(LoginRequiredMixin, UploadPageMixin, View):
     """Upload documents. ``upload.js`` posts them with a progress bar and follows the JSON answer to the job page."""
-
-    def _wants_json(self) -> bool:
-        return self.request.headers.get("X-Requested-With") == "XMLHttpRequest"
 
     def _refuse(self, expert: Expert, form: forms.UploadForm, message: str, status: int) -> HttpResponse:
         if self._wants_json():
@@ -101,13 +91,10 @@ class UploadView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
         limit = services.max_upload_bytes()
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > limit + MULTIPART_SLACK:
+        length = declared_over_limit(request.META, limit)
+        if length is not None:
             return self._refuse(expert, forms.UploadForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
-        refused = _csrf_failure(request)
+        refused = csrf_failure(request)
         if refused is not None:
             return refused
         form = forms.UploadForm(request.POST, request.FILES)

@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.models import Group
 
+from . import proposals as edits
 from . import selectors, services
 from .models import ClusteringRun, Proposal
 
@@ -134,7 +135,7 @@ class PromoteForm(forms.Form):
 
     def __init__(self, proposal: Proposal, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("initial", {
-            "name": proposal.name, "description": services.default_description(proposal), "seed_queries": proposal.representatives,
+            "name": proposal.name, "description": edits.default_description(proposal), "seed_queries": proposal.representatives,
         })
         kwargs.setdefault("prefix", f"promote-{proposal.pk}")
         super().__init__(*args, **kwargs)

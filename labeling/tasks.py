@@ -85,7 +85,7 @@ def discover(self, job_id: int) -> None:
 
 @shared_task(bind=True, acks_late=True, max_retries=3)
 def build_grounded_examples(self, job_id: int) -> None:
-    """Training examples for an expert's adapter from its labelled questions and documents (experts.services.enqueue_grounded_examples)."""
+    """Training examples for an expert's adapter from its labelled questions and documents (services.enqueue_grounded_examples)."""
     from experts.models import Expert
 
     from .grounding import build_grounded_examples as build

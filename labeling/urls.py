@@ -1,4 +1,7 @@
-"""Console URLs for expert discovery (included by the console's URLconf at ``discovery/``)."""
+"""Console URLs for expert discovery (included by the console's URLconf at ``discovery/``).
+
+``expert_urlpatterns`` holds labeling's actions on an expert's own pages, included at ``experts/``.
+"""
 
 from django.urls import path
 
@@ -21,4 +24,8 @@ urlpatterns = [
     path("proposals/<int:pk>/split/", views.SplitView.as_view(), name="labeling-split"),
     path("proposals/<int:pk>/discard/", views.DiscardView.as_view(), name="labeling-discard"),
     path("proposals/<int:pk>/promote/", views.PromoteView.as_view(), name="labeling-promote"),
+]
+
+expert_urlpatterns = [
+    path("<slug:slug>/adapters/data/grounded/", views.GroundedExamplesView.as_view(), name="expert-training-data-grounded"),
 ]

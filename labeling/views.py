@@ -13,7 +13,6 @@ from django.contrib import messages
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -21,17 +20,18 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
-from experts.access import can_edit
+from experts.access import can_edit, get_expert_or_404
 from experts.models import Expert
 from experts.services import slug_for
-from jobs.views import LoginRequiredMixin
+from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
+from sbcommon.uploads import declared_over_limit
 
 from . import forms, selectors, services
+from . import proposals as edits
 from .choices import ProposalStatus
 from .models import ClusteringRun, Proposal, Query
 
 # Room for the multipart boundaries and the other fields on top of the file itself.
-MULTIPART_SLACK = 64 * 1024
 
 
 def _first_error(form: Any) -> str:
@@ -75,21 +75,12 @@ class StartClusteringView(LoginRequiredMixin, View):
 
 # --- import ---------------------------------------------------------------------------------------
 
-def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
-    """Django's CSRF check, run by hand: the upload view reads the body only after the size check."""
-    check = CsrfViewMiddleware(lambda r: HttpResponse())
-    check.process_request(request)
-    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
 
-
-@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see _csrf_failure
-class ImportView(LoginRequiredMixin, View):
+@method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see csrf_failure
+class ImportView(LoginRequiredMixin, UploadPageMixin, View):
     """Upload a query log. ``upload.js`` posts it with a progress bar and follows the JSON answer to the job page."""
 
     template_name = "labeling/import.html"
-
-    def _wants_json(self) -> bool:
-        return self.request.headers.get("X-Requested-With") == "XMLHttpRequest"
 
     def _context(self, form: forms.ImportForm) -> dict[str, Any]:
         return {"form": form, "max_bytes": services.max_import_bytes(), "jobs": selectors.discovery_jobs()}
@@ -105,13 +96,10 @@ class ImportView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest) -> HttpResponse:
         limit = services.max_import_bytes()
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > limit + MULTIPART_SLACK:
+        length = declared_over_limit(request.META, limit)
+        if length is not None:
             return self._refuse(forms.ImportForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
-        refused = _csrf_failure(request)
+        refused = csrf_failure(request)
         if refused is not None:
             return refused
         form = forms.ImportForm(request.POST, request.FILES)
@@ -148,7 +136,7 @@ class RunView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         run = get_object_or_404(ClusteringRun, pk=pk)
-        services.ensure_proposal_stats(run)
+        edits.ensure_proposal_stats(run)
         return render(request, "labeling/run_detail.html", _review_context(request, run))
 
 
@@ -195,7 +183,7 @@ class ReviewActionView(LoginRequiredMixin, View):
         error = notice = ""
         try:
             notice = self.act(request, run, proposal)
-        except services.ReviewError as exc:
+        except edits.ReviewError as exc:
             error = forms.sentence(str(exc))
         if not request.htmx:
             if error:
@@ -209,7 +197,7 @@ class ReviewActionView(LoginRequiredMixin, View):
 
 def _valid(form: Any) -> dict[str, Any]:
     if not form.is_valid():
-        raise services.ReviewError(_first_error(form))
+        raise edits.ReviewError(_first_error(form))
     return form.cleaned_data
 
 
@@ -218,7 +206,7 @@ class RenameView(ReviewActionView):
 
     def act(self, request, run, proposal):
         old = proposal.name
-        services.rename_proposal(proposal, _valid(forms.RenameForm(request.POST))["name"], user=request.user)
+        edits.rename_proposal(proposal, _valid(forms.RenameForm(request.POST))["name"], user=request.user)
         return f"Renamed '{old}' to '{proposal.name}'."
 
 
@@ -226,7 +214,7 @@ class DiscardView(ReviewActionView):
     proposal_action = True
 
     def act(self, request, run, proposal):
-        services.discard_proposal(proposal, user=request.user)
+        edits.discard_proposal(proposal, user=request.user)
         return f"Discarded '{proposal.name}'."
 
 
@@ -234,7 +222,7 @@ class SplitView(ReviewActionView):
     proposal_action = True
 
     def act(self, request, run, proposal):
-        children = services.split_proposal(proposal, _valid(forms.SplitForm(request.POST))["k"], user=request.user)
+        children = edits.split_proposal(proposal, _valid(forms.SplitForm(request.POST))["k"], user=request.user)
         return f"Split '{proposal.name}' into {len(children)} proposals."
 
 
@@ -256,7 +244,7 @@ class PromoteView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.PromoteForm(proposal, request.POST))
         _check_promotion(request.user, proposal, data["name"], data["team"])
-        expert = services.promote_proposal(
+        expert = edits.promote_proposal(
             proposal, data["name"], data["description"], team=data["team"], seed_queries=data["seed_queries"], user=request.user,
         )
         return f"Promoted '{expert.name}' to an expert ({expert.slug})."
@@ -267,7 +255,7 @@ class MergeView(ReviewActionView):
         data = _valid(forms.MergeForm(run, request.POST))
         chosen = list(run.proposals.filter(pk__in=data["all"]))
         target = next((p for p in chosen if p.pk == data["target"]), None) or max(chosen, key=lambda p: (p.size, -p.index))
-        services.merge_proposals(target, [p for p in chosen if p.pk != target.pk], user=request.user)
+        edits.merge_proposals(target, [p for p in chosen if p.pk != target.pk], user=request.user)
         return f"Merged {len(chosen)} proposals into '{target.name}'."
 
 
@@ -275,26 +263,26 @@ class MoveView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.MoveForm(run, request.POST))
         target = None if data["target"] == "none" else get_object_or_404(Proposal, pk=int(data["target"]), run=run)
-        count = services.move_queries(run, data["queries"], target, user=request.user)
+        count = edits.move_queries(run, data["queries"], target, user=request.user)
         return f"Moved {count} {'query' if count == 1 else 'queries'} to {target.name if target else 'unassigned'}."
 
 
 class DetachNoiseView(ReviewActionView):
     def act(self, request, run, proposal):
-        count = services.detach_noise(run, user=request.user)
+        count = edits.detach_noise(run, user=request.user)
         return f"Detached {count} noise queries; attach back the close ones below."
 
 
 class AttachNoiseView(ReviewActionView):
     def act(self, request, run, proposal):
         distance = _valid(forms.AttachNoiseForm(request.POST))["max_distance"]
-        count = services.attach_noise(run, distance, user=request.user)
+        count = edits.attach_noise(run, distance, user=request.user)
         return f"Attached {count} queries within distance {distance:.2f}."
 
 
 class UndoView(ReviewActionView):
     def act(self, request, run, proposal):
-        action = services.undo_last(run, user=request.user)
+        action = edits.undo_last(run, user=request.user)
         return f"Undid: {action.summary}."
 
 
@@ -303,5 +291,15 @@ class FinishView(ReviewActionView):
         if not request.user.is_staff:
             # Finishing promotes every open proposal as a teamless expert: a staff decision.
             raise PermissionDenied("Only staff users may finish a review (it promotes every open proposal).")
-        experts = services.promote_run(run, user=request.user)
+        experts = edits.promote_run(run, user=request.user)
         return f"Review finished: {len(experts)} experts; the router trains on this run from now on."
+
+
+# --- grounded training examples (a button on the expert's training data page) ---------------------
+
+class GroundedExamplesView(LoginRequiredMixin, View):
+    """POST: start building grounded examples for the expert, then show the job's progress."""
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_expert_or_404(request.user, slug, edit=True)
+        return redirect("console-job", services.enqueue_grounded_examples(expert, user=request.user).pk)

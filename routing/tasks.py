@@ -6,7 +6,7 @@ from celery import shared_task
 
 from jobs.services import run_job
 
-from . import services
+from . import retention, services
 
 
 def _train(job, reporter):
@@ -27,6 +27,4 @@ def train_router(self, job_id: int) -> None:
 @shared_task(acks_late=True, max_retries=0)
 def purge_routing_events(days: int | None = None) -> int:
     """Delete routing events older than ROUTING_EVENT_RETENTION_DAYS (schedule it daily with beat)."""
-    from .events import purge_old_events
-
-    return purge_old_events(days)
+    return retention.purge_old_events(days)

@@ -30,7 +30,7 @@ def demo(django_db_setup, django_db_blocker):
     from experts.models import Expert
     from knowledge.services import collection_name
     from knowledge.stores import get_store
-    from routing.demo import load_demo
+    from switchboard.demo import load_demo
 
     lines: list[str] = []
     with django_db_blocker.unblock():

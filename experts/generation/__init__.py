@@ -7,9 +7,9 @@ from .base import (
     GenerationTimeout,
     GenerationUnavailable,
     Generator,
-    get_generator,
     stream_by_words,
 )
+from .registry import get_generator
 
 __all__ = [
     "AdapterRef",

@@ -1,4 +1,4 @@
-"""The generator interface and the backend registry.
+"""The generator interface (the backends themselves are chosen in ``registry``).
 
 Every backend turns a ``GenerationRequest`` into an ``Answer`` (``generate``) or into a stream of
 text deltas ending with the final ``Answer`` (``stream``). Backends raise ``GenerationError``
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Protocol
 
 from experts.ml.extractive import Answer, Passage
@@ -80,34 +79,3 @@ def stream_by_words(answer: Answer, words_per_chunk: int = 4) -> Iterator[str | 
         chunk = " ".join(words[i : i + words_per_chunk])
         yield chunk if i == 0 else " " + chunk
     yield answer
-
-
-@lru_cache(maxsize=1)
-def get_generator(name: str | None = None) -> Generator:
-    """The configured backend (``GENERATOR``); unknown names fail at start, not per request."""
-    from django.conf import settings
-
-    name = name or settings.GENERATOR
-    if name == "extractive":
-        from .extractive import ExtractiveGenerator
-
-        return ExtractiveGenerator()
-    if name == "transformers":
-        from .transformers import TransformersGenerator
-
-        return TransformersGenerator.from_settings()
-    if name == "vllm":
-        # Imports the OpenAI client only; vLLM itself runs as a separate server and is never imported here.
-        from .vllm import VllmGenerator
-
-        return VllmGenerator()
-    raise ValueError(f"GENERATOR={name!r} is not available; known backends: {', '.join(BACKENDS)}")
-
-
-BACKENDS = ("extractive", "transformers", "vllm")
-
-
-# Fault injection for soak runs and fault tests (experts/generation/faulty.py): a no-op unless SWITCHBOARD_FAULTS_FILE is set.
-from .faulty import with_fault_hooks  # noqa: E402  (needs the classes above)
-
-get_generator = with_fault_hooks(get_generator)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -240,26 +240,3 @@ def torch_tensor(rows: list[list[int]]) -> Any:
 
 def _as_generation_error(exc: BaseException) -> GenerationError:
     return exc if isinstance(exc, GenerationError) else GenerationError(f"generation failed: {exc}")
-
-
-def warm_up_hottest(traffic: Callable[[], dict[str, int]] | None = None) -> list[str]:
-    """At server start with ``GENERATOR=transformers``: load the busiest experts' adapters.
-
-    Args:
-        traffic: returns recent answers per expert slug (the routing app's ``traffic_by_expert``;
-            passed in because experts may not import routing). Without it, serving order.
-    """
-    from django.conf import settings
-
-    from experts.selectors import serving_adapters
-
-    from .base import get_generator
-
-    if settings.GENERATOR != "transformers" or settings.ADAPTER_WARMUP <= 0:
-        return []
-    counts = traffic() if traffic is not None else {}
-    adapters = sorted(serving_adapters(), key=lambda a: -counts.get(a.expert, 0))[: settings.ADAPTER_WARMUP]
-    generator = get_generator()
-    loaded = generator.warm_up(adapters) if isinstance(generator, TransformersGenerator) else []
-    logger.info("transformers backend warmed up with %d adapters: %s", len(loaded), ", ".join(loaded) or "-")
-    return loaded

@@ -13,13 +13,13 @@ from rest_framework.views import APIView
 from experts.access import get_expert_or_404
 from jobs.models import Job
 from sbcommon.api import ApiError
+from sbcommon.uploads import declared_over_limit
 
 from .. import selectors, services
 from ..models import Document
 from .serializers import DocumentSerializer, DocumentUploadSerializer, UploadAcceptedSerializer
 
 # Room for the multipart boundaries and headers on top of the files themselves.
-MULTIPART_SLACK = 64 * 1024
 
 
 def _accepted(job: Job) -> Response:
@@ -50,11 +50,8 @@ class DocumentListView(APIView):
     def post(self, request, slug: str):
         expert = get_expert_or_404(request.user, slug, edit=True)
         limit = services.max_upload_bytes()
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > limit + MULTIPART_SLACK:  # refused before the body is read, let alone stored
+        length = declared_over_limit(request.META, limit)
+        if length is not None:  # refused before the body is read, let alone stored
             raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="files")
         uploads = request.FILES.getlist("files") + request.FILES.getlist("file")
         if not uploads:

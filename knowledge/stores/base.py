@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Protocol
 
 
@@ -60,15 +59,3 @@ class VectorStore(Protocol):
 
     def health(self) -> None:
         """Raise if the store cannot be used."""
-
-
-@lru_cache(maxsize=1)
-def get_store() -> VectorStore:
-    """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else embedded Qdrant."""
-    from django.conf import settings
-
-    from .qdrant import EmbeddedQdrantStore, ServerQdrantStore
-
-    if settings.QDRANT_URL:
-        return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
-    return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=getattr(settings, "QDRANT_POINTER_TTL_S", 0.0))

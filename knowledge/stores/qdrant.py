@@ -1,5 +1,8 @@
 """Qdrant stores: a server (``QDRANT_URL``) or qdrant-client's embedded local mode (a folder).
 
+Long because both stores share one set of point and query calls and differ only in how they swap a
+collection atomically: splitting them would split that shared code across modules.
+
 Both use the same qdrant-client calls for points and queries. They differ in how a collection is
 swapped atomically:
 

@@ -10,12 +10,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from sbcommon.api import ApiError
+from sbcommon.uploads import declared_over_limit
 
 from .. import services
 from .serializers import ImportAcceptedSerializer, QueryImportSerializer
 
 # Room for the multipart boundaries and the other fields on top of the file itself.
-MULTIPART_SLACK = 64 * 1024
 
 
 class QueryImportView(APIView):
@@ -33,11 +33,8 @@ class QueryImportView(APIView):
     )
     def post(self, request):
         limit = services.max_import_bytes()
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > limit + MULTIPART_SLACK:  # refused before the body is read, let alone stored
+        length = declared_over_limit(request.META, limit)
+        if length is not None:  # refused before the body is read, let alone stored
             raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="file")
         serializer = QueryImportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

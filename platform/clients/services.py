@@ -7,7 +7,7 @@ but nobody can enumerate 2^256 keys whatever the hash costs; and an unsalted dig
 ``authenticate`` find the key with one indexed lookup per request instead of checking every row.
 
 Scope validation (which experts a user may scope a key to) needs the experts app, which sits
-above this one; ``routing.keys_views`` does it before calling ``create_key``.
+above this one; ``console.keys`` does it before calling ``create_key``.
 """
 
 from __future__ import annotations

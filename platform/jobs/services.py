@@ -60,7 +60,9 @@ def enqueue_once(kind: str, key: str, title: str, task: Any, params: dict[str, A
         kind: the job family ("import_queries", "train_router", ...).
         key: idempotency key; while a job with this key is queued or running, it is returned instead.
         title: what the console shows.
-        task: the Celery task, sent as ``task.apply_async((job_id,))`` after commit (see ``dispatch``).
+        task: the Celery task, sent as ``task.apply_async((job_id,))`` after commit (see ``dispatch``); a
+            signature carries execution options (``train.s().set(queue="gpu")``). Its ``name`` is recorded
+            as the row's ``task_name``, which the sweeper and retries send again (without those options).
         params: JSON parameters the task reads from the row.
         user: who asked for it, if anyone.
     """

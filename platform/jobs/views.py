@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from celery import current_app
 from django.contrib import messages
-from django.contrib.auth import mixins
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -27,39 +24,15 @@ from django.utils.functional import cached_property
 from django.views import View
 from django.views.generic import TemplateView
 
+from sbcommon.console import LoginRequiredMixin
+
 from . import services
 from .choices import JobStatus
 from .models import Job
 
 SlugsFor = Callable[[object], set[str]]
 
-# Each kind's Celery task, for jobs created before rows recorded their task name.
-TASKS_BY_KIND = {
-    "import_queries": "labeling.tasks.import_queries", "embed_queries": "labeling.tasks.embed_queries",
-    "cluster_queries": "labeling.tasks.cluster_queries", "discover": "labeling.tasks.discover",
-    "ingest_documents": "knowledge.tasks.ingest_expert_documents", "index_documents": "knowledge.tasks.index_expert_documents",
-    "rebuild_index": "knowledge.tasks.rebuild_expert_index", "delete_document": "knowledge.tasks.delete_expert_document",
-    "drop_collection": "knowledge.tasks.drop_expert_collection", "train_router": "routing.tasks.train_router",
-}
-
 JOB_LIST_LIMIT = 50
-
-
-class LoginRequiredMixin(mixins.LoginRequiredMixin):
-    """Django's mixin, except that an htmx request from an expired session reloads the login page.
-
-    A plain redirect would be followed inside the XHR and the login form swapped into a fragment.
-    """
-
-    def handle_no_permission(self) -> HttpResponse:
-        request = self.request
-        if getattr(request, "htmx", False) and not request.user.is_authenticated:
-            # Back to the page the user was on, not to the fragment's URL.
-            current = urlsplit(request.headers.get("HX-Current-URL", ""))
-            next_url = current.path + (f"?{current.query}" if current.query else "") if current.path else request.get_full_path()
-            login = redirect_to_login(next_url, self.get_login_url())
-            return HttpResponse(status=204, headers={"HX-Redirect": login["Location"]})
-        return super().handle_no_permission()
 
 
 def _no_slugs(user: object) -> set[str]:
@@ -143,8 +116,12 @@ class JobBodyView(JobDetailView):
 
 
 def task_for(job: Job) -> Any:
-    """The Celery task that runs ``job`` (its recorded task name, else its kind's), or ``None``."""
-    name = getattr(job, "task_name", "") or TASKS_BY_KIND.get(job.kind, "")
+    """The Celery task that runs ``job`` (the task name its row recorded), or ``None``.
+
+    Every job records its task when it is enqueued (``services.enqueue_once``); rows from before that
+    were filled in by migration 0003. A job without one (run in a shell, say) cannot be retried.
+    """
+    name = job.task_name
     if not name:
         return None
     if name not in current_app.tasks:
@@ -160,9 +137,13 @@ class JobRetryView(JobAccessMixin, View):
         job = self.get_job(pk)
         if not self.can_act(job):
             raise PermissionDenied("You may not retry this job.")
+        if job.status not in services.RETRYABLE_STATUSES:
+            messages.error(request, "Only a failed or cancelled job can be retried.")
+            return redirect("console-job", job.pk)
         task = task_for(job)
-        if task is None or job.status not in services.RETRYABLE_STATUSES:
-            messages.error(request, "Only a failed or cancelled job of a known kind can be retried." if task else f"No task runs jobs of kind {job.kind!r}.")
+        if task is None:
+            messages.error(request, f"This job cannot be retried: no Celery task named {job.task_name!r} is registered."
+                           if job.task_name else "This job cannot be retried: it records no task to run it (it was started in a shell, say).")
             return redirect("console-job", job.pk)
         attempt = services.retry_job(job, task, user=request.user)
         messages.success(request, f"Retrying as job #{attempt.pk}.")

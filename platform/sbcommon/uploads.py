@@ -1,4 +1,8 @@
-"""Storing uploaded files: safe names, written atomically, hashed on the way."""
+"""Uploaded files: refusing them (``UploadRejected``, ``check_size``), safe names, stored atomically and hashed on the way.
+
+The knowledge (documents) and labeling (query logs) apps both take uploads; each checks what its own
+files must contain, and both refuse with the one ``UploadRejected`` (re-exported by their ``services``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,40 @@ import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
+
+
+class UploadRejected(ValueError):
+    """An uploaded file refused before it is stored, with the HTTP status that says why (413: too large, else 400)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def check_size(size: int, limit: int, name: str = "") -> None:
+    """Refuse a file of ``size`` bytes over ``limit`` (413) or empty (400); ``name`` says which file, if given."""
+    if size > limit:
+        raise UploadRejected(f"{name or 'the file'} is {size:,} bytes; the limit is {limit:,} bytes", status=413)
+    if size == 0:
+        raise UploadRejected(f"{name}: the file is empty" if name else "the file is empty")
+
+
+# Multipart framing around the files (part headers, boundaries): allowed on top of a size limit.
+MULTIPART_SLACK = 64 * 1024
+
+
+def declared_over_limit(meta: dict[str, Any], limit: int) -> int | None:
+    """The request's declared body size when it exceeds ``limit`` plus the framing, else None.
+
+    Checked from the headers (``request.META``) before the body is read, let alone stored; a missing
+    or garbled Content-Length counts as 0 (the per-file checks still apply).
+    """
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    return length if length > limit + MULTIPART_SLACK else None
+
 
 # Names Windows reserves for devices, whatever the extension (CON.txt is the console too).
 RESERVED_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))})
@@ -30,7 +68,6 @@ def safe_filename(name: str, default: str = "document") -> str:
     if safe.split(".")[0].lower() in RESERVED_NAMES:
         safe = f"_{safe}"
     return safe or default
-
 
 
 def save_upload(upload: Any, folder: Path, default_name: str = "upload") -> tuple[Path, str]:

@@ -102,7 +102,7 @@ async def application(scope, receive, send):
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            from routing import events
+            from serving import events
 
             try:
                 await asyncio.to_thread(events.shutdown)  # the database is used from a thread, never the event loop
@@ -120,7 +120,7 @@ def _warm_up() -> None:
         from sbcommon.encoders import get_encoder
 
         get_encoder().encode(["warm-up"])
-        from experts.generation.transformers import warm_up_hottest  # GENERATOR=transformers: load the busiest adapters
+        from experts.generation.registry import warm_up_hottest  # GENERATOR=transformers: load the busiest adapters
         from routing.selectors import traffic_by_expert
 
         warm_up_hottest(traffic_by_expert)

@@ -6,6 +6,10 @@ beat or a redelivered message, finds it taken and does nothing) and enqueues one
 ``enqueue_once`` (one active job per schedule name), which a worker runs with ``run_job`` (acks late:
 a worker killed mid-job gets the message again and ``claim`` lets it resume). The Job row records
 the outcome, shown on the jobs page and next to the schedule in the console.
+
+``DEFAULTS`` is the one table of schedules: each names the function of ``routines`` that does its
+work. ``run_scheduled``, the task a firing enqueues, is defined here next to ``fire`` (and exported by
+``tasks``), so the imports go one way: tasks -> scheduling -> routines.
 """
 
 from __future__ import annotations
@@ -15,39 +19,52 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from celery import shared_task
 from celery.schedules import crontab
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import Job
-from jobs.services import enqueue_once
+from jobs.services import JobFailed, JobReporter, enqueue_once, run_job
 
+from . import routines
 from .models import ScheduledRun
 
 TASK_NAME = "experiments.fire_schedule"
 
 
+Work = Callable[[Job, JobReporter], dict[str, Any] | None]
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """A default schedule: its crontab (minute hour day_of_month month_of_year day_of_week) and what it does."""
+    """A default schedule: its crontab (minute hour day_of_month month_of_year day_of_week), what it does, and the work that does it."""
 
     name: str
     title: str
     cron: str
     description: str
+    work: Work
 
 
 DEFAULTS: tuple[Schedule, ...] = (
-    Schedule("retrain_router", "Retrain the router", "0 3 * * 1", "Weekly: train on reviewed labels; activate only if it beats the active router on the same held-out set."),
-    Schedule("recluster", "Re-cluster the query log", "0 4 1 * *", "Monthly: cluster recent queries into proposals to review; uncovered dense clusters become proposals."),
-    Schedule("refresh_knowledge", "Refresh knowledge bases", "30 2 * * *", "Nightly: index every document whose content changed or never indexed."),
-    Schedule("nightly_evaluation", "Nightly evaluation", "0 1 * * *", "Router accuracy on held-out reviewed questions, traffic shares and online rates, stored over time."),
-    Schedule("drift_check", "Drift check", "0 5 * * *", "Daily: recent questions against the router's training distribution."),
-    Schedule("load_check", "Load alarm check", "15 * * * *", "Hourly: an expert above ROUTER_ALARM_SHARE of a week's traffic raises an alarm."),
-    Schedule("srm_check", "Experiment SRM check", "45 * * * *", "Hourly: sample-ratio mismatch of running experiments."),
-    Schedule("event_retention", "Routing event retention", "30 0 * * *", "Daily: delete routing events older than ROUTING_EVENT_RETENTION_DAYS."),
+    Schedule("retrain_router", "Retrain the router", "0 3 * * 1", "Weekly: train on reviewed labels; activate only if it beats the active router on the same held-out set.",
+             routines.retrain_router),
+    Schedule("recluster", "Re-cluster the query log", "0 4 1 * *", "Monthly: cluster recent queries into proposals to review; uncovered dense clusters become proposals.",
+             routines.recluster),
+    Schedule("refresh_knowledge", "Refresh knowledge bases", "30 2 * * *", "Nightly: index every document whose content changed or never indexed.",
+             routines.refresh_knowledge),
+    Schedule("nightly_evaluation", "Nightly evaluation", "0 1 * * *", "Router accuracy on held-out reviewed questions, traffic shares and online rates, stored over time.",
+             routines.nightly_evaluation),
+    Schedule("drift_check", "Drift check", "0 5 * * *", "Daily: recent questions against the router's training distribution.", routines.drift_check),
+    Schedule("load_check", "Load alarm check", "15 * * * *", "Hourly: an expert above ROUTER_ALARM_SHARE of a week's traffic raises an alarm.", routines.load_check),
+    Schedule("srm_check", "Experiment SRM check", "45 * * * *", "Hourly: sample-ratio mismatch of running experiments.", routines.srm_check),
+    Schedule("event_retention", "Routing event retention", "30 0 * * *", "Daily: delete routing events older than ROUTING_EVENT_RETENTION_DAYS.",
+             routines.event_retention),
 )
 BY_NAME = {s.name: s for s in DEFAULTS}
+WORK: dict[str, Work] = {s.name: s.work for s in DEFAULTS}
+"""The work of each schedule, by name: ``(job, reporter) -> result dict``, run by ``run_scheduled``."""
 
 
 class InvalidCrontab(ValueError):
@@ -105,6 +122,17 @@ def ensure_schedules(timezone_name: str = "UTC") -> list[tuple[str, bool]]:
     return out
 
 
+@transaction.atomic
+def save_crontab(task: Any, data: dict[str, Any]) -> None:
+    """Point the PeriodicTask ``task`` at the (shared) CrontabSchedule row with these fields and set its enabled flag."""
+    from django_celery_beat.models import CrontabSchedule
+
+    tz = task.crontab.timezone if task.crontab else "UTC"
+    cron, _ = CrontabSchedule.objects.get_or_create(timezone=tz, **{f: data[f] for f in CRON_FIELDS})
+    task.crontab, task.interval, task.enabled = cron, None, bool(data.get("enabled"))
+    task.save()
+
+
 # --- firing ----------------------------------------------------------------------------------------
 
 def slot_for(now: Any, slot_seconds: int) -> str:
@@ -119,8 +147,6 @@ def fire(name: str, *, slot_seconds: int = 60, now: Any = None) -> Job | None:
     Raises:
         KeyError: an unknown schedule name (a PeriodicTask edited by hand to something we do not run).
     """
-    from . import tasks  # imports .jobs, which fills WORK
-
     if name not in WORK:
         raise KeyError(f"unknown schedule {name!r}")
     slot = slot_for(now or timezone.now(), slot_seconds)
@@ -133,7 +159,7 @@ def fire(name: str, *, slot_seconds: int = 60, now: Any = None) -> Job | None:
                 run = ScheduledRun.objects.create(task=name, slot=slot)
         except IntegrityError:
             return None
-        job = enqueue_once(f"scheduled_{name}", f"scheduled:{name}", schedule.title if schedule else name, tasks.run_scheduled, {"schedule": name, "slot": slot})
+        job = enqueue_once(f"scheduled_{name}", f"scheduled:{name}", schedule.title if schedule else name, run_scheduled, {"schedule": name, "slot": slot})
         run.job = job
         run.save(update_fields=["job"])
     return job
@@ -144,5 +170,15 @@ def last_outcome(name: str) -> Job | None:
     return Job.objects.filter(kind=f"scheduled_{name}").order_by("-created_at", "-id").first()
 
 
-# The work of each schedule: (job, reporter) -> result dict. Filled in by ``routing.experiments.jobs``.
-WORK: dict[str, Callable[[Job, Any], dict[str, Any] | None]] = {}
+def _dispatch(job: Job, reporter: JobReporter) -> dict[str, Any] | None:
+    name = job.params.get("schedule", "")
+    work = WORK.get(name)
+    if work is None:
+        raise JobFailed(f"unknown scheduled job {name!r}")
+    return work(job, reporter)
+
+
+@shared_task(name="experiments.run_scheduled", bind=True, acks_late=True, max_retries=1)
+def run_scheduled(self, job_id: int) -> None:
+    """Run one scheduled job's work and record its outcome on the Job row."""
+    run_job(job_id, _dispatch)

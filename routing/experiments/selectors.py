@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
 from django.http import Http404
 
 from experts.models import ExpertVersion
@@ -62,17 +61,6 @@ def periodic_task_or_404(pk: int) -> Any:
     if task is None:
         raise Http404("no such schedule")
     return task
-
-
-@transaction.atomic
-def save_crontab(task: Any, data: dict[str, Any]) -> None:
-    """Point the task at the (shared) CrontabSchedule row with these fields and set its enabled flag."""
-    from django_celery_beat.models import CrontabSchedule
-
-    tz = task.crontab.timezone if task.crontab else "UTC"
-    cron, _ = CrontabSchedule.objects.get_or_create(timezone=tz, **{f: data[f] for f in scheduling.CRON_FIELDS})
-    task.crontab, task.interval, task.enabled = cron, None, bool(data.get("enabled"))
-    task.save()
 
 
 def experts_with_versions(experts: Any) -> list[tuple[str, list[int]]]:

@@ -1,6 +1,6 @@
 """Experiments (create, start, pause, stop, read, promote, roll back) and the alarms the platform raises.
 
-The statistics live in ``routing.ml.abtest``; this module turns routing events and feedback into
+The statistics live in ``routing.experiments.stats``; this module turns routing events and feedback into
 the counts it needs, enforces the rules (two distinct versions, one open experiment per target, a
 split inside (0, 1), no promotion without enough data) and performs the switch on promotion.
 """
@@ -21,8 +21,8 @@ from experts.choices import VersionStatus
 from experts.models import Expert, ExpertVersion
 from jobs.services import JobFailed
 
-from ..ml import abtest
 from ..models import Feedback, RouterVersion, RoutingEvent
+from . import stats as abtest
 from .choices import OPEN_STATUSES, AlarmKind, AlarmStatus, ExperimentKind, ExperimentStatus, Metric
 from .models import Alarm, Experiment
 
@@ -158,7 +158,7 @@ def _switch_to(experiment: Experiment, version: int) -> None:
 
 
 def promote(experiment: Experiment, *, force_arm: str | None = None) -> Experiment:
-    """Promote the treatment when the decision rule says so (``routing.ml.abtest.decide``).
+    """Promote the treatment when the decision rule says so (``routing.experiments.stats.decide``).
 
     ``force_arm="control"`` ends the experiment keeping the control (always allowed). Promoting the
     treatment with too little data, no significance, a guardrail regression or an SRM is refused.
@@ -198,7 +198,7 @@ def rollback(experiment: Experiment) -> Experiment:
 
 
 def _invalidate_serving_cache() -> None:
-    from . import serving
+    from . import assignment as serving
 
     serving.clear_cache()
 

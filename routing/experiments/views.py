@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
@@ -13,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from experts.access import can_edit, can_view, get_expert_or_404, visible_experts
+from sbcommon.console import LoginRequiredMixin
 
 from . import scheduling, selectors, services
 from .choices import AlarmStatus, ExperimentKind
@@ -133,7 +133,7 @@ class ScheduleEditView(LoginRequiredMixin, View):
         if not form.is_valid():
             rows = selectors.schedule_rows(invalid={task.pk: form})
             return render(request, ScheduleListView.template_name, {"rows": rows}, status=400)
-        selectors.save_crontab(task, form.cleaned_data)
+        scheduling.save_crontab(task, form.cleaned_data)
         messages.success(request, f"Schedule {task.name} saved.")
         return redirect("console-schedules")
 

@@ -27,6 +27,9 @@ from torch.nn import functional as F
 from .diagnostics import fit_temperature, nll
 from .router import RouterNet
 
+# Earlier user turns of a conversation that the context path reads (the serving path cuts to the same).
+CONTEXT_TURNS = 5
+
 PROTOTYPE_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 # The fingerprint without the convolution: as accurate in `evaluate router` on clinc150 and hwu64,
 # about 4x faster to train and half the serving cost (see the fingerprint_variants there).

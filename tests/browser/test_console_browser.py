@@ -13,8 +13,8 @@ import pytest
 from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
-from routing import services
 from routing.models import RouterVersion, RoutingEvent
+from serving import chat, route
 
 PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path("/tmp")
@@ -39,8 +39,8 @@ def seed() -> Job:
     return Job.objects.create(kind="train_router", key="train", title="Train the router", status="running", progress=0.4, message="epoch 4 of 10")
 
 
-def fake_answer(question: str, model: str = "auto") -> services.ChatResult:
-    decision = services.Decision(
+def fake_answer(question: str, model: str = "auto") -> chat.ChatResult:
+    decision = route.Decision(
         experts=[{"slug": "dmv", "score": 0.8731}, {"slug": "ssa", "score": 0.0912}, {"slug": "va", "score": 0.0357}],
         router_version=1, embed_ms=11.2, route_ms=0.6,
     )
@@ -49,7 +49,7 @@ def fake_answer(question: str, model: str = "auto") -> services.ChatResult:
         "text": "Most drivers can renew online up to six months before the license expires. You need your current license number and the last four digits of your SSN.",
     }
     other = {**cited, "index": 2, "title": "Replace a lost license", "score": 0.5120, "text": "If your license is lost or stolen, request a replacement online."}
-    return services.ChatResult(
+    return chat.ChatResult(
         answer="Most drivers can renew online up to six months before the license expires. [1]", expert="dmv", decision=decision,
         citations=[cited], passages=[cited, other], grounded=True, mode=model,
         timings={"embed_ms": 11.2, "route_ms": 0.6, "retrieve_ms": 24.9, "generate_ms": 38.3, "total_ms": 75.0}, request_id="chatcmpl-browser",
@@ -64,7 +64,7 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
     running = seed()
     # live_server serves from threads of this process, so the patched function is the one the view calls.
-    monkeypatch.setattr(services, "answer", fake_answer)
+    monkeypatch.setattr(chat, "answer", fake_answer)
     page = browser_page
 
     # Anonymous: sent to the login page, then back to the overview.

@@ -25,9 +25,10 @@ from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
 from labeling.models import Assignment, ClusteringRun, Proposal, Query, ReviewDecision
-from routing import services, tasks
+from routing import tasks
 from routing.models import Feedback, RouterVersion, RoutingEvent, TrainingRun
 from sbcommon.hashing import text_hash
+from serving import chat
 
 from .test_console_browser import fake_answer
 
@@ -114,7 +115,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     rita = django_user_model.objects.create_user("rita", "rita@example.com", PASSWORD)
     seed()
     rita.groups.add(Group.objects.get(name="roads"))
-    monkeypatch.setattr(services, "answer", fake_answer)
+    monkeypatch.setattr(chat, "answer", fake_answer)
     train_in_background(monkeypatch)
     page, base = browser_page, live_server.url
 

@@ -8,7 +8,7 @@ import pytest
 from django.core.cache.backends.locmem import LocMemCache
 
 from experts.breaker import CircuitBreaker, all_breakers, breaker_for
-from experts.ml.breaker import BreakerPolicy
+from experts.circuit import BreakerPolicy
 
 POLICY = BreakerPolicy(failures=3, window_failures=4, window_s=60, reset_s=30, probe_timeout_s=10)
 

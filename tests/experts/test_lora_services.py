@@ -186,8 +186,8 @@ def test_lora_an_adapter_for_another_base_model_cannot_be_activated(expert, lora
 
 
 def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest_adapters(expert, lora_settings, train):
-    from experts.generation.base import get_generator
-    from experts.generation.transformers import TransformersGenerator, warm_up_hottest
+    from experts.generation.registry import get_generator, warm_up_hottest
+    from experts.generation.transformers import TransformersGenerator
 
     _fill(expert)
     train(expert, {**FAST, "max_steps": 1})

@@ -29,7 +29,8 @@ def sent(monkeypatch):
 
 
 def test_a_failed_job_is_retried_as_a_new_attempt_once(client, staff, sent, django_capture_on_commit_callbacks):
-    failed = Job.objects.create(kind="train_router", key="train_router", title="Train router", status="failed", params={"seed": 3}, error="boom")
+    failed = Job.objects.create(kind="train_router", key="train_router", title="Train router", status="failed", params={"seed": 3}, error="boom",
+                                task_name=tasks.train_router.name)
     client.force_login(staff)
     assert 'id="job-retry"' in client.get(reverse("console-job", args=[failed.pk])).content.decode()
 
@@ -114,7 +115,8 @@ def team_jobs(django_user_model):
     Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
     member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
     member.groups.add(roads)
-    own = Job.objects.create(kind="index_documents", key="index:dmv", title="Index dmv", params={"expert": "dmv"})
+    own = Job.objects.create(kind="index_documents", key="index:dmv", title="Index dmv", params={"expert": "dmv"},
+                             task_name="knowledge.tasks.index_expert_documents")
     other = Job.objects.create(kind="index_documents", key="index:ssa", title="Index ssa", params={"expert": "ssa"})
     platform = Job.objects.create(kind="train_router", key="train_router", title="Train router")
     return member, own, other, platform

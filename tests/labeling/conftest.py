@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from labeling import services
 from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
+from labeling.proposals import ensure_proposal_stats
 from sbcommon.hashing import text_hash
 
 DIM = 16
@@ -83,7 +83,7 @@ def make_run(db) -> MakeRun:
             Assignment.objects.create(run=run, query=q, topic=-1, proposal=proposals.get(noise_in) if noise_in else None)
         if noise_in:
             Proposal.objects.filter(pk=proposals[noise_in].pk).update(size=Assignment.objects.filter(proposal=proposals[noise_in]).count())
-        services.ensure_proposal_stats(run)
+        ensure_proposal_stats(run)
         return run
 
     return make

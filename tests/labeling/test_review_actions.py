@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labeling import services
+from labeling import proposals as edits
+from labeling import selectors
 from labeling.models import Assignment, Proposal, ReviewAction
 
 from .conftest import direction, proposal
@@ -20,30 +21,30 @@ def test_the_run_fixture_has_sizes_cohesion_and_centroids(three_topics):
     licences = proposal(three_topics, "Licences")
     assert licences.size == 6
     assert 0.95 < licences.cohesion <= 1.0
-    assert services.centroid_of(licences).shape == (16,)
+    assert selectors.centroid_of(licences).shape == (16,)
 
 
 def test_a_rename_is_recorded_and_undone(three_topics, owner):
     licences = proposal(three_topics, "Licences")
 
-    services.rename_proposal(licences, "  Driving   licences ", user=owner)
+    edits.rename_proposal(licences, "  Driving   licences ", user=owner)
 
     assert Proposal.objects.get(pk=licences.pk).name == "Driving licences"
     action = ReviewAction.objects.get(run=three_topics)
     assert (action.action, action.user, action.summary) == ("rename", owner, "Renamed 'Licences' to 'Driving licences'")
 
-    undone = services.undo_last(three_topics, user=owner)
+    undone = edits.undo_last(three_topics, user=owner)
 
     assert undone.pk == action.pk
     assert undone.undone
     assert undone.undone_by == owner
     assert Proposal.objects.get(pk=licences.pk).name == "Licences"
-    assert services.undoable_action(three_topics) is None
+    assert selectors.undoable_action(three_topics) is None
 
 
 def test_an_empty_name_is_refused_and_nothing_is_recorded(three_topics):
-    with pytest.raises(services.ReviewError, match="needs a name"):
-        services.rename_proposal(proposal(three_topics, "Licences"), "   ")
+    with pytest.raises(edits.ReviewError, match="needs a name"):
+        edits.rename_proposal(proposal(three_topics, "Licences"), "   ")
     assert not ReviewAction.objects.exists()
 
 
@@ -51,7 +52,7 @@ def test_a_merge_moves_the_queries_and_undo_puts_them_back(three_topics):
     licences, passports, pensions = (proposal(three_topics, n) for n in ("Licences", "Passports", "Pensions"))
     before = {p.pk: members(p) for p in (licences, passports, pensions)}
 
-    services.merge_proposals(licences, [passports, pensions])
+    edits.merge_proposals(licences, [passports, pensions])
 
     licences.refresh_from_db()
     passports.refresh_from_db()
@@ -60,7 +61,7 @@ def test_a_merge_moves_the_queries_and_undo_puts_them_back(three_topics):
     assert (passports.status, passports.merged_into_id, passports.size) == ("merged", licences.pk, 0)
     assert licences.cohesion < 0.8  # three directions in one proposal
 
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
 
     for p in (licences, passports, pensions):
         p.refresh_from_db()
@@ -73,17 +74,17 @@ def test_a_merge_moves_the_queries_and_undo_puts_them_back(three_topics):
 
 def test_a_merge_needs_two_proposals(three_topics):
     licences = proposal(three_topics, "Licences")
-    with pytest.raises(services.ReviewError, match="at least two"):
-        services.merge_proposals(licences, [licences])
+    with pytest.raises(edits.ReviewError, match="at least two"):
+        edits.merge_proposals(licences, [licences])
 
 
 def test_a_discard_is_undone(three_topics):
     pensions = proposal(three_topics, "Pensions")
 
-    services.discard_proposal(pensions)
+    edits.discard_proposal(pensions)
     assert Proposal.objects.get(pk=pensions.pk).status == "discarded"
 
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=pensions.pk).status == "proposed"
 
 
@@ -95,7 +96,7 @@ def test_a_split_reclusters_by_topic_and_undo_restores_the_proposal(make_run):
     travel = proposal(run, "Travel")
     passport_ids = set(Assignment.objects.filter(run=run, query__text__startswith="passport").values_list("query_id", flat=True))
 
-    children = services.split_proposal(travel, 2)
+    children = edits.split_proposal(travel, 2)
 
     assert len(children) == 2
     assert sorted(c.size for c in children) == [5, 5]
@@ -104,7 +105,7 @@ def test_a_split_reclusters_by_topic_and_undo_restores_the_proposal(make_run):
     travel.refresh_from_db()
     assert (travel.status, travel.size) == ("split", 0)
 
-    services.undo_last(run)
+    edits.undo_last(run)
 
     travel.refresh_from_db()
     assert (travel.status, travel.size) == ("proposed", 10)
@@ -116,28 +117,28 @@ def test_a_split_without_enough_topics_falls_back_to_kmeans(make_run):
     run = make_run({"Mixed": (0, [f"a {i}" for i in range(3)]), "Other": (6, [f"c {i}" for i in range(3)])},
                    noise={f"b {i}": direction(4, jitter=0.05, seed=i) for i in range(3)}, noise_in="Mixed")
 
-    children = services.split_proposal(proposal(run, "Mixed"), 2)
+    children = edits.split_proposal(proposal(run, "Mixed"), 2)
 
     expected = [set(Assignment.objects.filter(run=run, query__text__startswith=p).values_list("query_id", flat=True)) for p in ("a ", "b ")]
     assert sorted((members(c) for c in children), key=min) == sorted(expected, key=min)
 
 
 def test_a_split_of_a_tiny_proposal_is_refused(three_topics):
-    with pytest.raises(services.ReviewError, match="too few"):
-        services.split_proposal(proposal(three_topics, "Pensions"), 2)
+    with pytest.raises(edits.ReviewError, match="too few"):
+        edits.split_proposal(proposal(three_topics, "Pensions"), 2)
 
 
 def test_moving_queries_to_another_proposal_is_undone(three_topics):
     licences, passports = proposal(three_topics, "Licences"), proposal(three_topics, "Passports")
     moving = sorted(members(licences))[:2]
 
-    moved = services.move_queries(three_topics, moving, passports)
+    moved = edits.move_queries(three_topics, moving, passports)
 
     assert moved == 2
     assert set(moving) <= members(passports)
     assert Proposal.objects.get(pk=passports.pk).size == 6
 
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
 
     assert set(moving) <= members(licences)
     assert Proposal.objects.get(pk=licences.pk).size == 6
@@ -148,17 +149,17 @@ def test_moving_a_query_out_of_every_proposal_leaves_it_unassigned(three_topics)
     licences = proposal(three_topics, "Licences")
     query_id = min(members(licences))
 
-    services.move_queries(three_topics, [query_id], None)
+    edits.move_queries(three_topics, [query_id], None)
 
     assert Assignment.objects.get(run=three_topics, query_id=query_id).proposal is None
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
     assert Assignment.objects.get(run=three_topics, query_id=query_id).proposal_id == licences.pk
 
 
 def test_attach_noise_takes_only_queries_within_the_distance_and_is_undone(three_topics):
     licences = proposal(three_topics, "Licences")
 
-    attached = services.attach_noise(three_topics, max_distance=0.35)
+    attached = edits.attach_noise(three_topics, max_distance=0.35)
 
     assert attached == 1
     near = Assignment.objects.get(run=three_topics, query__text="close to licences")
@@ -166,7 +167,7 @@ def test_attach_noise_takes_only_queries_within_the_distance_and_is_undone(three
     assert (near.proposal_id, far.proposal_id) == (licences.pk, None)
     assert Proposal.objects.get(pk=licences.pk).size == 7
 
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
 
     assert Assignment.objects.get(pk=near.pk).proposal_id is None
     assert Proposal.objects.get(pk=licences.pk).size == 6
@@ -178,28 +179,28 @@ def test_detach_noise_empties_noise_out_of_proposals_and_is_undone(make_run):
     licences = proposal(run, "Licences")
     assert licences.size == 6
 
-    assert services.detach_noise(run) == 2
+    assert edits.detach_noise(run) == 2
     assert Proposal.objects.get(pk=licences.pk).size == 4
     assert Assignment.objects.filter(run=run, proposal__isnull=True).count() == 2
 
-    services.undo_last(run)
+    edits.undo_last(run)
     assert Proposal.objects.get(pk=licences.pk).size == 6
 
 
 def test_undo_walks_back_several_actions_in_reverse_order(three_topics):
     licences, pensions = proposal(three_topics, "Licences"), proposal(three_topics, "Pensions")
-    services.rename_proposal(licences, "Driving")
-    services.discard_proposal(pensions)
-    services.rename_proposal(licences, "Driving licences")
+    edits.rename_proposal(licences, "Driving")
+    edits.discard_proposal(pensions)
+    edits.rename_proposal(licences, "Driving licences")
 
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=licences.pk).name == "Driving"
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=pensions.pk).status == "proposed"
-    services.undo_last(three_topics)
+    edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=licences.pk).name == "Licences"
-    with pytest.raises(services.ReviewError, match="nothing to undo"):
-        services.undo_last(three_topics)
+    with pytest.raises(edits.ReviewError, match="nothing to undo"):
+        edits.undo_last(three_topics)
 
 
 def test_promotion_creates_the_expert_with_its_team_and_seed_queries(three_topics, owner):
@@ -210,7 +211,7 @@ def test_promotion_creates_the_expert_with_its_team_and_seed_queries(three_topic
     team = Group.objects.create(name="Licensing desk")
     licences = proposal(three_topics, "Licences")
 
-    expert = services.promote_proposal(licences, "Driving licences", "Renewals and replacements.", team=team,
+    expert = edits.promote_proposal(licences, "Driving licences", "Renewals and replacements.", team=team,
                                        seed_queries=["renew my driving licence 0"], user=owner)
 
     expert = Expert.objects.get(pk=expert.pk)
@@ -222,17 +223,17 @@ def test_promotion_creates_the_expert_with_its_team_and_seed_queries(three_topic
 
 def test_promotion_ends_undo_and_freezes_the_proposal(three_topics):
     licences, passports = proposal(three_topics, "Licences"), proposal(three_topics, "Passports")
-    services.rename_proposal(passports, "Travel documents")
-    services.promote_proposal(licences, "Licences")
+    edits.rename_proposal(passports, "Travel documents")
+    edits.promote_proposal(licences, "Licences")
 
-    with pytest.raises(services.ReviewError, match="cannot be undone"):
-        services.undo_last(three_topics)
+    with pytest.raises(edits.ReviewError, match="cannot be undone"):
+        edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=passports.pk).name == "Travel documents"
-    with pytest.raises(services.ReviewError, match="promoted"):
-        services.rename_proposal(Proposal.objects.get(pk=licences.pk), "Something else")
+    with pytest.raises(edits.ReviewError, match="promoted"):
+        edits.rename_proposal(Proposal.objects.get(pk=licences.pk), "Something else")
 
-    services.rename_proposal(passports, "Passports again")  # later actions can still be undone, back to the promotion
-    services.undo_last(three_topics)
+    edits.rename_proposal(passports, "Passports again")  # later actions can still be undone, back to the promotion
+    edits.undo_last(three_topics)
     assert Proposal.objects.get(pk=passports.pk).name == "Travel documents"
 
 
@@ -242,10 +243,10 @@ def test_finishing_the_review_promotes_the_rest_and_locks_the_run(three_topics):
     from labeling.selectors import routing_examples
 
     team = Group.objects.create(name="Benefits")
-    services.promote_proposal(proposal(three_topics, "Pensions"), "State pensions", "Custom.", team=team)
-    services.discard_proposal(proposal(three_topics, "Passports"))
+    edits.promote_proposal(proposal(three_topics, "Pensions"), "State pensions", "Custom.", team=team)
+    edits.discard_proposal(proposal(three_topics, "Passports"))
 
-    experts = services.promote_run(three_topics)
+    experts = edits.promote_run(three_topics)
 
     assert sorted(e.slug for e in experts) == ["licences", "state-pensions"]
     pensions = next(e for e in experts if e.slug == "state-pensions")
@@ -253,5 +254,5 @@ def test_finishing_the_review_promotes_the_rest_and_locks_the_run(three_topics):
     three_topics.refresh_from_db()
     assert three_topics.status == "promoted"
     assert len(routing_examples(three_topics)) == 8
-    with pytest.raises(services.ReviewError, match="has been promoted"):
-        services.rename_proposal(proposal(three_topics, "Licences"), "Late change")
+    with pytest.raises(edits.ReviewError, match="has been promoted"):
+        edits.rename_proposal(proposal(three_topics, "Licences"), "Late change")

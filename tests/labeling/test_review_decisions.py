@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experts.models import Expert
+from labeling import proposals as edits
 from labeling import selectors, services
 from labeling.models import Assignment, Query, ReviewDecision
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def promoted(three_topics):
     """The three-topic run promoted to experts (licences, passports, pensions by slug)."""
-    experts = services.promote_run(three_topics)
+    experts = edits.promote_run(three_topics)
     return three_topics, {e.name: e for e in experts}
 
 
@@ -65,9 +66,9 @@ def test_dismissing_records_a_decision_without_training_data(promoted):
 
 def test_a_label_needs_question_text_and_a_promoted_run(three_topics):
     expert = Expert.objects.create(slug="roads", name="Roads")
-    with pytest.raises(services.ReviewError, match="no stored question text"):
+    with pytest.raises(edits.ReviewError, match="no stored question text"):
         services.record_review_decision("chatcmpl-4", "  ", "low_confidence", "", expert)
-    with pytest.raises(services.ReviewError, match="no promoted clustering run"):
+    with pytest.raises(edits.ReviewError, match="no promoted clustering run"):
         services.record_review_decision("chatcmpl-4", "Where do I pay road tax?", "low_confidence", "", expert)
     assert not ReviewDecision.objects.exists()
 

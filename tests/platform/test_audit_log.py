@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-import audit
 import pytest
-from audit.models import AuditEntry
 from django.contrib.auth.models import User
+
+import audit
+from audit.models import AuditEntry
 
 PASSWORD = "correct horse battery staple"
 
@@ -76,8 +77,9 @@ def test_a_team_member_without_staff_rights_cannot_read_the_audit_log(client, ow
 def test_entries_past_the_retention_period_are_pruned(db, settings):
     from datetime import timedelta
 
-    from audit.services import prune
     from django.utils import timezone
+
+    from audit.services import prune
 
     settings.AUDIT_RETENTION_DAYS = 30
     old, recent = audit.record("login"), audit.record("logout")

@@ -21,7 +21,7 @@ from knowledge.parsers import DocumentInput
 from knowledge.stores import get_store
 from routing.models import RoutingEvent
 from sbcommon import faults
-from tests.routing.test_failover import chat, encoder, event_for, no_experiment, router  # noqa: F401  (fixtures)
+from tests.serving.test_failover import chat, encoder, event_for, no_experiment, router  # noqa: F401  (fixtures)
 
 DOCS = {
     "dmv": "Licence renewal happens at the licence office. Bring your old licence and a photo. Marker dmv-7731.",

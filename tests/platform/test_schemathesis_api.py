@@ -21,7 +21,7 @@ from hypothesis.errors import Unsatisfiable
 
 from knowledge import services as knowledge
 from knowledge.stores import get_store
-from tests.routing.test_failover import encoder, generator, no_experiment, router, serving, store  # noqa: F401  (fixtures)
+from tests.serving.test_failover import encoder, generator, no_experiment, router, serving, store  # noqa: F401  (fixtures)
 
 PASSWORD = "schemathesis-password-1"
 

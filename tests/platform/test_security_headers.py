@@ -66,12 +66,12 @@ def test_a_question_never_reaches_the_logs_even_when_code_logs_it_or_crashes_wit
     settings.CHAT_API_REQUIRE_AUTH = False
 
     def careless(question, *args, **kwargs):
-        logging.getLogger("routing.services").warning("answering %s", question, extra={"question": question})
+        logging.getLogger("serving.chat").warning("answering %s", question, extra={"question": question})
         raise RuntimeError(f"could not answer {question!r}")
 
-    import routing.services
+    import serving.chat
 
-    monkeypatch.setattr(routing.services, "route", careless)  # the first step of answering
+    monkeypatch.setattr(serving.chat, "route", careless)  # the first step of answering
     client.raise_request_exception = False
     response = client.post("/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": QUESTION}]},
                            content_type="application/json")

@@ -1,4 +1,4 @@
-"""Teams across the console: the nav (pages of others appear once their URLs exist), password change,
+"""Teams across the console: the nav (every page, a wrong URL name fails loudly), password change,
 staff against team members on the overview, and the friendly 403/404 pages."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 from django.test import RequestFactory
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
+from console import nav
 from experts.models import Expert
-from routing import nav
 from routing.models import RoutingEvent
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def world(django_user_model):
     return member, staff
 
 
-def test_the_nav_lists_pages_that_exist_and_skips_those_that_do_not_yet(world, monkeypatch):
+def test_the_nav_lists_every_page_and_a_wrong_url_name_fails_loudly(world, monkeypatch):
     member, staff = world
     request = RequestFactory().get("/heatmap/")
     request.user, request.resolver_match = member, None
@@ -37,11 +37,14 @@ def test_the_nav_lists_pages_that_exist_and_skips_those_that_do_not_yet(world, m
     assert labels[:5] == ["Overview", "Playground", "Heatmap", "Review", "Training"]
     assert "Admin" not in labels
 
-    monkeypatch.setattr(nav, "NAV_ITEMS", (*nav.NAV_ITEMS, ("Nowhere", "no-such-page", (), False)))
     request.user = staff
     labels = [item.label for item in nav.nav_items(request)]
     assert "Admin" in labels
-    assert "Nowhere" not in labels
+
+    # A misspelt page used to vanish from the nav; now every page renders the error instead.
+    monkeypatch.setattr(nav, "NAV_ITEMS", (*nav.NAV_ITEMS, nav.NAV_ITEMS[0]._replace(label="Nowhere", url_name="no-such-page")))
+    with pytest.raises(NoReverseMatch):
+        nav.nav_items(request)
 
 
 def test_the_current_page_is_marked_in_the_nav(client, world):

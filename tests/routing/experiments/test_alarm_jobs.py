@@ -7,7 +7,7 @@ import pytest
 
 from experts.models import Expert
 from jobs.models import Job
-from routing.experiments import jobs
+from routing.experiments import routines as jobs
 from routing.experiments.models import Alarm, DriftReport
 from routing.models import RouterVersion, RoutingEvent
 

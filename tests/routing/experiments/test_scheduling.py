@@ -112,7 +112,7 @@ def test_knowledge_refresh_indexes_only_experts_with_pending_documents(settings,
 
     from experts.models import Expert
     from knowledge.models import Document
-    from routing.experiments import jobs
+    from routing.experiments import routines as jobs
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     dmv, ssa = Expert.objects.create(slug="dmv", name="dmv"), Expert.objects.create(slug="ssa", name="ssa")

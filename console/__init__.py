@@ -1,0 +1,1 @@
+"""The console pages that span apps: overview, playground, heatmap, expert pages, review queue, API keys, navigation."""

@@ -1,0 +1,21 @@
+"""Console URLs of the pages that span apps (included at the console's root by switchboard/urls.py)."""
+
+from django.urls import include, path
+
+from experts.access import editable_slugs, visible_slugs
+from jobs.urls import console_urls as job_urls
+
+from . import views
+
+urlpatterns = [
+    path("", views.OverviewView.as_view(), name="console-overview"),
+    path("playground/", views.PlaygroundView.as_view(), name="console-playground"),
+    path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
+    path("heatmap/", views.HeatmapView.as_view(), name="console-heatmap"),
+    path("heatmap/data.json", views.HeatmapDataView.as_view(), name="console-heatmap-data"),
+    path("review/", views.ReviewQueueView.as_view(), name="console-review"),
+    path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
+    # The jobs app sits below experts: its pages get the expert access rules handed in.
+    path("jobs/", include(job_urls(visible_slugs, editable_slugs))),
+    path("keys/", include("console.keys_urls")),
+]

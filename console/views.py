@@ -1,0 +1,290 @@
+"""Console pages that span apps: the overview, the playground, the traffic heatmap, expert pages and the
+review queue (full pages and htmx partials).
+
+Every page that shows or changes an expert's data goes through ``experts.access``: an expert the
+user may not see is a 404, an action they may not take a 403; staff see and do everything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.views import View
+from django.views.generic import TemplateView
+
+from experts import access
+from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
+from experts.choices import ExpertStatus
+from jobs.views import visible_jobs
+from knowledge import selectors as knowledge_selectors
+from labeling.proposals import ReviewError
+from labeling.services import record_review_decision
+from routing import selectors as routing_selectors
+from routing.models import Feedback, RoutingEvent
+from sbcommon.console import LoginRequiredMixin
+from serving import chat, route
+
+from . import selectors
+from .forms import PlaygroundForm, ReviewDecisionForm
+from .nav import optional_url
+
+_CITATION = re.compile(r"\[(\d+)\]")
+_TIMING_PARTS = (("embed_ms", "Embed"), ("route_ms", "Route"), ("retrieve_ms", "Retrieve"), ("generate_ms", "Generate"))
+
+
+editable_slugs = access.editable_slugs  # the jobs pages take the rule as a function (routing/urls.py)
+
+
+def visible_jobs_for(user: Any) -> Any:
+    """The jobs ``user`` may see, by the jobs pages' rule (with the expert access rules filled in)."""
+    return visible_jobs(user, visible_slugs)
+
+
+def alarm_threshold() -> float:
+    return float(getattr(settings, "ROUTER_ALARM_SHARE", 0.45))
+
+
+class OverviewView(LoginRequiredMixin, TemplateView):
+    """Traffic today and this week, the experts the user may see with their health, the router, jobs and alarms."""
+
+    template_name = "console/overview.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = self.request.user
+        router = routing_selectors.active_router()
+        accuracy = routing_selectors.validation_accuracy(router)
+        experts = list(visible_experts(user).order_by("name", "slug"))
+        health = selectors.expert_health(experts, threshold=alarm_threshold())
+        context.update(
+            experts=health,
+            active_count=sum(1 for h in health if h.expert.status == ExpertStatus.ACTIVE),
+            traffic=selectors.traffic_summary(None if user.is_staff else {e.slug for e in experts}),
+            router=router,
+            router_accuracy=accuracy,
+            router_accuracy_percent=None if accuracy is None else 100 * accuracy,
+            running=selectors.running_jobs(visible_jobs_for(user)),
+            jobs=list(visible_jobs_for(user)[:5]),
+            alarms=selectors.open_alarms(None if user.is_staff else {e.slug for e in experts}),
+            alarms_url=optional_url("console-alarms"),
+            over=[h for h in health if h.over_threshold],
+            threshold_percent=100 * alarm_threshold(),
+        )
+        return context
+
+
+def answer_html(text: str, citation_count: int) -> SafeString:
+    """The answer text, escaped, with each ``[n]`` marker linked to its cited passage."""
+
+    def link(match: re.Match[str]) -> str:
+        n = int(match.group(1))
+        if not 1 <= n <= citation_count:
+            return match.group(0)
+        return format_html('<a class="cite" href="#cite-{}">[{}]</a>', n, n)
+
+    # Escape first, then add links: the markers survive escaping unchanged, so nothing unescaped is marked safe.
+    return mark_safe(_CITATION.sub(link, str(escape(text))))
+
+
+def _latency(timings: dict[str, float]) -> dict[str, Any]:
+    parts = [{"key": key.removesuffix("_ms"), "label": label, "ms": float(timings.get(key, 0.0))} for key, label in _TIMING_PARTS]
+    total = float(timings.get("total_ms") or sum(p["ms"] for p in parts))
+    for p in parts:
+        p["share"] = round(100 * p["ms"] / total, 1) if total > 0 else 0.0
+    return {"parts": parts, "total_ms": total}
+
+
+def _with_href(passage: dict[str, Any]) -> dict[str, Any]:
+    # Source URLs come from ingested documents: only web links become clickable (no ``javascript:``).
+    url = str(passage.get("url") or "")
+    return {**passage, "href": url if url.startswith(("https://", "http://")) else ""}
+
+
+def _result_context(result: chat.ChatResult) -> dict[str, Any]:
+    ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1)} for e in result.decision.experts]
+    return {
+        "result": result,
+        "ranked": ranked,
+        "answer_html": answer_html(result.answer, len(result.citations)),
+        "latency": _latency(result.timings),
+        "citations": [_with_href(c) for c in result.citations],
+        "passages": [_with_href(p) for p in result.passages],
+    }
+
+
+def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
+    """Validate the posted form and answer it: the template context and the HTTP status."""
+    form = PlaygroundForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return {"form": form}, 400
+    try:
+        result = chat.answer(form.cleaned_data["question"], model=form.cleaned_data["mode"])
+    except route.RoutingUnavailable as exc:
+        return {"form": form, "unavailable": str(exc)}, 503
+    return {"form": form, **_result_context(result)}, 200
+
+
+class PlaygroundView(LoginRequiredMixin, View):
+    """The playground page; a plain POST (no JavaScript) answers and renders the whole page."""
+
+    template_name = "console/playground.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, self.template_name, {"form": PlaygroundForm(user=request.user)})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        context, status = _handle_question(request)
+        return render(request, self.template_name, context, status=status)
+
+
+class PlaygroundAnswerView(LoginRequiredMixin, View):
+    """The htmx endpoint: the playground panel (form and answer) alone."""
+
+    template_name = "console/partials/playground_panel.html"
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        context, status = _handle_question(request)
+        return render(request, self.template_name, context, status=status)
+
+
+# --- traffic heatmap -----------------------------------------------------------------------------
+
+def _heatmap_for(request: HttpRequest) -> selectors.Heatmap:
+    """The heatmap of the window asked for, limited to the experts the user may see (shares stay of all traffic)."""
+    heatmap = selectors.traffic_heatmap(request.GET.get("window", selectors.DEFAULT_HEATMAP_WINDOW), threshold=alarm_threshold())
+    return heatmap if request.user.is_staff else selectors.filter_heatmap(heatmap, visible_slugs(request.user))
+
+
+def _confusion_for(request: HttpRequest, heatmap: selectors.Heatmap) -> dict[str, Any]:
+    visible = None if request.user.is_staff else visible_slugs(request.user)
+    return selectors.review_confusion(since=heatmap.buckets[0], visible=visible)
+
+
+class HeatmapView(LoginRequiredMixin, TemplateView):
+    """Requests per expert and time bucket, each expert's share against its fair share, the alarm, and
+    the router's choice against reviewers' labels. The charts draw from ``console-heatmap-data``."""
+
+    template_name = "console/heatmap.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        heatmap = _heatmap_for(self.request)
+        context.update(
+            heatmap=heatmap,
+            windows=[(key, label) for key, (label, _, _) in selectors.HEATMAP_WINDOWS.items()],
+            over=[row for row in heatmap.rows if row.over_threshold],
+            confusion=_confusion_for(self.request, heatmap),
+        )
+        return context
+
+
+class HeatmapDataView(LoginRequiredMixin, View):
+    """The heatmap and the review confusion as JSON (what the page's charts fetch)."""
+
+    def get(self, request: HttpRequest) -> JsonResponse:
+        heatmap = _heatmap_for(request)
+        return JsonResponse({**selectors.heatmap_json(heatmap), "confusion": _confusion_for(request, heatmap)})
+
+
+# --- expert page ---------------------------------------------------------------------------------
+
+class ExpertView(LoginRequiredMixin, View):
+    """One expert for its team: description, versions, knowledge base, traffic, recent questions, misroutes."""
+
+    template_name = "console/expert.html"
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_expert_or_404(request.user, slug)
+        traffic = selectors.daily_traffic(expert.slug)
+        busiest = max((n for _, n in traffic), default=0)
+        context = {
+            "expert": expert,
+            "can_edit": can_edit(request.user, expert),
+            "versions": list(expert.versions.order_by("-version")[:20]),
+            "router": routing_selectors.active_router(),
+            "knowledge": knowledge_selectors.summary(expert),
+            "documents": list(knowledge_selectors.documents(expert)[:10]),
+            "traffic": [{"day": day, "n": n, "percent": round(100 * n / busiest, 1) if busiest else 0.0} for day, n in traffic],
+            "traffic_total": sum(n for _, n in traffic),
+            "questions": selectors.recent_questions(expert.slug),
+            "misroutes": selectors.misroutes(expert.slug),
+            "circuit": selectors.circuit_states([expert.slug])[expert.slug],
+            "adapters_url": optional_url("expert-adapters", expert.slug),
+        }
+        return render(request, self.template_name, context)
+
+
+# --- review queue --------------------------------------------------------------------------------
+
+def _review_choices(user: Any) -> list[tuple[str, str]]:
+    return [(e.slug, f"{e.name} ({e.slug})") for e in visible_experts(user).filter(status=ExpertStatus.ACTIVE).order_by("name")]
+
+
+def _review_context(request: HttpRequest, errors: dict[str, ReviewDecisionForm] | None = None) -> dict[str, Any]:
+    items = selectors.review_queue(
+        visible_slugs(request.user), min_score=settings.REVIEW_MIN_SCORE, min_margin=settings.REVIEW_MIN_MARGIN, days=settings.REVIEW_WINDOW_DAYS,
+    )
+    choices = _review_choices(request.user)
+    errors = errors or {}
+    rows = []
+    for item in items:
+        form = errors.get(item.event.request_id) or ReviewDecisionForm(experts=choices, initial={"request_id": item.event.request_id}, auto_id=f"id_%s_{item.event.pk}")
+        rows.append({"item": item, "form": form})
+    from labeling.models import ReviewDecision
+
+    visible = visible_slugs(request.user)
+    recent = [d for d in ReviewDecision.objects.select_related("expert", "user", "query")[:50]
+              if request.user.is_staff or not d.routed_expert or d.routed_expert in visible][:15]
+    return {"rows": rows, "recent": recent, "min_score": settings.REVIEW_MIN_SCORE, "min_margin": settings.REVIEW_MIN_MARGIN, "days": settings.REVIEW_WINDOW_DAYS}
+
+
+class ReviewQueueView(LoginRequiredMixin, View):
+    """Low-confidence, abstained and thumbs-down questions to label with the right expert.
+
+    POST labels one: the question becomes router training data (``labeling.services.record_review_decision``);
+    one decision per request id, so a double submit records one.
+    """
+
+    template_name = "console/review.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, self.template_name, _review_context(request))
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        choices = _review_choices(request.user)
+        form = ReviewDecisionForm(request.POST, experts=choices)
+        request_id = str(request.POST.get("request_id", ""))[:64]
+        event = RoutingEvent.objects.filter(request_id=request_id).order_by("-created_at").first()
+        if event is None:
+            raise Http404("no such request")
+        if event.expert and event.expert not in visible_slugs(request.user):
+            raise Http404("no such request")
+        if not form.is_valid():
+            form.auto_id = f"id_%s_{event.pk}"
+            return render(request, self.template_name, _review_context(request, {request_id: form}), status=400)
+        expert = None
+        if not form.cleaned_data["dismiss"]:
+            expert = get_expert_or_404(request.user, form.cleaned_data["expert"])
+        down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
+        reasons, _, _ = selectors.review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
+        reason = selectors.primary_reason(reasons)
+        try:
+            _, created = record_review_decision(request_id, event.question, reason, event.expert, expert, user=request.user)
+        except ReviewError as exc:
+            form.add_error("expert" if expert is not None else None, str(exc))
+            form.auto_id = f"id_%s_{event.pk}"
+            return render(request, self.template_name, _review_context(request, {request_id: form}), status=400)
+        if not created:
+            messages.info(request, "That question was already reviewed; the first decision stands.")
+        elif expert is None:
+            messages.success(request, "Dismissed.")
+        else:
+            messages.success(request, f"Labelled for {expert.name}: the next router training learns from it.")
+        return redirect("console-review")

@@ -1,0 +1,1 @@
+"""The evaluation and benchmark harness: `manage.py evaluate ...` and `manage.py bench ...`."""

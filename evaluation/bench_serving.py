@@ -1,0 +1,469 @@
+"""``manage.py bench serving``: throughput and latency of the chat API over HTTP, against the encoder alone.
+
+The run, in one process tree:
+
+1. a data folder (a fresh temporary one, or ``--var-dir`` to reuse one) with the bundled demo
+   loaded through the real pipeline (``migrate`` + ``load_demo`` with eager Celery, in subprocesses);
+2. uvicorn serving ``switchboard.asgi`` from that folder on a free loopback port, with the
+   extractive generator and batched event writes, exactly as ``run_platform`` starts it;
+3. a warm-up, then ``concurrency`` clients (asyncio, one keep-alive connection each) posting held-out
+   demo questions (split ``test``) to ``/v1/chat/completions`` for ``duration`` seconds;
+4. the encoder alone in this process with the server's thread count, on the same texts: one query
+   at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``), measured once
+   before the server starts and once after it stopped; the report gives the mean of the two and
+   both runs (``encoder_runs``). This machine's speed drifts by 10-20% within minutes, so a single
+   measurement on one side of the run skewed the ratios either way.
+
+The clients share the machine with the server, as they would on one box; the report says how many
+CPUs there were and the load average before the run, since other work skews every figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from evaluation.datasets import read_queries
+from sbcommon.env import envbool
+
+READY_MARKER = ".bench-demo-ready"
+ENCODER_BATCH = 32
+WARMUP_WINDOW_S = 5.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(var_dir: Path, **extra: str) -> dict[str, str]:
+    root = Path(settings.BASE_DIR)
+    env = os.environ.copy()
+    env.update({
+        "VAR_DIR": str(var_dir),
+        "PYTHONPATH": os.pathsep.join([str(root / "platform"), str(root)]),
+        "DJANGO_SETTINGS_MODULE": "switchboard.settings",
+        "GENERATOR": "extractive",
+        "PYTHONUNBUFFERED": "1",
+    })
+    for name in ("DATABASE_URL", "QDRANT_URL", "QDRANT_PATH", "ROUTER_DIR", "CELERY_BROKER_URL"):
+        env.pop(name, None)  # everything lives in the bench's own data folder
+    env.update(extra)
+    return env
+
+
+def prepare_demo(var_dir: Path, say: Callable[[str], None]) -> float:
+    """Migrate and load the demo into ``var_dir`` unless a previous bench already did; returns seconds spent."""
+    if (var_dir / READY_MARKER).exists():
+        say(f"reusing the demo in {var_dir}")
+        return 0.0
+    t0 = time.monotonic()
+    root = Path(settings.BASE_DIR)
+    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0")
+    for argv in (["migrate", "--noinput"], ["load_demo"]):
+        say(f"running manage.py {' '.join(argv)} in {var_dir} ...")
+        done = subprocess.run([sys.executable, str(root / "manage.py"), *argv], cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {argv[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    (var_dir / READY_MARKER).write_text("demo loaded\n")
+    return time.monotonic() - t0
+
+
+class Server:
+    """uvicorn serving the platform from ``var_dir``, output to a log file in it; stopped on exit."""
+
+    def __init__(self, var_dir: Path, port: int, workers: int = 1):
+        self.var_dir, self.port, self.workers = var_dir, port, workers
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = var_dir / "bench-server.log"
+
+    def __enter__(self) -> Server:
+        root = Path(settings.BASE_DIR)
+        argv = [sys.executable, "-m", "uvicorn", "switchboard.asgi:application", "--host", "127.0.0.1", "--port", str(self.port),
+                "--lifespan", "on", "--timeout-graceful-shutdown", "10", "--no-access-log"]
+
+        if self.workers > 1:
+            argv += ["--workers", str(self.workers)]
+        self._log = self.log_path.open("w")
+        env = _env(self.var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0")
+        self.proc = subprocess.Popen(argv, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with code {self.proc.returncode}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.base}/readyz", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server was not ready within {timeout:.0f} s; see {self.log_path}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+def held_out_questions(demo_dir: Path | None = None) -> list[str]:
+    """The demo's test-split questions, less any whose text also appears in training (a few do)."""
+    rows = read_queries(Path(demo_dir or settings.DEMO_DIR))
+    trained = {r["text"] for r in rows if r.get("split") != "test"}
+    questions = [r["text"] for r in rows if r.get("split") == "test" and r["text"] not in trained]
+    return questions or [r["text"] for r in rows]
+
+
+def unique_question(questions: list[str], n: int, run: str) -> str:
+    """The ``n``-th question of a run, made unique with a reference number.
+
+    The encoder keeps a cache of recent vectors (passage sentences recur in every answer). Without
+    the suffix, a question asked again would be a cache hit and the bench would measure no encoder
+    work at all; with it, every request pays for its own question's embedding, as with real traffic.
+    """
+    return f"{questions[n % len(questions)]} (ref {run}-{n})"
+
+
+class HttpConnection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON: the load generator's client.
+
+    The clients share the two cores with the server, so they are kept as lean as wrk's: a request
+    is one ``write`` and the response is read by ``Content-Length`` (or chunks). httpx spent ~3x the
+    CPU per request here, all of it taken from the server being measured.
+    """
+
+    def __init__(self, base: str, timeout: float = 60.0):
+        host_port = base.split("://", 1)[1].rstrip("/")
+        self.host, port = host_port.rsplit(":", 1)
+        self.port, self.timeout = int(port), timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        """(status, body); raises ``OSError`` or ``asyncio.IncompleteReadError`` (the connection is then dropped)."""
+        try:
+            return await asyncio.wait_for(self._post(path, json.dumps(payload).encode()), self.timeout)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._writer.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (path.encode(), self.host.encode(), self.port, len(body), body))
+        head = (await self._reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(head[0].split(" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:] if line)}
+        if "content-length" in headers:
+            data = await self._reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while size := int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append(await self._reader.readexactly(size + 2))
+            await self._reader.readuntil(b"\r\n")
+            data = b"".join(p[:-2] for p in parts)
+        else:
+            data = await self._reader.read()
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+        return status, data
+
+    async def close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
+async def _drive(base: str, questions: list[str], concurrency: int, duration: float, model: str, run: str,
+                 min_requests: int = 0) -> dict[str, Any]:
+    """``concurrency`` clients posting unique questions for ``duration`` seconds (and at least ``min_requests``)."""
+    latencies: list[float] = []
+    stage_ms: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    counter = iter(range(10**9))
+    sent = 0
+    deadline = time.perf_counter() + duration
+
+    def more() -> bool:
+        return time.perf_counter() < deadline or sent < min_requests
+
+    async def client() -> None:
+        nonlocal sent
+        http = HttpConnection(base)
+        try:
+            while more():
+                sent += 1
+                question = unique_question(questions, next(counter), run)
+                body = {"model": model, "messages": [{"role": "user", "content": question}]}
+                t0 = time.perf_counter()
+                try:
+                    status, data = await http.post("/v1/chat/completions", body)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    continue
+                elapsed = (time.perf_counter() - t0) * 1000
+                if status != 200:
+                    errors[str(status)] = errors.get(str(status), 0) + 1
+                    continue
+                latencies.append(elapsed)
+                for name, value in (json.loads(data).get("switchboard", {}).get("timings_ms") or {}).items():
+                    stage_ms.setdefault(name, []).append(float(value))
+        finally:
+            await http.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    return {"latencies": latencies, "stage_ms": stage_ms, "errors": errors, "wall": wall}
+
+
+def _scrape(base: str) -> list[Any]:
+    """The server's /metrics samples (one process's view); empty when it cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return []
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def encoder_batches(base: str) -> dict[str, float]:
+    """Forward passes, texts encoded and mean texts per pass of the server's encoder so far, from its /metrics."""
+    values = {s.name: s.value for s in _scrape(base) if s.name.startswith("switchboard_encoder_batch_size")}
+    passes = values.get("switchboard_encoder_batch_size_count", 0.0)
+    texts = values.get("switchboard_encoder_batch_size_sum", 0.0)
+    return {"forward_passes": passes, "texts": texts, "mean_batch": round(texts / passes, 2) if passes else 0.0}
+
+
+def cache_lookups(base: str) -> dict[str, dict[str, float]]:
+    """``{cache: {"hit": n, "miss": n}}`` from the server's ``switchboard_cache_lookups_total``."""
+    found: dict[str, dict[str, float]] = {}
+    for sample in _scrape(base):
+        if sample.name == "switchboard_cache_lookups_total":
+            found.setdefault(sample.labels["cache"], {})[sample.labels["result"]] = sample.value
+    return found
+
+
+def miss_rate(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], cache: str) -> float | None:
+    """Share of one cache's lookups between two scrapes that missed (None: no lookup)."""
+    hits = after.get(cache, {}).get("hit", 0.0) - before.get(cache, {}).get("hit", 0.0)
+    misses = after.get(cache, {}).get("miss", 0.0) - before.get(cache, {}).get("miss", 0.0)
+    return round(misses / (hits + misses), 4) if hits + misses > 0 else None
+
+
+def _stat(pid: int | str) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of one process (Linux ``/proc``); None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # ppid, utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (0 where it cannot be read)."""
+    stat = _stat(pid)
+    return stat[1] if stat else 0.0
+
+
+def process_tree_cpu(root_pid: int) -> dict[str, float]:
+    """CPU seconds per process of the tree under ``root_pid``, keyed ``"<pid> <command name>"``."""
+    stats = {int(entry.name): stat for entry in Path("/proc").iterdir() if entry.name.isdigit() and (stat := _stat(entry.name))}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        name = ("web server" if pid == root_pid else "resource tracker" if b"resource_tracker" in cmdline
+                else "encoder child" if b"spawn_main" in cmdline else "child")
+        found[f"{pid} {name}"] = stats[pid][1] if pid in stats else 0.0
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """CPU milliseconds per served request of each process between two readings of ``process_tree_cpu``."""
+    if not requests:
+        return {}
+    return {key.split(" ", 1)[1]: round((after[key] - before.get(key, 0.0)) * 1000 / requests, 2) for key in after}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def encoder_throughput(questions: list[str], encoder: Any, seconds: float = 8.0) -> dict[str, float]:
+    """Queries per second of the bare encoder: one query at a time, and batches of 32.
+
+    The texts are the ones the server is sent (``unique_question``: the reference number adds a few
+    tokens), so both sides of the comparison encode the same work.
+    """
+    texts = [unique_question(questions, n, "enc") for n in range(max(len(questions), ENCODER_BATCH))]
+    encoder.encode(texts[:ENCODER_BATCH], batch_size=ENCODER_BATCH)  # warm-up
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        encoder.encode([texts[n % len(texts)]])
+        n += 1
+    single = n / (time.perf_counter() - t0)
+    n, i, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batch = [texts[(i + j) % len(texts)] for j in range(ENCODER_BATCH)]
+        encoder.encode(batch, batch_size=ENCODER_BATCH)
+        n += ENCODER_BATCH
+        i += ENCODER_BATCH
+    batched = n / (time.perf_counter() - t0)
+    return {"encoder_rps_single": round(single, 1), "encoder_rps_batched": round(batched, 1)}
+
+
+def _serving_threads() -> int:
+    from sbcommon.encoders import serving_threads
+
+    return serving_threads()
+
+
+def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
+                  model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the serving benchmark (see the module docstring) and return its report."""
+    if concurrency < 1 or duration <= 0:
+        raise ValueError("concurrency must be at least 1 and duration positive")
+    folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    demo_s = prepare_demo(folder, say)
+    questions = held_out_questions()
+    from sbcommon.encoders import SentenceTransformerEncoder
+
+    say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
+    # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
+    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads())
+    encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
+    port = _free_port()
+    with Server(folder, port, workers=workers) as server:
+        say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
+        server.wait_ready()
+        # The warm-up asks every held-out question once at least, so the passages they retrieve are in
+        # the encoder's sentence cache, as in a server that has been up for a while.
+        say(f"warming up: {warmup:.0f} s and every held-out question once ({len(questions)}) ...")
+        warm_t0 = time.monotonic()
+        warm = asyncio.run(_drive(server.base, questions, concurrency, warmup, model, "warm", min_requests=len(questions)))
+        if not warm["latencies"]:
+            raise RuntimeError(f"no successful request during the warm-up: {warm['errors']}; see {server.log_path}")
+        warm_requests, window_miss_rate = len(warm["latencies"]), None
+        # A fresh server splits and encodes every chunk it retrieves the first time (the extractive
+        # generator's sentence cache): steady state is when that has stopped. Warm up in windows
+        # until at most max_chunk_miss_rate of the chunk lookups miss, or max_warmup seconds.
+        while time.monotonic() - warm_t0 < max_warmup:
+            before = cache_lookups(server.base)
+            window = asyncio.run(_drive(server.base, questions, concurrency, WARMUP_WINDOW_S, model, f"warm{warm_requests}"))
+            warm_requests += len(window["latencies"])
+            window_miss_rate = miss_rate(before, cache_lookups(server.base), "chunk_sentences")
+            say(f"  warm-up window: {len(window['latencies'])} requests, chunk sentence cache miss rate {window_miss_rate}")
+            if window_miss_rate is None or window_miss_rate <= max_chunk_miss_rate:
+                break
+        warmup_s = time.monotonic() - warm_t0
+        say(f"driving {concurrency} concurrent clients for {duration:.0f} s ...")
+        load_during = os.getloadavg()
+        caches_before, batches_before = cache_lookups(server.base), encoder_batches(server.base)
+        assert server.proc is not None
+        cpu_before, bench_cpu_before = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
+        run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
+        cpu_after, bench_cpu_after = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
+        caches_after = cache_lookups(server.base)
+        batches = encoder_batches(server.base)
+    say(f"measuring the encoder alone after the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
+    encoder_after = encoder_throughput(questions, bare, seconds=encoder_seconds)
+    encoder = {name: round((encoder_before[name] + encoder_after[name]) / 2, 1) for name in encoder_before}
+    latencies = run["latencies"]
+    rps = len(latencies) / run["wall"]
+    report: dict[str, Any] = {
+        "rps": round(rps, 1),
+        "p50_ms": round(_percentile(latencies, 50), 1),
+        "p95_ms": round(_percentile(latencies, 95), 1),
+        "p99_ms": round(_percentile(latencies, 99), 1),
+        "errors": sum(run["errors"].values()),
+        **encoder,
+        "encoder_runs": {"before": encoder_before, "after": encoder_after},
+        "concurrency": concurrency,
+        "duration_s": round(run["wall"], 1),
+        "requests": len(latencies),
+        "warmup_requests": warm_requests,
+        "warmup_s": round(warmup_s, 1),
+        "warmup_last_chunk_miss_rate": window_miss_rate,
+        "chunk_cache_miss_rate": miss_rate(caches_before, caches_after, "chunk_sentences"),
+        "encoder_cache_miss_rate": miss_rate(caches_before, caches_after, "encoder"),
+        "warmup_errors": warm["errors"],
+        "error_kinds": run["errors"],
+        "model": model,
+        "server_processes": workers,
+        "torch_threads": settings.TORCH_THREADS,
+        "encoder_threads": _serving_threads(),
+        "encoder_sub_batch": settings.ENCODER_SUB_BATCH,
+        "encoder_in_child_process": envbool("ENCODER_PROCESS", True),  # the server's view: switchboard.asgi defaults it on
+        "encoder_max_batch": settings.ENCODER_MAX_BATCH,
+        "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
+        "server_encoder_batches": batches,
+        # Texts the server encoded per request during the run: the question, and the sentences of
+        # retrieved chunks not yet in the chunk sentence cache.
+        "encoder_texts_per_request": round((batches["texts"] - batches_before["texts"]) / max(1, len(latencies)), 3),
+        "encoder_mean_pass_during_run": round((batches["texts"] - batches_before["texts"]) / max(1.0, batches["forward_passes"] - batches_before["forward_passes"]), 2),
+        # Where the two cores went: CPU ms per served request of each server process and of the load generator.
+        "cpu_ms_per_request": {**cpu_ms_per_request(cpu_before, cpu_after, len(latencies)),
+                               "load generator": round((bench_cpu_after - bench_cpu_before) * 1000 / max(1, len(latencies)), 2)},
+        "stage_p50_ms": {name: round(statistics.median(values), 2) for name, values in sorted(run["stage_ms"].items())},
+        "cpus": os.cpu_count(),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_during": [round(x, 2) for x in load_during],
+        "demo_load_s": round(demo_s, 1),
+        "var_dir": str(folder),
+    }
+    single, batched = report["encoder_rps_single"], report["encoder_rps_batched"]
+    report["targets"] = {
+        "rps >= 3 x encoder_rps_single": rps >= 3 * single,
+        "rps >= 0.7 x encoder_rps_batched": rps >= 0.7 * batched,
+        "p99_ms <= 4 x p50_ms": report["p99_ms"] <= 4 * report["p50_ms"],
+        "errors == 0": report["errors"] == 0,
+    }
+    return report

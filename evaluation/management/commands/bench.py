@@ -1,0 +1,71 @@
+"""``manage.py bench {clustering,...}``: performance benchmarks that print figures (never timed tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new temporary folder)"
+
+
+class Command(BaseCommand):
+    help = "Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, `bench serving --concurrency 16 --duration 30 --json FILE`."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="target", required=True)
+        clustering = sub.add_parser("clustering", help="our sparse DBSCAN against sklearn's DBSCAN on 100k embeddings")
+        clustering.add_argument("--n", type=int, default=100_000)
+        clustering.add_argument("--datasets", default=None, help="folder holding dataset folders for the 'real' variant (default: ../shared/datasets)")
+        clustering.add_argument("--skip-baseline", action="store_true", help="do not run sklearn's DBSCAN (it takes minutes at 100k)")
+        retrieval = sub.add_parser("retrieval", help="search latency of one expert collection in the embedded store, against qdrant-client local mode")
+        retrieval.add_argument("--chunks", type=int, default=10_000)
+        retrieval.add_argument("--queries", type=int, default=200)
+        retrieval.add_argument("--skip-baseline", action="store_true", help="do not time qdrant-client local mode")
+        serving = sub.add_parser("serving", help="the chat API over HTTP under concurrent clients, against the encoder alone")
+        serving.add_argument("--concurrency", type=int, default=16, help="concurrent clients (default 16)")
+        serving.add_argument("--duration", type=float, default=30.0, help="seconds of measured load (default 30)")
+        serving.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load first (default 5)")
+        serving.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
+        serving.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+        serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
+        serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
+        serving.add_argument("--max-warmup", type=float, default=180.0,
+                             help="seconds of warm-up at most: it goes on in 5 s windows until the chunk sentence cache is warm (default 180)")
+        serving.add_argument("--max-chunk-miss-rate", type=float, default=0.01,
+                             help="warm when at most this share of a window's chunk lookups missed the cache (default 0.01)")
+        soak = sub.add_parser("soak", help="bounded load on loopback with generator and vector-store faults injected on a schedule")
+        soak.add_argument("--duration", type=float, default=300.0, help="seconds of load after the warm-up (default 300)")
+        soak.add_argument("--rps", type=float, default=5.0, help="requests a second, sent open-loop (default 5)")
+        soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
+        soak.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
+        # Options of every benchmark (subparsers do not inherit BaseCommand's --skip-checks, which call_command passes).
+        for p in (clustering, retrieval, serving, soak):
+            p.add_argument("--json", dest="json_path", default=None)
+            p.add_argument("--skip-checks", action="store_true")
+
+    def handle(self, *args, **options):
+        if options["target"] == "clustering":
+            from evaluation.clustering import bench_clustering
+
+            report = bench_clustering(n=options["n"], datasets=options["datasets"], skip_baseline=options["skip_baseline"], say=self.stdout.write)
+        elif options["target"] == "retrieval":
+            from evaluation.bench_retrieval import bench_retrieval
+
+            report = bench_retrieval(chunks=options["chunks"], queries=options["queries"], baseline=not options["skip_baseline"], say=self.stdout.write)
+        elif options["target"] == "serving":
+            from evaluation.bench_serving import bench_serving
+
+            report = bench_serving(concurrency=options["concurrency"], duration=options["duration"], var_dir=options["var_dir"],
+                                   warmup=options["warmup"], workers=options["workers"], model=options["model"],
+                                   encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
+                                   max_chunk_miss_rate=options["max_chunk_miss_rate"], say=self.stdout.write)
+        elif options["target"] == "soak":
+            from evaluation.bench_soak import bench_soak
+
+            report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"], say=self.stdout.write)
+        self.stdout.write(json.dumps(report, indent=2))
+        if options["json_path"]:
+            Path(options["json_path"]).write_text(json.dumps(report, indent=2))
+            self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))

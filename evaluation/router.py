@@ -1,0 +1,534 @@
+"""Evaluating the learned router against logistic regression and nearest-example routing.
+
+``evaluate_router`` reads a dataset folder in the shared format (``queries.jsonl`` with ``text``,
+``domain``, ``intent``, ``split``), embeds the texts once (cached by
+``evaluation.datasets.cached_embeddings``), trains every method on ``train`` (``val`` for early stopping
+and calibration; 10% of ``train`` when there is no ``val``) and scores it on ``test`` plus the
+out-of-scope rows (a null label or intent ``oos``, in the ``test`` or ``oos`` split).
+
+Methods, all on the same embeddings:
+- ``router``: ``RouterNet`` as ``routing.services`` trains it (MLP + prototype memory, calibrated);
+  its out-of-scope score is the similarity to the nearest expert prototype.
+- ``logreg``: scikit-learn's logistic regression; out-of-scope score: its highest probability.
+- ``knn``: nearest-example routing as semantic-router does it: a route's score is the mean of its
+  top-5 cosine similarities; out-of-scope score: the best route's score.
+
+Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries: for each query the
+encoder's time plus the method's time on that query's vector, so every method is charged the same
+encoder calls; ``embed_p50_ms`` is the encoder's alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.datasets import cached_embeddings, dataset_embeddings, split_names
+from routing.ml.arbiter import Arbiter, LoadWindow
+from routing.ml.training import Context, TrainConfig, route_scores, train_router
+
+LATENCY_QUERIES = 200
+KNN_TOP = 5
+NOISE_LEVELS = (0.0, 0.1, 0.2)
+TYPO_RATE = 0.1
+TARGET_RECALL = 0.95
+# The noise report compares the router as trained (with TrainConfig's default noise injection on
+# the embeddings) against the same router with every noise-injection regulariser off.
+WITHOUT_REGULARISER = {"input_noise": 0.0, "label_noise": 0.0, "gumbel_temperature": 0.0}
+VARIANTS = {"conv": {"use_conv": True}, "no_conv": {"use_conv": False}}
+DEFAULT_VARIANT = "no_conv"
+
+Say = Callable[[str], None]
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+def row_label(row: dict[str, Any], label: str) -> str | None:
+    """The row's gold label, or None for out-of-scope rows (null label or intent ``oos``)."""
+    value = row.get(label)
+    if value is None or row.get("intent") == "oos" or value == "oos":
+        return None
+    return str(value)
+
+
+def add_typos(text: str, rate: float, rng: np.random.Generator) -> str:
+    """Each letter gets a typo with probability ``rate``: deleted, doubled, swapped with the next or replaced."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    out: list[str] = []
+    chars = list(text)
+    i = 0
+    while i < len(chars):
+        c = chars[i]
+        if c.isalpha() and rng.random() < rate:
+            kind = rng.integers(4)
+            if kind == 0:
+                pass  # deleted
+            elif kind == 1:
+                out += [c, c]
+            elif kind == 2 and i + 1 < len(chars):
+                out += [chars[i + 1], c]
+                i += 1
+            else:
+                out.append(letters[rng.integers(26)])
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class Split:
+    """Embeddings and label indices of one dataset, split for training and testing."""
+
+    def __init__(self, rows: list[dict[str, Any]], x: np.ndarray, label: str, seed: int = 0):
+        labels = [row_label(r, label) for r in rows]
+        splits = split_names(rows)
+        has = np.array([lab is not None for lab in labels])
+        train = (splits == "train") & has
+        val = (splits == "val") & has
+        if not val.any():
+            # No validation split: hold out a stratified 10% of train for early stopping and calibration.
+            rng = np.random.default_rng(seed)
+            val = np.zeros(len(rows), dtype=bool)
+            for value in sorted({labels[i] for i in np.nonzero(train)[0]}):  # type: ignore[type-var]
+                members = [i for i in np.nonzero(train)[0] if labels[i] == value]
+                if len(members) >= 2:
+                    val[rng.choice(members, size=max(1, round(0.1 * len(members))), replace=False)] = True
+            train &= ~val
+        self.classes: list[str] = sorted({labels[i] for i in np.nonzero(train)[0]})  # type: ignore[type-var]
+        if len(self.classes) < 2:
+            raise ValueError(f"the training split has {len(self.classes)} distinct {label} label(s); routing needs at least two")
+        index = {c: i for i, c in enumerate(self.classes)}
+        self.y = np.array([index.get(lab, -1) if lab is not None else -2 for lab in labels])
+        test = (splits == "test") & has
+        self.unseen_test = int((test & (self.y == -1)).sum())  # test labels never seen in training
+        self.idx = {
+            "train": np.nonzero(train)[0],
+            "val": np.nonzero(val & (self.y >= 0))[0],
+            "test": np.nonzero(test)[0],
+            "oos": np.nonzero(~has & np.isin(splits, ["test", "oos"]))[0],
+        }
+        self.rows, self.x, self.label = rows, x, label
+
+    def xy(self, part: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[self.idx[part]], self.y[self.idx[part]]
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+def oos_metrics(in_scores: np.ndarray, oos_scores: np.ndarray) -> dict[str, float | None]:
+    """AUROC of telling out-of-scope from in-scope (low score = out of scope) and OOS recall at 95% precision."""
+    from sklearn.metrics import precision_recall_curve, roc_auc_score
+
+    if len(oos_scores) == 0 or len(in_scores) == 0:
+        return {"oos_auroc": None, "oos_recall_at_95_precision": None}
+    truth = np.r_[np.zeros(len(in_scores)), np.ones(len(oos_scores))]
+    score = -np.r_[in_scores, oos_scores]
+    precision, recall, _ = precision_recall_curve(truth, score)
+    ok = precision >= 0.95
+    return {"oos_auroc": float(roc_auc_score(truth, score)), "oos_recall_at_95_precision": float(recall[ok].max()) if ok.any() else 0.0}
+
+
+def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, n: int) -> dict[str, float]:
+    """Accuracy, macro-F1, and how evenly the top-1 choices spread over the experts."""
+    from sklearn.metrics import f1_score
+
+    from routing.ml.diagnostics import load_cv, top1_shares
+
+    shares = top1_shares(y_pred, n)
+    mean = 1.0 / n
+    return {
+        "accuracy": float((y_true == y_pred).mean()),
+        "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
+        "load_cv": load_cv(y_pred, n),
+        "load_max_deviation": float(np.abs(shares - mean).max() / mean),
+    }
+
+
+def method_report(y_test: np.ndarray, test_out: tuple[np.ndarray, np.ndarray], oos_out: tuple[np.ndarray, np.ndarray], n: int, threshold: float | None) -> dict[str, Any]:
+    """Metrics of one method from its (scores (n, N), in-scope score (n,)) on test and OOS rows."""
+    (test_scores, test_in), (_, oos_in) = test_out, oos_out
+    report: dict[str, Any] = classification_metrics(y_test, test_scores.argmax(axis=1), n)
+    report.update(oos_metrics(test_in, oos_in))
+    if threshold is not None:
+        report["abstain_threshold"] = float(threshold)
+        report["in_scope_kept_at_threshold"] = float((test_in >= threshold).mean()) if len(test_in) else None
+        report["oos_abstained_at_threshold"] = float((oos_in < threshold).mean()) if len(oos_in) else None
+    return report
+
+
+# --- methods -------------------------------------------------------------------------------------
+
+class LogRegMethod:
+    """Logistic regression on the embeddings; in-scope score: the highest probability."""
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> LogRegMethod:
+        from sklearn.linear_model import LogisticRegression
+
+        self.model_ = LogisticRegression(max_iter=2000).fit(x, y)
+        return self
+
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        probs = self.model_.predict_proba(x)
+        return probs, probs.max(axis=1)
+
+
+class KnnMethod:
+    """Nearest-example routing: a route's score is the mean of its top-5 cosine similarities."""
+
+    def fit(self, x: np.ndarray, y: np.ndarray, n: int) -> KnnMethod:
+        self.bank_ = np.ascontiguousarray(x, dtype=np.float32)
+        self.members_ = [np.nonzero(y == i)[0] for i in range(n)]
+        return self
+
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sims = np.atleast_2d(x).astype(np.float32) @ self.bank_.T
+        out = np.empty((sims.shape[0], len(self.members_)), dtype=np.float32)
+        for i, members in enumerate(self.members_):
+            part = sims[:, members]
+            k = min(KNN_TOP, part.shape[1])
+            out[:, i] = np.partition(part, part.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+        return out, out.max(axis=1)
+
+
+class RouterMethod:
+    """``RouterNet`` trained and calibrated as the service trains it."""
+
+    def __init__(self, model_kwargs: dict[str, Any], config: TrainConfig):
+        self.model_kwargs, self.config = model_kwargs, config
+
+    def fit(self, x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n: int) -> RouterMethod:
+        self.result_ = train_router(x, y, x_val, y_val, n, self.model_kwargs, self.config)
+        self.model_ = self.result_.model
+        return self
+
+    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return route_scores(self.model_, x)
+
+    def serve_one(self, vector: np.ndarray, arbiter: Arbiter, experts: list[str]) -> str:
+        """What ``serving.route.route`` does after encoding: score (numpy path where there is one), then arbitrate."""
+        import torch
+
+        if not hasattr(self, "scorer_"):
+            self.scorer_ = self.model_.numpy_scorer()
+        if self.scorer_ is not None:
+            probs, score = self.scorer_(vector)
+        else:
+            with torch.inference_mode():
+                probs_t, score_t = self.model_.route_scores(torch.from_numpy(vector[None, :]))
+            probs, score = probs_t[0].numpy(), float(score_t[0])
+        return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
+
+
+def knn_threshold(method: KnnMethod, x_val: np.ndarray, target_recall: float) -> float:
+    return float(np.quantile(method.scores(x_val)[1], 1 - target_recall, method="lower"))
+
+
+def simulate_arbiter(method: RouterMethod, x: np.ndarray, y: np.ndarray, n: int, seed: int) -> dict[str, Any]:
+    """Route the shuffled test stream through the serving arbiter (λ default, window 500, no capacity limit)."""
+    probs, scores = method.scores(x)
+    order = np.random.default_rng(seed).permutation(len(x))
+    experts = [str(i) for i in range(n)]
+    arbiter = Arbiter(window=LoadWindow(500), abstain_threshold=None)
+    pred = np.empty(len(x), dtype=np.int64)
+    for i in order:
+        pred[i] = int(arbiter.decide(dict(zip(experts, probs[i].tolist(), strict=True)), top_k=1, score=float(scores[i])).chosen[0])
+    report = classification_metrics(y, pred, n)
+    report["changed_by_arbiter"] = int((pred != probs.argmax(axis=1)).sum())
+    return report
+
+
+def measure_latency(texts: list[str], methods: dict[str, Callable[[np.ndarray], Any]], model: str, threads: int = 1) -> dict[str, Any]:
+    """p50 per query of the encoder alone and of encoder + each method, one query at a time."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from sbcommon.encoders import get_encoder
+
+    encoder = get_encoder(model, 0)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    embed: list[float] = []
+    per_method: dict[str, list[float]] = {name: [] for name in methods}
+    try:
+        with threadpool_limits(threads):
+            for text in texts[:5]:  # warm-up
+                vector = encoder.encode([text])[0]
+                for fn in methods.values():
+                    fn(vector)
+            for text in texts:
+                t0 = time.perf_counter()
+                vector = encoder.encode([text])[0]
+                t1 = time.perf_counter()
+                embed.append(t1 - t0)
+                for name, fn in methods.items():
+                    t2 = time.perf_counter()
+                    fn(vector)
+                    per_method[name].append(time.perf_counter() - t2)
+    finally:
+        torch.set_num_threads(previous)
+    e = np.array(embed) * 1000
+    out: dict[str, Any] = {"embed_p50_ms": float(np.median(e)), "threads": threads, "queries": len(texts)}
+    for name, times in per_method.items():
+        m = np.array(times) * 1000
+        out[name] = {"route_p50_ms": float(np.median(e + m)), "method_p50_ms": float(np.median(m))}
+    return out
+
+
+# --- the evaluation ------------------------------------------------------------------------------
+
+def _flip(y: np.ndarray, ratio: float, n: int, seed: int) -> np.ndarray:
+    from routing.ml.training import inject_label_noise
+
+    return inject_label_noise(y, ratio, n, np.random.default_rng(seed + 1000))
+
+
+def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str, tuple[dict[str, Any], TrainConfig]]) -> dict[str, Any]:
+    """Fit the baselines and each named router configuration on (optionally noisy) train/val labels."""
+    n = len(split.classes)
+    x_train, y_train, x_val, y_val = _noisy_train_val(split, noise, seed)
+    fitted: dict[str, Any] = {}
+    t = time.perf_counter()
+    fitted["logreg"] = (LogRegMethod().fit(x_train, y_train), time.perf_counter() - t)
+    t = time.perf_counter()
+    fitted["knn"] = (KnnMethod().fit(x_train, y_train, n), time.perf_counter() - t)
+    for name, (kwargs, config) in routers.items():
+        say(f"training the router ({name}) on {len(y_train)} queries, {n} experts")
+        t = time.perf_counter()
+        fitted[name] = (RouterMethod(kwargs, config).fit(x_train, y_train, x_val, y_val, n), time.perf_counter() - t)
+    thresholds = {
+        "logreg": float(np.quantile(fitted["logreg"][0].scores(x_val)[1], 1 - TARGET_RECALL, method="lower")),
+        "knn": knn_threshold(fitted["knn"][0], x_val, TARGET_RECALL),
+    }
+    for name in routers:
+        thresholds[name] = fitted[name][0].result_.metrics["abstain_threshold"]
+    return {"fitted": fitted, "thresholds": thresholds}
+
+
+def _scores(method: Any, x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if len(x) == 0:
+        return np.zeros((0, n)), np.zeros(0)
+    return method.scores(x)
+
+
+def _score_all(split: Split, fits: dict[str, Any], x_test: np.ndarray, x_oos: np.ndarray) -> dict[str, Any]:
+    n = len(split.classes)
+    y_test = split.y[split.idx["test"]]
+    out = {}
+    for name, (method, train_s) in fits["fitted"].items():
+        report = method_report(y_test, _scores(method, x_test, n), _scores(method, x_oos, n), n, fits["thresholds"][name])
+        report["train_s"] = float(train_s)
+        out[name] = report
+    return out
+
+
+def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Train and score the router, logistic regression and nearest-example routing on one dataset.
+
+    Args:
+        dataset: folder holding ``queries.jsonl``.
+        label: ``domain`` or ``intent``: the field the experts are.
+        noise: share of training (and validation) labels flipped to another class before training.
+        say: progress output.
+        noise_report: also run the label-noise and typo robustness study (slower).
+        seed: seed for label flips, typos, the latency sample and training.
+
+    Returns:
+        ``router``, ``logreg`` and ``knn`` reports (accuracy, macro_f1, oos_auroc,
+        oos_recall_at_95_precision, load_cv, train_s, route_p50_ms), ``embed_p50_ms``, the
+        fingerprint variant comparison, the router's arbiter simulation and validation
+        diagnostics, and ``noise_report`` when asked.
+    """
+    from django.conf import settings
+
+    from routing.ml.diagnostics import diagnose
+    from routing.ml.training import predict_logits
+
+    dataset = Path(dataset)
+    model_name = settings.EMBEDDING_MODEL
+    rows, x = dataset_embeddings(dataset, model_name, say)
+    split = Split(rows, x, label, seed)
+    n = len(split.classes)
+    say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
+        f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
+    config = TrainConfig(seed=seed)
+    fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()})
+    x_test, x_oos = x[split.idx["test"]], x[split.idx["oos"]]
+    y_test = split.y[split.idx["test"]]
+    reports = _score_all(split, fits, x_test, x_oos)
+
+    # Latency: the same ~200 test queries, one at a time, with the serving thread count.
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(split.idx["test"], size=min(LATENCY_QUERIES, len(split.idx["test"])), replace=False)
+    texts = [str(rows[i]["text"]) for i in sample]
+    experts = [str(i) for i in range(n)]
+    serve_arbiters = {name: Arbiter(window=LoadWindow(500)) for name in VARIANTS}
+    methods: dict[str, Callable[[np.ndarray], Any]] = {
+        "logreg": lambda v: fits["fitted"]["logreg"][0].scores(v[None, :]),
+        "knn": lambda v: fits["fitted"]["knn"][0].scores(v[None, :]),
+    }
+    for name in VARIANTS:
+        methods[name] = (lambda m, a: (lambda v: m.serve_one(v, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
+    say(f"measuring latency on {len(texts)} queries, one at a time")
+    latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1))
+    for name in methods:
+        reports[name].update(latency[name])
+
+    router_method = fits["fitted"][DEFAULT_VARIANT][0]
+    x_val = split.xy("val")[0]
+    variants = {name: {k: reports[name][k] for k in ("accuracy", "macro_f1", "oos_auroc", "train_s", "route_p50_ms", "method_p50_ms")} for name in VARIANTS}
+    better = max(VARIANTS, key=lambda v: (round(reports[v]["accuracy"], 3), -reports[v]["method_p50_ms"]))
+    router = dict(reports[DEFAULT_VARIANT])
+    router.update({
+        "variant": DEFAULT_VARIANT,
+        "calibration": {k: router_method.result_.metrics[k] for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score")},
+        "epochs_run": router_method.result_.metrics["epochs_run"],
+        "arbiter": simulate_arbiter(router_method, x_test, y_test, n, seed),
+        "val_diagnostics": _compact(diagnose(predict_logits(router_method.model_, x_val), _noisy_train_val(split, noise, seed)[3], n, split.classes)),
+        "mlp_only": _mlp_only(router_method, x_test, y_test, n),
+    })
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "label": label,
+        "noise": noise,
+        "classes": n,
+        "sizes": {k: len(v) for k, v in split.idx.items()},
+        "unseen_test_labels": split.unseen_test,
+        "test_label_cv": float(np.bincount(y_test[y_test >= 0], minlength=n).std() / max(1e-9, np.bincount(y_test[y_test >= 0], minlength=n).mean())),
+        "embed_p50_ms": latency["embed_p50_ms"],
+        "latency": {"queries": latency["queries"], "threads": latency["threads"], "how": "per query: encoder time + method time on that query's vector"},
+        "router": router,
+        "logreg": reports["logreg"],
+        "knn": reports["knn"],
+        "fingerprint_variants": {**variants, "better": better},
+    }
+    report["targets"] = _targets(report)
+    context = conversation_context(rows, dataset.name, model_name, say)
+    if context is not None:
+        report["context"] = evaluate_context(split, context, seed, say)
+    if noise_report:
+        report["noise_report"] = run_noise_report(split, dataset.name, model_name, say, seed)
+    return report
+
+
+CONTEXT_TURNS = 5
+
+
+def conversation_context(rows: list[dict[str, Any]], name: str, model_name: str, say: Say) -> Context | None:
+    """The embedded earlier turns of each row (field ``context``: texts or ``{speaker, text}``), or None without any."""
+    turns_per_row = []
+    for row in rows:
+        turns = row.get("context") or []
+        texts = [str(t.get("text", "")) if isinstance(t, dict) else str(t) for t in turns] if isinstance(turns, list) else []
+        turns_per_row.append([t for t in texts if t.strip()][-CONTEXT_TURNS:])
+    if not any(turns_per_row):
+        return None
+    unique = sorted({t for turns in turns_per_row for t in turns})
+    vectors = cached_embeddings(f"{name}-context", unique, model_name, say)
+    position = {t: i for i, t in enumerate(unique)}
+    out = np.zeros((len(rows), CONTEXT_TURNS, vectors.shape[1]), dtype=np.float32)
+    lengths = np.zeros(len(rows), dtype=np.int64)
+    for i, turns in enumerate(turns_per_row):
+        for j, text in enumerate(turns):
+            out[i, j] = vectors[position[text]]
+        lengths[i] = len(turns)
+    return Context(out, lengths)
+
+
+def evaluate_context(split: Split, context: Context, seed: int, say: Say) -> dict[str, Any]:
+    """The router with the conversation-context path (GRU over earlier turns) against the same router without."""
+    from routing.ml.training import predict_proba
+
+    def part(name: str) -> Context:
+        return Context(context.turns[split.idx[name]], context.lengths[split.idx[name]])
+
+    n = len(split.classes)
+    (x_train, y_train), (x_val, y_val) = split.xy("train"), split.xy("val")
+    say(f"training the router with conversation context on {len(y_train)} queries")
+    t = time.perf_counter()
+    result = train_router(x_train, y_train, x_val, y_val, n, {**VARIANTS[DEFAULT_VARIANT], "context_dim": 64}, TrainConfig(seed=seed),
+                          context_train=part("train"), context_val=part("val"))
+    train_s = time.perf_counter() - t
+    x_test, y_test = split.xy("test")
+    with_history = predict_proba(result.model, x_test, part("test")).argmax(axis=1)
+    without = predict_proba(result.model, x_test).argmax(axis=1)
+    keep = ("accuracy", "macro_f1")
+    return {
+        "turns": CONTEXT_TURNS,
+        "test_rows_with_history": int((context.lengths[split.idx["test"]] > 0).sum()),
+        "router_context": {**{k: v for k, v in classification_metrics(y_test, with_history, n).items() if k in keep}, "train_s": train_s},
+        "router_context_without_history": {k: v for k, v in classification_metrics(y_test, without, n).items() if k in keep},
+    }
+
+
+def _mlp_only(method: RouterMethod, x: np.ndarray, y: np.ndarray, n: int) -> dict[str, float]:
+    """The router without its prototype memory: what the gating MLP alone gets right."""
+    import torch
+
+    with torch.no_grad():
+        logits = method.model_.mlp_logits(torch.as_tensor(x, dtype=torch.float32)).numpy()
+    return {k: v for k, v in classification_metrics(y, logits.argmax(axis=1), n).items() if k in ("accuracy", "macro_f1")}
+
+
+def _compact(diagnostics: dict[str, Any]) -> dict[str, Any]:
+    """Diagnostics without the bulky per-class tables (kept in TrainingRun.metrics by the service)."""
+    keep = ("n", "accuracy", "macro_f1", "load_cv", "temperature", "nll", "nll_calibrated", "ece", "ece_calibrated", "undecided")
+    return {k: diagnostics[k] for k in keep}
+
+
+def _targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, checked on this run's figures."""
+    router, baselines = report["router"], [report["logreg"], report["knn"]]
+    out: dict[str, Any] = {
+        "accuracy_ge_best_baseline": router["accuracy"] >= max(b["accuracy"] for b in baselines),
+        "macro_f1_ge_best_baseline": router["macro_f1"] >= max(b["macro_f1"] for b in baselines),
+        "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
+    }
+    if router["oos_auroc"] is not None:
+        out["oos_auroc_ge_best_baseline"] = router["oos_auroc"] >= max(b["oos_auroc"] for b in baselines)
+    if report["test_label_cv"] < 0.05:  # balanced classes
+        out["load_within_15pct_of_mean"] = router["load_max_deviation"] <= 0.15
+    return out
+
+
+def run_noise_report(split: Split, name: str, model_name: str, say: Say, seed: int = 0) -> dict[str, Any]:
+    """Label noise (0/10/20% of training labels flipped) x regulariser on/off, on clean and typo-perturbed test queries."""
+    rng = np.random.default_rng(seed)
+    test_oos = np.r_[split.idx["test"], split.idx["oos"]]
+    typo_texts = [add_typos(str(split.rows[i]["text"]), TYPO_RATE, rng) for i in test_oos]
+    x_typo = cached_embeddings(f"{name}-typos{int(TYPO_RATE * 100)}-seed{seed}", typo_texts, model_name, say)
+    n_test = len(split.idx["test"])
+    x_test_typo, x_oos_typo = x_typo[:n_test], x_typo[n_test:]
+    x_test, x_oos = split.x[split.idx["test"]], split.x[split.idx["oos"]]
+    levels = {}
+    for level in NOISE_LEVELS:
+        say(f"noise report: {int(level * 100)}% of training labels flipped")
+        kwargs = dict(VARIANTS[DEFAULT_VARIANT])
+        fits = _fit_all(split, level, seed, say, {
+            "router": (kwargs, TrainConfig(seed=seed)), "router_without_regulariser": (kwargs, TrainConfig(seed=seed, **WITHOUT_REGULARISER)),
+        })
+        clean = _score_all(split, fits, x_test, x_oos)
+        typo = _score_all(split, fits, x_test_typo, x_oos_typo)
+        levels[str(level)] = {
+            method: {
+                "accuracy": clean[method]["accuracy"], "macro_f1": clean[method]["macro_f1"], "oos_auroc": clean[method]["oos_auroc"],
+                "typo_accuracy": typo[method]["accuracy"], "typo_macro_f1": typo[method]["macro_f1"], "typo_oos_auroc": typo[method]["oos_auroc"],
+            }
+            for method in ("router", "router_without_regulariser", "logreg", "knn")
+        }
+    return {
+        "typo_rate": TYPO_RATE, "seed": seed, "regulariser": {"input_noise": TrainConfig().input_noise}, "without_regulariser": WITHOUT_REGULARISER,
+        "labels_flipped_in": "train and val", "levels": levels,
+    }
+
+
+def _noisy_train_val(split: Split, level: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n = len(split.classes)
+    x_train, y_train = split.xy("train")
+    x_val, y_val = split.xy("val")
+    if level > 0:
+        y_train, y_val = _flip(y_train, level, n, seed), _flip(y_val, level, n, seed + 1)
+    return x_train, y_train, x_val, y_val

@@ -1,0 +1,19 @@
+"""The configured vector store (the Protocol and its records are in ``base``, each backend in its own module)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .base import VectorStore
+
+
+@lru_cache(maxsize=1)
+def get_store() -> VectorStore:
+    """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else embedded Qdrant."""
+    from django.conf import settings
+
+    from .qdrant import EmbeddedQdrantStore, ServerQdrantStore
+
+    if settings.QDRANT_URL:
+        return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
+    return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=getattr(settings, "QDRANT_POINTER_TTL_S", 0.0))

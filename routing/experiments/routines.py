@@ -1,0 +1,240 @@
+"""The work each scheduled job does, as ``(job, reporter) -> result`` functions run by ``run_job``.
+
+``scheduling.DEFAULTS`` lists each schedule with its function here.
+
+Each is idempotent: it reads the current state and does what is missing (training with an
+unchanged fingerprint is a no-op, indexing only touches pending documents, alarms are refreshed in
+place rather than duplicated), so a rerun after a worker restart does no harm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from experts.selectors import active_experts
+from jobs.models import Job
+from jobs.services import JobFailed, JobReporter
+
+from ..ml import drift as drift_ml
+from ..models import Feedback, RouterVersion, RoutingEvent
+from ..retention import purge_expired_conversations, purge_old_events
+from . import services
+from .choices import AlarmKind, ExperimentStatus
+from .models import DriftReport, EvaluationSnapshot, Experiment
+
+
+def retrain_router(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Train on the reviewed labels; activate only when the new router beats the active one on held-out questions."""
+    from .. import services as routing_services
+
+    version = routing_services.train_router_from_labels(job.params.get("train", {}), reporter=reporter, job_id=job.pk, activate="if_better")
+    activation = (version.metrics or {}).get("activation", {})
+    if not version.is_active:
+        services.raise_alarm(
+            AlarmKind.ROUTER, "router:candidate", f"v{version.version}", f"Router v{version.version} was trained but not activated",
+            activation.get("reason", ""), {"version": version.version, **activation},
+        )
+    return {"router_version": version.version, "activated": version.is_active, "reason": activation.get("reason", "unchanged data: nothing trained")}
+
+
+def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
+    """Each routable expert's normalised mean embedding over its labelled training questions."""
+    from labeling import selectors as labeling_selectors
+    from labeling.services import load_embeddings
+
+    run = labeling_selectors.latest_promoted_run()
+    examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"][: limit * 20] if run else []
+    if not examples:
+        return [], np.zeros((0, 1), dtype=np.float32)
+    x = load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL)
+    slugs = sorted({e.expert for e in examples})
+    rows = []
+    for slug in slugs:
+        mean = x[[i for i, e in enumerate(examples) if e.expert == slug]].mean(axis=0)
+        rows.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
+    return slugs, np.stack(rows).astype(np.float32)
+
+
+def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Find dense clusters of recent questions that no expert covers (an alarm proposing a new expert each),
+    and start a discovery run over the query log for review. Nothing is promoted automatically."""
+    from labeling.services import enqueue_discovery
+    from sbcommon.encoders import get_encoder
+
+    since = timezone.now() - timedelta(days=int(job.params.get("window_days", 30)))
+    questions = _recent_questions(since, int(job.params.get("sample", 2000))) if settings.STORE_QUESTION_TEXT else []
+    proposals = []
+    if len(questions) >= 8:
+        slugs, centroids = _expert_centroids(int(job.params.get("sample", 2000)))
+        x = np.asarray(get_encoder().encode(questions), dtype=np.float32)
+        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        for cluster in drift_ml.uncovered_clusters(x, centroids if slugs else np.zeros((0, x.shape[1]), dtype=np.float32)):
+            examples = [questions[i] for i in cluster.members[:5]]
+            nearest = slugs[cluster.nearest_expert] if cluster.nearest_expert is not None else None
+            key = "new_expert:" + hashlib.sha256(" ".join(sorted(examples)).encode()).hexdigest()[:16]
+            services.raise_alarm(
+                AlarmKind.NEW_EXPERT, key, nearest or "",
+                f"{len(cluster.members)} recent questions form a dense group no expert covers"
+                + (f" (closest: {nearest}, similarity {cluster.similarity:.2f})" if nearest else ""),
+                "Review these questions in Discovery and promote them as a new expert (with documents), or label them to an existing one. "
+                "Examples: " + " | ".join(q[:120] for q in examples),
+                {"size": len(cluster.members), "nearest_expert": nearest, "similarity": cluster.similarity, "examples": examples},
+            )
+            proposals.append({"size": len(cluster.members), "nearest_expert": nearest, "similarity": round(cluster.similarity, 3)})
+        reporter.log(f"{len(questions)} recent questions: {len(proposals)} uncovered dense cluster(s)")
+    child = enqueue_discovery(source="")
+    reporter.log(f"discovery job {child.pk} enqueued: its proposals wait for review")
+    return {"recent_questions": len(questions), "uncovered_clusters": proposals, "discovery_job": child.pk}
+
+
+def refresh_knowledge(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Bring every knowledge base up to date with its documents.
+
+    A document whose content changed is stored with ``indexed_at`` cleared (``knowledge.services.
+    upsert_document``), and a failed one keeps its error: both are pending, and ``enqueue_index``
+    (one active job per expert) indexes them. Collections built with another embedding model are
+    rebuilt. Documents are uploads, not live links, so there is no remote source to re-fetch.
+    """
+    from knowledge.models import Document
+    from knowledge.services import enqueue_index, enqueue_reembed_stale
+
+    jobs = {}
+    for expert in active_experts():
+        pending = Document.objects.filter(expert=expert, indexed_at__isnull=True).count()
+        if pending:
+            jobs[expert.slug] = enqueue_index(expert).pk
+            reporter.log(f"{expert.slug}: {pending} document(s) to index (job {jobs[expert.slug]})")
+    rebuilds = [j.pk for j in enqueue_reembed_stale()]
+    if rebuilds:
+        reporter.log(f"{len(rebuilds)} collection(s) built with another embedding model: rebuild jobs {rebuilds}")
+    return {"index_jobs": jobs, "rebuild_jobs": rebuilds}
+
+
+def _shares(since: Any) -> dict[str, float]:
+    rows = list(RoutingEvent.objects.filter(created_at__gte=since).exclude(expert="").values("expert").annotate(n=Count("id")))
+    total = sum(r["n"] for r in rows)
+    return {r["expert"]: r["n"] / total for r in rows} if total else {}
+
+
+def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
+    """The active router's accuracy on reviewed questions held out from training (split 'test')."""
+    from labeling import selectors as labeling_selectors
+    from labeling.services import load_embeddings
+
+    from ..ml.router import RouterNet
+    from ..ml.training import predict_logits
+
+    run = labeling_selectors.latest_promoted_run()
+    held = [e for e in labeling_selectors.routing_examples(run) if e.split == "test"] if run else []
+    held = [e for e in held if e.expert in active.experts]
+    if not held:
+        return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
+    x = load_embeddings([e.query_id for e in held], settings.EMBEDDING_MODEL)
+    model = RouterNet.load(active.path)
+    chosen = predict_logits(model, x).argmax(axis=1)
+    accuracy = float(np.mean([active.experts[c] == e.expert for c, e in zip(chosen, held, strict=True)]))
+    return {"router_accuracy": accuracy, "router_heldout": len(held)}
+
+
+def nightly_evaluation(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Store one evaluation snapshot: held-out router accuracy, online rates and traffic shares of the last day."""
+    since = timezone.now() - timedelta(days=1)
+    active = RouterVersion.objects.filter(is_active=True).first()
+    metrics: dict[str, Any] = {"router_version": active.version if active else None}
+    if active is not None:
+        try:
+            metrics.update(_heldout_accuracy(active))
+        except (OSError, ValueError) as exc:
+            metrics["router_accuracy_note"] = f"could not score the active router: {exc}"
+        metrics["router_val_accuracy"] = (active.metrics or {}).get("val", {}).get("accuracy")
+    events = RoutingEvent.objects.filter(created_at__gte=since)
+    agg = events.aggregate(n=Count("id"), fallback=Count("id", filter=Q(fallback_used=True)), abstain=Count("id", filter=Q(abstained=True)))
+    ratings = Feedback.objects.filter(created_at__gte=since).aggregate(rated=Count("id"), up=Count("id", filter=Q(rating__gt=0)))
+    metrics.update(
+        requests=agg["n"], fallback_rate=agg["fallback"] / agg["n"] if agg["n"] else None, abstain_rate=agg["abstain"] / agg["n"] if agg["n"] else None,
+        rated=ratings["rated"], thumbs_up_rate=ratings["up"] / ratings["rated"] if ratings["rated"] else None, shares=_shares(since),
+        # No relevance judgments are stored in the database yet; retrieval nDCG/recall come from `manage.py evaluate retrieval`.
+        retrieval="no stored relevance judgments",
+    )
+    snapshot = EvaluationSnapshot.objects.create(router_version=metrics["router_version"], metrics=metrics)
+    return {"snapshot": snapshot.pk, **{k: v for k, v in metrics.items() if k != "shares"}}
+
+
+def _recent_questions(since: Any, limit: int) -> list[str]:
+    return list(RoutingEvent.objects.filter(created_at__gte=since).exclude(question="").order_by("-id").values_list("question", flat=True)[:limit])
+
+
+def _reference_embeddings(limit: int, seed: int = 0) -> np.ndarray:
+    from labeling import selectors as labeling_selectors
+    from labeling.services import load_embeddings
+
+    run = labeling_selectors.latest_promoted_run()
+    examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"] if run else []
+    if len(examples) > limit:
+        idx = np.random.default_rng(seed).choice(len(examples), limit, replace=False)
+        examples = [examples[i] for i in sorted(idx)]
+    return load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL) if examples else np.zeros((0, 1))
+
+
+def _training_abstain_rate(metrics: dict[str, Any]) -> float | None:
+    """The in-domain abstention rate the threshold was calibrated for: 1 - its target recall."""
+    for where in (metrics, *[v for v in metrics.values() if isinstance(v, dict)]):
+        if isinstance(where.get("abstain_target_recall"), (int, float)):
+            return 1.0 - float(where["abstain_target_recall"])
+    return None
+
+
+def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Compare a week of recent questions (re-encoded) with the router's training questions; alarm on drift."""
+    from sbcommon.encoders import get_encoder
+
+    if not settings.STORE_QUESTION_TEXT:
+        raise JobFailed("drift needs the recent question text: STORE_QUESTION_TEXT is off")
+    active = RouterVersion.objects.filter(is_active=True).first()
+    since = timezone.now() - timedelta(days=int(job.params.get("window_days", 7)))
+    questions = _recent_questions(since, int(job.params.get("sample", settings.DRIFT_SAMPLE)))
+    reference = _reference_embeddings(int(job.params.get("sample", settings.DRIFT_SAMPLE)))
+    if len(questions) < 10 or len(reference) < 10:
+        reason = f"not enough data ({len(questions)} recent questions, {len(reference)} training questions; need 10 each)"
+        DriftReport.objects.create(router_version=active.version if active else None, n_recent=len(questions), n_reference=len(reference), reason=reason)
+        return {"drifted": False, "reason": reason}
+    recent = np.asarray(get_encoder().encode(questions), dtype=np.float32)
+    recent /= np.maximum(np.linalg.norm(recent, axis=1, keepdims=True), 1e-12)
+    events = RoutingEvent.objects.filter(created_at__gte=since).aggregate(n=Count("id"), abstained=Count("id", filter=Q(abstained=True)))
+    train_rate = _training_abstain_rate(active.metrics or {}) if active else None
+    result = drift_ml.detect(recent, np.asarray(reference, dtype=np.float32), abstained=events["abstained"], requests=events["n"], train_abstain_rate=train_rate)
+    report = DriftReport.objects.create(
+        router_version=active.version if active else None, n_recent=result.n_recent, n_reference=result.n_reference,
+        metrics=result.to_dict(), drifted=result.drifted, reason="; ".join(result.reasons) or "no significant drift",
+    )
+    if result.drifted:
+        services.raise_alarm(
+            AlarmKind.DRIFT, "drift:router", f"router v{active.version}" if active else "router", "Recent questions drifted from the router's training data: " + "; ".join(result.reasons),
+            "Review recent low-confidence and abstained questions, label them, and retrain the router (Training); re-cluster if a new topic appears.",
+            {"report": report.pk, **result.to_dict()},
+        )
+    return {"report": report.pk, "drifted": result.drifted, "mean_shift": result.mean_shift, "c2st_auc": result.c2st_auc}
+
+
+def load_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    alarms = services.check_load(window_days=int(job.params.get("window_days", settings.LOAD_ALARM_WINDOW_DAYS)))
+    return {"alarms": [a.subject for a in alarms]}
+
+
+def srm_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    alarms = [services.check_srm(e) for e in Experiment.objects.filter(status=ExperimentStatus.RUNNING)]
+    return {"alarms": [a.subject for a in alarms if a is not None]}
+
+
+def event_retention(job: Job, reporter: JobReporter) -> dict[str, Any]:
+    """Delete routing events past the retention (and expired conversations)."""
+    deleted = purge_old_events()
+    expired = purge_expired_conversations()
+    return {"events_deleted": deleted, "conversations_deleted": expired}

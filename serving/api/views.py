@@ -1,0 +1,319 @@
+"""The OpenAI-compatible chat endpoint (plain and streamed), models, the routing decision, and feedback.
+
+Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}`` (plus ``details``
+where there are some), so the official clients raise their usual exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from experts.generation import stream_by_words
+from experts.ml.extractive import Answer
+from experts.selectors import active_experts, expert_by_slug
+from sbcommon.api import error_body
+
+from .. import chat, route
+from ..conversations import ConversationNotAllowed
+from ..feedback import ResponseNotFound, record_feedback
+from .auth import ChatApiMixin, allowed_experts, api_key_id
+from .serializers import ChatCompletionRequestSerializer, FeedbackRequestSerializer, RouteRequestSerializer
+
+
+def _error(message: str, http_status: int, type_: str, *, code: str | None = None, param: str | None = None, details: Any = None) -> Response:
+    body = error_body(message, type_=type_, param=param, details=details)
+    body["error"].setdefault("param", None)
+    body["error"]["code"] = code
+    return Response(body, status=http_status)
+
+
+class OpenAIErrorsMixin:
+    """Every error body of these views carries OpenAI's four keys (``param`` and ``code`` may be null)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        data = getattr(response, "data", None)
+        if response.status_code >= 400 and isinstance(data, dict) and isinstance(data.get("error"), dict):
+            data["error"].setdefault("param", None)
+            data["error"].setdefault("code", None)
+        return response
+
+
+def _usage(turn: chat.ChatTurn, answer: str) -> dict[str, int]:
+    """Token counts approximated by whitespace-separated words (the extractive backend has no tokenizer)."""
+    prompt = len(turn.request.question.split()) + sum(len(m["content"].split()) for m in turn.request.history)
+    completion = len(answer.split())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
+    """What is known before the answer: who answers, why, in which conversation and arm."""
+    decision = turn.decision
+    experts = decision.experts if decision else []
+    return {
+        "expert": turn.expert,
+        "experts": experts,
+        "runner_up": experts[1] if len(experts) > 1 else None,
+        "router_version": decision.router_version if decision else None,
+        "routing_path": "router" if turn.request.model.startswith("auto") else "direct",
+        "abstained": turn.abstained,
+        "fallback_used": turn.fallback_used,
+        "failover": decision.failover if decision else [],
+        "failover_from": list(turn.failover_from),
+        "conversation_id": turn.conversation.conversation_id if turn.conversation else "",
+        "sticky": turn.sticky,
+        "context_turns": decision.context_turns if decision else 0,
+        "arm": turn.arm.arm if turn.arm else None,
+        "experiment_id": turn.arm.experiment_id if turn.arm else None,
+        "expert_version": turn.expert_version,
+    }
+
+
+def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
+    result = turn.result
+    assert result is not None
+    meta = _routing_meta(turn)
+    meta.update(grounded=result.grounded, citations=result.citations, timings_ms={k: round(v, 2) for k, v in result.timings.items()})
+    if result.parts:
+        meta["parts"] = result.parts
+    return meta
+
+
+def _completion_body(turn: chat.ChatTurn) -> dict[str, Any]:
+    result = turn.result
+    assert result is not None
+    return {
+        "id": result.request_id,
+        "object": "chat.completion",
+        "created": turn.created,
+        "model": result.mode,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "usage": _usage(turn, result.answer),
+        "switchboard": _answer_meta(turn),
+    }
+
+
+def _set_headers(response, turn: chat.ChatTurn) -> None:
+    response["x-switchboard-expert"] = turn.expert
+    path = f"direct:{turn.expert}" if not turn.request.model.startswith("auto") else ",".join(
+        str(e["slug"]) for e in (turn.decision.experts[:2] if turn.decision else []))
+    response["x-switchboard-routing-path"] = path
+    response["x-switchboard-request-id"] = turn.request_id
+    if turn.conversation is not None:
+        response["x-switchboard-conversation"] = turn.conversation.conversation_id
+
+
+def _sse(data: dict[str, Any] | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _sse_events(turn: chat.ChatTurn, include_usage: bool) -> Iterator[bytes]:
+    """OpenAI's ``chat.completion.chunk`` stream: role, content deltas, finish (with the metadata), usage, ``[DONE]``.
+
+    Closing this generator early (the client went away) closes the turn: the backend stream is
+    closed and the event recorded as ``client_cancelled``.
+    """
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        body = {"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return _sse(body)
+
+    try:
+        yield chunk({"role": "assistant", "content": ""}, switchboard=_routing_meta(turn))
+        try:
+            for delta in turn:
+                yield chunk({"content": delta})
+        except route.StreamInterrupted as exc:
+            yield _sse({"error": {"message": str(exc), "type": "service_unavailable", "param": None, "code": exc.kind}})
+            yield _sse("[DONE]")
+            return
+        result = turn.result
+        assert result is not None
+        if result.answer and not turn.streamed_text:
+            # Answers made whole (auto:accurate's merge, "no expert covers this") go out in word groups.
+            for piece in stream_by_words(Answer(text=result.answer)):
+                if isinstance(piece, str):
+                    yield chunk({"content": piece})
+        yield chunk({}, "stop", switchboard=_answer_meta(turn))
+        if include_usage:
+            body = {"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
+                    "choices": [], "usage": _usage(turn, result.answer)}
+            yield _sse(body)
+        yield _sse("[DONE]")
+    finally:
+        turn.close()
+
+
+_END = object()
+
+
+class _EventStream:
+    """The SSE body of one streamed turn; ``close()`` (Django calls it when the response is closed) ends the turn.
+
+    Closing is idempotent: it closes the chunk generator (and through it the backend's stream) and
+    records the request as ``client_cancelled`` unless it already finished, even when no chunk was
+    ever pulled (a client gone before the first one).
+    """
+
+    def __init__(self, turn: chat.ChatTurn, include_usage: bool):
+        self.turn = turn
+        self.events = _sse_events(turn, include_usage)
+
+    def close(self) -> None:
+        self.events.close()
+        self.turn.close()
+
+
+class _SyncEventStream(_EventStream):
+    """For WSGI (and Django's test client): the server pulls chunks and calls ``close()`` when done or when the client left."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.events
+
+
+class _AsyncEventStream(_EventStream):
+    """For ASGI (uvicorn): each chunk is computed in the request's sync thread (database access) and sent as it comes.
+
+    Django would buffer a sync iterator whole under ASGI, which defeats streaming. When the client
+    disconnects, Django cancels the response task: ``finally`` then closes the stream in that same
+    thread, which records the cancelled request (or, if the task was cancelled while sending,
+    asyncio's finaliser runs the same ``finally`` as soon as the generator is dropped).
+    """
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        step = sync_to_async(next, thread_sensitive=True)
+        try:
+            while True:
+                part = await step(self.events, _END)
+                if part is _END:
+                    return
+                yield part
+        finally:
+            await sync_to_async(self.close, thread_sensitive=True)()
+
+
+class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+    """``POST /v1/chat/completions``: route, retrieve, answer, in OpenAI's response shape (``stream: true``: server-sent events)."""
+
+    @extend_schema(
+        request=ChatCompletionRequestSerializer,
+        responses={
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="A `chat.completion` (or with `stream: true`, `text/event-stream` of "
+                                 "`chat.completion.chunk`s ending with `data: [DONE]`); `switchboard` holds the routing metadata."),
+            400: OpenApiResponse(description="Malformed or invalid request"), 403: OpenApiResponse(description="Expert outside the key's scope"),
+            404: OpenApiResponse(description="Unknown model"), 413: OpenApiResponse(description="Body too large"),
+            503: OpenApiResponse(description="No router, or every candidate expert is down"),
+        },
+        examples=[OpenApiExample("ask", request_only=True, value={
+            "model": "auto", "messages": [{"role": "user", "content": "How do I apply for retirement benefits?"}], "conversation_id": "conv_1"})],
+    )
+    def post(self, request):
+        serializer = ChatCompletionRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        model = data["model"]
+        allowed = allowed_experts(request)
+        if model not in chat.MODES:
+            if expert_by_slug(model) is None:
+                known = ", ".join([*chat.MODES, *active_experts().values_list("slug", flat=True)])
+                return _error(f"unknown model {model!r}; use one of: {known}", 404, "invalid_request_error", code="model_not_found", param="model")
+            if allowed is not None and model not in allowed:
+                return _error(f"this API key may not reach expert {model!r}", 403, "permission_denied", code="permission_denied", param="model")
+        turn = chat.ChatTurn(chat.ChatRequest(
+            question=data["question"], model=model, history=data["history"], conversation_id=data["conversation_id"], user=data.get("user", ""),
+            api_key_id=api_key_id(request), allowed=allowed, max_tokens=data["max_tokens"], temperature=data.get("temperature", 0.0),
+        ))
+        try:
+            turn.start(stream=data["stream"])
+        except route.RoutingUnavailable as exc:
+            return _error(str(exc), 503, "service_unavailable", code="routing_unavailable")
+        except (route.ExpertNotAllowed, ConversationNotAllowed) as exc:
+            return _error(str(exc), 403, "permission_denied", code="permission_denied")
+        except route.AllExpertsDown as exc:
+            return _error(str(exc), 503, "service_unavailable", code="no_expert_available", details={"failover_from": exc.failover_from})
+        except route.InvalidQuestion as exc:
+            return _error(str(exc), 400, "invalid_request_error", param="messages")
+        if data["stream"]:
+            return self._stream(request, turn, data["include_usage"])
+        for _ in turn:
+            pass
+        response = Response(_completion_body(turn))
+        _set_headers(response, turn)
+        return response
+
+    def _stream(self, request, turn: chat.ChatTurn, include_usage: bool) -> StreamingHttpResponse:
+        asgi = isinstance(getattr(request, "_request", request), ASGIRequest)
+        body = _AsyncEventStream(turn, include_usage) if asgi else _SyncEventStream(turn, include_usage)
+        response = StreamingHttpResponse(body, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass chunks through as they come
+        _set_headers(response, turn)
+        return response
+
+
+class ModelsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+    """``GET /v1/models``: the auto modes and every active expert (those the caller's key may reach)."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        allowed = allowed_experts(request)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "switchboard"} for m in chat.MODES]
+        data += [{"id": e.slug, "object": "model", "created": int(e.created_at.timestamp()), "owned_by": "switchboard"}
+                 for e in active_experts() if allowed is None or e.slug in allowed]
+        return Response({"object": "list", "data": data})
+
+
+class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+    """``POST /api/v1/route``: the routing decision only."""
+
+    @extend_schema(request=RouteRequestSerializer, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request):
+        serializer = RouteRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            decision = route.route(serializer.validated_data["question"], top_k=serializer.validated_data["top_k"], allowed=allowed_experts(request))
+        except route.RoutingUnavailable as exc:
+            return _error(str(exc), 503, "service_unavailable", code="routing_unavailable")
+        except route.ExpertNotAllowed as exc:
+            return _error(str(exc), 403, "permission_denied", code="permission_denied")
+        return Response({
+            "experts": decision.experts[: serializer.validated_data["top_k"]],
+            "failover": decision.failover,
+            "abstained": decision.abstained,
+            "fallback": decision.fallback,
+            "router_version": decision.router_version,
+            "timings_ms": {"embed": round(decision.embed_ms, 2), "route": round(decision.route_ms, 2)},
+        })
+
+
+class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+    """``POST /api/v1/feedback``: thumbs up or down (and a comment) on a chat completion, by its ``id``.
+
+    Posting again for the same response updates the verdict (one row per response); a response
+    answered for another API key is "not found" to this one (``serving.feedback.record_feedback``).
+    """
+
+    @extend_schema(request=FeedbackRequestSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    def post(self, request):
+        serializer = FeedbackRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            feedback, created = record_feedback(data["response_id"], data["rating"], data["comment"], api_key_id(request))
+        except ResponseNotFound:
+            return _error(f"no response with id {data['response_id']!r}", 404, "not_found_error", code="response_not_found", param="response_id")
+        body = {"response_id": feedback.request_id, "rating": "up" if feedback.rating > 0 else "down", "comment": feedback.comment,
+                "expert": feedback.expert, "updated": not created}
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+

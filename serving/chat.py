@@ -1,0 +1,462 @@
+"""Answering a chat turn end to end: route, retrieve from the chosen experts' collections, generate with
+failover, stream, and record the decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.conf import settings
+
+from experts.generation import AdapterRef, GenerationError, GenerationRequest, get_generator
+from experts.ml.extractive import Answer, Passage
+from experts.models import Expert, ExpertVersion
+from experts.selectors import experts_by_slug, serving_version
+from knowledge import services as knowledge
+from knowledge.stores import StoreUnavailable
+from routing.experiments.assignment import ArmAssignment, assign
+from sbcommon.encoders import get_encoder
+
+from . import conversations, events
+from .route import (
+    NO_EXPERT_ANSWER,
+    AllExpertsDown,
+    Decision,
+    ExpertNotAllowed,
+    RoutingUnavailable,
+    StreamInterrupted,
+    clean_question,
+    route,
+)
+
+logger = logging.getLogger(__name__)
+
+@dataclass
+class ChatResult:
+    """A routed, cited answer and everything needed to explain it."""
+
+    answer: str
+    expert: str
+    decision: Decision
+    citations: list[dict[str, Any]]
+    passages: list[dict[str, Any]]
+    grounded: bool
+    mode: str
+    timings: dict[str, float]
+    request_id: str
+    abstained: bool = False
+    fallback_used: bool = False
+    failover_from: list[dict[str, str]] = field(default_factory=list)
+    conversation_id: str = ""
+    sticky: bool = False
+    arm: str = ""
+    experiment_id: int | None = None
+    expert_version: int | None = None
+    parts: list[dict[str, Any]] = field(default_factory=list)
+
+
+# model name → how many experts: ``auto`` fuses the top 2's passages into one answer, ``auto:fast``
+# asks the top 1, ``auto:accurate`` lets each of the top 2 answer from its own passages and merges.
+MODES = {"auto": 2, "auto:fast": 1, "auto:accurate": 2}
+
+
+@dataclass
+class ChatRequest:
+    """One chat turn as the API received it.
+
+    ``history`` holds the earlier messages of the request ([{"role", "content"}], oldest first),
+    ``allowed`` the expert slugs the caller's key may reach (None: all), ``user`` OpenAI's end-user
+    field (the experiment subject when there is no conversation id).
+    """
+
+    question: str
+    model: str = "auto"
+    history: list[dict[str, str]] = field(default_factory=list)
+    conversation_id: str = ""
+    user: str = ""
+    api_key_id: int | None = None
+    allowed: set[str] | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+
+
+def _breaker(slug: str):
+    from experts.breaker import breaker_for
+
+    return breaker_for(slug)
+
+
+def _generation_settings(slug: str, arm: ArmAssignment | None) -> tuple[ExpertVersion | None, AdapterRef | None]:
+    """The expert version that serves ``slug`` (the arm's, else the active one) and its adapter, if any."""
+    version = None
+    if arm is not None and slug in arm.expert_versions:
+        version = ExpertVersion.objects.filter(expert__slug=slug, version=arm.expert_versions[slug]).select_related("expert").first()
+    if version is None:
+        version = serving_version(slug)
+    adapter = None
+    if version is not None and version.adapter_path:
+        adapter = AdapterRef(expert=slug, name=version.adapter_name, path=version.adapter_path, base_model=version.base_model, version=version.version)
+    return version, adapter
+
+
+def _to_passages(hits: list[Any]) -> list[Passage]:
+    return [
+        Passage(text=h.payload.get("text", ""), title=h.payload.get("title", ""), url=h.payload.get("url", ""), score=h.dense_score,
+                expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id,
+                sentence_vectors=knowledge.sentence_vector_reader(h.payload))
+        for h in hits
+    ]
+
+
+def _citation_pattern(citation_format: str) -> re.Pattern[str]:
+    fmt = citation_format if "{index}" in citation_format else "[{index}]"
+    return re.compile(re.escape(fmt).replace(re.escape("{index}"), r"(\d+)"))
+
+
+def merge_answers(parts: list[tuple[str, str, Answer, str]]) -> Answer:
+    """One answer from several experts' answers: each part labelled by its expert, citations renumbered.
+
+    Args:
+        parts: (slug, expert name, answer, citation format) per expert, best first. Parts that
+            found nothing are left out when another part is grounded.
+    """
+    grounded = [p for p in parts if p[2].grounded]
+    kept = grounded or parts[:1]
+    texts, citations = [], []
+    for slug, name, answer, fmt in kept:
+        offset = len(citations)
+        n = len(answer.citations)
+
+        def renumber(m: re.Match[str], offset: int = offset, n: int = n, fmt: str = fmt) -> str:
+            i = int(m.group(1))
+            return fmt.replace("{index}", str(i + offset)) if 1 <= i <= n else m.group(0)
+
+        text = _citation_pattern(fmt).sub(renumber, answer.text) if offset else answer.text
+        texts.append(f"{name} ({slug}): {text}")
+        citations.extend(answer.citations)
+    return Answer(text="\n\n".join(texts), citations=citations, grounded=bool(grounded))
+
+
+class ChatTurn:
+    """One chat request through route → retrieve → generate with failover, streamed or not.
+
+    ``start()`` does everything up to the first piece of the answer: it routes, picks the
+    candidates (stickiness, experiment arm, key scope), and walks them in order, skipping experts
+    whose circuit breaker is open, failing over on ``StoreUnavailable`` and ``GenerationError``,
+    until one expert produced its first output. Errors there raise before any byte is sent.
+    Iterating the turn yields the rest of the answer as text deltas; when it ends, ``result``
+    holds the ``ChatResult``. The routing event is recorded exactly once: on success, on an error,
+    or from ``close()`` when the client went away (status 499, ``client_cancelled``).
+    """
+
+    def __init__(self, request: ChatRequest):
+        self.request = request
+        self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.result: ChatResult | None = None
+        self.decision: Decision | None = None
+        self.conversation: conversations.ConversationState | None = None
+        self.arm: ArmAssignment | None = None
+        self.failover_from: list[dict[str, str]] = []
+        self.timings = {"embed_ms": 0.0, "route_ms": 0.0, "retrieve_ms": 0.0, "generate_ms": 0.0}
+        self.sticky = self.abstained = self.fallback_used = False
+        self.expert = ""
+        self.expert_version: int | None = None
+        self._recorded = False
+        self._t0 = time.perf_counter()
+        self._stream: Iterator[str | Answer] | None = None
+        self._first: str | Answer | None = None
+        self._passages: list[Passage] = []
+        self._parts: list[dict[str, Any]] = []
+        self._streamed: list[str] = []
+        self._answer_breaker: Any = None
+
+    # -- before the first byte ---------------------------------------------------------------
+
+    def start(self, stream: bool = False) -> ChatTurn:
+        """Route and get the first output of an expert. Raises (and records) what makes the request fail."""
+        try:
+            self._start(stream)
+        except RoutingUnavailable:
+            self._record(503, "routing_unavailable")
+            raise
+        except (ExpertNotAllowed, conversations.ConversationNotAllowed):
+            self._record(403, "permission_denied")
+            raise
+        except AllExpertsDown:
+            self._record(503, "no_expert_available")
+            raise
+        return self
+
+    def _start(self, stream: bool) -> None:
+        req = self.request
+        question = clean_question(req.question)
+        self.question = question
+        self.conversation = conversations.resolve(req.conversation_id, req.api_key_id)
+        subject = req.conversation_id or (f"user:{req.user}" if req.user else "") or (f"key:{req.api_key_id}" if req.api_key_id else "")
+        self.arm = assign(subject or self.conversation.conversation_id)
+        if req.model in MODES:
+            candidates = self._routed_candidates(question)
+        else:
+            if req.allowed is not None and req.model not in req.allowed:
+                raise ExpertNotAllowed(f"this API key may not reach expert {req.model!r}")
+            t0 = time.perf_counter()
+            vector = get_encoder().encode([question])[0]
+            self.decision = Decision(experts=[{"slug": req.model, "score": 1.0}], router_version=None, embed_ms=(time.perf_counter() - t0) * 1000,
+                                     route_ms=0.0, vector=vector.tolist())
+            candidates = [req.model]
+        self.timings["embed_ms"], self.timings["route_ms"] = self.decision.embed_ms, self.decision.route_ms
+        if not candidates:  # abstained without a fallback expert: say so, nothing retrieved or generated
+            self._first = Answer(text=NO_EXPERT_ANSWER, citations=[], grounded=False)
+            return
+        if req.model == "auto:accurate" and len(candidates) > 1 and not self.abstained:
+            self._first = self._accurate(candidates)
+        else:
+            self._first_output(candidates, width=MODES.get(req.model, 1), stream=stream)
+
+    def _routed_candidates(self, question: str) -> list[str]:
+        """Route (with the conversation as context), apply stickiness; the experts to try in order."""
+        req, conv = self.request, self.conversation
+        assert conv is not None
+        earlier = [m["content"] for m in req.history if m.get("role") == "user" and m.get("content", "").strip()]
+        stored = None if earlier else conversations.decode_turns(conv.turns or [])
+        self.decision = route(
+            question, top_k=MODES[req.model], context=earlier or None, context_vectors=stored,
+            router_version=self.arm.router_version if self.arm else None, allowed=req.allowed,
+        )
+        d = self.decision
+        if d.abstained:
+            self.abstained = True
+            if conv.expert and (req.allowed is None or conv.expert in req.allowed) and conv.expert in d.raw_scores:
+                self.sticky = True  # nothing is clearly better than the conversation's expert
+                return [conv.expert]
+            if d.fallback:
+                self.fallback_used = True
+                return [d.fallback]
+            return []
+        ranked, self.sticky = conversations.sticky_order(d.failover, conv.expert, float(settings.CONVERSATION_STICKY_MARGIN))
+        return [str(e["slug"]) for e in ranked]
+
+    def _retrieve(self, slugs: list[str], weights: list[float] | None) -> list[Passage]:
+        experts = experts_by_slug(slugs)
+        chosen = [experts[s] for s in slugs if s in experts]
+        t0 = time.perf_counter()
+        try:
+            hits = knowledge.search_experts(chosen, self.question, limit=settings.RETRIEVAL_TOP_K, weights=weights,
+                                            query_vector=self.decision.vector if self.decision else None, allowed=self.request.allowed)
+        finally:
+            self.timings["retrieve_ms"] += (time.perf_counter() - t0) * 1000
+        return _to_passages(hits)
+
+    def _generation_request(self, slug: str, passages: list[Passage]) -> GenerationRequest:
+        version, adapter = _generation_settings(slug, self.arm)
+        self.expert_version = version.version if version is not None else None
+        return GenerationRequest(
+            question=self.question, expert=slug, passages=passages, history=list(self.request.history),
+            system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
+            adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
+        )
+
+    def _fail(self, slug: str, reason: str, breaker: Any | None = None) -> None:
+        if breaker is not None:
+            breaker.record_failure(reason)
+        self.failover_from.append({"slug": slug, "reason": reason})
+        logger.warning("chat.failover", extra={"expert": slug, "reason": reason, "request_id": self.request_id})
+
+    def _first_output(self, candidates: list[str], width: int, stream: bool) -> None:
+        """Walk the candidates until one expert retrieved and produced its first output (the failover loop).
+
+        In ``auto`` the next healthy candidate's passages are fused in, and the expert whose passage
+        ranks first answers (its own adapter fits those passages best); if it fails, the candidate
+        itself answers from the same passages. A half-open breaker's probe answers alone.
+        """
+        failed: set[str] = set()
+        for position, slug in enumerate(candidates):
+            if slug in failed:
+                continue
+            breaker = _breaker(slug)
+            if not breaker.allow():
+                self._fail(slug, "circuit_open")
+                failed.add(slug)
+                continue
+            probing = breaker.state != "closed"
+            partners = [] if probing else [s for s in candidates[position + 1 :] if s not in failed and _breaker(s).state == "closed"][: width - 1]
+            slugs = [slug, *partners]
+            raw = self.decision.raw_scores if self.decision else {}
+            weights = [float(raw.get(s, 0.0)) for s in slugs] if raw else None
+            try:
+                passages = self._retrieve(slugs, weights)
+            except StoreUnavailable:
+                self._fail(slug, "store_unavailable", breaker)
+                failed.add(slug)
+                continue
+            leading = passages[0].expert if passages else slug
+            answerers = [leading, slug] if leading in partners else [slug]
+            for answering in answerers:
+                gen_breaker = breaker if answering == slug else _breaker(answering)
+                t0 = time.perf_counter()
+                try:
+                    output = self._open_stream(answering, passages, stream)
+                except GenerationError as exc:
+                    self._fail(answering, exc.kind, gen_breaker)
+                    failed.add(answering)
+                    continue
+                finally:
+                    self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
+                self.expert, self._passages, self._first, self._answer_breaker = answering, passages, output, gen_breaker
+                if not stream:
+                    gen_breaker.record_success()
+                self.fallback_used = self.fallback_used or bool(self.failover_from)
+                return
+        raise AllExpertsDown(self.failover_from)
+
+    def _open_stream(self, slug: str, passages: list[Passage], stream: bool) -> str | Answer:
+        generator = get_generator()
+        request = self._generation_request(slug, passages)
+        if not stream:
+            return generator.generate(request)
+        self._stream = iter(generator.stream(request))
+        try:
+            return next(self._stream)
+        except StopIteration:
+            raise GenerationError("the generator produced nothing") from None
+
+    def _accurate(self, candidates: list[str]) -> Answer:
+        """``auto:accurate``: the top two healthy experts answer from their own passages; the answers are merged."""
+        names = dict(Expert.objects.filter(slug__in=candidates).values_list("slug", "name"))
+        parts: list[tuple[str, str, Answer, str, list[Passage]]] = []
+        for slug in candidates:
+            if len(parts) == 2:
+                break
+            breaker = _breaker(slug)
+            if not breaker.allow():
+                self._fail(slug, "circuit_open")
+                continue
+            try:
+                passages = self._retrieve([slug], None)
+            except StoreUnavailable:
+                self._fail(slug, "store_unavailable", breaker)
+                continue
+            request = self._generation_request(slug, passages)
+            t0 = time.perf_counter()
+            try:
+                answer = get_generator().generate(request)
+            except GenerationError as exc:
+                self._fail(slug, exc.kind, breaker)
+                continue
+            finally:
+                self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
+            breaker.record_success()
+            parts.append((slug, names.get(slug, slug), answer, request.citation_format, passages))
+        if not parts:
+            raise AllExpertsDown(self.failover_from)
+        merged = merge_answers([p[:4] for p in parts])
+        kept = [p for p in parts if p[2].grounded] or parts[:1]
+        self._parts = [{"expert": p[0], "grounded": p[2].grounded, "citations": len(p[2].citations)} for p in kept]
+        self.expert = parts[0][0]
+        self._passages = [passage for p in parts for passage in p[4]]
+        self.fallback_used = bool(self.failover_from)
+        self._generation_request(self.expert, [])  # the answering expert's version, for the event
+        return merged
+
+    # -- the answer --------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[str]:
+        """The answer's text deltas after ``start()``; at the end ``result`` is set and the event recorded."""
+        item = self._first
+        while not isinstance(item, Answer):
+            if item:
+                self._streamed.append(item)
+                yield item
+            t0 = time.perf_counter()
+            try:
+                item = next(self._stream) if self._stream is not None else Answer(text="".join(self._streamed))
+            except StopIteration:
+                item = Answer(text="".join(self._streamed), citations=[], grounded=False)
+            except GenerationError as exc:
+                self._answer_breaker.record_failure(exc.kind)
+                self._finish(Answer(text="".join(self._streamed), grounded=False), 502, exc.kind)
+                raise StreamInterrupted(exc.kind, f"expert {self.expert!r} failed mid-answer: {exc}") from exc
+            finally:
+                self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
+        if self._stream is not None:
+            self._answer_breaker.record_success()
+        self._finish(item)
+
+    def _finish(self, answer: Answer, status_code: int = 200, error_kind: str = "") -> None:
+        self.result = ChatResult(
+            answer=answer.text, expert=self.expert, decision=self.decision or Decision(experts=[], router_version=None, embed_ms=0, route_ms=0),
+            citations=[_passage_dict(p, i) for i, p in enumerate(answer.citations, start=1)],
+            passages=[_passage_dict(p, i) for i, p in enumerate(self._passages, start=1)], grounded=answer.grounded, mode=self.request.model,
+            timings=self._timings(), request_id=self.request_id, abstained=self.abstained, fallback_used=self.fallback_used,
+            failover_from=list(self.failover_from), conversation_id=self.conversation.conversation_id if self.conversation else "",
+            sticky=self.sticky, arm=self.arm.arm if self.arm else "", experiment_id=self.arm.experiment_id if self.arm else None,
+            expert_version=self.expert_version, parts=self._parts,
+        )
+        if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
+            conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)
+        self._record(status_code, error_kind)
+
+    def close(self) -> None:
+        """The client went away (or the caller gave up): close the backend stream, record the event as cancelled."""
+        if self._stream is not None and hasattr(self._stream, "close"):
+            self._stream.close()
+        if not self._recorded:
+            self._finish(Answer(text="".join(self._streamed), grounded=False), 499, "client_cancelled")
+
+    @property
+    def streamed_text(self) -> str:
+        """What has been streamed so far (empty when the answer was made whole)."""
+        return "".join(self._streamed)
+
+    def _timings(self) -> dict[str, float]:
+        timings = dict(self.timings)
+        timings["total_ms"] = (time.perf_counter() - self._t0) * 1000
+        return timings
+
+    def _record(self, status_code: int, error_kind: str = "") -> None:
+        """The routing event of this request (once), through ``serving.events`` (batched off the hot path there)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        t, d, r = self._timings(), self.decision, self.result
+        question = getattr(self, "question", self.request.question or "")
+        events.record(
+            request_id=self.request_id, mode=self.request.model, router_version=d.router_version if d else None, expert=self.expert,
+            experts=d.experts if d else [], question_chars=len(question), question=question if settings.STORE_QUESTION_TEXT else "",
+            grounded=r.grounded if r else False, abstained=self.abstained, fallback_used=self.fallback_used,
+            embed_ms=t["embed_ms"], route_ms=t["route_ms"], retrieve_ms=t["retrieve_ms"], generate_ms=t["generate_ms"], total_ms=t["total_ms"],
+            status_code=status_code, error_kind=error_kind, conversation_id=self.conversation.conversation_id if self.conversation else "",
+            api_key_id=self.request.api_key_id, experiment_id=self.arm.experiment_id if self.arm else None, arm=self.arm.arm if self.arm else "",
+            expert_version=self.expert_version, failover_from=list(self.failover_from),
+        )
+
+
+def answer(question: str, model: str = "auto", **request: Any) -> ChatResult:
+    """Route ``question``, retrieve from the chosen experts' collections and generate a cited answer.
+
+    ``model`` is ``auto`` (top-2 experts, fused retrieval), ``auto:fast`` (top-1), ``auto:accurate``
+    (the top 2 answer separately, merged) or an expert's slug (the router is bypassed). When the
+    router abstains the question goes to the fallback expert, or, without one, the answer says that
+    no expert covers it. Other keyword arguments are ``ChatRequest`` fields (conversation, key
+    scope...). Raises ``RoutingUnavailable``, ``ExpertNotAllowed`` or ``AllExpertsDown``.
+    """
+    turn = ChatTurn(ChatRequest(question=question, model=model, **request)).start(stream=False)
+    for _ in turn:
+        pass
+    assert turn.result is not None
+    return turn.result
+
+
+def _passage_dict(p: Passage, index: int) -> dict[str, Any]:
+    """A citation as the API shows it: the passage's fields, less its sentence vectors."""
+    d = {f.name: getattr(p, f.name) for f in fields(p) if f.name != "sentence_vectors"}
+    d["index"] = index
+    d["score"] = round(float(d["score"]), 4)
+    return d

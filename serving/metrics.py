@@ -1,0 +1,116 @@
+"""Prometheus metrics of the serving path, exposed at ``/metrics``.
+
+Fed from three places: ``serving.events.record`` (every routed request: mode and status, latency
+per stage, the answering expert, fallbacks, failovers, error kinds), the chat API's base class in
+``serving.api.auth`` (every response of the chat-facing endpoints by status, including the 401 and
+429 answered before routing) and the micro-batching encoder (forward-pass batch sizes). The serving caches' hits and misses (the
+encoder's vector cache, the extractive generator's chunk sentence cache) are read from the caches
+at scrape time.
+
+Multi-process caveat: each process has its own registry, so with several uvicorn workers each
+scrape sees one worker. Run one web process per scrape target, or set ``PROMETHEUS_MULTIPROC_DIR``
+(an empty folder shared by the workers, wiped at start) and the view aggregates every worker's
+files with prometheus_client's multiprocess collector (gauges then report per process).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+
+from experts.generation.extractive import chunk_cache_counts
+from sbcommon.encoders import add_batch_listener, cache_counts
+
+STAGES = ("embed", "route", "retrieve", "generate", "total")
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Counter("switchboard_requests", "Routed requests by mode and HTTP status.", ["mode", "status"])
+RESPONSES = Counter("switchboard_api_responses", "Responses of the chat-facing endpoints by endpoint and status (401/429 included).",
+                    ["endpoint", "status"])
+LATENCY = Histogram("switchboard_stage_latency_seconds", "Time per request spent in each stage.", ["stage"], buckets=_LATENCY_BUCKETS)
+EXPERT_REQUESTS = Counter("switchboard_expert_requests", "Requests answered per expert.", ["expert"])
+ERRORS = Counter("switchboard_errors", "Failed or refused requests by kind.", ["kind"])
+FALLBACKS = Counter("switchboard_fallbacks", "Requests answered by the fallback expert after the router abstained.")
+ABSTENTIONS = Counter("switchboard_abstentions", "Requests for which the router found no close expert.")
+FAILOVERS = Counter("switchboard_failovers", "Requests answered by another expert after the first choice failed.")
+ENCODER_BATCH = Histogram("switchboard_encoder_batch_size", "Texts per micro-batched encoder forward pass.",
+                          buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+EVENTS_DROPPED = Counter("switchboard_events_dropped", "Routing events dropped because the write buffer was full.")
+EVENTS_WRITE_FAILURES = Counter("switchboard_event_write_failures", "Failed batch writes of routing events (retried).")
+EVENTS_BUFFERED = Gauge("switchboard_events_buffered", "Routing events waiting to be written.", multiprocess_mode="livesum")
+
+
+add_batch_listener(ENCODER_BATCH.observe)
+
+
+class CacheCollector:
+    """``switchboard_cache_lookups_total{cache, result}``: the serving caches' own hit and miss counts (this process).
+
+    ``encoder``: question and sentence vectors; ``chunk_sentences``: the extractive generator's split
+    and encoded chunks. A chunk miss costs a forward pass over the chunk's sentences, so the miss
+    rate says whether a server has warmed up.
+    """
+
+    def collect(self):
+        family = CounterMetricFamily("switchboard_cache_lookups", "Lookups of the serving caches by cache and result (this process).",
+                                     labels=["cache", "result"])
+        for name, (hits, misses) in (("encoder", cache_counts()), ("chunk_sentences", chunk_cache_counts())):
+            family.add_metric([name, "hit"], hits)
+            family.add_metric([name, "miss"], misses)
+        yield family
+
+
+REGISTRY.register(CacheCollector())
+
+
+def observe_event(fields: dict[str, Any]) -> None:
+    """Count one routed request from its routing-event fields."""
+    REQUESTS.labels(mode=str(fields.get("mode", "")), status=str(fields.get("status_code", 200))).inc()
+    for stage in STAGES:
+        value = fields.get(f"{stage}_ms")
+        if value:
+            LATENCY.labels(stage=stage).observe(float(value) / 1000.0)
+    if fields.get("expert"):
+        EXPERT_REQUESTS.labels(expert=str(fields["expert"])).inc()
+    if fields.get("error_kind"):
+        ERRORS.labels(kind=str(fields["error_kind"])).inc()
+    if fields.get("fallback_used"):
+        FALLBACKS.inc()
+    if fields.get("abstained"):
+        ABSTENTIONS.inc()
+    if fields.get("failover_from"):
+        FAILOVERS.inc()
+
+
+def observe_response(endpoint: str, status: int) -> None:
+    """Count one response of a chat-facing endpoint."""
+    RESPONSES.labels(endpoint=endpoint, status=str(status)).inc()
+
+
+def _registry():
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: Prometheus' text format (404 when METRICS_ENABLED is off, 401 without METRICS_TOKEN when one is set)."""
+    if not settings.METRICS_ENABLED:
+        raise Http404("metrics are disabled (METRICS_ENABLED=false)")
+    token = settings.METRICS_TOKEN
+    if token:
+        sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(sent.encode(), token.encode()):
+            return HttpResponse("metrics need Authorization: Bearer <METRICS_TOKEN>\n", status=401, content_type="text/plain",
+                                headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)

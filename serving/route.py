@@ -1,0 +1,217 @@
+"""Routing one question: the active router (cached per process), its arbiter, and the ranked decision.
+
+The first step of every chat request (``serving.chat``) and of ``POST /api/v1/route``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from django.conf import settings
+
+from experts.selectors import active_expert_slugs, fallback_slugs, serving_cached
+from experts.selectors import clear_serving_caches as clear_experts_caches
+from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
+from routing.ml.router import NumpyScorer, RouterNet
+from routing.ml.training import CONTEXT_TURNS
+from routing.models import RouterVersion
+from sbcommon.encoders import get_encoder
+
+
+class RoutingUnavailable(Exception):
+    """No trained router or no experts: the request cannot be routed."""
+
+
+class InvalidQuestion(ValueError):
+    """The question cannot be routed as given (empty, or a bad top_k)."""
+
+
+class ExpertNotAllowed(Exception):
+    """The caller's API key may not reach the expert(s) the request needs."""
+
+
+class AllExpertsDown(Exception):
+    """Every candidate expert failed or has its circuit breaker open; ``failover_from`` says why."""
+
+    def __init__(self, failover_from: list[dict[str, str]]):
+        self.failover_from = failover_from
+        reasons = ", ".join(f"{f['slug']}: {f['reason']}" for f in failover_from) or "no candidate expert"
+        super().__init__(f"no expert could answer ({reasons})")
+
+
+class StreamInterrupted(Exception):
+    """The generator failed after part of the answer had been streamed (no failover is possible then)."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
+
+
+NO_EXPERT_ANSWER = "No expert covers this question."
+
+_router_cache: dict[str, Any] = {}
+_router_lock = threading.Lock()
+
+
+def _arbiter_for(version: RouterVersion) -> Arbiter:
+    threshold = (version.metrics or {}).get("abstain_threshold")
+    penalty = getattr(settings, "ROUTER_LOAD_PENALTY", None)
+    return Arbiter(
+        window=LoadWindow(int(getattr(settings, "ROUTER_LOAD_WINDOW", 500))),
+        load_penalty=None if penalty in (None, "") else float(penalty),
+        capacity=float(getattr(settings, "ROUTER_CAPACITY", 1.0)),
+        abstain_threshold=None if threshold is None else float(threshold),
+    )
+
+
+def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
+    """Forget what serving read of router versions, experts and expert versions (in this process).
+
+    They share ``experts.selectors``' cache. Saving or deleting a RouterVersion, Expert or
+    ExpertVersion through the ORM calls this; ``activate_version`` (queryset updates) and other
+    processes rely on ``SERVING_CACHE_TTL_S``.
+    """
+    clear_experts_caches()
+
+
+
+
+def _router_version(key: str, number: int | None) -> RouterVersion | None:
+    """The active RouterVersion (or version ``number``), kept with the serving caches for SERVING_CACHE_TTL_S seconds."""
+
+    def load() -> RouterVersion | None:
+        query = RouterVersion.objects.filter(is_active=True) if number is None else RouterVersion.objects.filter(version=number)
+        return query.first()
+
+    return serving_cached(("router-version", key), load)
+
+
+def _active_router(number: int | None = None) -> tuple[RouterVersion, RouterNet, Arbiter, NumpyScorer | None]:
+    """The active version (or version ``number``, for an experiment arm), its network, arbiter and numpy scorer, loaded once per process."""
+    key = "active" if number is None else f"v{number}"
+    version = _router_version(key, number)
+    if version is None:
+        if number is None:
+            raise RoutingUnavailable("no router has been trained yet; train one in the console or run the demo")
+        raise RoutingUnavailable(f"router v{number} (named by an experiment arm) does not exist")
+    with _router_lock:
+        cached = _router_cache.get(key)
+        if cached is None or (cached[0].pk, cached[0].path) != (version.pk, version.path):
+            model = RouterNet.load(version.path)
+            cached = (version, model, _arbiter_for(version), model.numpy_scorer())
+            _router_cache[key] = cached
+    return cached
+
+
+def reset_load_window() -> None:
+    """Forget the recent routing decisions (the arbiter's load window) of the cached router."""
+    with _router_lock:
+        cached = _router_cache.get("active")
+        if cached is not None:
+            cached[2].window.clear()
+
+
+@dataclass
+class Decision:
+    """The router's ranked choice for one question.
+
+    ``experts`` is the final ranking (after the load penalty and capacity limits), best first, with
+    the adjusted scores; ``failover`` its first three, tried in order when an expert fails;
+    ``raw_scores`` the calibrated router probability of every live expert. When the question looks
+    like nothing the router was trained on (``score`` below the version's abstain threshold)
+    ``abstained`` is true and ``fallback`` names the fallback expert, if one is configured.
+    """
+
+    experts: list[dict[str, float | str]]
+    router_version: int | None
+    embed_ms: float
+    route_ms: float
+    vector: list[float] = field(repr=False, default_factory=list)
+    abstained: bool = False
+    failover: list[dict[str, float | str]] = field(default_factory=list)
+    raw_scores: dict[str, float] = field(default_factory=dict)
+    score: float | None = None
+    fallback: str | None = None
+    context_turns: int = 0
+
+
+def clean_question(question: str) -> str:
+    text = (question or "").strip()
+    if not text:
+        raise InvalidQuestion("the question is empty")
+    # The encoder reads at most 256 tokens; longer texts are cut here so a 50,000-character paste
+    # costs no more than a long question.
+    return text[: int(settings.MAX_QUESTION_CHARS)]
+
+
+def route(
+    question: str, top_k: int | None = None, context: list[str] | None = None, *,
+    context_vectors: np.ndarray | None = None, router_version: int | None = None, allowed: set[str] | None = None,
+) -> Decision:
+    """Rank the active experts for ``question`` with the active router.
+
+    Args:
+        question: the user's question (stripped; cut to ``MAX_QUESTION_CHARS`` characters).
+        top_k: experts to choose, 1-3 (default ``ROUTER_TOP_K``).
+        context: earlier user turns of the conversation, oldest first (used by routers trained
+            with a context path, ignored by others).
+        context_vectors: the same as embeddings already computed (a stored conversation); used
+            when ``context`` is empty.
+        router_version: route with this RouterVersion.version instead of the active one (an
+            experiment arm).
+        allowed: the only expert slugs to consider (an API key's scope); None: all of them.
+
+    Raises:
+        InvalidQuestion: an empty question or a top_k outside 1-3.
+        RoutingUnavailable: no active router, or none of its experts is active.
+        ExpertNotAllowed: ``allowed`` leaves none of the router's experts.
+    """
+    top_k = settings.ROUTER_TOP_K if top_k is None else top_k
+    if not 1 <= int(top_k) <= MAX_TOP_K:
+        raise InvalidQuestion(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
+    question = clean_question(question)
+    version, model, arbiter, scorer = _active_router(router_version)
+    t0 = time.perf_counter()
+    encoder = get_encoder()
+    vector = encoder.encode([question])[0]
+    t1 = time.perf_counter()
+    ctx, lengths = None, None
+    if model.context_dim:
+        texts = [c for c in (context or []) if c and c.strip()]
+        turns = encoder.encode([clean_question(c) for c in texts][-CONTEXT_TURNS:]) if texts else context_vectors
+        if turns is not None and len(turns):
+            turns = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
+            ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
+    if scorer is not None and ctx is None:
+        probs_a, score = scorer(np.asarray(vector, dtype=np.float32))
+        probs = probs_a.tolist()
+    else:
+        with torch.inference_mode():
+            probs_t, score_t = model.route_scores(torch.from_numpy(np.asarray(vector, dtype=np.float32)[None, :]), ctx, lengths)
+        probs, score = probs_t[0].tolist(), float(score_t[0])
+    live = active_expert_slugs()
+    raw = {slug: p for slug, p in zip(version.experts, probs, strict=True) if slug in live}
+    if not raw:
+        raise RoutingUnavailable("none of the router's experts is active")
+    if allowed is not None:
+        raw = {slug: p for slug, p in raw.items() if slug in allowed}
+        if not raw:
+            raise ExpertNotAllowed("this API key may not reach any of the router's experts")
+    decided = arbiter.decide(raw, top_k=int(top_k), score=score)
+    fallback = None
+    if decided.abstained:
+        fallback = next((s for s in fallback_slugs() if allowed is None or s in allowed), None)
+    t2 = time.perf_counter()
+    ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(int(top_k), MAX_TOP_K)]]
+    return Decision(
+        experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
+        abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
+        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]),
+    )
+
+

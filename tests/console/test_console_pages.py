@@ -1,0 +1,232 @@
+"""The console's overview and playground pages: login required, what they show, how the playground answers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from experts.models import Expert
+from jobs.models import Job
+from knowledge.models import Document
+from routing.models import RouterVersion, RoutingEvent
+from serving import chat, route
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def experts():
+    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    ssa = Expert.objects.create(slug="ssa", name="Social Security")
+    Expert.objects.create(slug="va", name="Veterans Affairs", status="disabled")
+    return dmv, ssa
+
+
+def fake_result(question: str = "How do I renew my licence?") -> chat.ChatResult:
+    decision = route.Decision(
+        experts=[{"slug": "dmv", "score": 0.91}, {"slug": "ssa", "score": 0.07}], router_version=3, embed_ms=12.5, route_ms=0.8,
+    )
+    passage = {
+        "index": 1, "title": "Renewing a driver's license", "text": "You can renew online up to 6 months before it expires.",
+        "url": "https://dmv.example.gov/renew", "score": 0.8123, "expert": "dmv", "document_id": 1, "chunk_id": "c1",
+    }
+    return chat.ChatResult(
+        answer="You can renew online up to 6 months before it expires. [1]", expert="dmv", decision=decision,
+        citations=[passage], passages=[passage, {**passage, "index": 2, "title": "Fees", "score": 0.41}], grounded=True,
+        mode="auto", timings={"embed_ms": 12.5, "route_ms": 0.8, "retrieve_ms": 30.2, "generate_ms": 4.0, "total_ms": 47.5},
+        request_id="chatcmpl-test",
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "args"),
+    [
+        ("get", "console-overview", []),
+        ("get", "console-playground", []),
+        ("post", "console-playground", []),
+        ("post", "console-playground-answer", []),
+        ("get", "console-jobs", []),
+        ("get", "console-job-rows", []),
+        ("get", "console-job", [1]),
+        ("get", "console-job-body", [1]),
+    ],
+)
+def test_it_redirects_anonymous_users_to_login(client, method, name, args):
+    url = reverse(name, args=args)
+    response = getattr(client, method)(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next={url}"
+
+
+def test_it_sends_anonymous_htmx_requests_to_the_login_page_of_the_current_page(client):
+    response = client.post(
+        reverse("console-playground-answer"), {"question": "hi"}, headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/playground/"},
+    )
+    assert response.status_code == 204
+    assert response["HX-Redirect"] == "/login/?next=/playground/"
+
+
+def test_it_logs_in_through_the_login_form(client, owner):
+    response = client.post(reverse("login"), {"username": "owner", "password": PASSWORD})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console-overview")
+
+
+def test_the_login_page_renders_the_form(client):
+    response = client.get(reverse("login"))
+    assert response.status_code == 200
+    assert b'name="username"' in response.content
+    assert b'name="password"' in response.content
+
+
+def test_the_overview_lists_experts_with_documents_and_traffic(console, experts):
+    dmv, _ssa = experts
+    Document.objects.create(expert=dmv, external_id="a", title="A", content_hash="x", text="a", chunk_count=4)
+    Document.objects.create(expert=dmv, external_id="b", title="B", content_hash="y", text="b", chunk_count=3)
+    RoutingEvent.objects.create(request_id="r1", mode="auto", expert="dmv")
+    RoutingEvent.objects.create(request_id="r2", mode="auto", expert="dmv")
+    old = RoutingEvent.objects.create(request_id="r3", mode="auto", expert="dmv")
+    RoutingEvent.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+
+    response = console.get(reverse("console-overview"))
+
+    assert response.status_code == 200
+    rows = {row.expert.slug: row for row in response.context["experts"]}
+    assert sorted(rows) == ["dmv", "ssa", "va"]
+    assert (rows["dmv"].documents, rows["dmv"].chunks, rows["dmv"].requests_today, rows["dmv"].requests_week) == (2, 7, 2, 3)
+    assert (rows["ssa"].documents, rows["ssa"].chunks, rows["ssa"].requests_today, rows["ssa"].requests_week) == (0, 0, 0, 0)
+    assert rows["dmv"].share == 1.0
+    assert rows["dmv"].over_threshold
+    assert rows["va"].expert.get_status_display() == "Disabled"
+    html = response.content.decode()
+    assert "Motor Vehicles" in html
+    assert "Social Security" in html
+    assert 'href="/experts/dmv/"' in html
+
+
+def test_the_overview_shows_the_active_router_and_its_validation_accuracy(console, experts):
+    RouterVersion.objects.create(version=1, path="/x/v1", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="a", metrics={"val": {"accuracy": 0.5}})
+    RouterVersion.objects.create(version=2, path="/x/v2", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="b", metrics={"val": {"accuracy": 0.9462}}, is_active=True)
+
+    html = console.get(reverse("console-overview")).content.decode()
+
+    assert '<span class="stat-value" id="router-version">v2</span>' in html
+    assert '<span class="stat-value" id="router-accuracy">94.6%</span>' in html
+
+
+def test_the_overview_says_when_no_router_is_trained(console):
+    html = console.get(reverse("console-overview")).content.decode()
+    assert "No router is trained yet" in html
+
+
+def test_the_overview_shows_the_latest_five_jobs_and_the_running_ones(console):
+    for i in range(7):
+        Job.objects.create(kind="train_router", key=f"k{i}", title=f"Train router {i}", status="succeeded" if i != 3 else "running")
+
+    response = console.get(reverse("console-overview"))
+
+    assert [job.title for job in response.context["jobs"]] == [f"Train router {i}" for i in range(6, 1, -1)]
+    assert [job.title for job in response.context["running"]] == ["Train router 3"]
+    assert b"Train router 3" in response.content
+    assert b"Train router 1" not in response.content
+
+
+def test_the_playground_offers_the_modes_and_each_active_expert(console, experts):
+    response = console.get(reverse("console-playground"))
+    assert response.status_code == 200
+    modes = [value for value, _label in response.context["form"].fields["mode"].choices]
+    assert modes == ["auto", "auto:fast", "dmv", "ssa"]
+    assert b'hx-post="/playground/answer/"' in response.content
+
+
+def test_the_playground_rejects_an_empty_question(console, monkeypatch):
+    monkeypatch.setattr(chat, "answer", lambda *a, **k: pytest.fail("answer() must not be called"))
+
+    response = console.post(reverse("console-playground-answer"), {"question": "   ", "mode": "auto"}, headers={"HX-Request": "true"})
+
+    assert response.status_code == 400
+    assert b"Please enter a question." in response.content
+    assert b"<html" not in response.content  # the partial, not the page
+
+
+def test_the_playground_answers_with_the_routing_path_citations_and_latency(console, experts, monkeypatch):
+    calls = []
+
+    def fake_answer(question, model="auto"):
+        calls.append((question, model))
+        return fake_result(question)
+
+    monkeypatch.setattr(chat, "answer", fake_answer)
+
+    response = console.post(reverse("console-playground-answer"), {"question": "How do I renew?", "mode": "auto:fast"}, headers={"HX-Request": "true"})
+
+    assert response.status_code == 200
+    assert calls == [("How do I renew?", "auto:fast")]
+    html = response.content.decode()
+    assert "<html" not in html
+    assert 'You can renew online up to 6 months before it expires. <a class="cite" href="#cite-1">[1]</a>' in html
+    assert 'id="cite-1"' in html
+    assert "Renewing a driver&#x27;s license" in html
+    assert "Router v3" in html
+    assert '<span style="width: 91.0%"></span>' in html  # dmv's score bar
+    assert '<li class="chosen">' in html
+    assert "30.2 ms" in html  # retrieval time
+    assert "47.5 ms" in html  # total
+
+
+def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
+    result = fake_result()
+    result.answer = "<script>alert(1)</script> [1] [7]"
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+
+    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+
+    assert "<script>alert(1)</script>" not in html
+    assert '&lt;script&gt;alert(1)&lt;/script&gt; <a class="cite" href="#cite-1">[1]</a> [7]' in html
+
+
+def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
+    result = fake_result()
+    result.citations = [{**result.citations[0], "url": "javascript:alert(1)"}]
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+
+    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+
+    assert "javascript:" not in html
+
+
+def test_the_playground_explains_when_no_router_is_trained(console, monkeypatch):
+    def unavailable(question, model="auto"):
+        raise route.RoutingUnavailable("no router has been trained yet; train one in the console or run the demo")
+
+    monkeypatch.setattr(chat, "answer", unavailable)
+
+    response = console.post(reverse("console-playground-answer"), {"question": "Where is my refund?", "mode": "auto"}, headers={"HX-Request": "true"})
+
+    assert response.status_code == 503
+    assert b"Routing is not available yet." in response.content
+    assert b"No router has been trained yet" in response.content
+
+
+def test_the_playground_works_without_javascript(console, experts, monkeypatch):
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result(question))
+
+    response = console.post(reverse("console-playground"), {"question": "How do I renew?", "mode": "auto"})
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<html" in html
+    assert 'id="answer"' in html
+    assert "How do I renew?</textarea>" in html  # the question stays in the form
+
+
+def test_the_playground_page_shows_form_errors_without_javascript(console):
+    response = console.post(reverse("console-playground"), {"question": "", "mode": "auto"})
+    assert response.status_code == 400
+    assert b"<html" in response.content
+    assert b"Please enter a question." in response.content

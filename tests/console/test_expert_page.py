@@ -1,0 +1,108 @@
+"""The expert page for its team: description, versions, knowledge, traffic, recent questions, misroutes; access rules."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+from django.utils import timezone
+
+from experts.models import Expert, ExpertVersion
+from knowledge.models import Document
+from labeling.models import ReviewDecision
+from routing.models import Feedback, RouterVersion, RoutingEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(django_user_model):
+    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads, description="Licences, plates and registrations.")
+    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
+    member.groups.add(roads)
+    return dmv, ssa, member
+
+
+def test_the_page_shows_description_team_versions_knowledge_and_traffic(client, world):
+    dmv, _ssa, member = world
+    ExpertVersion.objects.create(expert=dmv, version=1, status="active", adapter_path="/adapters/dmv-v1", base_model="tiny", system_prompt="You answer DMV questions.")
+    Document.objects.create(expert=dmv, external_id="a", title="Renewals", content_hash="x", text="a", chunk_count=4)
+    RouterVersion.objects.create(version=3, path="/x", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="f", is_active=True)
+    RoutingEvent.objects.create(request_id="r1", mode="auto", expert="dmv", question="How do I renew my licence?")
+    old = RoutingEvent.objects.create(request_id="r2", mode="auto", expert="dmv", question_chars=30)
+    RoutingEvent.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    client.force_login(member)
+
+    response = client.get(reverse("console-expert", args=["dmv"]))
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Licences, plates and registrations." in body
+    assert "team roads" in body
+    assert "dmv-v1" in body
+    assert "routable by v3" in body
+    assert "1 document" in body
+    assert "4 chunks" in body
+    assert 'action="/knowledge/dmv/search/"' in body
+    assert [n for _, n in [(t["day"], t["n"]) for t in response.context["traffic"]]][-3:] == [1, 0, 1]
+    assert response.context["traffic_total"] == 2
+    assert [e.request_id for e in response.context["questions"]] == ["r1"]  # r2's text was not stored
+    assert "How do I renew my licence?" in body
+
+
+def test_misroutes_list_thumbs_down_and_reviewed_questions(client, world, staff_user):
+    dmv, _ssa, _member = world
+    RoutingEvent.objects.create(request_id="bad", mode="auto", expert="dmv", question="When can I claim my pension?")
+    Feedback.objects.create(request_id="bad", rating=-1, expert="dmv", comment="wrong agency")
+    Feedback.objects.create(request_id="good", rating=1, expert="dmv")
+    ReviewDecision.objects.create(request_id="moved", reason="low_confidence", routed_expert="ssa", expert=dmv)
+    ReviewDecision.objects.create(request_id="agreed", reason="low_confidence", routed_expert="dmv", expert=dmv)
+    client.force_login(staff_user)
+
+    misroutes = client.get(reverse("console-expert", args=["dmv"])).context["misroutes"]
+
+    assert {(m.request_id, m.kind) for m in misroutes} == {("bad", "thumbs_down"), ("moved", "reviewed")}
+    bad = next(m for m in misroutes if m.request_id == "bad")
+    assert bad.question == "When can I claim my pension?"
+    assert bad.comment == "wrong agency"
+
+
+def test_another_teams_expert_is_a_404_and_shows_nothing(client, world):
+    _dmv, _ssa, member = world
+    client.force_login(member)
+
+    response = client.get(reverse("console-expert", args=["ssa"]))
+
+    assert response.status_code == 404
+    assert "Social Security" not in response.content.decode()
+
+
+def test_a_deleted_expert_gives_a_friendly_404(client, world, staff_user):
+    dmv, _ssa, _member = world
+    client.force_login(staff_user)
+    url = reverse("console-expert", args=["dmv"])
+    dmv.delete()
+
+    response = client.get(url)
+
+    assert response.status_code == 404
+    assert 'id="not-found"' in response.content.decode()
+
+
+def test_the_adapters_link_appears_only_when_that_page_exists(client, world, staff_user, monkeypatch):
+    from console import views
+
+    client.force_login(staff_user)
+    monkeypatch.setattr(views, "optional_url", lambda name, *args: "")
+    assert 'id="adapters-link"' not in client.get(reverse("console-expert", args=["dmv"])).content.decode()
+    monkeypatch.setattr(views, "optional_url", lambda name, *args: f"/experts/{args[0]}/adapters/" if name == "expert-adapters" else "")
+    assert 'href="/experts/dmv/adapters/"' in client.get(reverse("console-expert", args=["dmv"])).content.decode()
+
+
+@pytest.fixture
+def staff_user(django_user_model):
+    return django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)

@@ -1,0 +1,130 @@
+"""The review queue: which questions it lists, labelling one (training data, once), dismissing, and access."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+
+from console import selectors
+from experts.models import Expert
+from labeling import selectors as labeling_selectors
+from labeling.models import Assignment, ClusteringRun, Proposal, Query, ReviewDecision
+from routing.models import Feedback, RoutingEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def event(request_id: str, expert: str, scores: list[float], *, question: str = "", abstained: bool = False, router_version: int | None = 1) -> RoutingEvent:
+    slugs = ["dmv", "ssa", "va"]
+    return RoutingEvent.objects.create(
+        request_id=request_id, mode="auto", expert=expert, router_version=router_version, abstained=abstained,
+        experts=[{"slug": s, "score": v} for s, v in zip(slugs, scores, strict=False)], question=question,
+    )
+
+
+@pytest.fixture
+def world(django_user_model):
+    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
+    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    run = ClusteringRun.objects.create(model="m", eps=0.2, min_samples=3, n_experts=2, fingerprint="f", status="promoted")
+    Proposal.objects.create(run=run, index=0, name="Motor Vehicles", status="promoted", expert=dmv)
+    Proposal.objects.create(run=run, index=1, name="Social Security", status="promoted", expert=ssa)
+    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
+    member.groups.add(roads)
+    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
+    return dmv, ssa, run, member, staff
+
+
+def test_reasons_come_from_abstention_low_score_small_margin_and_thumbs_down():
+    def reasons(e: RoutingEvent, down: bool = False) -> tuple[str, ...]:
+        return selectors.review_reasons(e, down, min_score=0.5, min_margin=0.1)[0]
+
+    assert reasons(event("a", "", [0.3, 0.2], abstained=True)) == ("abstained",)
+    assert reasons(event("b", "dmv", [0.45, 0.05])) == ("low_confidence",)
+    assert reasons(event("c", "dmv", [0.52, 0.46])) == ("low_confidence",)
+    assert reasons(event("d", "dmv", [0.9, 0.05])) == ()
+    assert reasons(event("e", "dmv", [0.9, 0.05]), down=True) == ("thumbs_down",)
+    assert reasons(event("f", "dmv", [0.2, 0.1], router_version=None)) == ()  # named its expert: not routed
+
+
+def test_the_queue_lists_what_needs_review_newest_first_and_skips_decided_ones(client, world):
+    *_, staff = world
+    event("confident", "dmv", [0.95, 0.03], question="renew licence")
+    event("unsure", "dmv", [0.41, 0.39], question="lost my card")
+    event("down", "ssa", [0.9, 0.05], question="pension age")
+    Feedback.objects.create(request_id="down", rating=-1, expert="ssa", comment="not helpful")
+    event("decided", "dmv", [0.3, 0.2], question="already done")
+    ReviewDecision.objects.create(request_id="decided", reason="low_confidence", routed_expert="dmv")
+    client.force_login(staff)
+
+    rows = client.get(reverse("console-review")).context["rows"]
+
+    assert [r["item"].event.request_id for r in rows] == ["down", "unsure"]
+    assert rows[0]["item"].reason == "thumbs_down"
+    assert rows[0]["item"].feedback_comment == "not helpful"
+
+
+def test_labelling_a_misroute_feeds_router_training_and_a_double_submit_records_one(client, world):
+    _dmv, ssa, run, _member, staff = world
+    event("q1", "dmv", [0.45, 0.40], question="When can I draw my pension?")
+    client.force_login(staff)
+
+    first = client.post(reverse("console-review"), {"request_id": "q1", "expert": "ssa"})
+    second = client.post(reverse("console-review"), {"request_id": "q1", "expert": "dmv"})
+
+    assert first.status_code == second.status_code == 302
+    decision = ReviewDecision.objects.get()
+    assert (decision.routed_expert, decision.expert, decision.reason, decision.user) == ("dmv", ssa, "low_confidence", staff)
+    assert Query.objects.filter(source="review").count() == 1
+    examples = labeling_selectors.routing_examples(run)
+    assert [(e.text, e.expert) for e in examples] == [("When can I draw my pension?", "ssa")]
+    assert client.get(reverse("console-review")).context["rows"] == []
+
+
+def test_a_label_without_an_expert_comes_back_with_the_message_next_to_the_field(client, world):
+    *_, staff = world
+    event("q2", "dmv", [0.45, 0.40], question="Where do I register a boat?")
+    client.force_login(staff)
+
+    response = client.post(reverse("console-review"), {"request_id": "q2", "expert": ""})
+
+    assert response.status_code == 400
+    assert "Choose the expert that should have answered" in response.content.decode()
+    assert not ReviewDecision.objects.exists()
+
+
+def test_dismissing_needs_no_expert_and_adds_no_training_data(client, world):
+    *_, staff = world
+    event("q3", "", [0.2, 0.1], abstained=True)
+    client.force_login(staff)
+
+    client.post(reverse("console-review"), {"request_id": "q3", "expert": "", "dismiss": "on"})
+
+    decision = ReviewDecision.objects.get()
+    assert decision.expert is None
+    assert decision.reason == "abstained"
+    assert not Assignment.objects.exists()
+
+
+def test_a_team_member_sees_their_and_unanswered_questions_only_and_cannot_label_into_a_hidden_expert(client, world):
+    *_, member, _staff = world
+    event("mine", "dmv", [0.4, 0.35], question="plates")
+    event("theirs", "ssa", [0.4, 0.35], question="pension")
+    event("nobody", "", [0.2, 0.1], question="boats", abstained=True)
+    client.force_login(member)
+
+    rows = client.get(reverse("console-review")).context["rows"]
+    assert {r["item"].event.request_id for r in rows} == {"mine", "nobody"}
+    assert [v for v, _ in rows[0]["form"].fields["expert"].choices] == ["", "dmv"]
+
+    assert client.post(reverse("console-review"), {"request_id": "theirs", "expert": "dmv"}).status_code == 404
+    assert client.post(reverse("console-review"), {"request_id": "nobody", "expert": "ssa"}).status_code == 400  # not a choice
+    assert not ReviewDecision.objects.exists()
+
+
+def test_an_unknown_request_is_a_404(client, world):
+    *_, staff = world
+    client.force_login(staff)
+    assert client.post(reverse("console-review"), {"request_id": "nope", "expert": "dmv"}).status_code == 404

@@ -1,0 +1,140 @@
+"""``manage.py evaluate router`` on a tiny synthetic dataset, with a fake bag-of-words encoder (no model is loaded)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+
+import sbcommon.encoders
+from evaluation.router import add_typos, evaluate_router
+
+DOMAINS = {
+    "bank": "account balance transfer deposit loan card savings interest",
+    "travel": "flight hotel booking trip luggage passport airport train",
+    "kitchen": "recipe oven bake cook dinner ingredients boil fry",
+}
+OOS_WORDS = "planet galaxy poem guitar painting football volcano dinosaur"
+
+
+class WordEncoder:
+    """Each word is a fixed random direction; a text is the normalised sum of its words."""
+
+    name = "fake-words"
+    dimension = 32
+
+    def encode(self, texts, batch_size=64):
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.split():
+                seed = int(hashlib.md5(word.encode()).hexdigest()[:8], 16)
+                out[i] += np.random.default_rng(seed).normal(size=self.dimension).astype(np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1)
+
+
+def write_dataset(folder, per_split=None, unseen=False, domains=DOMAINS):
+    rng = np.random.default_rng(0)
+    rows = []
+    for split, n in (per_split or {"train": 60, "val": 15, "test": 15}).items():
+        for domain, words in domains.items():
+            vocab = words.split()
+            for _ in range(n):
+                rows.append({"text": " ".join(rng.choice(vocab, size=4)), "domain": domain, "intent": f"{domain}_x", "split": split})
+    oos = OOS_WORDS.split()
+    rows += [{"text": " ".join(rng.choice(oos, size=4)), "domain": None, "intent": "oos", "split": "oos"} for _ in range(20)]
+    if unseen:
+        rows += [{"text": "weather rain sunny cloud", "domain": "weather", "intent": "weather_x", "split": "test"} for _ in range(5)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def fake_encoder(monkeypatch, tmp_path):
+    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: WordEncoder())
+    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
+    dataset = write_dataset(tmp_path / "tiny")
+    out = tmp_path / "report.json"
+    call_command("evaluate", "router", "--dataset", str(dataset), "--json", str(out), "--noise-report")
+    report = json.loads(out.read_text())
+    for method in ("router", "logreg", "knn"):
+        m = report[method]
+        assert {"accuracy", "macro_f1", "oos_auroc", "oos_recall_at_95_precision", "load_cv", "train_s", "route_p50_ms"} <= set(m)
+        assert m["accuracy"] > 0.9
+        assert m["oos_auroc"] > 0.9
+        assert m["route_p50_ms"] >= report["embed_p50_ms"] > 0
+    assert report["sizes"] == {"train": 180, "val": 45, "test": 45, "oos": 20}
+    assert set(report["fingerprint_variants"]) == {"conv", "no_conv", "better"}
+    assert report["router"]["calibration"]["abstain_score"] == "prototype_similarity"
+    assert report["router"]["arbiter"]["accuracy"] > 0.9
+    levels = report["noise_report"]["levels"]
+    assert set(levels) == {"0.0", "0.1", "0.2"}
+    assert set(levels["0.2"]) == {"router", "router_without_regulariser", "logreg", "knn"}
+    assert {"accuracy", "typo_accuracy", "oos_auroc", "typo_oos_auroc"} <= set(levels["0.1"]["router"])
+    assert "accuracy_ge_best_baseline" in report["targets"]
+
+
+def test_a_dataset_without_validation_split_holds_out_part_of_train(tmp_path):
+    dataset = write_dataset(tmp_path / "noval", per_split={"train": 60, "test": 10})
+    report = evaluate_router(dataset, say=lambda _: None)
+    assert report["sizes"]["val"] == 18  # 10% of each domain's 60
+    assert report["sizes"]["train"] == 162
+
+
+def test_test_labels_never_seen_in_training_are_counted_and_scored_as_errors(tmp_path):
+    dataset = write_dataset(tmp_path / "unseen", unseen=True)
+    report = evaluate_router(dataset, say=lambda _: None)
+    assert report["unseen_test_labels"] == 5
+    assert report["router"]["accuracy"] <= 45 / 50
+
+
+def test_a_dataset_with_one_label_is_refused_clearly(tmp_path):
+    dataset = write_dataset(tmp_path / "one", domains={"bank": DOMAINS["bank"]})
+    with pytest.raises(ValueError, match="at least two"):
+        evaluate_router(dataset, say=lambda _: None)
+
+
+def test_typos_are_seeded_and_touch_about_the_requested_share_of_letters():
+    text = "please transfer money from my savings account to my checking account " * 5
+    first = add_typos(text, 0.1, np.random.default_rng(0))
+    assert first == add_typos(text, 0.1, np.random.default_rng(0))
+    changed = sum(a != b for a, b in zip(first, text, strict=False)) / len(text)
+    assert first != text
+    assert changed > 0.05
+
+
+def test_rows_with_conversation_context_also_get_the_context_router_scored(tmp_path):
+    dataset = write_dataset(tmp_path / "ctx")
+    rows = [json.loads(line) for line in (dataset / "queries.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["domain"]:
+            row["context"] = [{"speaker": "user", "text": DOMAINS[row["domain"]].split()[0] + " please"}]
+    (dataset / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    report = evaluate_router(dataset, say=lambda _: None)
+    context = report["context"]
+    assert context["test_rows_with_history"] == 45
+    assert context["router_context"]["accuracy"] > 0.9
+    assert "accuracy" in context["router_context_without_history"]
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["clinc150", "hwu64"])
+def test_on_the_real_domain_sets_the_router_meets_the_issue_targets(name, monkeypatch):
+    """Minutes each (the embeddings are cached after the first run); uses the real encoder."""
+    monkeypatch.undo()  # the real encoder and the real embedding cache
+    if not (SHARED / name / "queries.jsonl").exists():
+        pytest.skip(f"{SHARED / name} is not here")
+    report = evaluate_router(SHARED / name, label="domain", say=lambda _: None)
+    failed = {k: v for k, v in report["targets"].items() if not v}
+    assert not failed, json.dumps({k: report[k] for k in ("router", "logreg", "knn", "embed_p50_ms")}, indent=1)

@@ -1,0 +1,150 @@
+"""The whole loop on the bundled demo: import → cluster → review → promote → index → train → answer."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from experts.models import Expert
+from jobs.models import Job
+from knowledge.services import collection_name
+from knowledge.stores import get_store
+from labeling.models import ClusteringRun, Query
+from routing.models import RouterVersion, RoutingEvent
+from serving import route
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENCIES = ["dmv", "ssa", "studentaid", "va"]
+pytestmark = pytest.mark.django_db
+
+
+def held_out() -> list[dict]:
+    return [row for row in map(json.loads, open(ROOT / "demo" / "queries.jsonl")) if row["split"] == "test"]
+
+
+def chat(client, content, model="auto", **extra):
+    body = {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+    return client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+
+
+def test_the_demo_finds_the_four_agencies_as_experts(demo):
+    assert sorted(Expert.objects.values_list("slug", flat=True)) == AGENCIES
+    run = ClusteringRun.objects.get()
+    assert run.status == "promoted"
+    assert run.n_topics >= 2
+    assert any("scripted review" in line for line in demo["log"])  # the review says what it changed
+    assert Query.objects.filter(source="demo-doc2dial").count() == 403
+    assert set(Job.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert {"import_queries", "embed_queries", "cluster_queries", "index_documents", "train_router"} <= set(Job.objects.values_list("kind", flat=True))
+
+
+def test_each_expert_has_its_own_indexed_collection(demo):
+    store = get_store()
+    for expert in Expert.objects.all():
+        documents = expert.documents.all()
+        assert documents.count() == 15
+        assert all(d.indexed_at is not None for d in documents)
+        chunks = sum(d.chunk_count for d in documents)
+        assert chunks > 15
+        assert store.count(collection_name(expert)) == chunks
+
+
+def test_held_out_questions_are_routed_to_their_agency(demo):
+    correct, total = Counter(), Counter()
+    for row in held_out():
+        decision = route.route(row["text"])
+        total[row["label"]] += 1
+        correct[row["label"]] += decision.experts[0]["slug"] == row["label"]
+    for agency in AGENCIES:
+        assert correct[agency] / total[agency] >= 0.75, f"{agency}: {correct[agency]}/{total[agency]}"
+
+
+def test_the_chat_endpoint_answers_a_held_out_question_of_each_agency_from_that_agency(demo, client):
+    for agency in AGENCIES:
+        question = next(r["text"] for r in held_out() if r["label"] == agency and route.route(r["text"]).experts[0]["slug"] == agency)
+        response = chat(client, question)
+        assert response.status_code == 200, response.content
+        body = response.json()
+        assert body["object"] == "chat.completion"
+        assert body["choices"][0]["message"]["role"] == "assistant"
+        meta = body["switchboard"]
+        assert meta["experts"][0]["slug"] == agency
+        assert meta["runner_up"]["slug"] != agency
+        assert response["x-switchboard-expert"] == meta["expert"]
+        if meta["grounded"]:
+            assert "[1]" in body["choices"][0]["message"]["content"]
+            assert meta["citations"]
+            assert meta["citations"][0]["expert"] in {e["slug"] for e in meta["experts"][:2]}
+
+
+def test_every_request_is_stored_as_a_routing_event(demo, client):
+    before = RoutingEvent.objects.count()
+    response = chat(client, "How do I renew my driver license?")
+    assert response.status_code == 200
+    event = RoutingEvent.objects.latest("created_at")
+    assert RoutingEvent.objects.count() == before + 1
+    assert event.request_id == response.json()["id"]
+    assert event.expert == response.json()["switchboard"]["expert"]
+    assert event.total_ms > 0
+    assert event.embed_ms > 0
+    assert event.router_version == RouterVersion.objects.get(is_active=True).version
+
+
+def test_an_expert_slug_bypasses_the_router(demo, client):
+    response = chat(client, "How do I renew my driver license?", model="va")
+    assert response.status_code == 200
+    meta = response.json()["switchboard"]
+    assert meta["routing_path"] == "direct"
+    assert [e["slug"] for e in meta["experts"]] == ["va"]
+    assert response["x-switchboard-routing-path"] == "direct:va"
+
+
+def test_models_and_route_endpoints_list_the_experts(demo, client):
+    models = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert models[:2] == ["auto", "auto:fast"]
+    assert set(AGENCIES) <= set(models)
+    response = client.post("/api/v1/route", data={"question": "When can I start my retirement benefits?", "top_k": 2}, content_type="application/json")
+    assert response.status_code == 200
+    assert response.json()["experts"][0]["slug"] == "ssa"
+    assert len(response.json()["experts"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ("{not json", 400, "Malformed request body"),
+        (json.dumps({"model": "auto"}), 400, "messages"),
+        (json.dumps({"model": "auto", "messages": []}), 400, "messages"),
+        (json.dumps({"model": "auto", "messages": [{"role": "user", "content": "   "}]}), 400, "empty"),
+        (json.dumps({"model": "auto", "messages": [{"role": "system", "content": "hi"}]}), 400, "role 'user'"),
+        (json.dumps({"model": "auto", "messages": [{"role": "wizard", "content": "hi"}]}), 400, "role"),
+        (json.dumps({"model": "auto", "messages": "hello"}), 400, "messages"),
+        (json.dumps({"model": "no-such-expert", "messages": [{"role": "user", "content": "hi"}]}), 404, "unknown model"),
+        (json.dumps({"model": "auto", "messages": [{"role": "user", "content": "x" * 1_000_000}]}), 400, "limit"),
+        (json.dumps([1, 2, 3]), 400, ""),
+    ],
+)
+def test_bad_chat_requests_get_a_4xx_that_says_what_is_wrong(demo, client, body, status, fragment):
+    response = client.post("/v1/chat/completions", data=body, content_type="application/json")
+    assert response.status_code == status, response.content[:300]
+    error = response.json()["error"]
+    assert fragment in error["message"]
+
+
+@pytest.mark.django_db(transaction=True)  # jobs are sent on commit, so this test must really commit
+def test_rerunning_the_demo_reuses_what_exists(demo):
+    from switchboard.demo import load_demo
+
+    jobs_before = Job.objects.count()
+    versions_before = RouterVersion.objects.count()
+    summary = load_demo(say=lambda line: None)
+    assert Expert.objects.count() == 4
+    assert Query.objects.count() == 403
+    assert ClusteringRun.objects.count() == 1
+    assert RouterVersion.objects.count() == versions_before
+    assert summary["router_version"] == demo["summary"]["router_version"]
+    assert Job.objects.count() == jobs_before + 8  # every step ran again as a job, and found nothing to do
+    assert sum(d.chunk_count for d in Expert.objects.get(slug="dmv").documents.all()) > 0

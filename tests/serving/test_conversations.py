@@ -1,0 +1,140 @@
+"""Conversations: an id returned on the first turn, earlier turns as the router's context, a sticky expert, expiry."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from routing.models import Conversation
+from serving import chat as serving_chat
+from serving import conversations, route
+from tests.serving import test_failover as support
+
+encoder, generator, no_experiment, router, serving, store = (
+    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
+
+
+def chat(client, content, conversation_id=None, model="auto:fast", history=(), **extra):
+    messages = [*history, {"role": "user", "content": content}]
+    body = {"model": model, "messages": messages, **extra}
+    if conversation_id:
+        body["conversation_id"] = conversation_id
+    response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200, response.content
+    return response
+
+
+@pytest.fixture
+def routes(monkeypatch):
+    """Every call to ``route.route``, with its keyword arguments."""
+    calls = []
+    real = route.route
+
+    def spy(question, *args, **kwargs):
+        calls.append({"question": question, **kwargs})
+        return real(question, *args, **kwargs)
+
+    monkeypatch.setattr(serving_chat, "route", spy)
+    return calls
+
+
+def test_the_first_turn_returns_a_new_conversation_id_in_the_body_and_a_header(serving, client):
+    response = chat(client, "how do I renew my licence")
+    conversation_id = response.json()["switchboard"]["conversation_id"]
+    assert conversation_id.startswith("conv_")
+    assert response["x-switchboard-conversation"] == conversation_id
+    row = Conversation.objects.get(conversation_id=conversation_id)
+    assert (row.expert, row.n_turns, len(row.turns)) == ("dmv", 1, 1)
+    assert row.expires_at > timezone.now() + timedelta(hours=23)
+
+
+def test_a_client_chosen_id_is_kept_and_also_read_from_metadata(serving, client):
+    assert chat(client, "my pension", conversation_id="ticket-42").json()["switchboard"]["conversation_id"] == "ticket-42"
+    response = chat(client, "my pension", metadata={"conversation_id": "ticket-42"})
+    assert response.json()["switchboard"]["conversation_id"] == "ticket-42"
+    assert Conversation.objects.get(conversation_id="ticket-42").n_turns == 2
+
+
+def test_the_stored_turns_are_the_routers_context_on_the_next_turn(serving, client, routes):
+    first = chat(client, "how do I renew my licence").json()["switchboard"]["conversation_id"]
+    chat(client, "and the fee?", conversation_id=first)
+    assert routes[0]["context_vectors"] is None
+    context = routes[1]["context_vectors"]
+    assert context.shape == (1, support.DIM)
+    expected = support.FakeEncoder().encode(["how do I renew my licence"])[0]
+    assert np.allclose(context[0], expected, atol=1e-3)  # stored as float16
+
+
+def test_the_requests_own_earlier_user_messages_are_the_context_when_sent(serving, client, routes):
+    history = [{"role": "user", "content": "my veteran benefits"}, {"role": "assistant", "content": "Sure."}]
+    chat(client, "how do I renew my licence", history=history)
+    assert routes[0]["context"] == ["my veteran benefits"]
+
+
+def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(serving, client, settings):
+    settings.CONVERSATION_STICKY_MARGIN = 0.5
+    conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
+    response = chat(client, "licence and pension", conversation_id=conversation_id)  # dmv first by ~0.33
+    meta = response.json()["switchboard"]
+    assert meta["experts"][0]["slug"] == "dmv"
+    assert meta["expert"] == "ssa"
+    assert meta["sticky"] is True
+
+
+def test_a_clearly_better_expert_takes_the_conversation_over(serving, client, settings):
+    settings.CONVERSATION_STICKY_MARGIN = 0.15
+    conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
+    meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
+    assert (meta["expert"], meta["sticky"]) == ("dmv", False)
+    assert Conversation.objects.get(conversation_id=conversation_id).expert == "dmv"
+
+
+def test_a_follow_up_the_router_cannot_place_stays_with_the_conversations_expert(serving, client):
+    conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
+    meta = chat(client, "what about next year?", conversation_id=conversation_id).json()["switchboard"]
+    assert meta["abstained"] is True
+    assert (meta["expert"], meta["sticky"]) == ("ssa", True)
+
+
+def test_a_conversation_started_with_another_key_is_refused(serving):
+    serving_chat.answer("my pension", conversation_id="shared", api_key_id=1)
+    with pytest.raises(conversations.ConversationNotAllowed):
+        serving_chat.answer("my pension", conversation_id="shared", api_key_id=2)
+
+
+def test_an_expired_conversation_starts_over_and_is_purged(serving, client, settings):
+    settings.CONVERSATION_STICKY_MARGIN = 0.5
+    conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
+    Conversation.objects.filter(conversation_id=conversation_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
+    assert (meta["expert"], meta["sticky"]) == ("dmv", False)  # no memory of ssa any more
+    assert Conversation.objects.get(conversation_id=conversation_id).n_turns == 1
+    Conversation.objects.filter(conversation_id=conversation_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert conversations.purge_expired() == 1
+    assert not Conversation.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("ranked", "expert", "margin", "expected"),
+    [
+        ([("a", 0.6), ("b", 0.4)], "b", 0.25, (["b", "a"], True)),
+        ([("a", 0.6), ("b", 0.4)], "b", 0.1, (["a", "b"], False)),
+        ([("a", 0.6), ("b", 0.4)], "a", 0.25, (["a", "b"], False)),
+        ([("a", 0.6), ("b", 0.4)], "", 0.25, (["a", "b"], False)),
+        ([("a", 0.6), ("b", 0.4)], "zz", 0.25, (["a", "b"], False)),
+    ],
+)
+def test_sticky_order(ranked, expert, margin, expected):
+    order, sticky = conversations.sticky_order([{"slug": s, "score": v} for s, v in ranked], expert, margin)
+    assert ([e["slug"] for e in order], sticky) == expected
+
+
+def test_a_malformed_conversation_id_is_a_400(serving, client):
+    body = {"model": "auto", "messages": [{"role": "user", "content": "hi"}], "conversation_id": "no spaces allowed"}
+    response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 400
+    assert "conversation_id" in response.json()["error"]["message"]

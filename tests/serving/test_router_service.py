@@ -1,0 +1,294 @@
+"""Serving decisions through routing.services: ranking, abstention to the fallback expert, capacity, failover, bad input.
+
+A tiny router is built by hand (RouterNet with one prototype per expert along its own axis) and
+registered as the active RouterVersion in a temporary ROUTER_DIR; the encoder is a fake that maps
+keywords to those axes, so every decision is known in advance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from experts.models import Expert
+from routing import services
+from routing.ml.router import RouterNet
+from routing.models import RouterVersion, RoutingEvent, TrainingRun
+from serving import chat, route
+
+pytestmark = pytest.mark.django_db
+DIM = 8
+EXPERTS = ["dmv", "ssa", "va"]
+KEYWORDS = {"licence": 0, "pension": 1, "veteran": 2}
+
+
+class FakeEncoder:
+    """Keywords point along their expert's axis; anything else points along an axis no expert has."""
+
+    name = "fake"
+    dimension = DIM
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def encode(self, texts, batch_size=64):
+        self.seen.extend(texts)
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for i, text in enumerate(texts):
+            axes = [axis for word, axis in KEYWORDS.items() if word in text]
+            out[i, axes or [7]] = 1.0
+            if "and" in text.split() and len(axes) == 2:
+                out[i, axes[0]] = 1.05  # a question about two topics, leaning a little to the first
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def encoder(monkeypatch):
+    fake = FakeEncoder()
+    monkeypatch.setattr(route, "get_encoder", lambda *a, **k: fake)
+    monkeypatch.setattr(chat, "get_encoder", lambda *a, **k: fake)
+    return fake
+
+
+@pytest.fixture
+def router(tmp_path, settings, encoder):
+    """An active router over three experts, abstaining below similarity 0.5 to every prototype."""
+    settings.ROUTER_DIR = tmp_path
+    settings.ROUTER_LOAD_WINDOW = 10
+    settings.ROUTER_LOAD_PENALTY = 0.0
+    settings.ROUTER_CAPACITY = 1.0
+    for slug in EXPERTS:
+        Expert.objects.create(slug=slug, name=slug.upper())
+    torch.manual_seed(0)
+    model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
+    with torch.no_grad():
+        model.gate[-1].weight.zero_()  # the MLP says nothing: the prototypes decide
+        model.gate[-1].bias.zero_()
+    model.set_prototypes([torch.eye(DIM)[i : i + 1] for i in range(3)])
+    model.save(tmp_path / "v1")
+    route._router_cache.clear()
+    version = RouterVersion.objects.create(
+        version=1, path=str(tmp_path / "v1"), experts=EXPERTS, embedding_model="fake", data_fingerprint="test",
+        metrics={"abstain_threshold": 0.5}, is_active=True,
+    )
+    yield version
+    route._router_cache.clear()
+
+
+def test_the_nearest_expert_is_ranked_first_with_all_three_as_failover(router):
+    decision = route.route("how do I renew my licence", top_k=2)
+    assert [e["slug"] for e in decision.experts] == ["dmv", "ssa", "va"]
+    assert [e["slug"] for e in decision.failover] == ["dmv", "ssa", "va"]
+    assert not decision.abstained
+    assert decision.fallback is None
+    assert set(decision.raw_scores) == set(EXPERTS)
+    assert decision.raw_scores["dmv"] > 0.99
+    assert decision.score == pytest.approx(1.0)
+    assert decision.router_version == 1
+
+
+def test_a_question_like_nothing_seen_abstains_to_the_fallback_expert(router):
+    Expert.objects.create(slug="general", name="General", is_fallback=True)
+    decision = route.route("what is the meaning of life")
+    assert decision.abstained
+    assert decision.fallback == "general"
+    assert decision.score == pytest.approx(0.0)
+    assert len(decision.failover) == 3  # still ranked, for whoever wants to try
+
+
+def test_an_abstained_answer_comes_from_the_fallback_experts_collection(router, monkeypatch):
+    Expert.objects.create(slug="general", name="General", is_fallback=True)
+    searched = []
+    monkeypatch.setattr(chat.knowledge, "search_experts", lambda experts, *a, **k: searched.append([e.slug for e in experts]) or [])
+    result = chat.answer("what is the meaning of life", model="auto")
+    assert searched == [["general"]]
+    assert result.abstained
+    assert result.fallback_used
+    assert result.expert == "general"
+    event = RoutingEvent.objects.get(request_id=result.request_id)
+    assert event.abstained
+    assert event.fallback_used
+
+
+def test_without_a_fallback_expert_the_answer_says_no_expert_covers_it(router, monkeypatch):
+    monkeypatch.setattr(chat.knowledge, "search_experts", lambda *a, **k: pytest.fail("nothing should be searched"))
+    result = chat.answer("what is the meaning of life", model="auto")
+    assert result.answer == "No expert covers this question."
+    assert result.abstained
+    assert not result.fallback_used
+    assert result.expert == ""
+    assert result.citations == []
+    assert not result.grounded
+    assert set(result.timings) == {"embed_ms", "route_ms", "retrieve_ms", "generate_ms", "total_ms"}
+    assert RoutingEvent.objects.get(request_id=result.request_id).abstained
+
+
+def test_the_chat_endpoint_reports_abstention_and_failover(router, client):
+    body = {"model": "auto", "messages": [{"role": "user", "content": "what is the meaning of life"}]}
+    response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200
+    meta = response.json()["switchboard"]
+    assert meta["abstained"] is True
+    assert meta["fallback_used"] is False
+    assert [e["slug"] for e in meta["failover"]] == ["dmv", "ssa", "va"]
+    assert response.json()["choices"][0]["message"]["content"] == "No expert covers this question."
+
+
+def test_the_route_endpoint_reports_abstention_and_failover(router, client):
+    response = client.post("/api/v1/route", data={"question": "my veteran benefits", "top_k": 1}, content_type="application/json")
+    assert response.status_code == 200
+    assert [e["slug"] for e in response.json()["experts"]] == ["va"]
+    assert response.json()["failover"][0]["slug"] == "va"
+    assert response.json()["abstained"] is False
+
+
+def test_an_expert_over_its_capacity_share_is_skipped_to_the_next(router, settings):
+    settings.ROUTER_CAPACITY = 0.6
+    route._router_cache.clear()
+    firsts = [route.route("licence and pension").experts[0]["slug"] for _ in range(10)]
+    # The window holds 10 slots: dmv may take 6; from then on its questions go to the runner-up.
+    assert firsts == ["dmv"] * 7 + ["ssa"] * 3
+    last = route.route("licence and pension")
+    assert [e["slug"] for e in last.failover] == ["ssa", "va", "dmv"]
+
+
+def test_the_load_penalty_moves_close_calls_away_from_a_busy_expert(router, settings):
+    settings.ROUTER_LOAD_PENALTY = 1.0
+    route._router_cache.clear()
+    firsts = [route.route("licence and pension").experts[0]["slug"] for _ in range(6)]
+    assert firsts[0] == "dmv"
+    assert "ssa" in firsts
+
+
+def test_an_inactive_expert_is_never_chosen(router):
+    Expert.objects.filter(slug="dmv").update(status="disabled")
+    decision = route.route("how do I renew my licence", top_k=3)
+    assert "dmv" not in [e["slug"] for e in decision.experts]
+    assert "dmv" not in decision.raw_scores
+
+
+@pytest.mark.parametrize("question", ["", "   \n"])
+def test_an_empty_question_is_refused(router, question):
+    with pytest.raises(route.InvalidQuestion, match="empty"):
+        route.route(question)
+
+
+@pytest.mark.parametrize("top_k", [0, 4])
+def test_top_k_must_be_one_to_three(router, top_k):
+    with pytest.raises(route.InvalidQuestion, match="top_k"):
+        route.route("licence", top_k=top_k)
+
+
+def test_a_50000_character_question_is_cut_before_encoding(router, encoder, settings):
+    decision = route.route("licence " * 6250)
+    assert decision.experts[0]["slug"] == "dmv"
+    assert len(encoder.seen[-1]) <= settings.MAX_QUESTION_CHARS
+
+
+def test_no_active_router_is_unavailable(router):
+    RouterVersion.objects.update(is_active=False)
+    with pytest.raises(route.RoutingUnavailable, match="no router"):
+        route.route("licence")
+
+
+# --- training from labels ------------------------------------------------------------------------
+
+@pytest.fixture
+def labelled(db, settings, tmp_path, monkeypatch):
+    """A promoted clustering run whose queries (with cached embeddings) belong to the given experts."""
+    from labeling.choices import ProposalStatus, RunStatus
+    from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
+    from sbcommon.hashing import text_hash
+
+    settings.ROUTER_DIR = tmp_path
+    monkeypatch.setattr("labeling.services.get_encoder", lambda *a, **k: FakeEncoder())
+
+    def make(sizes: dict[str, int], dim: int = 16) -> ClusteringRun:
+        rng = np.random.default_rng(0)
+        run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(sizes), fingerprint="t", status=RunStatus.PROMOTED)
+        for index, (slug, size) in enumerate(sizes.items()):
+            expert = Expert.objects.create(slug=slug, name=slug)
+            proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
+            for j in range(size):
+                text = f"{slug} question {j}"
+                v = np.zeros(dim, dtype=np.float32)
+                v[index] = 1.0
+                v += 0.2 * rng.normal(size=dim).astype(np.float32)
+                v /= np.linalg.norm(v)
+                q = Query.objects.create(text=text, text_hash=text_hash(text), row_hash=text_hash("r" + text), source="t")
+                Embedding.objects.create(model=settings.EMBEDDING_MODEL, text_hash=q.text_hash, vector=v.astype("<f4").tobytes())
+                Assignment.objects.create(run=run, query=q, topic=index, proposal=proposal)
+        return run
+
+    return make
+
+
+def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labelled):
+    labelled({"dmv": 40, "ssa": 40, "va": 40})
+    Expert.objects.create(slug="empty", name="Nobody labelled me")
+    version = services.train_router_from_labels({"epochs": 5, "seed": 0, "hidden_dim": 128})
+    assert version.is_active
+    assert version.experts == EXPERTS
+    assert "abstain_threshold" in version.metrics
+    assert version.metrics["experts_without_examples"] == ["empty"]
+    run = TrainingRun.objects.get(router_version=version)
+    diagnostics = run.metrics["diagnostics"]
+    assert set(diagnostics["per_expert"]) == set(EXPERTS)
+    assert len(diagnostics["confusion"]) == 3
+    assert {"load_cv", "ece", "ece_calibrated", "temperature", "undecided", "logit_variance"} <= set(diagnostics)
+    assert RouterNet.load(version.path).has_prototypes
+
+
+def test_training_with_one_expert_fails_clearly_and_activates_nothing(labelled):
+    from jobs.services import JobFailed
+
+    labelled({"dmv": 30})
+    with pytest.raises(JobFailed, match="at least two experts"):
+        services.train_router_from_labels({"epochs": 2})
+    assert not RouterVersion.objects.exists()
+
+
+def test_a_diverging_training_fails_and_keeps_the_active_router(labelled, router):
+    from jobs.services import JobFailed
+
+    RouterVersion.objects.all().delete()
+    Expert.objects.all().delete()
+    labelled({"dmv": 30, "ssa": 30})
+    services.train_router_from_labels({"epochs": 2, "seed": 0, "hidden_dim": 128})
+    good = RouterVersion.objects.get(is_active=True)
+    with pytest.raises(JobFailed, match="diverged"):
+        services.train_router_from_labels({"epochs": 5, "lr": 1e30, "seed": 1, "hidden_dim": 128})
+    assert RouterVersion.objects.get(is_active=True) == good
+    assert RouterVersion.objects.count() == 1
+
+
+def test_bad_training_parameters_fail_clearly(labelled):
+    from jobs.services import JobFailed
+
+    labelled({"dmv": 30, "ssa": 30})
+    with pytest.raises(JobFailed, match="hidden_dim"):
+        services.train_router_from_labels({"hidden_dim": 4096})
+
+
+def test_an_expert_with_a_single_labelled_query_keeps_it_for_training(labelled):
+    labelled({"dmv": 30, "ssa": 30, "va": 1})
+    version = services.train_router_from_labels({"epochs": 2, "seed": 0, "hidden_dim": 128})
+    assert version.experts == EXPERTS
+    assert TrainingRun.objects.get(router_version=version).metrics["diagnostics"]["per_expert"]["va"]["support"] == 0
+
+
+def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_others(router, tmp_path, encoder):
+    plain = route.route("my pension", context=["licence", "licence"])
+    assert plain.raw_scores == route.route("my pension").raw_scores
+    torch.manual_seed(1)
+    model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, context_dim=4)
+    model.save(tmp_path / "v2")
+    RouterVersion.objects.update(is_active=False)
+    RouterVersion.objects.create(version=2, path=str(tmp_path / "v2"), experts=EXPERTS, embedding_model="fake", data_fingerprint="c", is_active=True)
+    without = route.route("my pension")
+    with_history = route.route("my pension", context=["licence", "  ", "veteran"])
+    assert with_history.raw_scores != without.raw_scores
+    assert encoder.seen[-2:] == ["licence", "veteran"]  # blank turns are dropped, the rest encoded in order

@@ -1,0 +1,171 @@
+"""The layout rules that import-linter cannot express, checked on the real import graph (grimp).
+
+1. No import cycle between modules, except an app's ``services`` <-> ``tasks`` pair (Django's usual
+   "the service enqueues the task, the task calls the service").
+2. No app folder holds more than ``MAX_SHARE`` of the code (non-test, non-migration Python lines).
+3. No module is longer than ``MAX_LINES`` lines unless one of its first lines gives the reason
+   (``Long because ...``).
+
+Run by ``make check`` (``python tools/check_layout.py``); exits 1 and lists each violation.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every first-party package: the apps at the root and the packages inside platform/.
+PACKAGES = ("switchboard", "sbcommon", "jobs", "clients", "audit", "experts", "knowledge", "labeling", "routing", "serving", "console", "evaluation")
+MAX_SHARE = 0.25
+MAX_LINES = 600
+REASON_MARK = "Long because"
+REASON_WITHIN = 15  # lines from the top of the module
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+def package_dir(package: str) -> Path:
+    """Where a first-party package lives: platform/<name> or <name> at the root."""
+    inside = ROOT / "platform" / package
+    return inside if inside.is_dir() else ROOT / package
+
+
+def source_files(package: str) -> list[Path]:
+    """The package's Python files, without migrations."""
+    return sorted(p for p in package_dir(package).rglob("*.py") if "migrations" not in p.parts and "__pycache__" not in p.parts)
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+# --- cycles ------------------------------------------------------------------------------------------
+
+def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[set[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph.get(start, ())))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def allowed_cycle(component: set[str]) -> bool:
+    """An app's ``services`` and ``tasks`` modules importing each other, and nothing else."""
+    if len(component) != 2:
+        return False
+    first, second = sorted(component)
+    app_a, _, leaf_a = first.rpartition(".")
+    app_b, _, leaf_b = second.rpartition(".")
+    return app_a == app_b and {leaf_a, leaf_b} == {"services", "tasks"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> first-party modules it imports (anywhere in the module, function bodies included)."""
+    import grimp
+
+    graph = grimp.build_graph(*PACKAGES)
+    return {m: {i for i in graph.find_modules_directly_imported_by(m) if i.split(".")[0] in PACKAGES} for m in graph.modules}
+
+
+def check_cycles(graph: Mapping[str, Iterable[str]]) -> list[Violation]:
+    return [
+        Violation("import cycle", " <-> ".join(sorted(c)))
+        for c in strongly_connected(graph) if not allowed_cycle(c)
+    ]
+
+
+# --- sizes -------------------------------------------------------------------------------------------
+
+def check_shares(lines_by_package: Mapping[str, int], max_share: float = MAX_SHARE) -> list[Violation]:
+    total = sum(lines_by_package.values()) or 1
+    return [
+        Violation("folder too large", f"{name} holds {n / total:.0%} of the code ({n} of {total} lines; at most {max_share:.0%})")
+        for name, n in sorted(lines_by_package.items()) if n / total > max_share
+    ]
+
+
+def has_reason(path: Path) -> bool:
+    head = path.read_text(encoding="utf-8").splitlines()[:REASON_WITHIN]
+    return any(REASON_MARK in line for line in head)
+
+
+def check_long_modules(files: Iterable[Path], max_lines: int = MAX_LINES) -> list[Violation]:
+    return [
+        Violation("long module", f"{os.path.relpath(p, ROOT)} has {n} lines (over {max_lines}) and no '{REASON_MARK} ...' line at its top")
+        for p in files if (n := line_count(p)) > max_lines and not has_reason(p)
+    ]
+
+
+def main() -> int:
+    files = {pkg: source_files(pkg) for pkg in PACKAGES}
+    lines = {pkg: sum(line_count(p) for p in fs) for pkg, fs in files.items()}
+    violations = [
+        *check_cycles(import_graph()),
+        *check_shares(lines),
+        *check_long_modules(p for fs in files.values() for p in fs),
+    ]
+    total = sum(lines.values())
+    print("layout: " + ", ".join(f"{pkg} {n / total:.0%}" for pkg, n in sorted(lines.items(), key=lambda kv: -kv[1])))
+    for v in violations:
+        print(f"layout: {v}")
+    if violations:
+        print(f"layout: {len(violations)} violation(s)")
+        return 1
+    print("layout: no import cycle outside services<->tasks, no folder over 25%, no unexplained module over 600 lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
