@@ -40,3 +40,13 @@ def one_torch_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def base(tmp_path, settings) -> Path:
+    """A stand-in base model folder (a config only) that BASE_MODEL points at: enough for adapter checks, not for loading."""
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    settings.BASE_MODEL = str(folder)
+    return folder

@@ -43,15 +43,6 @@ class FakeVllm:
 
 
 @pytest.fixture
-def base(tmp_path, settings) -> Path:
-    folder = tmp_path / "base"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    settings.BASE_MODEL = str(folder)
-    return folder
-
-
-@pytest.fixture
 def dmv(tmp_path, base) -> ExpertVersion:
     folder = tmp_path / "dmv-v2"
     folder.mkdir()

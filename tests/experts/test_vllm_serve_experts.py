@@ -16,11 +16,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def base(tmp_path, settings) -> Path:
-    folder = tmp_path / "base"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    settings.BASE_MODEL = str(folder)
+def base(base, settings) -> Path:
+    """The conftest's stand-in base model, served by a vLLM at a known address."""
+    folder = base
     settings.VLLM_BASE_MODEL_NAME = ""
     settings.VLLM_PYTHON = ""
     settings.VLLM_URL = "http://127.0.0.1:8000"

@@ -18,31 +18,9 @@ from routing import services
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 from serving import chat, route
+from tests.serving.test_failover import DIM, EXPERTS, FakeEncoder
 
 pytestmark = pytest.mark.django_db
-DIM = 8
-EXPERTS = ["dmv", "ssa", "va"]
-KEYWORDS = {"licence": 0, "pension": 1, "veteran": 2}
-
-
-class FakeEncoder:
-    """Keywords point along their expert's axis; anything else points along an axis no expert has."""
-
-    name = "fake"
-    dimension = DIM
-
-    def __init__(self):
-        self.seen: list[str] = []
-
-    def encode(self, texts, batch_size=64):
-        self.seen.extend(texts)
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            axes = [axis for word, axis in KEYWORDS.items() if word in text]
-            out[i, axes or [7]] = 1.0
-            if "and" in text.split() and len(axes) == 2:
-                out[i, axes[0]] = 1.05  # a question about two topics, leaning a little to the first
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 @pytest.fixture
