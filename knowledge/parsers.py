@@ -39,8 +39,15 @@ _MD_HINT = re.compile(r"^(#{1,6}\s+\S|```|\s*[-*+]\s+\S.*$|\s*\d+\.\s+\S)", re.M
 _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "embed", "head")
 _BLOCK_TAGS = (
     "p", "div", "section", "article", "main", "aside", "header", "footer", "nav", "blockquote", "pre", "table", "thead", "tbody",
-    "tr", "ul", "ol", "dl", "dt", "dd", "figure", "figcaption", "form", "fieldset", "address", "hr",
+    "tfoot", "tr", "ul", "ol", "dl", "dt", "dd", "figure", "figcaption", "form", "fieldset", "address", "hr", "details", "summary",
+    "caption", "legend", "menu", "hgroup", "dialog", "center",
 )
+# Inline elements that stand apart on the page (a link list's title beside its description, buttons,
+# labels, options): their text must not run into the next word ("GI Bill benefitsTransfer your ...").
+_SEPARATE_INLINE = ("a", "button", "label", "option", "select", "input", "img")
+# Marks an element's edge in the extracted text: a space where two words would otherwise touch, else nothing.
+_EDGE = "\u2063"
+_EDGE_BETWEEN_WORDS = re.compile(r"(?<=[\w.!?:;,)\]%])\u2063+(?=[\w(\[$\"\u201c])")
 
 
 class ParseError(ValueError):
@@ -219,8 +226,19 @@ def parse_html(html: str, filename: str) -> tuple[str, str, str]:
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     canonical = soup.find("link", rel="canonical")
     url = str(canonical.get("href") or "") if canonical else ""
-    # nh3 first: scripts, styles, event handlers and embeds go with their content; the structure stays.
-    soup = BeautifulSoup(clean_structure(str(soup.body or soup)), "lxml")
+    if not url.startswith(("http://", "https://")):  # Open Graph's og:url names the page too
+        og = soup.find("meta", attrs={"property": "og:url"})
+        url = str(og.get("content") or "") if og else url
+    # Edges nh3 would lose with the tags it strips (forms, details, links' neighbours), marked in the text first.
+    body = soup.body or soup
+    for tag in body.find_all(_SEPARATE_INLINE):
+        tag.insert_before(_EDGE)
+        tag.insert_after(_EDGE)
+    for tag in body.find_all(_BLOCK_TAGS):
+        tag.insert_before("\n\n")
+        tag.insert_after("\n\n")
+    # nh3 next: scripts, styles, event handlers and embeds go with their content; the structure stays.
+    soup = BeautifulSoup(clean_structure(str(body)), "lxml")
     for tag in soup(_DROP_TAGS):
         tag.decompose()
     for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
@@ -241,7 +259,7 @@ def parse_html(html: str, filename: str) -> tuple[str, str, str]:
     for tag in soup.find_all(_BLOCK_TAGS):
         tag.insert_before("\n\n")
         tag.insert_after("\n\n")
-    text = _clean(soup.get_text(""))
+    text = _clean(_EDGE_BETWEEN_WORDS.sub(" ", soup.get_text("")).replace(_EDGE, ""))
     text = re.sub(r"(\s*\|\s*)+\n", "\n", text)
     return title or _first_line_title(text, _stem(filename)), text, url if url.startswith(("http://", "https://")) else ""
 

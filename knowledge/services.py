@@ -15,6 +15,7 @@ vectors of two models cannot share one collection.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
@@ -38,7 +40,8 @@ from sbcommon.encoders import get_encoder
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
-from .ml.chunking import chunk_text
+from .ml.chunking import Chunk, chunk_text, section_title
+from .ml.rescoring import rescore
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
 from .models import Document, KnowledgeBase
@@ -115,8 +118,32 @@ def chunk_settings(expert: Expert) -> tuple[int, int]:
     return size, max(0, min(int(expert.chunk_overlap), size // 2 - 1))
 
 
+def chunk_by_sections() -> bool:
+    """Whether documents are chunked by their sections (setting ``CHUNK_BY_SECTIONS``, default on)."""
+    return bool(getattr(settings, "CHUNK_BY_SECTIONS", True))
+
+
+def chunk_document(title: str, text: str, size: int, overlap: int, sections: bool | None = None) -> list[tuple[Chunk, str]]:
+    """A document's chunks, each with its title: "Document — Section" when chunking by sections, else the document's.
+
+    The title is what the chunk's embedding and BM25 terms start with and what its citation shows.
+    ``sections`` None: ``CHUNK_BY_SECTIONS``.
+    """
+    sections = chunk_by_sections() if sections is None else sections
+    chunks = chunk_text(text, size=size, overlap=overlap, sections=sections)
+    return [(chunk, section_title(title, chunk.path) if sections else title) for chunk in chunks]
+
+
+def document_url(document: Document) -> str:
+    """The page a document came from: its ``url``, else ``metadata.url`` (web addresses only, for citations)."""
+    for url in (document.url, (document.metadata or {}).get("url")):
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            return url[:1000]
+    return ""
+
+
 def embedding_text(title: str, chunk: str) -> str:
-    """What a chunk's dense vector is made from: the document title gives each chunk its context."""
+    """What a chunk's dense vector is made from: the chunk's title (document and section) gives it its context."""
     return f"{title}\n{chunk}"
 
 
@@ -125,24 +152,29 @@ def sparse_text(title: str, chunk: str) -> str:
 
 
 def _points(expert: Expert, document: Document) -> list[PointRecord]:
+    """The document's chunks as points. The payload's ``title`` is the chunk's citation title ("Document —
+    Section"), ``document_title`` the document's; ``url`` the page it came from and ``source`` its
+    ``metadata.source`` (where the document came from, when it has no page address)."""
     size, overlap = chunk_settings(expert)
-    chunks = chunk_text(document.text, size=size, overlap=overlap)
+    chunks = chunk_document(document.title, document.text, size, overlap)
     if not chunks:
         return []
     encoder = get_encoder()
     batch_size = getattr(settings, "EMBEDDING_BATCH_SIZE", 64)
-    vectors = encoder.encode([embedding_text(document.title, c.text) for c in chunks], batch_size=batch_size)
-    sentences = _sentence_payloads([c.text for c in chunks], encoder, batch_size)
+    vectors = encoder.encode([embedding_text(title, c.text) for c, title in chunks], batch_size=batch_size)
+    sentences = _sentence_payloads([c.text for c, _ in chunks], encoder, batch_size)
+    url = document_url(document)
+    source = str((document.metadata or {}).get("source") or "")[:500]
     points = []
-    for chunk, vector, extra in zip(chunks, vectors, sentences, strict=True):
-        indices, values = bm25_vector(sparse_text(document.title, chunk.text))
+    for (chunk, title), vector, extra in zip(chunks, vectors, sentences, strict=True):
+        indices, values = bm25_vector(sparse_text(title, chunk.text))
         points.append(
             PointRecord(
                 id=str(uuid.uuid5(POINT_NAMESPACE, f"{document.pk}:{document.content_hash}:{chunk.position}")),
                 dense=vector.tolist(), sparse_indices=indices, sparse_values=values,
                 payload={
                     "expert": expert.slug, "document_id": document.pk, "document_version": document.version,
-                    "title": document.title, "url": document.url, "position": chunk.position,
+                    "title": title, "document_title": document.title, "url": url, "source": source, "position": chunk.position,
                     "heading": chunk.heading, "text": chunk.text, **extra,
                 },
             )
@@ -563,11 +595,40 @@ post_save.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serv
 post_delete.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-delete-KnowledgeBase")
 
 
+def rescore_weight() -> float:
+    """The best sentence's share in a retrieved chunk's score (setting ``RETRIEVAL_RESCORE_WEIGHT``; 0: off)."""
+    return min(1.0, max(0.0, float(getattr(settings, "RETRIEVAL_RESCORE_WEIGHT", 0.0))))
+
+
+def _pool(limit: int) -> int:
+    """Chunks to fetch for ``limit`` results: more when re-scoring picks among them (``RETRIEVAL_RESCORE_POOL``)."""
+    return max(limit, int(getattr(settings, "RETRIEVAL_RESCORE_POOL", 10))) if rescore_weight() > 0 else limit
+
+
+def rescored(hits: list[Hit], query_vector: list[float], limit: int) -> list[Hit]:
+    """The best ``limit`` hits after re-scoring each by its best sentence's similarity to the question.
+
+    A hit's new ``score`` is ``(1 - w) * score / best score + w * best sentence cosine`` with
+    ``w = RETRIEVAL_RESCORE_WEIGHT`` (``knowledge.ml.rescoring``), from the sentence vectors indexing
+    keeps in the payload; a chunk without them counts its dense cosine instead. With ``w = 0`` the
+    hits are returned as retrieved.
+    """
+    weight = rescore_weight()
+    if weight <= 0 or len(hits) < 2:
+        return hits[:limit]
+    readers = [sentence_vector_reader(h.payload) for h in hits]
+    blocks = [read() if read is not None else None for read in readers]
+    mixed = rescore(np.asarray(query_vector, dtype=np.float32), [h.score for h in hits], blocks, weight, fallback=[h.dense_score for h in hits])
+    order = sorted(range(len(hits)), key=lambda i: (-float(mixed[i]), i))[:limit]
+    return [dataclasses.replace(hits[i], score=float(mixed[i])) for i in order]
+
+
 def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None, method: str = "hybrid") -> list[Hit]:
-    """Search one expert's collection: "hybrid" (dense + sparse, RRF-fused), "dense" or "sparse"."""
+    """Search one expert's collection: "hybrid" (dense + sparse, RRF-fused), "dense" or "sparse"; re-scored (``rescored``) when on."""
     dense, indices, values = _query(question, query_vector)
     method = _method_for(_models([expert]), [expert], method)
-    return get_store().search(collection_name(expert), dense, indices, values, limit=limit, method=method)
+    hits = get_store().search(collection_name(expert), dense, indices, values, limit=_pool(limit), method=method)
+    return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
 
 
 def routing_weights(chosen: list[str], weights: list[float] | None, others: list[str], threshold: float) -> dict[str, float]:
@@ -637,4 +698,6 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below())
     everyone = list(experts) + others
     method = _method_for(_models(everyone), everyone, method)
-    return search_collections(get_store(), plan, dense, indices, values, limit=limit, method=method)
+    hits = search_collections(get_store(), plan, dense, indices, values, limit=_pool(limit), method=method)
+    # Re-scoring reads dense sentence vectors: not after a fall-back to keywords (another model's collection).
+    return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]

@@ -4,6 +4,16 @@ The demo keeps, for each of the four agencies, the 15 documents with the most di
 questions and every dialogue-opening question grounded in them. Run from the repository root:
 
     python tools/build_demo.py [--source ../shared/datasets/doc2dial]
+
+doc2dial's document text was extracted from the agencies' HTML without a separator between
+neighbouring elements, so a link's title runs into its description ("Transfer Post-9/11 GI Bill
+benefitsTransfer your unused ...") and an address's lines into each other ("Claims Intake
+CenterPO Box 4444Janesville"). ``clean_text`` puts a space back at those joins (a lower-case
+letter or a digit touching a capitalised word, letters touching a long number, "!" touching the
+next sentence), leaving alone the product names that are written that way (``KEEP``), web and
+e-mail addresses, and removes the lines of the DMV pages' content-management template ("show
+mydmv button in megamenu:"). Each document's ``metadata.source`` says where it came from;
+doc2dial keeps no page addresses, so documents carry no ``url``.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 from pathlib import Path
 
 AGENCIES = {
@@ -20,6 +31,55 @@ AGENCIES = {
     "studentaid": ("Federal Student Aid", "https://studentaid.gov"),
 }
 DOCS_PER_AGENCY = 15
+# Names written in camel case on the agencies' pages: never split (every other lower-to-upper join is an artefact).
+KEEP = frozenset("""
+    AccessVA AmeriCorps BeThere BorrowerDefense CareerScope DeVos DoD eBenefits FedBizOpps FedEx FedLoan GeriPACT HealthCare
+    HealtheVet LinkedIn MasterCard MetLife milConnect MyDMV MyLicense MyMoney mySocial myStudentAid MyVA311 OnGuard OneSource
+    PaySign PowerPoint SafeHelpline StudentAid StudentLoanSupport ThankYou VetSuccess VitalChek WyoTech YouTube
+    TnnnnnC TnnnnnnC TnnnnnT TnnnnnnT nnnSBVa nnnSBVan
+""".split())
+# Fields of the DMV pages' template that doc2dial's extraction kept as text.
+TEMPLATE_LINES = frozenset({'show mydmv button in megamenu:', 'show "do it online" button in megamenu:', "disable this transaction?:", "yes or no survey:"})
+_ADDRESS = re.compile(r"\S+@\S+|https?://\S+|\b[\w.-]+\.(?:gov|com|org|edu|net|us)\b\S*", re.I)
+_CAMEL = re.compile(r"[A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*")
+_JOINS = (
+    (re.compile(r"(?<=\d)(?=[A-Z][a-z]{2,})"), " "),  # "Box 4444Janesville", "Suite 6Utica"
+    (re.compile(r"(?<=[a-z]{3})(?=\d{3,}\b)"), " "),  # "Motor Vehicles207 Genesee Street"
+    (re.compile(r"(?<=[a-z][!?])(?=[A-Z][a-z])"), " "),  # "your driver license!We suspend"
+)
+
+
+def _split_camel(match: re.Match[str]) -> str:
+    word = match.group(0)
+    if word in KEEP:
+        return word
+    kept = [(m.start(), m.start() + len(name)) for name in KEEP for m in re.finditer(re.escape(name), word)]
+    out, last = [], 0
+    for i in range(1, len(word)):
+        if word[i - 1].islower() and word[i].isupper() and not any(a < i < b for a, b in kept):
+            out.append(word[last:i])
+            last = i
+    return " ".join([*out, word[last:]])
+
+
+def clean_text(text: str) -> str:
+    """doc2dial text with its run-together elements separated and the DMV template's lines removed (see the module docstring)."""
+    text = text.replace("have amySocial", "have a mySocial")
+    pieces, last = [], 0
+    for address in _ADDRESS.finditer(text):
+        pieces.append(_clean_words(text[last : address.start()]))
+        pieces.append(address.group(0))
+        last = address.end()
+    pieces.append(_clean_words(text[last:]))
+    lines = "".join(pieces).split("\n")
+    return "\n".join(line for line in lines if line.strip().lower() not in TEMPLATE_LINES)
+
+
+def _clean_words(text: str) -> str:
+    text = _CAMEL.sub(_split_camel, text)
+    for pattern, separator in _JOINS:
+        text = pattern.sub(separator, text)
+    return text
 
 
 def main() -> None:
@@ -45,7 +105,9 @@ def main() -> None:
         with open(out / "documents" / f"{agency}.jsonl", "w") as handle:
             for doc_id in sorted(k for k in keep if docs[k]["domain"] == agency):
                 d = docs[doc_id]
-                handle.write(json.dumps({"id": doc_id, "title": d["title"], "text": d["text"], "metadata": {"agency": agency}}) + "\n")
+                name, site = AGENCIES[agency]
+                source = f"doc2dial: the {name} page \u201c{d['title']}\u201d ({site.removeprefix('https://')})"
+                handle.write(json.dumps({"id": doc_id, "title": d["title"], "text": clean_text(d["text"]), "metadata": {"agency": agency, "source": source}}) + "\n")
     with open(out / "queries.jsonl", "w") as handle:
         for q in first:
             if gold[q["query_id"]] in keep:

@@ -60,6 +60,22 @@ def test_a_page_made_of_scripts_only_holds_no_text():
         parse_bytes(b"<html><head><script>" + b"var a = 1;" * 1000 + b"</script></head><body><script>x()</script></body></html>", "app.html")
 
 
+def test_html_link_titles_do_not_run_into_their_descriptions():
+    page = (b'<html><body><ul><li><a href="/transfer"><b>Transfer Post-9/11 GI Bill benefits</b></a><span>Transfer your unused benefits.'
+            b'</span></li></ul><div><a href="/a">Apply</a><a href="/b">Track</a> or read (<a href="/c">the guide</a>), <a href="/d">VA</a>'
+            b"'s page.</div><details><summary>More</summary>Other programs</details><label>Name</label><button>Go</button></body></html>")
+    doc = only(parse_bytes(page, "education.html"))
+
+    assert doc.text == ("- Transfer Post-9/11 GI Bill benefits Transfer your unused benefits.\n\n"
+                        "Apply Track or read (the guide), VA's page.\n\nMore\n\nOther programs\n\nName Go")
+
+
+def test_og_url_names_the_page_when_there_is_no_canonical_link():
+    page = b'<html><head><meta property="og:url" content="https://www.va.gov/education/"></head><body><p>Hello</p></body></html>'
+
+    assert only(parse_bytes(page, "education.html")).url == "https://www.va.gov/education/"
+
+
 def test_html_saved_as_txt_is_still_parsed_as_html():
     assert parse_bytes(b"<html><body><p>Hello</p><script>bad()</script></body></html>", "page.txt").kind == "html"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbcommon.env import envfloat, envint, envstr
+from sbcommon.env import envbool, envfloat, envint, envstr
 
 from .core import VAR_DIR
 
@@ -31,3 +31,12 @@ RETRIEVAL_TOP_K = envint("RETRIEVAL_TOP_K", 5)
 # Routed retrieval also searches the experts the router did not pick, weighted by its leftover
 # probability, unless the router's top-k share reaches this (1.0: always widen).
 RETRIEVAL_WIDEN_BELOW = envfloat("RETRIEVAL_WIDEN_BELOW", 1.0)
+# Chunk documents by their sections ("Document — Section" titles; knowledge.ml.chunking). A change
+# applies to documents indexed afterwards: rebuild a collection to re-chunk what it holds.
+CHUNK_BY_SECTIONS = envbool("CHUNK_BY_SECTIONS", True)
+# Re-score the best RETRIEVAL_RESCORE_POOL retrieved chunks by their best sentence (knowledge.ml.rescoring):
+# the sentence cosine's share of the score, 0 = off. Off: on doc2dial's validation split the best setting
+# (0.75, pool 10) raised answer recall@5 by 2.6 points but its interval reached zero, and the extractive
+# answer's F1 by 0.003, within noise (tools/measure_retrieval.py).
+RETRIEVAL_RESCORE_WEIGHT = envfloat("RETRIEVAL_RESCORE_WEIGHT", 0.0)
+RETRIEVAL_RESCORE_POOL = envint("RETRIEVAL_RESCORE_POOL", 10)
