@@ -11,6 +11,7 @@ urlpatterns = [
     path("", views.OverviewView.as_view(), name="console-overview"),
     path("playground/", views.PlaygroundView.as_view(), name="console-playground"),
     path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
+    path("playground/stream/", views.PlaygroundStreamView.as_view(), name="console-playground-stream"),
     path("heatmap/", views.HeatmapView.as_view(), name="console-heatmap"),
     path("heatmap/data.json", views.HeatmapDataView.as_view(), name="console-heatmap-data"),
     path("review/", views.ReviewQueueView.as_view(), name="console-review"),

@@ -7,13 +7,16 @@ user may not see is a 404, an action they may not take a 403; staff see and do e
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views import View
@@ -22,6 +25,7 @@ from django.views.generic import TemplateView
 from experts import access
 from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
 from experts.choices import ExpertStatus
+from experts.generation import GenerationBusy
 from jobs.views import visible_jobs
 from knowledge import selectors as knowledge_selectors
 from labeling.proposals import ReviewError
@@ -30,6 +34,7 @@ from routing import selectors as routing_selectors
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
 from serving import chat, route
+from serving.sse import event_stream_response
 
 from . import selectors
 from .forms import PlaygroundForm, ReviewDecisionForm
@@ -107,9 +112,28 @@ def _with_href(passage: dict[str, Any]) -> dict[str, Any]:
     return {**passage, "href": url if url.startswith(("https://", "http://")) else ""}
 
 
+_SOURCE_LABELS = {"model": "model", "extractive": "extractive", "extractive_fallback": "extractive fallback",
+                  "not_found": "nothing found", "none": "no expert"}
+
+
+def _fallback_note(result: chat.ChatResult) -> str:
+    """What the playground says when the model did not answer as configured."""
+    reason = result.fallback_reason.replace("_", " ")
+    if result.answer_source == "extractive_fallback":
+        return f"The model could not answer ({reason}): these are the passages' best sentences."
+    if result.answer_source == "model" and reason:
+        which = f"adapter {result.adapter}" if result.adapter else "the base model without an adapter"
+        return f"The expert's adapter could not be used ({reason}): {which} answered."
+    if result.finish_reason == "time_budget":
+        return "The answer was cut at its time budget."
+    return ""
+
+
 def _result_context(result: chat.ChatResult) -> dict[str, Any]:
     ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1)} for e in result.decision.experts]
     return {
+        "source_label": _SOURCE_LABELS.get(result.answer_source, result.answer_source),
+        "fallback_note": _fallback_note(result),
         "result": result,
         "ranked": ranked,
         "answer_html": answer_html(result.answer, len(result.citations)),
@@ -119,6 +143,18 @@ def _result_context(result: chat.ChatResult) -> dict[str, Any]:
     }
 
 
+def _refusal(form: PlaygroundForm, exc: Exception) -> tuple[dict[str, Any], int]:
+    """The panel's context for a question that cannot be answered now (HTTP 503)."""
+    if isinstance(exc, route.RoutingUnavailable):
+        return {"form": form, "unavailable": str(exc)}, 503
+    if isinstance(exc, GenerationBusy):
+        return {"form": form, "busy_retry_s": exc.retry_after_s}, 503
+    return {"form": form, "experts_down": str(exc)}, 503
+
+
+_REFUSED = (route.RoutingUnavailable, route.AllExpertsDown, GenerationBusy)
+
+
 def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
     """Validate the posted form and answer it: the template context and the HTTP status."""
     form = PlaygroundForm(request.POST, user=request.user)
@@ -126,8 +162,8 @@ def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
         return {"form": form}, 400
     try:
         result = chat.answer(form.cleaned_data["question"], model=form.cleaned_data["mode"])
-    except route.RoutingUnavailable as exc:
-        return {"form": form, "unavailable": str(exc)}, 503
+    except _REFUSED as exc:
+        return _refusal(form, exc)
     return {"form": form, **_result_context(result)}, 200
 
 
@@ -152,6 +188,47 @@ class PlaygroundAnswerView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest) -> HttpResponse:
         context, status = _handle_question(request)
         return render(request, self.template_name, context, status=status)
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class PlaygroundStreamView(LoginRequiredMixin, View):
+    """The playground's answer as it is written (``js/playground.js``): server-sent events.
+
+    ``meta`` (who answers), ``delta`` (text as the model writes it), then ``done`` with the whole
+    panel rendered as the htmx endpoint renders it (citations, routing path, latency), or
+    ``error`` when the model failed mid-answer. A question that cannot be answered is the panel
+    itself as HTML (400 for form errors, 503 when routing, every expert or the model is unavailable).
+    """
+
+    template_name = "console/partials/playground_panel.html"
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = PlaygroundForm(request.POST, user=request.user)
+        if not form.is_valid():
+            return render(request, self.template_name, {"form": form}, status=400)
+        try:
+            turn = chat.open_stream(form.cleaned_data["question"], model=form.cleaned_data["mode"])
+        except _REFUSED as exc:
+            context, status = _refusal(form, exc)
+            response = render(request, self.template_name, context, status=status)
+            if isinstance(exc, GenerationBusy):
+                response["Retry-After"] = str(exc.retry_after_s)
+            return response
+        return event_stream_response(request, self._events(request, form, turn), turn.close)
+
+    def _events(self, request: HttpRequest, form: PlaygroundForm, turn: Any) -> Iterator[bytes]:
+        yield _event("meta", {"expert": turn.expert, "answer_source": turn.source.answer_source})
+        try:
+            for delta in turn:
+                yield _event("delta", {"text": delta})
+        except route.StreamInterrupted as exc:
+            yield _event("error", {"message": str(exc)})
+            return
+        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result)}, request=request)
+        yield _event("done", {"html": html})
 
 
 # --- traffic heatmap -----------------------------------------------------------------------------

@@ -1,5 +1,13 @@
 """Answering a chat turn end to end: route, retrieve from the chosen experts' collections, generate with
 failover, stream, and record the decision.
+
+Who writes the answer (``answer_source``): "model" (the configured language model, with the expert's
+adapter when it has one), "extractive" (``GENERATOR=extractive``: cited sentences, no model),
+"extractive_fallback" (the model failed, ran out of time or has its breaker open: the extractive
+answer from the same passages, ``fallback_reason`` says why), "not_found" (no passage was strong
+enough to show a model) or "none" (no expert covers the question). A broken adapter is replaced by
+the expert's previous active version's adapter, else the bare base model (``adapter`` and
+``expert_version`` say which answered, ``fallback_reason`` why).
 """
 
 from __future__ import annotations
@@ -9,13 +17,21 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from django.conf import settings
 
-from experts.generation import AdapterRef, GenerationError, GenerationRequest, get_generator
-from experts.ml.extractive import Answer, Passage
+from experts.generation import (
+    AdapterError,
+    AdapterRef,
+    GenerationBusy,
+    GenerationError,
+    GenerationRequest,
+    get_fallback_generator,
+    get_generator,
+)
+from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.models import Expert, ExpertVersion
 from experts.selectors import experts_by_slug, serving_version
 from knowledge import services as knowledge
@@ -59,6 +75,21 @@ class ChatResult:
     experiment_id: int | None = None
     expert_version: int | None = None
     parts: list[dict[str, Any]] = field(default_factory=list)
+    answer_source: str = ""
+    fallback_reason: str = ""
+    adapter: str | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Source:
+    """Who wrote one expert's answer: ``answer_source`` (see the module), why a fallback, the adapter and version used."""
+
+    answer_source: str = ""
+    fallback_reason: str = ""
+    adapter: str | None = None
+    expert_version: int | None = None
+    citation_format: str = "[{index}]"
 
 
 # model name → how many experts: ``auto`` fuses the top 2's passages into one answer, ``auto:fast``
@@ -105,13 +136,38 @@ def _generation_settings(slug: str, arm: ArmAssignment | None) -> tuple[ExpertVe
     return version, adapter
 
 
+def _previous_adapter(slug: str, version: ExpertVersion | None) -> tuple[ExpertVersion, AdapterRef] | None:
+    """The adapter of the version that was active before ``version`` (the most recently activated other one), if any."""
+    earlier = ExpertVersion.objects.filter(expert__slug=slug, activated_at__isnull=False).exclude(adapter_path="")
+    if version is not None:
+        earlier = earlier.exclude(pk=version.pk).exclude(adapter_path=version.adapter_path)
+    previous = earlier.select_related("expert").order_by("-activated_at").first()
+    if previous is None:
+        return None
+    return previous, AdapterRef(expert=slug, name=previous.adapter_name, path=previous.adapter_path, base_model=previous.base_model,
+                                version=previous.version)
+
+
+def _source(payload: dict[str, Any]) -> str:
+    """What a reader calls a passage's document: its title, else its file name or id."""
+    for key in ("source", "title", "external_id", "file_name"):
+        if payload.get(key):
+            return str(payload[key])
+    return f"document {payload['document_id']}" if payload.get("document_id") is not None else ""
+
+
 def _to_passages(hits: list[Any]) -> list[Passage]:
     return [
         Passage(text=h.payload.get("text", ""), title=h.payload.get("title", ""), url=h.payload.get("url", ""), score=h.dense_score,
-                expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id,
+                expert=h.payload.get("expert", ""), document_id=h.payload.get("document_id"), chunk_id=h.id, source=_source(h.payload),
                 sentence_vectors=knowledge.sentence_vector_reader(h.payload))
         for h in hits
     ]
+
+
+def _is_extractive(generator: Any) -> bool:
+    """Whether the configured backend is the extractive one (then there is nothing to fall back to)."""
+    return getattr(generator, "name", "") == "extractive"
 
 
 def _citation_pattern(citation_format: str) -> re.Pattern[str]:
@@ -148,8 +204,9 @@ class ChatTurn:
 
     ``start()`` does everything up to the first piece of the answer: it routes, picks the
     candidates (stickiness, experiment arm, key scope), and walks them in order, skipping experts
-    whose circuit breaker is open, failing over on ``StoreUnavailable`` and ``GenerationError``,
-    until one expert produced its first output. Errors there raise before any byte is sent.
+    whose circuit breaker is open, failing over on ``StoreUnavailable`` (and on ``GenerationError``
+    when even the extractive answer failed), until one expert produced its first output. A model
+    that fails answers extractively instead (``Source``). Errors there raise before any byte is sent.
     Iterating the turn yields the rest of the answer as text deltas; when it ends, ``result``
     holds the ``ChatResult``. The routing event is recorded exactly once: on success, on an error,
     or from ``close()`` when the client went away (status 499, ``client_cancelled``).
@@ -176,6 +233,7 @@ class ChatTurn:
         self._parts: list[dict[str, Any]] = []
         self._streamed: list[str] = []
         self._answer_breaker: Any = None
+        self.source = Source()
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -191,6 +249,9 @@ class ChatTurn:
             raise
         except AllExpertsDown:
             self._record(503, "no_expert_available")
+            raise
+        except GenerationBusy:
+            self._record(503, "generation_busy")
             raise
         return self
 
@@ -214,6 +275,7 @@ class ChatTurn:
         self.timings["embed_ms"], self.timings["route_ms"] = self.decision.embed_ms, self.decision.route_ms
         if not candidates:  # abstained without a fallback expert: say so, nothing retrieved or generated
             self._first = Answer(text=NO_EXPERT_ANSWER, citations=[], grounded=False)
+            self.source = Source(answer_source="none")
             return
         if req.model == "auto:accurate" and len(candidates) > 1 and not self.abstained:
             self._first = self._accurate(candidates)
@@ -254,14 +316,15 @@ class ChatTurn:
             self.timings["retrieve_ms"] += (time.perf_counter() - t0) * 1000
         return _to_passages(hits)
 
-    def _generation_request(self, slug: str, passages: list[Passage]) -> GenerationRequest:
+    def _generation_request(self, slug: str, passages: list[Passage]) -> tuple[GenerationRequest, ExpertVersion | None]:
         version, adapter = _generation_settings(slug, self.arm)
         self.expert_version = version.version if version is not None else None
-        return GenerationRequest(
+        request = GenerationRequest(
             question=self.question, expert=slug, passages=passages, history=list(self.request.history),
             system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
             adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
         )
+        return request, version
 
     def _fail(self, slug: str, reason: str, breaker: Any | None = None) -> None:
         if breaker is not None:
@@ -302,23 +365,80 @@ class ChatTurn:
                 gen_breaker = breaker if answering == slug else _breaker(answering)
                 t0 = time.perf_counter()
                 try:
-                    output = self._open_stream(answering, passages, stream)
+                    output, source, answer_breaker = self._answer_with(answering, passages, stream, gen_breaker)
                 except GenerationError as exc:
                     self._fail(answering, exc.kind, gen_breaker)
                     failed.add(answering)
                     continue
                 finally:
                     self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
-                self.expert, self._passages, self._first, self._answer_breaker = answering, passages, output, gen_breaker
+                self.expert, self._passages, self._first, self._answer_breaker = answering, passages, output, answer_breaker
+                self.source, self.expert_version = source, source.expert_version
                 if not stream:
-                    gen_breaker.record_success()
+                    answer_breaker.record_success()
                 self.fallback_used = self.fallback_used or bool(self.failover_from)
                 return
         raise AllExpertsDown(self.failover_from)
 
-    def _open_stream(self, slug: str, passages: list[Passage], stream: bool) -> str | Answer:
+    def _answer_with(self, slug: str, passages: list[Passage], stream: bool, breaker: Any) -> tuple[str | Answer, Source, Any]:
+        """One expert's first output, who wrote it, and the breaker its success or failure counts on.
+
+        The extractive backend answers itself (its ``GenerationError`` fails the expert over). A
+        model answers unless the passages are weak (``NOT_FOUND`` then, the model is not asked),
+        its breaker (``<slug>:generation``) is open, or it fails: then the extractive answer from
+        the same passages. ``GenerationBusy`` goes up to the caller (HTTP 503).
+        """
+        self._stream = None  # a stream left by an earlier candidate that failed is not this one's
         generator = get_generator()
-        request = self._generation_request(slug, passages)
+        request, version = self._generation_request(slug, passages)
+        number = version.version if version is not None else None
+        fmt = request.citation_format
+        if _is_extractive(generator):
+            return self._open(generator, request, stream), Source("extractive", expert_version=number, citation_format=fmt), breaker
+        if not passages or max(p.score for p in passages) < float(settings.EXTRACTIVE_MIN_SCORE):
+            return Answer(text=NOT_FOUND, citations=[], grounded=False), Source("not_found", expert_version=number, citation_format=fmt), breaker
+        model_breaker = _breaker(f"{slug}:generation")
+        if not model_breaker.allow():
+            return (*self._extractive(request, stream, "circuit_open", number), breaker)
+        try:
+            output, source = self._model_output(generator, request, version, stream)
+        except GenerationError as exc:
+            model_breaker.record_failure(exc.kind)
+            logger.warning("chat.generation_fallback", extra={"expert": slug, "reason": exc.kind, "request_id": self.request_id})
+            return (*self._extractive(request, stream, exc.kind, number), breaker)
+        return output, source, model_breaker
+
+    def _model_output(self, generator: Any, request: GenerationRequest, version: ExpertVersion | None, stream: bool) -> tuple[str | Answer, Source]:
+        """The model's first output with the request's adapter, else the previous active version's, else none."""
+        number = version.version if version is not None else None
+        options: list[tuple[GenerationRequest, int | None]] = [(request, number)]
+        if request.adapter is not None:
+            previous = _previous_adapter(request.expert, version)
+            if previous is not None:
+                older, adapter = previous
+                options.append((replace(request, adapter=adapter, system_prompt=older.system_prompt, citation_format=older.citation_format),
+                                older.version))
+            options.append((replace(request, adapter=None), number))
+        reason = ""
+        for option, option_version in options:
+            try:
+                output = self._open(generator, option, stream)
+            except AdapterError as exc:
+                reason = exc.kind
+                logger.warning("chat.adapter_unusable", extra={"expert": request.expert, "adapter": option.adapter.name if option.adapter else "",
+                                                               "reason": exc.kind, "error": str(exc), "request_id": self.request_id})
+                continue
+            adapter = option.adapter.name if option.adapter is not None else None
+            return output, Source("model", fallback_reason=reason, adapter=adapter, expert_version=option_version,
+                                  citation_format=option.citation_format)
+        raise GenerationError(f"no adapter of expert {request.expert!r} could be used ({reason})")
+
+    def _extractive(self, request: GenerationRequest, stream: bool, reason: str, version: int | None) -> tuple[str | Answer, Source]:
+        """The extractive answer from the request's passages, standing in for the model (``reason``: why)."""
+        output = self._open(get_fallback_generator(), replace(request, adapter=None), stream)
+        return output, Source("extractive_fallback", fallback_reason=reason, expert_version=version, citation_format=request.citation_format)
+
+    def _open(self, generator: Any, request: GenerationRequest, stream: bool) -> str | Answer:
         if not stream:
             return generator.generate(request)
         self._stream = iter(generator.stream(request))
@@ -330,7 +450,7 @@ class ChatTurn:
     def _accurate(self, candidates: list[str]) -> Answer:
         """``auto:accurate``: the top two healthy experts answer from their own passages; the answers are merged."""
         names = dict(Expert.objects.filter(slug__in=candidates).values_list("slug", "name"))
-        parts: list[tuple[str, str, Answer, str, list[Passage]]] = []
+        parts: list[tuple[str, str, Answer, str, list[Passage], Source]] = []
         for slug in candidates:
             if len(parts) == 2:
                 break
@@ -343,26 +463,28 @@ class ChatTurn:
             except StoreUnavailable:
                 self._fail(slug, "store_unavailable", breaker)
                 continue
-            request = self._generation_request(slug, passages)
             t0 = time.perf_counter()
             try:
-                answer = get_generator().generate(request)
+                output, source, answer_breaker = self._answer_with(slug, passages, False, breaker)
             except GenerationError as exc:
                 self._fail(slug, exc.kind, breaker)
                 continue
             finally:
                 self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
-            breaker.record_success()
-            parts.append((slug, names.get(slug, slug), answer, request.citation_format, passages))
+            answer_breaker.record_success()
+            assert isinstance(output, Answer)
+            parts.append((slug, names.get(slug, slug), output, source.citation_format, passages, source))
         if not parts:
             raise AllExpertsDown(self.failover_from)
         merged = merge_answers([p[:4] for p in parts])
         kept = [p for p in parts if p[2].grounded] or parts[:1]
-        self._parts = [{"expert": p[0], "grounded": p[2].grounded, "citations": len(p[2].citations)} for p in kept]
+        self._parts = [{"expert": p[0], "grounded": p[2].grounded, "citations": len(p[2].citations), "answer_source": p[5].answer_source,
+                        "fallback_reason": p[5].fallback_reason, "adapter": p[5].adapter} for p in kept]
         self.expert = parts[0][0]
+        self.source = parts[0][5]
+        self.expert_version = self.source.expert_version  # the answering expert's version, for the event
         self._passages = [passage for p in parts for passage in p[4]]
         self.fallback_used = bool(self.failover_from)
-        self._generation_request(self.expert, [])  # the answering expert's version, for the event
         return merged
 
     # -- the answer --------------------------------------------------------------------------
@@ -397,7 +519,8 @@ class ChatTurn:
             timings=self._timings(), request_id=self.request_id, abstained=self.abstained, fallback_used=self.fallback_used,
             failover_from=list(self.failover_from), conversation_id=self.conversation.conversation_id if self.conversation else "",
             sticky=self.sticky, arm=self.arm.arm if self.arm else "", experiment_id=self.arm.experiment_id if self.arm else None,
-            expert_version=self.expert_version, parts=self._parts,
+            expert_version=self.expert_version, parts=self._parts, answer_source=self.source.answer_source,
+            fallback_reason=self.source.fallback_reason, adapter=self.source.adapter, finish_reason=answer.finish_reason,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)
@@ -452,6 +575,14 @@ def answer(question: str, model: str = "auto", **request: Any) -> ChatResult:
         pass
     assert turn.result is not None
     return turn.result
+
+
+def open_stream(question: str, model: str = "auto", **request: Any) -> ChatTurn:
+    """A started, streamed ``ChatTurn`` for ``question`` (iterate it for the text deltas; ``result`` at the end).
+
+    Raises what ``answer`` raises, and ``GenerationBusy`` when the model's queue is full.
+    """
+    return ChatTurn(ChatRequest(question=question, model=model, **request)).start(stream=True)
 
 
 def _passage_dict(p: Passage, index: int) -> dict[str, Any]:

@@ -2,8 +2,12 @@
 
 Every backend turns a ``GenerationRequest`` into an ``Answer`` (``generate``) or into a stream of
 text deltas ending with the final ``Answer`` (``stream``). Backends raise ``GenerationError``
-(or a subclass) for anything the caller should treat as "this expert is down or unsure": the
-serving path then records a failure on the expert's circuit breaker and fails over to the next one.
+(or a subclass) for anything the caller should treat as "this model is down or unsure": the
+serving path then answers extractively from the same passages (or, when the extractive backend
+itself failed, fails over to the next expert). ``AdapterError`` says the request's adapter cannot
+be used (another base model, a corrupt folder): an earlier adapter or the bare base model can
+still answer. ``GenerationBusy`` is not a failure: an in-process backend has as many requests
+waiting as it accepts, and the caller should come back after ``retry_after_s``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ class GenerationRequest:
 
     ``history`` holds the earlier turns of the conversation ([{"role", "content"}], oldest first);
     ``system_prompt`` and ``citation_format`` come from the expert's serving version; ``adapter``
-    names the LoRA adapter to answer with (None: the base model or no model at all).
+    names the LoRA adapter to answer with (None: the base model or no model at all);
+    ``timeout_s`` is the time budget of the whole generation, waiting for the model included
+    (None: the backend's own).
     """
 
     question: str
@@ -33,6 +39,7 @@ class GenerationRequest:
     adapter: AdapterRef | None = None
     max_tokens: int | None = None
     temperature: float = 0.0
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,24 @@ class GenerationTimeout(GenerationError):
 
 class GenerationUnavailable(GenerationError):
     kind = "generator_unavailable"
+
+
+class AdapterError(GenerationError):
+    """The request's adapter cannot be used (not on this base model, unreadable): another adapter or none may answer."""
+
+    kind = "adapter_unavailable"
+
+
+class AdapterMismatch(AdapterError):
+    kind = "adapter_mismatch"
+
+
+class GenerationBusy(Exception):
+    """The backend's queue is full: not a failure of the expert, the client should retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        self.retry_after_s = max(1, int(retry_after_s))
+        super().__init__(message)
 
 
 class Generator(Protocol):

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from functools import lru_cache
 
-from .base import Generator
+from .base import GenerationUnavailable, Generator
 from .faulty import with_fault_hooks
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,18 @@ def get_generator(name: str | None = None) -> Generator:
     raise ValueError(f"GENERATOR={name!r} is not available; known backends: {', '.join(BACKENDS)}")
 
 
+@lru_cache(maxsize=1)
+def get_fallback_generator() -> Generator:
+    """The extractive backend, which answers when the configured model cannot (failed, too slow, breaker open).
+
+    Kept apart from ``get_generator``'s cache (asking that one for "extractive" would evict the loaded
+    model) and without fault hooks: an injected generator fault is meant to exercise this fallback.
+    """
+    from .extractive import ExtractiveGenerator
+
+    return ExtractiveGenerator()
+
+
 def warm_up_hottest(traffic: Callable[[], dict[str, int]] | None = None) -> list[str]:
     """At server start with ``GENERATOR=transformers``: load the busiest experts' adapters.
 
@@ -59,6 +71,10 @@ def warm_up_hottest(traffic: Callable[[], dict[str, int]] | None = None) -> list
     adapters = sorted(serving_adapters(), key=lambda a: -counts.get(a.expert, 0))[: settings.ADAPTER_WARMUP]
     generator = get_generator()
     warm_up = getattr(generator, "warm_up", None)  # only backends that load adapters in-process have it
-    loaded = warm_up(adapters) if warm_up is not None else []
+    try:
+        loaded = warm_up(adapters) if warm_up is not None else []
+    except GenerationUnavailable as exc:  # e.g. a fresh install before `manage.py prepare_base_model`
+        logger.warning("transformers backend not warmed up: %s; answers fall back to the extractive ones until it loads", exc)
+        return []
     logger.info("transformers backend warmed up with %d adapters: %s", len(loaded), ", ".join(loaded) or "-")
     return loaded

@@ -4,30 +4,57 @@
 at warm-up) and the adapters of the experts it is asked to answer for, on demand, into one
 ``PeftModel``. At most ``ADAPTER_CACHE_SIZE`` adapters stay loaded: the least recently used one is
 deleted when another is needed. The active adapter is state of the shared model, so switching it
-and generating with it happen under one lock: requests to this backend are served one at a time
-(this backend is for laptops and small installs; vLLM batches adapters on a GPU server).
+and generating with it happen while holding the model's ``GenerationQueue``: requests to this
+backend are served one at a time, at most ``GENERATION_QUEUE_MAX`` wait, and the others are told
+to come back (``GenerationBusy``). This backend is for laptops and small installs; vLLM batches
+adapters on a GPU server.
+
+Every generation has a time budget (``GENERATION_TIMEOUT_S``, waiting included): past it the
+model stops. A whole answer over budget raises ``GenerationTimeout`` (the serving path answers
+extractively); a streamed one keeps what was shown and ends with ``finish_reason="time_budget"``.
+The model sees the best ``GENERATION_PASSAGES`` passages, each cut to its ``GENERATION_PASSAGE_CHARS``
+most relevant characters (``prompting.focus``): the prompt's length is most of the wait for the first
+token on a CPU. For the same reason the model's
+state after the system message (the same for every question to an expert) is computed once per
+adapter and system prompt and reused (``_prefix_cache``): ~130 of a prompt's ~450 tokens.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from experts.ml.extractive import Answer
-from experts.ml.lora import Example, LoraError, check_adapter, fit_prompt, load_base, same_base
-from experts.ml.prompting import parse_answer
+from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
+from experts.ml.extractive import NOT_FOUND, Answer, Passage
+from experts.ml.lora import Example, LoraError, check_adapter, fit_prompt, load_base, render_prompt, same_base
+from experts.ml.prompting import STOPS, build_messages, focus
 
-from .base import AdapterRef, GenerationError, GenerationRequest, GenerationUnavailable
+from .base import (
+    AdapterError,
+    AdapterMismatch,
+    AdapterRef,
+    GenerationError,
+    GenerationRequest,
+    GenerationTimeout,
+    GenerationUnavailable,
+)
+from .queue import GenerationQueue
 
 logger = logging.getLogger(__name__)
 
-
-class AdapterMismatchError(GenerationError):
-    kind = "adapter_mismatch"
+AdapterMismatchError = AdapterMismatch  # the name this module used to define
+BROKEN_ADAPTER_RETRY_S = 300.0  # a broken adapter folder is looked at again after this long (it may have been fixed)
+PREFIX_CACHE_SIZE = 16  # (adapter, system prompt) pairs whose prompt prefix state is kept (~6 MB each for a 135M model)
+MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a cache entry
 
 
 class TransformersGenerator:
@@ -35,16 +62,25 @@ class TransformersGenerator:
 
     name = "transformers"
 
-    def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 256, min_score: float = 0.25) -> None:
+    def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
+                 queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
+                 stop_at_paragraph: bool = True, threads: int | None = None) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
         self.min_score = min_score
-        self._lock = threading.RLock()
+        self.timeout_s = timeout_s
+        self.max_passages = max(1, max_passages)
+        self.passage_chars = passage_chars
+        self.stop_at_paragraph = stop_at_paragraph
+        self.threads = threads
+        self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
         self._peft: Any = None  # the PeftModel wrapping _base once an adapter is loaded
         self._loaded: OrderedDict[str, AdapterRef] = OrderedDict()  # LRU: oldest first
+        self._broken: dict[str, tuple[float, str]] = {}  # adapter name -> (when it failed, why)
+        self._prefixes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()  # (adapter, ids) -> model state, LRU
 
     @classmethod
     def from_settings(cls) -> TransformersGenerator:
@@ -55,9 +91,17 @@ class TransformersGenerator:
             cache_size=settings.ADAPTER_CACHE_SIZE,
             max_tokens=settings.GENERATOR_MAX_TOKENS,
             min_score=settings.EXTRACTIVE_MIN_SCORE,
+            queue_max=settings.GENERATION_QUEUE_MAX,
+            timeout_s=settings.GENERATION_TIMEOUT_S,
+            max_passages=settings.GENERATION_PASSAGES,
+            passage_chars=settings.GENERATION_PASSAGE_CHARS,
+            stop_at_paragraph=settings.GENERATION_STOP_AT_PARAGRAPH,
+            # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
+            # cores were ~5x slower than one: they spin waiting for each other).
+            threads=settings.TORCH_THREADS,
         )
 
-    # --- loading ------------------------------------------------------------------------------
+    # --- loading (the caller holds the queue) ---------------------------------------------------
 
     @property
     def loaded_adapters(self) -> list[str]:
@@ -72,23 +116,65 @@ class TransformersGenerator:
         except LoraError as exc:
             raise GenerationUnavailable(str(exc)) from None
         self._base.eval()
+        self._prefixes.clear()
+        if self.threads and self.threads > 0:
+            import torch
+
+            torch.set_num_threads(self.threads)
+
+    def _check_files(self, adapter: AdapterRef) -> None:
+        """Refuse an adapter whose base model differs or whose folder is unreadable, before touching the model."""
+        if adapter.base_model and not same_base(adapter.base_model, self.base_model):
+            raise AdapterMismatch(
+                f"adapter {adapter.name} was trained on {adapter.base_model!r}, but this server runs {self.base_model!r}"
+            )
+        folder = Path(adapter.path)
+        try:
+            check_adapter(folder, self.base_model)
+        except LoraError as exc:
+            raise (AdapterMismatch if "trained on" in str(exc) else AdapterError)(str(exc)) from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise AdapterError(f"adapter {adapter.name}: {folder} is unreadable ({exc})") from None
+        weights = folder / "adapter_model.safetensors"
+        if weights.is_file():
+            try:
+                from safetensors import safe_open
+
+                with safe_open(str(weights), framework="pt") as f:
+                    if not list(f.keys()):
+                        raise ValueError("no tensors")
+            except Exception as exc:  # safetensors raises its own error types for a damaged file
+                raise AdapterError(f"adapter {adapter.name}: {weights} is damaged ({exc})") from None
+        elif not (folder / "adapter_model.bin").is_file():
+            raise AdapterError(f"adapter {adapter.name}: {folder} holds no adapter weights")
 
     def _ensure_adapter(self, adapter: AdapterRef) -> None:
-        """Load ``adapter`` if needed (evicting the least recently used) and make it the most recent."""
+        """Load ``adapter`` if needed (evicting the least recently used) and make it the most recent.
+
+        Raises ``AdapterError`` (``AdapterMismatch`` for another base model) and remembers the
+        adapter as broken for ``BROKEN_ADAPTER_RETRY_S``, so the next requests fall back at once.
+        """
         if adapter.name in self._loaded:
             self._loaded.move_to_end(adapter.name)
             return
-        if adapter.base_model and not same_base(adapter.base_model, self.base_model):
-            raise AdapterMismatchError(
-                f"adapter {adapter.name} was trained on {adapter.base_model!r}, but this server runs {self.base_model!r}"
-            )
+        broken = self._broken.get(adapter.name)
+        if broken is not None and time.monotonic() - broken[0] < BROKEN_ADAPTER_RETRY_S:
+            raise (AdapterMismatch if "trained on" in broken[1] else AdapterError)(broken[1])
         try:
-            check_adapter(adapter.path, self.base_model)
-        except LoraError as exc:
-            raise AdapterMismatchError(str(exc)) from None
+            self._check_files(adapter)
+            self._load_adapter(adapter)
+        except AdapterError as exc:
+            self._broken[adapter.name] = (time.monotonic(), str(exc))
+            raise
+        self._broken.pop(adapter.name, None)
+        self._loaded[adapter.name] = adapter
+        logger.info("adapter %s loaded from %s", adapter.name, adapter.path)
+
+    def _load_adapter(self, adapter: AdapterRef) -> None:
         while len(self._loaded) >= self.cache_size:
             evicted, _ = self._loaded.popitem(last=False)
             self._peft.delete_adapter(evicted)
+            self._forget_prefixes(evicted)
             logger.info("adapter %s evicted (cache of %d)", evicted, self.cache_size)
         try:
             if self._peft is None:
@@ -98,13 +184,18 @@ class TransformersGenerator:
                 self._peft.eval()
             else:
                 self._peft.load_adapter(adapter.path, adapter_name=adapter.name, is_trainable=False)
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise GenerationError(f"adapter {adapter.name} could not be loaded from {adapter.path}: {exc}") from None
-        self._loaded[adapter.name] = adapter
-        logger.info("adapter %s loaded from %s", adapter.name, adapter.path)
+        except Exception as exc:  # peft raises whatever its loaders raise (shapes, keys, files)
+            if self._peft is None:
+                # peft injects the adapter's layers into the base model before reading its weights:
+                # start from a freshly loaded base rather than from a half-modified one.
+                self._base = self._tokenizer = None
+                self._loaded.clear()
+            elif adapter.name in getattr(self._peft, "peft_config", {}):
+                self._peft.delete_adapter(adapter.name)
+            raise AdapterError(f"adapter {adapter.name} could not be loaded from {adapter.path}: {exc}") from None
 
     def _model_for(self, adapter: AdapterRef | None):
-        """The model to call and a context to call it in (caller holds the lock)."""
+        """The model to call and a context to call it in (caller holds the queue)."""
         self._ensure_base()
         if adapter is None:
             if self._peft is None:
@@ -119,7 +210,7 @@ class TransformersGenerator:
 
         A broken adapter is logged and skipped: warming up never stops the server from starting.
         """
-        with self._lock:
+        with self.queue.hold():
             self._ensure_base()
             for adapter in adapters[: self.cache_size]:
                 try:
@@ -130,20 +221,61 @@ class TransformersGenerator:
 
     # --- generation ---------------------------------------------------------------------------
 
+    def prompt_passages(self, request: GenerationRequest) -> list[Passage]:
+        """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters."""
+        return [replace(p, text=focus(p.text, request.question, self.passage_chars)) for p in request.passages[: self.max_passages]]
+
     def _inputs(self, request: GenerationRequest, max_new: int) -> dict[str, Any]:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - max_new
         if limit <= 0:
             raise GenerationError(f"max_tokens {max_new} leaves no room for the prompt in this model's context")
-        example = Example(request.question, "", list(request.passages), request.system_prompt, request.citation_format)
+        example = Example(request.question, "", self.prompt_passages(request), request.system_prompt, request.citation_format)
         ids = torch_tensor([fit_prompt(self._tokenizer, example, limit, history=request.history)])
         return {"input_ids": ids.to(self._base.device), "attention_mask": ids.new_ones(ids.shape).to(self._base.device)}
 
-    def _generate_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
-        max_new = request.max_tokens or self.max_tokens
+    def _prefix_cache(self, model: Any, context: Any, request: GenerationRequest, ids: list[int]) -> Any:
+        """A copy of the model's state after the prompt's system part (computed once per adapter and system prompt).
+
+        The shared part is found on token ids (the system message rendered alone, compared with the
+        whole prompt), so a template that renders it differently in context only shortens it.
+        None when the shared part is too short to be worth it.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        system = build_messages("", [], system_prompt=request.system_prompt, citation_format=request.citation_format)[:1]
+        alone = self._tokenizer(render_prompt(self._tokenizer, system), add_special_tokens=False)["input_ids"]
+        shared = 0
+        for a, b in zip(alone, ids[:-1], strict=False):  # at least one token is left to compute
+            if a != b:
+                break
+            shared += 1
+        if shared < MIN_PREFIX_TOKENS:
+            return None
+        key = (request.adapter.name if request.adapter is not None else "", tuple(ids[:shared]))
+        state = self._prefixes.get(key)
+        if state is None:
+            state = DynamicCache()
+            with context, torch.no_grad():
+                model(input_ids=torch_tensor([ids[:shared]]).to(self._base.device), cache=state, use_cache=True)
+            self._prefixes[key] = state
+            while len(self._prefixes) > PREFIX_CACHE_SIZE:
+                self._prefixes.popitem(last=False)
+        self._prefixes.move_to_end(key)
+        return copy.deepcopy(state)  # generate() extends the cache it is given
+
+    def _forget_prefixes(self, adapter_name: str) -> None:
+        for key in [k for k in self._prefixes if k[0] == adapter_name]:
+            del self._prefixes[key]
+
+    def _generate_kwargs(self, request: GenerationRequest, stop: Any) -> dict[str, Any]:
+        from transformers import StoppingCriteriaList
+
         kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
+            "max_new_tokens": self._max_new(request),
             "pad_token_id": self._tokenizer.pad_token_id,
             "eos_token_id": self._tokenizer.eos_token_id,
+            "stopping_criteria": StoppingCriteriaList([stop]),
         }
         if request.temperature and request.temperature > 0:
             kwargs.update(do_sample=True, temperature=float(request.temperature))
@@ -151,23 +283,53 @@ class TransformersGenerator:
             kwargs.update(do_sample=False)
         return kwargs
 
-    def _answer(self, text: str, request: GenerationRequest) -> Answer:
-        return parse_answer(text, request.passages, citation_format=request.citation_format, min_score=self.min_score)
+    def _max_new(self, request: GenerationRequest) -> int:
+        return int(request.max_tokens or self.max_tokens)
+
+    def _budget(self, request: GenerationRequest) -> float:
+        return float(request.timeout_s if request.timeout_s is not None else self.timeout_s)
+
+    def _weak(self, request: GenerationRequest) -> bool:
+        return not request.passages or max(p.score for p in request.passages) < self.min_score
+
+    def _citations(self, request: GenerationRequest) -> CitationStream:
+        return CitationStream(request.passages[: self.max_passages], request.citation_format, stops=STOPS,
+                              stop_at_paragraph=self.stop_at_paragraph)
+
+    def _prepare(self, request: GenerationRequest, deadline: float, cancel: threading.Event):
+        """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue)."""
+        model, context = self._model_for(request.adapter)
+        inputs = self._inputs(request, self._max_new(request))
+        stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
+                              STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
+        kwargs = self._generate_kwargs(request, stop)
+        prefix = self._prefix_cache(model, context, request, inputs["input_ids"][0].tolist())
+        if prefix is not None:
+            kwargs["cache"] = prefix
+        return model, context, inputs, stop, kwargs
 
     def generate(self, request: GenerationRequest) -> Answer:
         import torch
 
-        with self._lock:
-            model, context = self._model_for(request.adapter)
-            kwargs = self._generate_kwargs(request)
-            inputs = self._inputs(request, kwargs["max_new_tokens"])
+        if self._weak(request):
+            return Answer(text=NOT_FOUND, citations=[], grounded=False)
+        budget = self._budget(request)
+        deadline = time.monotonic() + budget
+        with self.queue.hold(budget):
+            model, context, inputs, stop, kwargs = self._prepare(request, deadline, threading.Event())
             try:
                 with context, torch.no_grad():
                     output = model.generate(**inputs, **kwargs)
             except (RuntimeError, ValueError) as exc:
                 raise GenerationError(f"generation failed: {exc}") from None
-        text = self._tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        return self._answer(text, request)
+        if stop.timed_out:
+            raise GenerationTimeout(f"the answer took longer than its budget of {budget:.0f} s")
+        new = output[0, inputs["input_ids"].shape[1] :]
+        text = self._tokenizer.decode(new, skip_special_tokens=True)
+        answer = parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score,
+                              question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
+        answer.finish_reason = "length" if len(new) >= kwargs["max_new_tokens"] and not stop.stopped_by_text else "stop"
+        return answer
 
     def next_token_logits(self, request: GenerationRequest) -> Any:
         """The model's logits for the first answer token (a float tensor): shows which adapter answered.
@@ -176,7 +338,7 @@ class TransformersGenerator:
         """
         import torch
 
-        with self._lock:
+        with self.queue.hold():
             model, context = self._model_for(request.adapter)
             inputs = self._inputs(request, 1)
             with context, torch.no_grad():
@@ -185,51 +347,101 @@ class TransformersGenerator:
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
         """Text deltas as the model produces them (``TextIteratorStreamer``), then the parsed answer.
 
-        The deltas are the model's raw text (markers as it wrote them); the final ``Answer`` has the
-        markers renumbered to its citations.
+        The deltas have their markers renumbered already (``CitationStream``): ``[1]`` in the
+        stream is the final answer's first citation. Waiting for the model happens on the first
+        ``next()`` (``GenerationBusy`` or ``GenerationTimeout`` then, before anything is shown).
+        Closing the stream early stops the model at its next token.
         """
+        import torch
         from transformers import TextIteratorStreamer
 
+        if self._weak(request):
+            yield NOT_FOUND
+            yield Answer(text=NOT_FOUND, citations=[], grounded=False)
+            return
+        budget = self._budget(request)
+        deadline = time.monotonic() + budget
+        self.queue.acquire(budget)
+        held_from = time.monotonic()
+        cancel = threading.Event()
+        try:
+            model, context, inputs, stop, kwargs = self._prepare(request, deadline, cancel)
+        except BaseException:
+            self.queue.release(time.monotonic() - held_from)
+            raise
+        streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
+                                        timeout=max(0.1, deadline - time.monotonic()) + 1.0)
         errors: list[BaseException] = []
-        ready = threading.Event()
-        streamer_box: list[Any] = []
 
         def run() -> None:
-            import torch
-
-            with self._lock:
-                try:
-                    model, context = self._model_for(request.adapter)
-                    kwargs = self._generate_kwargs(request)
-                    inputs = self._inputs(request, kwargs["max_new_tokens"])
-                    streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=120)
-                    streamer_box.append(streamer)
-                except BaseException as exc:  # reported to the consumer below
-                    errors.append(exc)
-                    ready.set()
-                    return
-                ready.set()
-                try:
-                    with context, torch.no_grad():
-                        model.generate(**inputs, **kwargs, streamer=streamer)
-                except BaseException as exc:
-                    errors.append(exc)
-                    streamer.end()
+            try:
+                with context, torch.no_grad():
+                    model.generate(**inputs, **kwargs, streamer=streamer)
+            except BaseException as exc:  # reported to the consumer below
+                errors.append(exc)
+                streamer.end()
+            finally:
+                self.queue.release(time.monotonic() - held_from)
 
         worker = threading.Thread(target=run, name="transformers-generate", daemon=True)
         worker.start()
-        ready.wait()
-        if errors:
-            raise _as_generation_error(errors[0])
-        pieces: list[str] = []
-        for delta in streamer_box[0]:
-            if delta:
-                pieces.append(delta)
-                yield delta
-        worker.join()
-        if errors:
-            raise _as_generation_error(errors[0])
-        yield self._answer("".join(pieces), request)
+        citations = self._citations(request)
+        try:
+            try:
+                for delta in streamer:
+                    shown = citations.feed(delta)
+                    if shown:
+                        yield shown
+                    if citations.stopped:
+                        break
+            except queue.Empty:  # not even the first token within the budget (a long prompt on a busy CPU)
+                stop.timed_out = True
+            cancel.set()
+            worker.join(timeout=5.0)
+            if errors:
+                raise _as_generation_error(errors[0])
+            if stop.timed_out and not citations.shown.strip():
+                raise GenerationTimeout(f"no answer within its budget of {budget:.0f} s")
+            tail, answer = citations.finish(request.question, min_score=self.min_score, streamed=True)
+            if tail:
+                yield tail
+            if stop.timed_out and not citations.stopped:
+                answer.finish_reason = "time_budget"
+            elif stop.generated >= kwargs["max_new_tokens"] and not citations.stopped:
+                answer.finish_reason = "length"
+            yield answer
+        finally:
+            cancel.set()  # the consumer went away (or we are done): the model stops at its next token
+
+
+def _stop_criteria(deadline: float, cancel: threading.Event, tokenizer: Any, prompt_len: int, stops: tuple[str, ...]) -> Any:
+    """A ``StoppingCriteria`` ending generation at the deadline, on ``cancel``, or at a stop text after some words."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class _Stop(StoppingCriteria):
+        def __init__(self) -> None:
+            self.timed_out = False
+            self.stopped_by_text = False
+            self.generated = 0
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            self.generated = int(input_ids.shape[1] - prompt_len)
+            done = cancel.is_set()
+            if not done and time.monotonic() >= deadline:
+                self.timed_out = done = True
+            if not done and stops:
+                text = tokenizer.decode(input_ids[0, prompt_len:], skip_special_tokens=True)
+                for s in stops:
+                    at = text.find(s)
+                    while at != -1 and s == "\n\n" and not paragraph_ends_answer(text[:at]):
+                        at = text.find(s, at + 1)
+                    if at != -1:
+                        self.stopped_by_text = done = True
+                        break
+            return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+    return _Stop()
 
 
 def torch_tensor(rows: list[list[int]]) -> Any:
@@ -240,3 +452,4 @@ def torch_tensor(rows: list[list[int]]) -> Any:
 
 def _as_generation_error(exc: BaseException) -> GenerationError:
     return exc if isinstance(exc, GenerationError) else GenerationError(f"generation failed: {exc}")
+

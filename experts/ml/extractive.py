@@ -33,6 +33,7 @@ class Passage:
     expert: str = ""
     document_id: int | None = None
     chunk_id: str = ""
+    source: str = ""  # what a reader calls the document: its title, else its file name or id
     # Reads the chunk's sentence vectors from index time (one row per ``split_sentences(text)``); called
     # only when the chunk is not cached yet. None (or a read giving None): the sentences are encoded here.
     sentence_vectors: Callable[[], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
@@ -40,11 +41,16 @@ class Passage:
 
 @dataclass
 class Answer:
-    """The generated answer and the passages it cites (1-based ``[n]`` markers in the text)."""
+    """The generated answer and the passages it cites (1-based ``[n]`` markers in the text).
+
+    ``finish_reason``: "stop" (the answer ended), "length" (cut at the token limit) or
+    "time_budget" (a streamed model answer cut at its time budget).
+    """
 
     text: str
     citations: list[Passage] = field(default_factory=list)
     grounded: bool = True
+    finish_reason: str = "stop"
 
 
 def split_sentences(text: str) -> list[str]:

@@ -18,3 +18,6 @@ REQUEST_THREADS_KEEP = 0
 # Unit tests never load the real base model, even when the shell exports BASE_MODEL: the ones that need
 # an LM build the tiny random-weight one (tests/experts/conftest.py) and point BASE_MODEL at it.
 BASE_MODEL = str(VAR_DIR / "models" / "tiny-lm")  # noqa: F405  (VAR_DIR comes from the real settings)
+# The suite answers extractively (fast, no model): the transformers backend is tested with the tiny LM
+# where a test asks for it, and the real one only in `slow` tests.
+GENERATOR = "extractive"

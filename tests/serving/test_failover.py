@@ -75,9 +75,13 @@ class FakeGenerator:
 
     ``fail_after`` (words) makes ``stream`` raise midway; ``gate`` (a threading.Event) holds the stream
     after its second word until set, like a slow model; every stream's closing is recorded in ``closed``.
+
+    It stands in for the configured backend of the test settings, the extractive one (hence its
+    name): a failure then has nothing to fall back to but the next expert. The model backend's
+    fallback to the extractive answer is tested in test_generation_fallback.py.
     """
 
-    name = "fake"
+    name = "extractive"
 
     def __init__(self):
         self.fail: dict[str, type[Exception]] = {}

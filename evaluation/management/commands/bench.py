@@ -11,7 +11,8 @@ VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new te
 
 
 class Command(BaseCommand):
-    help = "Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, `bench serving --concurrency 16 --duration 30 --json FILE`."
+    help = ("Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, "
+            "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="target", required=True)
@@ -40,8 +41,13 @@ class Command(BaseCommand):
         soak.add_argument("--rps", type=float, default=5.0, help="requests a second, sent open-loop (default 5)")
         soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
         soak.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
+        generation = sub.add_parser("generation", help="the in-process model (BASE_MODEL): first streamed token, tokens/s, adapter switches")
+        generation.add_argument("--requests", type=int, default=10, help="demo questions per concurrency level (default 10)")
+        generation.add_argument("--concurrency", type=int, default=8, help="concurrent requests of the second level (default 8)")
+        generation.add_argument("--adapter-rounds", type=int, default=10, help="forward passes per adapter-switch measurement (default 10)")
+        generation.add_argument("--skip-adapters", action="store_true", help="do not measure adapter switching")
         # Options of every benchmark (subparsers do not inherit BaseCommand's --skip-checks, which call_command passes).
-        for p in (clustering, retrieval, serving, soak):
+        for p in (clustering, retrieval, serving, soak, generation):
             p.add_argument("--json", dest="json_path", default=None)
             p.add_argument("--skip-checks", action="store_true")
 
@@ -65,6 +71,11 @@ class Command(BaseCommand):
             from evaluation.bench_soak import bench_soak
 
             report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"], say=self.stdout.write)
+        elif options["target"] == "generation":
+            from evaluation.bench_generation import bench_generation
+
+            report = bench_generation(requests=options["requests"], concurrency=options["concurrency"], adapter_rounds=options["adapter_rounds"],
+                                      skip_adapters=options["skip_adapters"], say=self.stdout.write)
         self.stdout.write(json.dumps(report, indent=2))
         if options["json_path"]:
             Path(options["json_path"]).write_text(json.dumps(report, indent=2))
