@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,7 @@ def default_training_params() -> dict[str, Any]:
         target_modules=list(settings.LORA_TARGET_MODULES), epochs=settings.LORA_EPOCHS,
         learning_rate=settings.LORA_LEARNING_RATE, batch_size=settings.LORA_BATCH_SIZE,
         max_length=settings.LORA_MAX_LENGTH, checkpoint_steps=settings.LORA_CHECKPOINT_STEPS, qlora=settings.LORA_QLORA,
+        bf16=settings.LORA_BF16, top_layers=settings.LORA_TOP_LAYERS,
     ).as_dict()
 
 
@@ -231,14 +233,27 @@ def current_prompt(expert: Expert) -> tuple[str, str]:
     return version.system_prompt, version.citation_format
 
 
+def prompt_passages() -> Callable[[str, list[Passage]], list[Passage]]:
+    """``(question, passages) -> the passages the in-process model is shown`` (``TransformersGenerator.prompt_passages``).
+
+    Training examples get the same, so an adapter learns from prompts shaped like the ones it answers.
+    """
+    from .generation.base import GenerationRequest
+    from .generation.transformers import TransformersGenerator
+
+    generator = TransformersGenerator.from_settings()
+    return lambda question, passages: generator.prompt_passages(GenerationRequest(question=question, expert="", passages=passages))
+
+
 def training_examples(expert: Expert) -> tuple[list[Example], list[Example]]:
-    """The expert's examples as (train, held-out) lists, with its current prompt."""
+    """The expert's examples as (train, held-out) lists, with its current prompt and the passages serving would show."""
     system_prompt, citation_format = current_prompt(expert)
+    shown = prompt_passages()
     train, held_out = [], []
     for row in expert.training_examples.order_by("id"):
         passages = [Passage(text=p.get("text", ""), title=p.get("title", ""), url=p.get("url", ""), score=float(p.get("score", 1.0)))
                     for p in row.passages]
-        example = Example(row.question, row.answer, passages, system_prompt, citation_format)
+        example = Example(row.question, row.answer, shown(row.question, passages), system_prompt, citation_format)
         (held_out if row.split == ExampleSplit.EVAL else train).append(example)
     return train, held_out
 
@@ -259,8 +274,11 @@ def check_training_inputs(expert: Expert, params: dict[str, Any]) -> LoraParams:
     return parsed
 
 
-def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = None) -> Job:
+def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = None, *, activate_if_better: bool = False) -> Job:
     """Validate, then queue one training of the expert's adapter (one at a time per expert).
+
+    With ``activate_if_better`` the new version starts serving when it passes the answer gate
+    (``answer_gate``); otherwise it stays a candidate for a person to activate.
 
     Raises:
         LoraError: bad parameters, a missing base model or unusable training data.
@@ -270,8 +288,35 @@ def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = N
 
     return enqueue_once(
         "train_adapter", f"train_adapter:{expert.slug}", f"Train the {expert.name} adapter",
-        train_adapter.s().set(queue=training_queue()), params={"expert": expert.slug, "lora": parsed.as_dict()}, user=user,
+        train_adapter.s().set(queue=training_queue()),
+        params={"expert": expert.slug, "lora": parsed.as_dict(), "activate_if_better": activate_if_better}, user=user,
     )
+
+
+def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | None, base_eval_loss: float | None) -> dict[str, Any]:
+    """Whether an adapter answers its expert's held-out questions better than the bare base model.
+
+    Both answer every held-out question the way serving does (greedy, ``GENERATOR_MAX_TOKENS``,
+    the same stops); their mean token F1 against the held-out answers is compared
+    (``answer_metrics.token_f1``). ``beats_base`` needs a higher F1 *and* a lower held-out loss; it
+    is None without held-out examples (then nothing is activated automatically).
+    """
+    from .ml.batch_generation import attach_adapters, held_out_f1
+    from .ml.lora import bf16_native, load_base
+    from .ml.prompting import STOPS
+
+    if not held_out:
+        return {"held_out_f1": None, "base_held_out_f1": None, "beats_base": None}
+    import torch
+
+    tokenizer, base = load_base(settings.BASE_MODEL, dtype=torch.bfloat16 if bf16_native() else None)
+    model = attach_adapters(base, {"candidate": str(adapter_path)}, settings.BASE_MODEL)
+    stops = STOPS + (("\n\n",) if getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True) else ())
+    kwargs: dict[str, Any] = {"max_new_tokens": int(settings.GENERATOR_MAX_TOKENS), "stop_strings": stops}
+    f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
+    better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
+    return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),
+            "beats_base": bool(f1 is not None and base_f1 is not None and f1 > base_f1 and better_loss)}
 
 
 def _training_version(expert: Expert, job: Job, params: LoraParams) -> ExpertVersion:
@@ -297,7 +342,8 @@ def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
 
     A rerun of the same job (a worker restart) finds its version row and its checkpoint folder and
     continues from the last checkpoint. Whatever happens, the active version keeps serving: the new
-    one is only a candidate, activated by a person (or a failed one).
+    one is a candidate, activated by a person, or by this job when it was asked to
+    (``activate_if_better``) and the adapter passes ``answer_gate``.
     """
     expert = Expert.objects.filter(slug=job.params.get("expert")).first()
     if expert is None:
@@ -336,12 +382,24 @@ def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
         "eval_loss": _round(result.eval_loss), "eval_perplexity": _round(result.eval_perplexity),
         "train_loss": _round(result.train_loss), "steps": result.steps, "base_eval_loss": _round(result.base_eval_loss),
     }
+    reporter.progress(0.96, "answering the held-out questions with and without the adapter")
+    metrics.update(answer_gate(out, held_out, result.eval_loss, result.base_eval_loss))
     ExpertVersion.objects.filter(pk=version.pk).update(
         status=VersionStatus.CANDIDATE, adapter_path=str(out), data_fingerprint=fingerprint, n_train=len(train),
         n_eval=len(held_out), metrics={**metrics, "loss_curve": result.loss_curve}, knowledge_snapshot=_knowledge_snapshot(expert),
     )
-    reporter.log(f"v{version.version} trained: held-out loss {metrics['eval_loss']}, perplexity {metrics['eval_perplexity']}")
-    return {"expert": expert.slug, "version": version.version, **metrics, "loss_curve": result.loss_curve, "resumed_from": result.resumed_from}
+    reporter.log(f"v{version.version} trained: held-out loss {metrics['eval_loss']} (base {metrics['base_eval_loss']}), "
+                 f"answer F1 {metrics['held_out_f1']} (base {metrics['base_held_out_f1']})")
+    activated = False
+    if job.params.get("activate_if_better"):
+        if metrics["beats_base"]:
+            activate_version(ExpertVersion.objects.get(pk=version.pk))
+            activated = True
+            reporter.log(f"v{version.version} beats the base model on its held-out questions: activated")
+        else:
+            reporter.log(f"v{version.version} does not beat the base model on its held-out questions: the current version keeps serving")
+    return {"expert": expert.slug, "version": version.version, **metrics, "activated": activated, "loss_curve": result.loss_curve,
+            "resumed_from": result.resumed_from}
 
 
 def _round(value: float | None) -> float | None:

@@ -2,10 +2,12 @@
 
 The domain team labelled these questions as the expert's (by promoting a proposal, or in the review
 queue); the expert's documents hold their answers. Each question is searched in the expert's
-collection and answered extractively with citations (``experts.ml.extractive``): the adapter then
-learns to answer in the platform's cited style from passages like the ones it will see when
-serving. Questions whose passages are too weak for a grounded answer are skipped, not taught as
-"not found".
+collection. Where the imported log carries the question's gold answer (``Query.answer``), the
+target is that answer cited to the passage holding it among those serving would show
+(``experts.ml.targets``); otherwise the question is answered extractively with citations
+(``experts.ml.extractive``). Either way the adapter learns to answer in the platform's cited style
+from passages like the ones it will see when serving. Questions whose passages are too weak for a
+grounded answer, or do not hold the gold answer, are skipped, not taught as "not found".
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from django.conf import settings
 
 from experts.choices import ExampleSource
 from experts.ml.extractive import Passage, extractive_answer
+from experts.ml.targets import gold_target
 from experts.models import Expert
-from experts.services import TrainingDataError, add_example
+from experts.services import TrainingDataError, add_example, current_prompt, prompt_passages
 from jobs.services import JobFailed, JobReporter
 from knowledge.services import search_expert
 from knowledge.stores.base import StoreUnavailable
@@ -36,23 +39,35 @@ class GroundingReport:
     created: int = 0
     duplicates: int = 0
     weak: int = 0
+    gold: int = 0  # examples whose target is the question's gold answer
+    unsupported: int = 0  # gold answers none of the shown passages holds
 
 
 def labelled_questions(expert: Expert, limit: int = 200) -> list[str]:
     """The expert's labelled questions (promoted proposals, then review decisions), deduplicated, oldest first."""
-    texts = list(
+    return [text for text, _ in labelled_pairs(expert, limit)]
+
+
+def labelled_pairs(expert: Expert, limit: int = 200) -> list[tuple[str, str]]:
+    """(question, gold answer or "") of the expert's labelled questions, as ``labelled_questions`` orders them.
+
+    A question asked twice keeps the first gold answer found for it.
+    """
+    rows = list(
         Assignment.objects.filter(proposal__expert=expert, proposal__status=ProposalStatus.PROMOTED)
-        .order_by("query_id").values_list("query__text", flat=True)
+        .order_by("query_id").values_list("query__text", "query__answer")
     )
-    texts += list(ReviewDecision.objects.filter(expert=expert, query__isnull=False).order_by("id").values_list("query__text", flat=True))
-    seen: set[str] = set()
-    unique = []
-    for text in texts:
+    rows += list(ReviewDecision.objects.filter(expert=expert, query__isnull=False).order_by("id").values_list("query__text", "query__answer"))
+    unique: dict[str, list[str]] = {}
+    for text, answer in rows:
         key = " ".join(text.lower().split())
-        if key and key not in seen:
-            seen.add(key)
-            unique.append(text.strip())
-    return unique[:limit]
+        if not key:
+            continue
+        if key not in unique:
+            unique[key] = [text.strip(), ""]
+        if not unique[key][1] and (answer or "").strip():
+            unique[key][1] = answer.strip()
+    return [(text, answer) for text, answer in list(unique.values())[:limit]]
 
 
 def _passages(hits: list[Any]) -> list[Passage]:
@@ -74,29 +89,43 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
     """
     reporter = reporter or JobReporter()
     report = GroundingReport()
-    questions = labelled_questions(expert, limit)
+    questions = labelled_pairs(expert, limit)
     if not questions:
         raise JobFailed(f"{expert.name} has no labelled questions yet: promote a proposal or review questions first")
     encoder = get_encoder()
-    for i, question in enumerate(questions, start=1):
+    shown = prompt_passages()
+    _, citation_format = current_prompt(expert)
+    for i, (question, gold) in enumerate(questions, start=1):
         report.questions += 1
         try:
             passages = _passages(search_expert(expert, question, limit=settings.RETRIEVAL_TOP_K))
         except StoreUnavailable as exc:
             raise JobFailed(f"the knowledge base of {expert.name} is unavailable: {exc}") from None
-        answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE)
-        if not answer.grounded:
-            report.weak += 1
-            continue
-        cited_ids = {id(p) for p in answer.citations}
-        ordered = list(answer.citations) + [p for p in passages if id(p) not in cited_ids]
+        if gold:
+            # Kept in retrieval order: the marker numbers the passage as serving's prompt will.
+            weak = not passages or max(p.score for p in passages) < settings.EXTRACTIVE_MIN_SCORE
+            target = None if weak else gold_target(gold, shown(question, passages), citation_format=citation_format)
+            if target is None:
+                report.weak += weak
+                report.unsupported += not weak
+                continue
+            text, ordered = target, passages
+            report.gold += 1
+        else:
+            answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE)
+            if not answer.grounded:
+                report.weak += 1
+                continue
+            cited_ids = {id(p) for p in answer.citations}
+            text, ordered = answer.text, list(answer.citations) + [p for p in passages if id(p) not in cited_ids]
         try:
-            _, created = add_example(expert, question, answer.text, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
+            _, created = add_example(expert, question, text, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
         except TrainingDataError:
             report.weak += 1
             continue
         report.created += created
         report.duplicates += not created
         reporter.progress(i / len(questions), f"{i}/{len(questions)} questions, {report.created} new examples")
-    reporter.log(f"{report.created} grounded examples added, {report.duplicates} already there, {report.weak} too weakly grounded to use")
+    reporter.log(f"{report.created} grounded examples added ({report.gold} with a gold answer), {report.duplicates} already there, "
+                 f"{report.weak} too weakly grounded to use, {report.unsupported} whose gold answer the passages do not hold")
     return asdict(report)

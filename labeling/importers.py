@@ -1,7 +1,8 @@
 """Streaming parsers for query logs (CSV, TSV and JSONL), row by row with line numbers.
 
 Columns are mapped by name: ``text`` is required (aliases ``query``, ``question``, ``utterance``);
-``timestamp``, ``user``, ``conversation``, ``label`` (alias ``domain``) and ``split`` are optional.
+``timestamp``, ``user``, ``conversation``, ``label`` (alias ``domain``), ``split`` and ``answer`` (a gold
+answer, alias ``gold_answer``) are optional.
 A bad row is reported with its line number and the reason, never fatal: the file is read as bytes,
 line by line, so an undecodable line, an oversized line or a malformed record costs that row only.
 ``sniff`` checks a file's first bytes before anything is stored (empty, not UTF-8, no ``text``
@@ -23,12 +24,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 MAX_QUERY_CHARS = 4000
+MAX_ANSWER_CHARS = 20000
 # A physical line longer than this is skipped unread (a query log has no business holding one).
 MAX_LINE_BYTES = 1024 * 1024
 SNIFF_BYTES = 64 * 1024
 ALIASES = {
     "domain": "label", "query": "text", "question": "text", "utterance": "text",
-    "conversation_id": "conversation", "user_id": "user",
+    "conversation_id": "conversation", "user_id": "user", "gold_answer": "answer",
 }
 TEXT_ALIASES = ("text", "query", "question", "utterance")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
@@ -49,6 +51,7 @@ class Row:
     conversation: str = ""
     timestamp: datetime | None = None
     split: str = ""
+    answer: str = ""
 
 
 @dataclass
@@ -127,9 +130,15 @@ def _clean(record: dict[str, Any], line: int, do_redact: bool) -> Row | RowError
         if not _encodable(value):
             return RowError(line, f"'{name}' holds invalid Unicode (an unpaired surrogate)")
         fields[name] = value
+    answer = record.get("answer")
+    answer = "" if answer is None else " ".join(_CONTROL.sub("", str(answer)).split())
+    if not _encodable(answer):
+        return RowError(line, "'answer' holds invalid Unicode (an unpaired surrogate)")
+    if len(answer) > MAX_ANSWER_CHARS:
+        return RowError(line, f"'answer' is {len(answer)} characters long; the limit is {MAX_ANSWER_CHARS}")
     if do_redact:
-        text = redact(text)
-    return Row(line=line, text=text, timestamp=timestamp, **fields)
+        text, answer = redact(text), redact(answer)
+    return Row(line=line, text=text, timestamp=timestamp, answer=answer, **fields)
 
 
 def detect_format(name: str, head: bytes) -> str:

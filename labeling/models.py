@@ -18,6 +18,7 @@ class Query(models.Model):
     conversation = models.CharField(max_length=128, blank=True)
     timestamp = models.DateTimeField(null=True, blank=True)
     split = models.CharField(max_length=16, blank=True, help_text="train/val/test where the source defines one.")
+    answer = models.TextField(blank=True, default="", help_text="The gold answer, where the log has one: grounded training examples learn it.")
     imported_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -58,6 +58,7 @@ def _cluster(job, reporter):
     run = services.cluster_queries(
         source=p.get("source", ""), eps=p.get("eps"), min_samples=int(p.get("min_samples", 5)),
         n_experts=p.get("n_experts"), reporter=reporter, attach_noise=p.get("attach_noise", True),
+        grouping=p.get("grouping", services.DEFAULT_GROUPING),
     )
     return {"run": run.pk, "topics": run.n_topics, "proposals": run.n_experts, "noise_share": run.noise_share, "eps": run.eps}
 

@@ -1,5 +1,8 @@
 """LoRA adapters for one shared causal LM: validation, training with checkpoints and resume, evaluation.
 
+Long because training, its checkpoints and resume, and the held-out evaluation share the batching
+and the prompt encoding; apart they would import each other.
+
 Pure ML code (torch, transformers, peft): no Django. The service in ``experts.services`` turns
 database rows into ``Example``s and ``LoraParams``, calls ``train_lora`` and records the result.
 
@@ -63,6 +66,12 @@ class LoraParams:
     max_steps: int = 0  # 0: epochs decide
     seed: int = 0
     qlora: bool = True  # used only where a GPU and bitsandbytes are present
+    # The frozen base model's weights in bfloat16 where the hardware multiplies it natively (CUDA, or a
+    # CPU with AMX / AVX512-BF16); the adapter and its optimiser stay float32. Elsewhere: float32.
+    bf16: bool = True
+    # Adapt only the last ``top_layers`` transformer layers (0: all). Backpropagation then stops there,
+    # so a step costs a forward pass plus the backward of those layers only.
+    top_layers: int = 0
 
     def validate(self) -> LoraParams:
         problems = []
@@ -84,6 +93,8 @@ class LoraParams:
             problems.append("max_length must be between 16 and 32768 tokens")
         if self.checkpoint_steps < 1:
             problems.append("checkpoint_steps must be at least 1")
+        if self.top_layers < 0:
+            problems.append("top_layers must be 0 (every layer) or a positive number of layers")
         if problems:
             raise LoraError("; ".join(problems))
         return self
@@ -218,13 +229,22 @@ def fit_prompt(tokenizer: Any, example: Example, room: int, history: Sequence[di
     the question at the end survive; only a prompt still too long without passages is cut from
     the left.
     """
+    return _fit(tokenizer, example, room, history)[0]
+
+
+def fitted_passages(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]] = ()) -> int:
+    """How many of the example's passages (the first ones) its prompt keeps in ``room`` tokens."""
+    return _fit(tokenizer, example, room, history)[1]
+
+
+def _fit(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]]) -> tuple[list[int], int]:
     passages = list(example.passages)
     while True:
         messages = build_messages(example.question, passages, history=history, system_prompt=example.system_prompt,
                                   citation_format=example.citation_format)
         ids = tokenizer(_render(tokenizer, messages), add_special_tokens=False)["input_ids"]
         if len(ids) <= room or not passages:
-            return ids[-room:] if room > 0 else []
+            return (ids[-room:] if room > 0 else []), len(passages)
         passages.pop()
 
 
@@ -273,8 +293,24 @@ def _qlora_available() -> bool:
     return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
 
 
-def load_base(base_model: str, *, qlora: bool = False) -> tuple[Any, Any]:
-    """The tokenizer and model of ``base_model`` from local files only (4-bit when ``qlora`` is usable)."""
+def bf16_native() -> bool:
+    """Whether this machine multiplies bfloat16 natively (CUDA with bf16, a CPU with AMX or AVX512-BF16); elsewhere it is slower than float32."""
+    import torch
+
+    if torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return False
+    return any(flag in flags for flag in (" amx_bf16", " avx512_bf16"))
+
+
+def load_base(base_model: str, *, qlora: bool = False, dtype: Any = None) -> tuple[Any, Any]:
+    """The tokenizer and model of ``base_model`` from local files only (4-bit when ``qlora`` is usable).
+
+    ``dtype`` (a torch dtype) casts the weights; None keeps the checkpoint's (float32 here).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = resolve_base_model(base_model)
@@ -289,6 +325,8 @@ def load_base(base_model: str, *, qlora: bool = False) -> tuple[Any, Any]:
                 load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
             )
             kwargs["device_map"] = {"": 0}
+        elif dtype is not None:
+            kwargs["dtype"] = dtype
         model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
     except (OSError, ValueError) as exc:
         raise BaseModelNotFound(f"BASE_MODEL {base_model!r} could not be loaded: {exc}") from None
@@ -360,6 +398,22 @@ def _load_checkpoint(work_dir: Path, model: Any, optimizer: Any, scheduler: Any)
     return int(progress["step"]), list(progress["loss_curve"])
 
 
+def _load_init_adapter(model: Any, folder: Path, params: LoraParams) -> None:
+    """Start from another adapter's weights; it must have this training's rank and target modules."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    config = folder / "adapter_config.json"
+    weights = folder / "adapter_model.safetensors"
+    if not config.is_file() or not weights.is_file():
+        raise LoraError(f"{folder} is not a peft adapter to start from (no adapter_config.json / adapter_model.safetensors)")
+    theirs = json.loads(config.read_text())
+    if int(theirs.get("r", -1)) != params.rank or sorted(theirs.get("target_modules") or []) != sorted(params.target_modules):
+        raise LoraError(f"the adapter in {folder} has rank {theirs.get('r')} on {theirs.get('target_modules')}; "
+                        f"this training needs rank {params.rank} on {params.target_modules}")
+    set_peft_model_state_dict(model, load_file(str(weights)))
+
+
 def _base_loss(work_dir: Path, start: int, compute: Callable[[], float | None]) -> float | None:
     """The base model's held-out loss, measured before the first step and kept next to the checkpoints."""
     path = work_dir / "base_eval.json"
@@ -368,6 +422,26 @@ def _base_loss(work_dir: Path, start: int, compute: Callable[[], float | None]) 
     loss = compute()
     path.write_text(json.dumps({"loss": loss}))
     return loss
+
+
+def answer_loss(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+    """(summed cross-entropy, tokens) of the answer tokens of a collated batch.
+
+    The vocabulary projection is computed only at the positions that predict an answer token
+    (``logits_to_keep`` with the union of those positions over the batch): prompts are most of
+    every sequence, and projecting them onto a 49k-token vocabulary was ~20% of a training step.
+    """
+    import torch
+
+    labels = batch["labels"]
+    predicts = labels[:, 1:] != IGNORE_INDEX  # position t predicts token t + 1
+    keep = torch.nonzero(predicts.any(dim=0)).flatten()
+    if keep.numel() == 0:
+        return labels.new_zeros((), dtype=torch.float32), 0
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], logits_to_keep=keep).logits.float()
+    targets = labels[:, keep + 1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss, int((targets != IGNORE_INDEX).sum())
 
 
 def evaluate_loss(model: Any, encoded: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int) -> float | None:
@@ -381,13 +455,9 @@ def evaluate_loss(model: Any, encoded: list[tuple[list[int], list[int]]], pad_id
     with torch.no_grad():
         for i in range(0, len(encoded), batch_size):
             batch = {k: v.to(model.device) for k, v in _collate(encoded[i : i + batch_size], pad_id).items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
-            shift_logits, shift_labels = logits[:, :-1], batch["labels"][:, 1:]
-            loss = torch.nn.functional.cross_entropy(
-                shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
+            loss, n = answer_loss(model, batch)
             total += float(loss)
-            tokens += int((shift_labels != IGNORE_INDEX).sum())
+            tokens += n
     model.train()
     return total / tokens if tokens else None
 
@@ -403,6 +473,7 @@ def train_lora(
     on_step: StepCallback | None = None,
     min_examples: int = 1,
     threads: int | None = None,
+    init_adapter: str | Path | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``train``, evaluate it on ``evaluation``, save it to ``out_dir``.
 
@@ -418,6 +489,9 @@ def train_lora(
             call resumes from the last checkpoint.
         min_examples: fewer training examples than this is refused.
         threads: torch CPU threads while training (restored afterwards); None leaves them as they are.
+        init_adapter: an adapter folder (same rank and target modules) to continue from instead of
+            LoRA's identity start: an expert's adapter can start from one pooled over every expert's
+            data. The held-out ``base_eval_loss`` stays the bare base model's.
 
     Raises:
         LoraError: bad parameters or data; BaseModelNotFound; TrainingOutOfMemory.
@@ -428,14 +502,15 @@ def train_lora(
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples)
+        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples,
+                      Path(init_adapter) if init_adapter else None)
     finally:
         torch.set_num_threads(previous)
 
 
 def _train(
     base_model: str, train: Sequence[Example], evaluation: Sequence[Example], params: LoraParams,
-    out: Path, work: Path, on_step: StepCallback | None, min_examples: int,
+    out: Path, work: Path, on_step: StepCallback | None, min_examples: int, init_adapter: Path | None = None,
 ) -> TrainResult:
     import torch
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
@@ -446,16 +521,19 @@ def _train(
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(params.seed)
     use_qlora = params.qlora and _qlora_available()
-    tokenizer, model = load_base(base_model, qlora=use_qlora)
+    tokenizer, model = load_base(base_model, qlora=use_qlora, dtype=torch.bfloat16 if params.bf16 and not use_qlora and bf16_native() else None)
     if use_qlora:
         model = prepare_model_for_kbit_training(model)
     missing = [m for m in params.target_modules if not any(name.endswith(m) for name, _ in model.named_modules())]
     if missing:
         raise LoraError(f"target modules {missing} do not exist in {base_model!r}")
+    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
     config = LoraConfig(
         r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
         target_modules=list(params.target_modules), task_type="CAUSAL_LM",
+        layers_to_transform=list(range(max(0, layers - params.top_layers), layers)) if params.top_layers and layers else None,
     )
+    # The adapter's own weights stay float32 on a bfloat16 base (peft's autocast_adapter_dtype).
     model = get_peft_model(model, config)
     pad_id = tokenizer.pad_token_id
     encoded_train = [encode_example(tokenizer, e, params.max_length) for e in train]
@@ -467,6 +545,8 @@ def _train(
     start, curve = _load_checkpoint(work, model, optimizer, scheduler)
     # LoRA starts as the identity (B = 0), so before the first step this is the bare base model's loss.
     base_eval_loss = _base_loss(work, start, lambda: evaluate_loss(model, encoded_eval, pad_id, params.batch_size))
+    if init_adapter is not None and start == 0:
+        _load_init_adapter(model, init_adapter, params)
     model.train()
     loss_value = curve[-1]["loss"] if curve else float("nan")
     try:
@@ -474,7 +554,8 @@ def _train(
             epoch, index = divmod(step - 1, steps_per_epoch)
             batch_ids = _batches(len(encoded_train), params.batch_size, params.seed, epoch)[index]
             batch = {k: v.to(model.device) for k, v in _collate([encoded_train[i] for i in batch_ids], pad_id).items()}
-            loss = model(**batch).loss
+            summed, tokens = answer_loss(model, batch)
+            loss = summed / max(1, tokens)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

@@ -1,0 +1,651 @@
+"""``manage.py evaluate answers``: how good the answers are, per retrieval mode and per generator.
+
+Long because one run indexes, routes, builds training examples, trains adapters and generates, and
+those steps share the same question records; each step is its own function.
+
+Questions are the test split's user turns (``--split val`` evaluates on val: that is where defaults
+are chosen) whose records carry a gold ``answer``; each is answered from the dataset's documents,
+chunked and indexed as an expert's are (one temporary collection per domain), through the
+product's own code: the serving search (``knowledge.services.search_collections``,
+``RETRIEVAL_TOP_K`` chunks, hybrid), the same router as ``evaluate retrieval`` (a ``RouterNet``
+trained on the train split, reading the question and the user's earlier turns; cached), the
+prompt builder (``experts.ml.prompting`` through ``lora.fit_prompt``), the extractive answer and
+the LoRA training function with the ``LORA_*`` settings.
+
+Modes (which passages, and which adapter answers):
+
+* ``flat``: one search over every domain's collection; the pooled *generalist* adapter.
+* ``auto``: the router's top two domains weighted by its probabilities and widened with what it
+  leaves over (the ``auto`` chat mode); the adapter of the expert whose passage ranks first when it
+  is one of the two, else of the router's first (what ``serving.chat`` does).
+* ``oracle``: the gold domain's collection alone, and that domain's adapter.
+
+Generators: ``extractive`` (``experts.ml.extractive``, no LM), ``base`` (the bare ``BASE_MODEL``)
+and ``lora`` (the mode's adapter). The LM generators do what the serving backend does around the
+model (``experts.generation.transformers``, read through its ``from_settings``): a weak retrieval
+is answered "not found" without calling the model, the model sees the best ``GENERATION_PASSAGES``
+passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, decodes greedily up to
+``GENERATOR_MAX_TOKENS`` stopping at serving's stops, and its output goes through the same
+``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches,
+where serving answers one request at a time) and the weights' dtype (bfloat16 where the hardware
+multiplies it natively, as training uses; serving loads float32). The conversation's earlier turns
+are not in the prompt (the retrieval evaluation searches with the user's own words too).
+
+Adapters learn on the train split only. Training examples are built as the product builds them
+(``labeling.grounding``): each question is searched in its own domain's collection, weak
+retrievals (best passage below ``EXTRACTIVE_MIN_SCORE``) are skipped, and the target is the gold
+answer cited to the passage that holds it (``experts.ml.targets``; questions whose passages do not
+hold it are skipped too). One *pooled* adapter learns on every domain's examples for
+``pooled_steps``; each domain's expert continues from it on its own examples for
+``expert_steps``; the generalist continues from it on every domain's examples for as many steps as
+the experts took together (``domains x expert_steps``), so it gets the same data and the same total
+compute. Adapters are cached under ``<cache>/answers/adapters`` by a fingerprint of the base model,
+the parameters, the examples, the adapter they start from and the training code.
+
+Figures (``results[mode][generator]``): ``f1`` (SQuAD-normalised token F1, citation markers
+removed, an abstention scored as the empty answer), ``rouge_l`` (LCS F1 on the same words),
+``citation_precision`` (share of cited passages from a gold-relevant document, over the answers
+citing any, where qrels exist), ``abstained`` (share answering "not found"), and on questions whose
+gold answer is in none of the retrieved passages (``absent``) and those where it is, the share that
+abstained (``abstained_when_absent``: honest; ``abstained_when_present``: lost). ``p50_ms`` is the
+median time per answer (a batch's wall time divided by its size for the LMs) and ``tokens_per_s``
+the generated tokens per second of generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.datasets import (
+    cached_embeddings,
+    code_fingerprint,
+    dataset_embeddings,
+    embedding_cache_dir,
+    read_jsonl,
+    stratified_sample,
+    user_turns,
+)
+from experts.ml.answer_metrics import is_abstention, rouge_l, support, token_f1
+from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
+from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
+from experts.ml.targets import MIN_SUPPORT, gold_target
+from experts.models import Expert
+from knowledge.ml.chunking import chunk_text
+from knowledge.ml.sparse import bm25_vector
+from knowledge.services import embedding_text, routing_weights, search_collections, sparse_text, widen_below
+from knowledge.stores.base import Hit, PointRecord
+from knowledge.stores.qdrant import EmbeddedQdrantStore
+
+MODES = ("flat", "auto", "oracle")
+GENERATORS = ("extractive", "base", "lora")
+BATCH_SIZE = 8
+HELD_OUT = 8  # val examples per adapter for its held-out loss (the loss is a by-product; F1 is the figure)
+SEED = 0
+# The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see the README): a stratified
+# sample of the test questions, and the training steps below.
+DEFAULT_LIMIT = 120
+DEFAULT_POOLED_STEPS = 60
+DEFAULT_EXPERT_STEPS = 15
+
+Say = Callable[[str], Any]
+
+
+@dataclass
+class AnswerConfig:
+    """What one ``evaluate answers`` run does (the command's options)."""
+
+    limit: int | None = DEFAULT_LIMIT
+    train_limit: int | None = None
+    split: str = "test"
+    generators: tuple[str, ...] = GENERATORS
+    modes: tuple[str, ...] = MODES
+    pooled_steps: int = DEFAULT_POOLED_STEPS
+    expert_steps: int = DEFAULT_EXPERT_STEPS  # 0: no continuation (experts and generalist are the pooled adapter)
+    lora: dict[str, Any] = field(default_factory=dict)  # LoraParams fields over the LORA_* settings (for choosing them on val)
+    max_new_tokens: int | None = None  # None: GENERATOR_MAX_TOKENS, as serving
+    batch_size: int = BATCH_SIZE
+    dtype: str = "auto"  # auto: bfloat16 where native (lora.bf16_native), else float32
+
+
+@dataclass
+class _Corpus:
+    domains: list[str]
+    names: list[str]
+    units: list[dict[str, Any]]
+    store: EmbeddedQdrantStore
+    root: str
+    sentence_blocks: dict[int, np.ndarray]  # chunk row -> its sentence vectors (as indexing stores them)
+    chunks: int
+    index_s: float
+
+    def close(self) -> None:
+        import shutil
+
+        self.store.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def passages(self, hits: list[Hit]) -> list[Passage]:
+        """Hits as the serving path's passages (``serving.chat._to_passages``), index-time sentence vectors included."""
+        out = []
+        for h in hits:
+            block = self.sentence_blocks.get(h.payload["chunk"])  # by payload: the store may rewrite point ids
+            out.append(Passage(
+                text=h.payload["text"], title=h.payload["title"], score=h.dense_score, expert=h.payload["domain"],
+                document_id=h.payload["document_id"], chunk_id=h.id, sentence_vectors=(lambda b=block: b) if block is not None else None,
+            ))
+        return out
+
+
+@dataclass
+class _Answered:
+    text: str  # "" for an abstention
+    citations: list[Passage]
+    ms: float
+    new_tokens: int = 0
+    raw: str = ""  # what the model wrote, before parsing
+
+
+@dataclass
+class _Question:
+    row: int
+    text: str
+    gold: str
+    domain: int
+    relevant: set[str]
+    passages: dict[str, list[Passage]] = field(default_factory=dict)  # by mode
+    adapter: dict[str, str] = field(default_factory=dict)  # by mode: the lora generator's adapter
+
+
+def _index(dataset: Path, units: list[dict[str, Any]], say: Say, encoding: dict[str, int]) -> _Corpus:
+    """Chunk, embed (cached) and index the documents into one collection per domain, with each chunk's sentence vectors."""
+    from django.conf import settings
+
+    model = settings.EMBEDDING_MODEL
+    domains = sorted({u["domain"] for u in units})
+    size = int(Expert._meta.get_field("chunk_size").default)
+    overlap = int(Expert._meta.get_field("chunk_overlap").default)
+    chunks = [(i, c.text) for i, u in enumerate(units) for c in chunk_text(u["text"], size=size, overlap=overlap)]
+    cx = cached_embeddings(f"{dataset.name}-chunks-{size}-{overlap}", [embedding_text(units[i]["title"], t) for i, t in chunks], model, say, **encoding)
+    sentences = [split_sentences(t) for _, t in chunks]
+    flat = [s for group in sentences for s in group]
+    sx = cached_embeddings(f"{dataset.name}-chunk-sentences-{size}-{overlap}", flat, model, say, **encoding) if flat else np.zeros((0, cx.shape[1]))
+    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
+    blocks: dict[int, np.ndarray] = {}
+    offset = 0
+    for row, (i, text) in enumerate(chunks):
+        unit = units[i]
+        point_id = hashlib.md5(f"{i}:{row}".encode()).hexdigest()
+        block = sx[offset : offset + len(sentences[row])]
+        offset += len(sentences[row])
+        if len(block):
+            blocks[row] = block
+        indices, values = bm25_vector(sparse_text(unit["title"], text))
+        by_domain[unit["domain"]].append(PointRecord(
+            id=point_id, dense=cx[row].tolist(), sparse_indices=indices, sparse_values=values,
+            payload={"document_id": i, "chunk": row, "unit": unit["doc_id"], "domain": unit["domain"], "title": unit.get("title") or "", "text": text},
+        ))
+    root = tempfile.mkdtemp(prefix="answers-eval-")
+    store = EmbeddedQdrantStore(root)
+    t0 = time.perf_counter()
+    for domain in domains:
+        store.rebuild(f"eval_{domain}", cx.shape[1], by_domain[domain])
+    index_s = time.perf_counter() - t0
+    say(f"  indexed {len(chunks):,} chunks of {len(units):,} documents into {len(domains)} collections in {index_s:.1f} s")
+    return _Corpus(domains, [f"eval_{d}" for d in domains], units, store, root, blocks, len(chunks), index_s)
+
+
+def _router(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.ndarray, domains: list[str], say: Say,
+            encoding: dict[str, int]) -> tuple[np.ndarray, list[int], list[int], dict[str, Any]]:
+    """The retrieval evaluation's router (the same features, the same cached training): probabilities, train and val rows."""
+    from django.conf import settings
+
+    from evaluation.retrieval import _choose_context_weight, _context_vectors, _conversation_features, _train_router, split_rows
+
+    turn_texts = sorted({t for q in queries for t in user_turns(q)})
+    turn_vectors = dict(zip(turn_texts, cached_embeddings(f"{dataset.name}-user-turns", turn_texts, settings.EMBEDDING_MODEL, say, **encoding), strict=True)) if turn_texts else {}
+    context_means, _ = _context_vectors(queries, turn_vectors, qx.shape[1])
+    train, val, _, validation = split_rows(queries, y, {})
+    weight, _ = _choose_context_weight(qx, context_means, y, train, val) if turn_vectors else (0.0, {})
+    key = "conversation" if weight else "text_only"
+    probs, metrics = _train_router(_conversation_features(qx, context_means, weight), np.maximum(y, 0), train, val, len(domains), key, say)
+    return probs, train, val, {"features": key, "context_weight": weight, "validation": validation, **metrics}
+
+
+def _search(corpus: _Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int) -> list[Passage]:
+    indices, values = bm25_vector(question, query=True)
+    return corpus.passages(search_collections(corpus.store, plan, dense.tolist(), indices, values, limit=limit, method="hybrid"))
+
+
+def _plans(q: _Question, probs: np.ndarray, corpus: _Corpus, threshold: float) -> dict[str, tuple[dict[str, float], list[int]]]:
+    """Each mode's collection weights and the domains (best first) whose adapter may answer."""
+    names = corpus.names
+    order = [int(j) for j in np.argsort(-probs)[:2]]
+    routed = routing_weights([names[j] for j in order], [float(probs[j]) for j in order], names, threshold)
+    return {"flat": (dict.fromkeys(names, 1.0), []), "auto": (routed, order), "oracle": ({names[q.domain]: 1.0}, [q.domain])}
+
+
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _base_model_identity(base_model: str) -> dict[str, Any]:
+    from experts.ml.lora import resolve_base_model
+
+    folder = Path(resolve_base_model(base_model))
+    return {"config": hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()[:16],
+            "weights": sorted((p.name, p.stat().st_size) for p in folder.glob("*.safetensors"))}
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+class _Adapters:
+    """Trains adapters through ``lora.train_lora`` once per fingerprint and keeps their records.
+
+    The fingerprint covers the base model, the parameters, the token ids the adapter learns from
+    (so a change of the prompt builder is a miss, not a stale adapter), the adapter it starts from
+    and the training code.
+    """
+
+    def __init__(self, base_model: str, tokenizer: Any, say: Say):
+        from experts.ml import lora
+
+        self.base_model, self.tokenizer, self.say = base_model, tokenizer, say
+        self.root = embedding_cache_dir().parent / "answers" / "adapters"
+        self.identity = {"base": _base_model_identity(base_model), "code": code_fingerprint(lora)}
+        self.records: dict[str, dict[str, Any]] = {}
+        self.train_s_now = 0.0
+
+    def train(self, label: str, examples: list[Any], held_out: list[Any], params: Any, init: Path | None = None) -> Path:
+        from experts.ml.lora import encode_example, train_lora
+
+        data = hashlib.sha256(json.dumps([encode_example(self.tokenizer, e, params.max_length) for e in examples]).encode()).hexdigest()
+        key = _fingerprint(self.identity, params.as_dict(), data, init.name if init else None)
+        folder = self.root / f"{label}-{key}"
+        record_path = folder / "record.json"
+        if record_path.is_file():
+            self.records[label] = json.loads(record_path.read_text())
+            self.say(f"  adapter {label}: cached ({folder.name})")
+            return folder
+        self.say(f"  adapter {label}: training {params.max_steps} steps on {len(examples)} examples" + (f" from {init.name}" if init else ""))
+        t0 = last = time.perf_counter()
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            nonlocal last
+            if step == total or time.perf_counter() - last > 60:
+                last = time.perf_counter()
+                self.say(f"    {label}: step {step}/{total}, loss {loss:.3f}, {last - t0:.0f} s")
+
+        work = Path(tempfile.mkdtemp(prefix=f"answers-{label}-"))
+        result = train_lora(self.base_model, examples, held_out, params, folder, work, on_step=on_step, init_adapter=init)
+        seconds = time.perf_counter() - t0
+        self.train_s_now += seconds
+        self.records[label] = {
+            "label": label, "fingerprint": key, "steps": result.steps, "n_train": len(examples), "train_s": round(seconds, 1),
+            "train_loss": _r(result.train_loss), "held_out_loss": _r(result.eval_loss), "base_held_out_loss": _r(result.base_eval_loss),
+            "started_from": init.name if init else None, "loss_curve": result.loss_curve,
+        }
+        record_path.write_text(json.dumps(self.records[label], indent=2))
+        return folder
+
+
+class _Serving:
+    """What the serving LLM backend does around the model (``experts.generation.transformers``), for batched use.
+
+    The passages it shows (``prompt_passages``), when it does not call the model at all (weak
+    retrieval), its token limit, stops and answer parsing.
+    """
+
+    def __init__(self, max_new_tokens: int | None):
+        from experts.generation.transformers import TransformersGenerator
+
+        self.generator = TransformersGenerator.from_settings()
+        self.max_new_tokens = int(max_new_tokens or self.generator.max_tokens)
+
+    def shown(self, question: str, passages: list[Passage]) -> list[Passage]:
+        from experts.generation.base import GenerationRequest
+
+        return self.generator.prompt_passages(GenerationRequest(question=question, expert="", passages=passages))
+
+    def weak(self, passages: list[Passage]) -> bool:
+        return not passages or max(p.score for p in passages) < self.generator.min_score
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        from experts.ml.prompting import STOPS
+
+        return STOPS + (("\n\n",) if self.generator.stop_at_paragraph else ())
+
+    def parse(self, text: str, question: str, passages: list[Passage]) -> Any:
+        from experts.ml.prompting import STOPS
+
+        return parse_answer(text, passages[: self.generator.max_passages], citation_format=DEFAULT_CITATION_FORMAT, min_score=self.generator.min_score,
+                            question=question, stops=STOPS, stop_at_paragraph=self.generator.stop_at_paragraph)
+
+
+def _training_examples(corpus: _Corpus, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], y: np.ndarray, tokenizer: Any,
+                       params: Any, serving: _Serving, top_k: int) -> tuple[dict[int, list[Any]], dict[str, int]]:
+    """Examples per domain the way ``labeling.grounding`` builds them: own-domain search, weak skipped, gold answer cited.
+
+    The prompt holds the passages serving would show for that search (``_Serving.shown``); the
+    target cites the one holding the gold answer among those that fit ``max_length``.
+    """
+    from experts.ml.lora import Example, fitted_passages
+
+    out: dict[int, list[Any]] = defaultdict(list)
+    counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
+    for i in rows:
+        question, answer = queries[i]["text"], " ".join(str(queries[i].get("answer") or "").split())
+        passages = _search(corpus, {corpus.names[y[i]]: 1.0}, qx[i], question, top_k)
+        if not answer:
+            counts["unsupported"] += 1
+            continue
+        if serving.weak(passages):
+            counts["weak"] += 1
+            continue
+        shown = serving.shown(question, passages)
+        answer_room = len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 6  # the marker and the end token
+        fit = fitted_passages(tokenizer, Example(question, answer, shown), params.max_length - answer_room)
+        target = gold_target(answer, shown[:fit])
+        if target is None:
+            counts["unsupported"] += 1
+            continue
+        out[int(y[i])].append(Example(question, target, shown))
+        counts["kept"] += 1
+    return out, counts
+
+
+def _lora_params(config: AnswerConfig) -> Any:
+    """The product's training parameters (the ``LORA_*`` settings), with the run's overrides."""
+    from django.conf import settings
+
+    from experts.ml.lora import LoraParams
+
+    return LoraParams.from_dict({
+        "rank": settings.LORA_RANK, "alpha": settings.LORA_ALPHA, "dropout": settings.LORA_DROPOUT,
+        "target_modules": list(settings.LORA_TARGET_MODULES), "learning_rate": settings.LORA_LEARNING_RATE,
+        "batch_size": settings.LORA_BATCH_SIZE, "max_length": settings.LORA_MAX_LENGTH, "checkpoint_steps": settings.LORA_CHECKPOINT_STEPS,
+        "qlora": settings.LORA_QLORA, "bf16": getattr(settings, "LORA_BF16", True), "top_layers": getattr(settings, "LORA_TOP_LAYERS", 0),
+        "seed": SEED, **config.lora,
+    })
+
+
+def _with_steps(params: Any, steps: int) -> Any:
+    from experts.ml.lora import LoraParams
+
+    return LoraParams.from_dict({**params.as_dict(), "max_steps": max(1, steps)})
+
+
+def _train_adapters(config: AnswerConfig, ctx: dict[str, Any], tokenizer: Any, serving: _Serving, say: Say) -> tuple[dict[str, Path], dict[str, Any]]:
+    """Pooled adapter, one expert per domain continuing from it, and the generalist with the experts' total steps."""
+    from django.conf import settings
+
+    corpus, queries, qx, y = ctx["corpus"], ctx["queries"], ctx["qx"], ctx["y"]
+    params = _lora_params(config)
+    rows = list(ctx["train_rows"])
+    if config.train_limit is not None and config.train_limit < len(rows):
+        rows = [rows[j] for j in stratified_sample([str(y[i]) for i in rows], config.train_limit, seed=SEED)]
+    by_domain, counts = _training_examples(corpus, queries, qx, rows, y, tokenizer, params, serving, ctx["top_k"])
+    held, _ = _training_examples(corpus, queries, qx, list(ctx["val_rows"]), y, tokenizer, params, serving, ctx["top_k"])
+    pooled = [e for d in sorted(by_domain) for e in by_domain[d]]
+    pooled_held = [e for d in sorted(held) for e in held[d][: max(1, HELD_OUT // len(corpus.domains))]]
+    say(f"  training examples: {counts} ({', '.join(f'{corpus.domains[d]} {len(v)}' for d, v in sorted(by_domain.items()))})")
+    trainer = _Adapters(settings.BASE_MODEL, tokenizer, say)
+    steps = {"pooled": config.pooled_steps, "expert": config.expert_steps, "generalist": config.expert_steps * len(by_domain)}
+    start = trainer.train("pooled", pooled, pooled_held, _with_steps(params, config.pooled_steps))
+    folders: dict[str, Path] = {}
+    for d in sorted(by_domain):
+        folders[corpus.domains[d]] = start if not config.expert_steps else trainer.train(
+            f"expert-{corpus.domains[d]}", by_domain[d], held.get(d, [])[:HELD_OUT], _with_steps(params, config.expert_steps), init=start)
+    folders["generalist"] = start if not config.expert_steps else trainer.train(
+        "generalist", pooled, pooled_held, _with_steps(params, steps["generalist"]), init=start)
+    report = {
+        "steps": steps, "params": params.as_dict(), "records": trainer.records, "examples": counts, "n_train": len(pooled),
+        "n_train_by_domain": {corpus.domains[d]: len(v) for d, v in sorted(by_domain.items())},
+        "train_s": round(sum(r["train_s"] for r in trainer.records.values()), 1), "train_s_this_run": round(trainer.train_s_now, 1),
+    }
+    return folders, report
+
+
+def _extractive(questions: list[_Question], modes: list[str], known: dict[str, np.ndarray], ctx: dict[str, Any]) -> dict[str, list[_Answered]]:
+    """The extractive generator's answers (``experts.ml.extractive``, as ``ExtractiveGenerator`` calls it)."""
+    from sbcommon.encoders import get_encoder
+
+    encoder = get_encoder(ctx["model"], ctx["threads"])
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if len(texts) == 1 and texts[0] in known:  # the question (its embedding is cached); sentences come from the index
+            return known[texts[0]][None, :]
+        return encoder.encode(texts)
+
+    cache = ChunkSentenceCache(size=100_000)
+    out: dict[str, list[_Answered]] = {}
+    for mode in modes:
+        rows = []
+        for q in questions:
+            t0 = time.perf_counter()
+            answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], cache=cache)
+            rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000))
+        out[mode] = rows
+    return out
+
+
+def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[_Question], modes: list[str], adapters: set[str],
+              serving: _Serving, config: AnswerConfig, say: Say) -> dict[str, list[_Answered]]:
+    """One LM generator's answers in every mode, batched; a prompt shared by two modes is generated once."""
+    from experts.ml.batch_generation import BatchItem, BatchStats, generate_batch
+    from experts.ml.lora import Example
+
+    items: list[Any] = []
+    index: dict[tuple[Any, ...], int] = {}
+    plan: dict[str, list[int | None]] = {}
+    for mode in modes:
+        plan[mode] = []
+        for q in questions:
+            passages = q.passages[mode]
+            if serving.weak(passages):  # serving answers "not found" without calling the model
+                plan[mode].append(None)
+                continue
+            adapter = q.adapter[mode] if generator == "lora" and q.adapter[mode] in adapters else None
+            key = (q.row, tuple(p.chunk_id for p in passages), adapter)
+            if key not in index:
+                index[key] = len(items)
+                items.append(BatchItem(Example(q.text, "", serving.shown(q.text, passages)), adapter=adapter))
+            plan[mode].append(index[key])
+    shared = sum(1 for rows in plan.values() for j in rows if j is not None) - len(items)
+    say(f"  generating {len(items)} answers with {generator} ({shared} prompts shared between modes)")
+    stats = BatchStats()
+    room = int(getattr(lm.config, "max_position_embeddings", 2048)) - serving.max_new_tokens  # as serving fits the prompt
+    generated = generate_batch(lm, tokenizer, items, max_new_tokens=serving.max_new_tokens, prompt_tokens=room,
+                               batch_size=config.batch_size, stop_strings=serving.stops, stats=stats)
+    say(f"    {stats.new_tokens} tokens in {stats.wall_s:.0f} s ({stats.tokens_per_s:.1f} tokens/s)")
+    out: dict[str, list[_Answered]] = {}
+    for mode in modes:
+        rows = []
+        for q, j in zip(questions, plan[mode], strict=True):
+            if j is None:
+                rows.append(_Answered("", [], 0.0))
+                continue
+            parsed = serving.parse(generated[j].text, q.text, q.passages[mode])
+            text = "" if not parsed.grounded or is_abstention(parsed.text) else parsed.text
+            rows.append(_Answered(text, parsed.citations if text else [], generated[j].ms, generated[j].new_tokens, generated[j].text))
+        out[mode] = rows
+    return out
+
+
+def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say = print) -> dict[str, Any]:
+    """Answer quality of every mode and generator (see the module docstring); returns the JSON-able report."""
+    import torch
+    from django.conf import settings
+
+    from experts.ml.batch_generation import attach_adapters
+    from experts.ml.lora import bf16_native, load_base
+
+    config = config or AnswerConfig()
+    unknown = (set(config.generators) - set(GENERATORS)) | (set(config.modes) - set(MODES))
+    if unknown:
+        raise ValueError(f"unknown generators or modes {sorted(unknown)}; known: {', '.join(GENERATORS + MODES)}")
+    modes = [m for m in MODES if m in config.modes]
+    started = time.perf_counter()
+    dataset = Path(dataset)
+    model = settings.EMBEDDING_MODEL
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    top_k, min_score = int(settings.RETRIEVAL_TOP_K), float(settings.EXTRACTIVE_MIN_SCORE)
+    units = read_jsonl(dataset / "docs.jsonl")
+    relevant: dict[str, set[str]] = defaultdict(set)
+    if (dataset / "qrels.jsonl").exists():
+        for row in read_jsonl(dataset / "qrels.jsonl"):
+            relevant[row["query_id"]].add(row["doc_id"])
+    say(f"{dataset.name}: answers on the {config.split} split")
+    corpus = _index(dataset, units, say, encoding)
+    queries, qx = dataset_embeddings(dataset, model, say, **encoding)
+    y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
+    probs, train_rows, val_rows, router_report = _router(dataset, queries, qx, y, corpus.domains, say, encoding)
+    ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
+           "top_k": top_k, "min_score": min_score, "model": model, "threads": encoding["threads"]}
+
+    wanted = set(val_rows) if config.split == "val" else None
+    candidates = [i for i, q in enumerate(queries) if q.get("split") == config.split and y[i] >= 0 and q.get("answer") is not None and q.get("text")
+                  and (wanted is None or i in wanted)]
+    if not candidates:
+        raise ValueError(f"{dataset} has no {config.split} questions with an 'answer' and a known domain")
+    available = len(candidates)
+    if config.limit is not None and config.limit < len(candidates):
+        pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
+        candidates = [candidates[j] for j in pick]
+    threshold = widen_below()
+    questions: list[_Question] = []
+    for i in candidates:
+        q = _Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
+        for mode, (plan, order) in _plans(q, probs[i], corpus, threshold).items():
+            q.passages[mode] = _search(corpus, plan, qx[i], q.text, top_k)
+            if mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
+                leading = q.passages[mode][0].expert if q.passages[mode] else ""
+                chosen = [corpus.domains[j] for j in order]
+                q.adapter[mode] = leading if leading in chosen else chosen[0]
+            else:
+                q.adapter[mode] = corpus.domains[q.domain] if mode == "oracle" else "generalist"
+        questions.append(q)
+    say(f"  {len(questions)} of {available} questions, {top_k} passages each")
+
+    answers: dict[tuple[str, str], list[_Answered]] = {}
+    if "extractive" in config.generators:
+        for mode, rows in _extractive(questions, modes, {queries[q.row]["text"]: qx[q.row] for q in questions}, ctx).items():
+            answers[(mode, "extractive")] = rows
+    adapters_report: dict[str, Any] = {}
+    lm_generators = [g for g in ("base", "lora") if g in config.generators]
+    dtype = None
+    serving = _Serving(config.max_new_tokens)
+    if lm_generators:
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(config.dtype) or (torch.bfloat16 if bf16_native() else torch.float32)
+        tokenizer, base = load_base(settings.BASE_MODEL, dtype=dtype)
+        base.eval()
+        folders: dict[str, Path] = {}
+        if "lora" in lm_generators:
+            folders, adapters_report = _train_adapters(config, ctx, tokenizer, serving, say)
+        lm = attach_adapters(base, {k: str(v) for k, v in folders.items()}, settings.BASE_MODEL)
+        for generator in lm_generators:
+            for mode, rows in _generate(generator, lm, tokenizer, questions, modes, set(folders), serving, config, say).items():
+                answers[(mode, generator)] = rows
+    corpus.close()
+
+    results: dict[str, dict[str, Any]] = {mode: {} for mode in modes}
+    for (mode, generator), rows in answers.items():
+        results[mode][generator] = _score(questions, mode, rows, corpus.units)
+    report: dict[str, Any] = {
+        "results": results,
+        "n_questions": len(questions),
+        "train_s": adapters_report.get("train_s", 0.0),
+        "n_train": adapters_report.get("n_train", 0),
+        "train_s_this_run": adapters_report.get("train_s_this_run", 0.0),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "targets": _targets(results),
+        "router": router_report,
+        "adapters": adapters_report,
+        "setup": {
+            "dataset": dataset.name, "split": config.split, "questions_available": available, "limit": config.limit,
+            "sample": f"stratified by domain, seed {SEED}" if len(questions) < available else "all",
+            "train_limit": config.train_limit, "modes": modes, "base_model": settings.BASE_MODEL,
+            "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+            "retrieval_top_k": top_k, "min_score": min_score, "widen_below": threshold, "chunks": corpus.chunks,
+            "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
+            "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
+            "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
+        },
+    }
+    _say_table(results, say)
+    return report
+
+
+def _score(questions: list[_Question], mode: str, rows: list[_Answered], units: list[dict[str, Any]]) -> dict[str, Any]:
+    f1 = [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
+    rl = [rouge_l(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
+    abstained = [not a.text for a in rows]
+    absent = [all(support(q.gold, p.text) < MIN_SUPPORT for p in q.passages[mode]) for q in questions]
+    precisions = [
+        sum(1 for p in a.citations if p.document_id is not None and units[p.document_id]["doc_id"] in q.relevant) / len(a.citations)
+        for q, a in zip(questions, rows, strict=True) if a.citations and q.relevant
+    ]
+    ms = [a.ms for a in rows]
+
+    def share(flags: list[bool], where: list[bool]) -> float | None:
+        picked = [f for f, w in zip(flags, where, strict=True) if w]
+        return round(float(np.mean(picked)), 4) if picked else None
+
+    return {
+        "f1": round(float(np.mean(f1)), 4),
+        "rouge_l": round(float(np.mean(rl)), 4),
+        "citation_precision": round(float(np.mean(precisions)), 4) if precisions else None,
+        "abstained": round(float(np.mean(abstained)), 4),
+        "p50_ms": round(statistics.median(ms), 1) if ms else None,
+        "tokens_per_s": round(sum(a.new_tokens for a in rows) * 1000 / sum(ms), 2) if any(a.new_tokens for a in rows) else None,
+        "n": len(rows),
+        "cited": round(float(np.mean([bool(a.citations) for a in rows])), 4),
+        "absent": round(float(np.mean(absent)), 4),
+        "abstained_when_absent": share(abstained, absent),
+        "abstained_when_present": share(abstained, [not a for a in absent]),
+        "f1_when_present": round(float(np.mean([f for f, a in zip(f1, absent, strict=True) if not a])), 4) if not all(absent) else None,
+    }
+
+
+def _targets(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, computed (never asserted here): ratios and whether each holds."""
+    def f1(mode: str, generator: str) -> float | None:
+        return results.get(mode, {}).get(generator, {}).get("f1")
+
+    out: dict[str, Any] = {}
+    auto_lora, auto_base, auto_ext = f1("auto", "lora"), f1("auto", "base"), f1("auto", "extractive")
+    flat_lora, oracle_lora = f1("flat", "lora"), f1("oracle", "lora")
+    if auto_lora is not None and auto_base:
+        out["auto_lora_over_auto_base"] = round(auto_lora / auto_base, 3)
+        out["auto_lora_at_least_1.25x_base"] = auto_lora >= 1.25 * auto_base
+    if auto_lora is not None and auto_ext is not None:
+        out["auto_lora_at_least_extractive"] = auto_lora >= auto_ext
+    if auto_lora is not None and flat_lora is not None:
+        out["auto_lora_above_flat_lora"] = auto_lora > flat_lora
+    if auto_lora is not None and oracle_lora:
+        out["auto_lora_over_oracle_lora"] = round(auto_lora / oracle_lora, 3)
+        out["auto_lora_at_least_80pct_oracle"] = auto_lora >= 0.8 * oracle_lora
+    return out
+
+
+def _say_table(results: dict[str, dict[str, Any]], say: Say) -> None:
+    say(f"  {'mode':8s} {'generator':10s} {'F1':>6s} {'ROUGE-L':>8s} {'cite P':>7s} {'abst.':>6s} {'p50 ms':>8s} {'tok/s':>6s}")
+    for mode, by_generator in results.items():
+        for generator, r in by_generator.items():
+            cite = "-" if r["citation_precision"] is None else f"{r['citation_precision']:.3f}"
+            tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.1f}"
+            say(f"  {mode:8s} {generator:10s} {r['f1']:6.3f} {r['rouge_l']:8.3f} {cite:>7s} {r['abstained']:6.3f} {r['p50_ms']:8.1f} {tps:>6s}")
+

@@ -1,0 +1,85 @@
+"""How close an answer is to a gold answer: SQuAD-normalised token F1 and ROUGE-L. Pure: no Django.
+
+Both compare words after SQuAD's normalisation (lower case, punctuation and the articles a/an/the
+removed, whitespace collapsed). Citation markers (``[1]``) are taken out first: they are scored as
+citations, not as words of the answer. An abstention ("not found") is scored as the empty answer,
+SQuAD 2.0's convention: it earns 1.0 against an empty gold answer and 0.0 against any other.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+from .extractive import NOT_FOUND
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def strip_citations(text: str, citation_format: str = "[{index}]") -> str:
+    """The answer without its citation markers (e.g. ``[1]``, ``[ 2 ]``)."""
+    before, _, after = citation_format.partition("{index}")
+    return re.sub(re.escape(before) + r"\s*\d{1,3}\s*" + re.escape(after), " ", text)
+
+
+def is_abstention(text: str) -> bool:
+    """Whether the answer says the documents do not hold it (the platform's fixed sentence) or says nothing."""
+    return not text.strip() or NOT_FOUND.lower().rstrip(".") in text.lower()
+
+
+def answer_tokens(text: str, citation_format: str = "[{index}]") -> list[str]:
+    """The normalised words an answer is scored on (none for an abstention)."""
+    if is_abstention(text):
+        return []
+    return normalize_answer(strip_citations(text, citation_format)).split()
+
+
+def token_f1(prediction: str, gold: str, citation_format: str = "[{index}]") -> float:
+    """SQuAD token F1 of ``prediction`` against ``gold`` (both empty: 1.0; one empty: 0.0)."""
+    pred, ref = answer_tokens(prediction, citation_format), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if not common:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _lcs(a: list[str], b: list[str]) -> int:
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b, start=1):
+            current.append(previous[j - 1] + 1 if x == y else max(previous[j], current[j - 1]))
+        previous = current
+    return previous[-1]
+
+
+def rouge_l(prediction: str, gold: str, citation_format: str = "[{index}]") -> float:
+    """ROUGE-L F1 (longest common subsequence of the normalised words; both empty: 1.0)."""
+    pred, ref = answer_tokens(prediction, citation_format), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    lcs = _lcs(pred, ref)
+    if not lcs:
+        return 0.0
+    precision, recall = lcs / len(pred), lcs / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def support(answer: str, passage: str) -> float:
+    """Share of the answer's normalised words that occur in ``passage`` (1.0 for an empty answer)."""
+    words = normalize_answer(answer).split()
+    if not words:
+        return 1.0
+    have = Counter(normalize_answer(passage).split())
+    return sum((Counter(words) & have).values()) / len(words)

@@ -1,0 +1,179 @@
+"""Greedy answers for many prompts at once, with one base model and its LoRA adapters. Pure: no Django.
+
+Prompts are built exactly as training builds them (``lora.fit_prompt``: the chat template of
+``prompting.build_messages``, the last passages dropped first when the prompt is too long), grouped
+by adapter, sorted by length and run in left-padded batches so that padding stays small. The
+serving backend (``experts.generation.transformers``) answers one request at a time; evaluations
+answer thousands of questions, and a server batching concurrent requests can use this too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .lora import Example, check_adapter, fit_prompt
+
+
+@dataclass
+class BatchItem:
+    """One question to answer: its prompt's parts and the adapter to answer with (None: the bare base model)."""
+
+    example: Example
+    adapter: str | None = None
+    history: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Generated:
+    """One generated answer: the raw text, its token counts and its share of the batch's wall time."""
+
+    text: str
+    prompt_tokens: int
+    new_tokens: int
+    ms: float  # the batch's wall time divided by its size
+
+
+@dataclass
+class BatchStats:
+    """What a ``generate_batch`` call cost."""
+
+    wall_s: float = 0.0
+    new_tokens: int = 0
+    prompt_tokens: int = 0
+    batches: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s else 0.0
+
+
+def attach_adapters(base: Any, adapters: dict[str, str | Path], base_model: str) -> Any:
+    """``base`` wrapped in one PeftModel holding every adapter of ``adapters`` (name -> folder), for inference.
+
+    Each adapter must have been trained on ``base_model`` (``lora.check_adapter``). Without adapters
+    the base model is returned as it is.
+    """
+    if not adapters:
+        return base
+    from peft import PeftModel
+
+    model = None
+    for name, folder in adapters.items():
+        check_adapter(folder, base_model)
+        if model is None:
+            model = PeftModel.from_pretrained(base, str(folder), adapter_name=name, is_trainable=False)
+        else:
+            model.load_adapter(str(folder), adapter_name=name, is_trainable=False)
+    model.eval()
+    return model
+
+
+def _context(model: Any, adapter: str | None) -> Any:
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):  # the bare base model
+        if adapter is not None:
+            raise ValueError(f"adapter {adapter!r} requested but no adapter is attached")
+        return nullcontext()
+    if adapter is None:
+        return model.disable_adapter()
+    model.set_adapter(adapter)
+    return nullcontext()
+
+
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[BatchItem],
+    *,
+    max_new_tokens: int,
+    prompt_tokens: int,
+    batch_size: int = 8,
+    stop_strings: Sequence[str] = (),
+    stats: BatchStats | None = None,
+) -> list[Generated]:
+    """Greedy answers to ``items``, in their order.
+
+    Args:
+        model: the base model, or the PeftModel from ``attach_adapters``.
+        tokenizer: the base model's tokenizer.
+        items: questions with their passages and adapter names.
+        max_new_tokens: the longest answer.
+        prompt_tokens: the room for each prompt (``fit_prompt``); keep it at most the training
+            ``max_length`` minus the answer so that an adapter never sees a longer prompt than it learned on.
+        batch_size: prompts per forward pass.
+        stop_strings: an answer ends when it writes one of these (kept in its text, as a streamed
+            answer's stop criteria leave them, for the answer parser to cut).
+        stats: accumulates wall time and token counts when given.
+    """
+    import torch
+
+    stats = stats if stats is not None else BatchStats()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    prompts = [fit_prompt(tokenizer, item.example, prompt_tokens, history=item.history) for item in items]
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for i, item in enumerate(items):
+        groups[item.adapter].append(i)
+    out: list[Generated | None] = [None] * len(items)
+    device = next(model.parameters()).device
+    stops: dict[str, Any] = {"stop_strings": list(stop_strings), "tokenizer": tokenizer} if stop_strings else {}
+    for adapter, rows in groups.items():
+        rows = sorted(rows, key=lambda i: len(prompts[i]))
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            width = max(len(prompts[i]) for i in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                ids[r, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
+                mask[r, width - len(prompts[i]) :] = 1
+            t0 = time.perf_counter()
+            with _context(model, adapter), torch.no_grad():
+                output = model.generate(
+                    input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens, do_sample=False,
+                    pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id, **stops,
+                )
+            wall = time.perf_counter() - t0
+            stats.wall_s += wall
+            stats.batches += 1
+            for r, i in enumerate(chunk):
+                new = output[r, width:].tolist()
+                if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new:
+                    new = new[: new.index(tokenizer.eos_token_id)]
+                while new and new[-1] == pad_id:
+                    new.pop()
+                stats.new_tokens += len(new)
+                stats.prompt_tokens += len(prompts[i])
+                out[i] = Generated(tokenizer.decode(new, skip_special_tokens=True), len(prompts[i]), len(new), wall * 1000 / len(chunk))
+    return [g for g in out if g is not None]
+
+
+def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
+    """``text`` up to the first of ``stop_strings`` (a streamed answer stops there)."""
+    cut = min((i for i in (text.find(s) for s in stop_strings if s) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
+                stop_strings: Sequence[str] = (), batch_size: int = 8) -> float | None:
+    """Mean token F1 (``answer_metrics.token_f1``) of greedy answers to ``examples`` against their answers.
+
+    The activation gate compares an adapter's figure with the bare base model's (``adapter=None``) on
+    the expert's held-out examples. None without examples.
+    """
+    from .answer_metrics import token_f1
+
+    if not examples:
+        return None
+    room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
+    items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format), adapter) for e in examples]
+    generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
+                               stop_strings=stop_strings)
+    scores = [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
+    return sum(scores) / len(scores)

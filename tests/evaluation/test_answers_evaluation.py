@@ -1,0 +1,158 @@
+"""``evaluate answers``: flat, auto and oracle answers by the extractive, base and LoRA generators.
+
+The fast test runs the whole evaluation on a tiny two-domain dataset written here, with the hashing
+encoder and the tiny random-weight LM (its answers are noise; the test checks the plumbing, the
+report's shape and the adapter cache); the slow one runs doc2dial with the real base model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.answers import GENERATORS, MODES, AnswerConfig, evaluate_answers
+from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixture, shared with the experts tests)
+from tests.knowledge.conftest import HashingEncoder
+
+DOC2DIAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "doc2dial"
+
+TOPICS = {
+    "cars": {
+        "licence": "Renew your driving licence online before it expires. The renewal fee is 64 dollars.",
+        "plates": "Order replacement number plates at a service centre. Bring the old plates with you.",
+        "tests": "Book a driving test after six months with a permit. Tests run on weekdays only.",
+        "parking": "Parking permits cost 30 dollars a year. Apply at the city office with proof of address.",
+    },
+    "money": {
+        "pension": "Retirement pension payments start at age 62. Apply three months before you want payments.",
+        "refund": "Check a tax refund status online after four weeks. Refunds arrive by direct deposit.",
+        "loans": "Student loan repayment starts six months after graduation. Payments depend on income.",
+        "disability": "A disability benefit claim needs medical records. Decisions take three to five months.",
+    },
+}
+
+
+def write_dataset(folder: Path) -> None:
+    docs, queries, qrels = [], [], []
+    for domain, subjects in TOPICS.items():
+        for subject, text in subjects.items():
+            doc_id = f"{domain}-{subject}"
+            docs.append({"doc_id": doc_id, "domain": domain, "title": subject.title(), "text": text})
+            first, second = text.split(". ", 1)
+            for q in range(6):
+                split = ["train", "train", "train", "val", "test", "test"][q]
+                qid = f"{doc_id}-q{q}"
+                context = [{"speaker": "user", "text": f"a question about {subject}"}] if q % 2 else []
+                answer = first + "." if q % 2 == 0 else second
+                queries.append({"query_id": qid, "text": f"what about {subject} {q}?", "domain": domain, "split": split,
+                                "context": context, "answer": answer})
+                qrels.append({"query_id": qid, "doc_id": doc_id})
+    for name, rows in (("docs.jsonl", docs), ("queries.jsonl", queries), ("qrels.jsonl", qrels)):
+        (folder / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+@pytest.fixture
+def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
+    import torch
+
+    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
+    encoder = HashingEncoder()
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    settings.EMBEDDING_MODEL = encoder.name
+    settings.BASE_MODEL = str(tiny_lm_dir)
+    settings.EXTRACTIVE_MIN_SCORE = 0.1
+    settings.LORA_MAX_LENGTH = 480  # the tiny tokenizer spends ~290 tokens on the rules; one passage fits
+    settings.LORA_BATCH_SIZE = 2
+    settings.LORA_RANK, settings.LORA_ALPHA = 4, 8
+    write_dataset(tmp_path)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield tmp_path, encoder
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.django_db
+def test_the_answers_evaluation_reports_every_mode_and_generator_and_reuses_its_adapters(tiny_setup):
+    folder, _encoder = tiny_setup
+    config = AnswerConfig(limit=None, pooled_steps=2, expert_steps=1, max_new_tokens=6, batch_size=4)
+    lines: list[str] = []
+
+    report = evaluate_answers(folder, config, say=lines.append)
+
+    assert report["n_questions"] == 16
+    assert set(report["results"]) == set(MODES)
+    for mode in MODES:
+        assert set(report["results"][mode]) == set(GENERATORS)
+        for figures in report["results"][mode].values():
+            for key in ("f1", "rouge_l", "citation_precision", "abstained", "p50_ms", "tokens_per_s"):
+                assert key in figures
+            assert 0.0 <= figures["f1"] <= 1.0
+            assert 0.0 <= figures["rouge_l"] <= 1.0
+            assert figures["n"] == 16
+    # The gold domain's own documents hold every answer; the flat index mixes in the other domain's.
+    extractive = {mode: report["results"][mode]["extractive"] for mode in MODES}
+    assert extractive["oracle"]["absent"] == 0.0
+    assert extractive["oracle"]["citation_precision"] >= extractive["flat"]["citation_precision"] > 0.0
+    assert extractive["oracle"]["f1"] > 0.3
+    assert report["n_train"] > 0
+    assert report["train_s"] > 0
+    records = report["adapters"]["records"]
+    assert set(records) == {"pooled", "expert-cars", "expert-money", "generalist"}
+    assert records["expert-cars"]["steps"] == 1
+    assert records["generalist"]["steps"] == 2
+    assert records["generalist"]["started_from"].startswith("pooled-")
+    assert report["setup"]["split"] == "test"
+    assert any("lora" in line for line in lines)
+
+    # A second run trains nothing: every adapter is found by its data fingerprint.
+    again = evaluate_answers(folder, config, say=lambda line: None)
+    assert again["train_s_this_run"] == 0.0
+    assert again["train_s"] == report["train_s"]
+    assert again["results"]["oracle"]["lora"] == {**report["results"]["oracle"]["lora"], **{k: again["results"]["oracle"]["lora"][k] for k in ("p50_ms", "tokens_per_s")}}
+
+
+@pytest.mark.django_db
+def test_the_answers_evaluation_can_run_on_val_without_language_models(tiny_setup):
+    folder, _ = tiny_setup
+
+    report = evaluate_answers(folder, AnswerConfig(limit=4, split="val", generators=("extractive",)), say=lambda line: None)
+
+    assert report["n_questions"] == 4
+    assert report["setup"]["split"] == "val"
+    assert set(report["results"]["auto"]) == {"extractive"}
+    assert report["n_train"] == 0
+    assert report["train_s"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
+def test_on_doc2dial_lora_answers_beat_the_base_model_and_the_extractive_answer():
+    report = evaluate_answers(DOC2DIAL, AnswerConfig(), say=print)
+
+    auto = report["results"]["auto"]
+    assert auto["lora"]["f1"] >= 1.25 * auto["base"]["f1"]
+    assert auto["lora"]["f1"] >= auto["extractive"]["f1"]
+    assert auto["lora"]["f1"] >= 0.8 * report["results"]["oracle"]["lora"]["f1"]
+
+
+@pytest.mark.django_db
+def test_the_answers_command_writes_its_json(tiny_setup):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    folder, _ = tiny_setup
+    out_file = folder / "answers.json"
+    call_command("evaluate", "answers", "--dataset", str(folder), "--generators", "extractive", "--modes", "oracle", "--limit", "6",
+                 "--json", str(out_file), stdout=StringIO())
+
+    report = json.loads(out_file.read_text())
+    assert report["n_questions"] == 6
+    assert list(report["results"]) == ["oracle"]
+    with pytest.raises(CommandError, match="unknown generators"):
+        call_command("evaluate", "answers", "--dataset", str(folder), "--generators", "gpt", stdout=StringIO())
+    with pytest.raises(CommandError, match="must be JSON"):
+        call_command("evaluate", "answers", "--dataset", str(folder), "--lora", "learning_rate=fast", stdout=StringIO())
