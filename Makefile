@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 export PYTHONPATH := $(CURDIR)/platform:$(CURDIR)
 export DJANGO_SETTINGS_MODULE := switchboard.settings
 
-.PHONY: help install browser run demo test check lint clean
+.PHONY: help install browser run demo test test-slow check lint clean
 
 help: ## Show this help
 	@echo "Switchboard: route every question to the expert that knows the answer."
@@ -72,6 +72,9 @@ check: install ## CI checks: Django system checks, missing migrations, ruff, imp
 test: install browser check ## Run the CI checks, then the whole default test suite
 	@# The Makefile exports the real settings for manage.py; the suite runs on its own (temporary data, eager Celery).
 	$(PY) -m pytest --ds=switchboard.settings_test
+
+test-slow: install ## The slow evaluations (`-m slow`) that assert the headline targets on the shared datasets (CI: .ci/run-slow)
+	$(PY) -m pytest --ds=switchboard.settings_test -m slow tests/evaluation
 
 lint: install ## ruff, the import contracts and the layout rules only
 	$(VENV)/bin/ruff check .

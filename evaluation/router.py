@@ -2,9 +2,12 @@
 
 ``evaluate_router`` reads a dataset folder in the shared format (``queries.jsonl`` with ``text``,
 ``domain``, ``intent``, ``split``), embeds the texts once (cached by
-``evaluation.datasets.cached_embeddings``), trains every method on ``train`` (``val`` for early stopping
-and calibration; 10% of ``train`` when there is no ``val``) and scores it on ``test`` plus the
-out-of-scope rows (a null label or intent ``oos``, in the ``test`` or ``oos`` split).
+``evaluation.datasets.cached_embeddings``), trains every method on ``train`` (``val`` for early stopping,
+calibration and every choice; a seeded stratified 10% of ``train`` when there is no ``val``, which
+``validation`` in the report says) and scores it on ``test`` plus the out-of-scope rows (a null
+label or intent ``oos``, in the ``test`` or ``oos`` split). Test rows whose label never occurs in
+training have no expert to go to: they are reported apart (``unseen_labels``: abstention recall and
+AUROC, as out-of-scope questions), never counted as misroutes.
 
 Methods, all on the same embeddings:
 - ``router``: ``RouterNet`` as ``routing.services`` trains it (MLP + prototype memory, calibrated);
@@ -13,9 +16,15 @@ Methods, all on the same embeddings:
 - ``knn``: nearest-example routing as semantic-router does it: a route's score is the mean of its
   top-5 cosine similarities; out-of-scope score: the best route's score.
 
-Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries: for each query the
-encoder's time plus the method's time on that query's vector, so every method is charged the same
-encoder calls; ``embed_p50_ms`` is the encoder's alone.
+Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries through the bare
+sentence encoder (no micro-batching wait, no vector cache: those belong to serving under load, and
+``bench serving`` measures them): for each query the encoder's time plus the method's time on that
+query's vector, so every method is charged the same encoder calls; ``embed_p50_ms`` is the
+encoder's alone. Five warm-up texts from ``train`` run first, untimed, so no timed text was seen.
+
+What it does not measure: the serving path's batching and caches, the arbiter's load balancing
+under real traffic (``router.arbiter`` simulates it on the shuffled test stream), conversations
+beyond the user's earlier turns, and intent-level routing unless ``--label intent``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import cached_embeddings, dataset_embeddings, split_names
+from evaluation.datasets import cached_embeddings, carve_validation, dataset_embeddings, split_names, user_turns, validation_note
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.training import Context, TrainConfig, route_scores, train_router
 
@@ -36,10 +45,13 @@ KNN_TOP = 5
 NOISE_LEVELS = (0.0, 0.1, 0.2)
 TYPO_RATE = 0.1
 TARGET_RECALL = 0.95
+VAL_SHARE = 0.1
+WARMUP_TEXTS = 5
 # The noise report compares the router as trained (with TrainConfig's default noise injection on
 # the embeddings) against the same router with every noise-injection regulariser off.
 WITHOUT_REGULARISER = {"input_noise": 0.0, "label_noise": 0.0, "gumbel_temperature": 0.0}
 VARIANTS = {"conv": {"use_conv": True}, "no_conv": {"use_conv": False}}
+# The product's variant (routing.ml.training.DEFAULT_MODEL_KWARGS), chosen on val accuracy there.
 DEFAULT_VARIANT = "no_conv"
 
 Say = Callable[[str], None]
@@ -81,7 +93,13 @@ def add_typos(text: str, rate: float, rng: np.random.Generator) -> str:
 
 
 class Split:
-    """Embeddings and label indices of one dataset, split for training and testing."""
+    """Embeddings and label indices of one dataset, split for training and testing.
+
+    ``idx`` holds ``train``, ``val`` (the dataset's, or a seeded stratified 10% carved from train:
+    ``validation`` says which), ``test`` (test rows whose label the router was trained on),
+    ``unseen`` (test rows whose label never occurs in training: no expert exists for them, so they
+    are out of scope, scored apart as abstentions, never as misroutes) and ``oos`` (out-of-scope rows).
+    """
 
     def __init__(self, rows: list[dict[str, Any]], x: np.ndarray, label: str, seed: int = 0):
         labels = [row_label(r, label) for r in rows]
@@ -89,15 +107,12 @@ class Split:
         has = np.array([lab is not None for lab in labels])
         train = (splits == "train") & has
         val = (splits == "val") & has
-        if not val.any():
+        carved = not val.any()
+        if carved:
             # No validation split: hold out a stratified 10% of train for early stopping and calibration.
-            rng = np.random.default_rng(seed)
-            val = np.zeros(len(rows), dtype=bool)
-            for value in sorted({labels[i] for i in np.nonzero(train)[0]}):  # type: ignore[type-var]
-                members = [i for i in np.nonzero(train)[0] if labels[i] == value]
-                if len(members) >= 2:
-                    val[rng.choice(members, size=max(1, round(0.1 * len(members))), replace=False)] = True
+            val = carve_validation(labels, train, VAL_SHARE, seed)
             train &= ~val
+        self.validation = validation_note(carved, VAL_SHARE, seed)
         self.classes: list[str] = sorted({labels[i] for i in np.nonzero(train)[0]})  # type: ignore[type-var]
         if len(self.classes) < 2:
             raise ValueError(f"the training split has {len(self.classes)} distinct {label} label(s); routing needs at least two")
@@ -105,11 +120,13 @@ class Split:
         self.y = np.array([index.get(lab, -1) if lab is not None else -2 for lab in labels])
         test = (splits == "test") & has
         self.unseen_test = int((test & (self.y == -1)).sum())  # test labels never seen in training
+        self.unseen_labels = sorted({labels[i] for i in np.nonzero(test & (self.y == -1))[0]})  # type: ignore[type-var]
         self.idx = {
             "train": np.nonzero(train)[0],
             "val": np.nonzero(val & (self.y >= 0))[0],
-            "test": np.nonzero(test)[0],
+            "test": np.nonzero(test & (self.y >= 0))[0],
             "oos": np.nonzero(~has & np.isin(splits, ["test", "oos"]))[0],
+            "unseen": np.nonzero(test & (self.y == -1))[0],
         }
         self.rows, self.x, self.label = rows, x, label
 
@@ -148,8 +165,23 @@ def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, n: int) -> di
     }
 
 
-def method_report(y_test: np.ndarray, test_out: tuple[np.ndarray, np.ndarray], oos_out: tuple[np.ndarray, np.ndarray], n: int, threshold: float | None) -> dict[str, Any]:
-    """Metrics of one method from its (scores (n, N), in-scope score (n,)) on test and OOS rows."""
+def unseen_metrics(in_scores: np.ndarray, unseen_scores: np.ndarray, threshold: float | None) -> dict[str, float | None]:
+    """Test questions whose label no expert was trained on, scored as out of scope.
+
+    ``unseen_abstention_recall``: share of them the method abstains on at its calibrated threshold;
+    ``unseen_auroc``: how well its in-scope score tells them from the in-scope test questions.
+    """
+    if len(unseen_scores) == 0:
+        return {"unseen_abstention_recall": None, "unseen_auroc": None}
+    recall = float((unseen_scores < threshold).mean()) if threshold is not None else None
+    return {"unseen_abstention_recall": recall, "unseen_auroc": oos_metrics(in_scores, unseen_scores)["oos_auroc"]}
+
+
+def method_report(
+    y_test: np.ndarray, test_out: tuple[np.ndarray, np.ndarray], oos_out: tuple[np.ndarray, np.ndarray], n: int, threshold: float | None,
+    unseen_out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """Metrics of one method from its (scores (n, N), in-scope score (n,)) on test, OOS and unseen-label rows."""
     (test_scores, test_in), (_, oos_in) = test_out, oos_out
     report: dict[str, Any] = classification_metrics(y_test, test_scores.argmax(axis=1), n)
     report.update(oos_metrics(test_in, oos_in))
@@ -157,6 +189,8 @@ def method_report(y_test: np.ndarray, test_out: tuple[np.ndarray, np.ndarray], o
         report["abstain_threshold"] = float(threshold)
         report["in_scope_kept_at_threshold"] = float((test_in >= threshold).mean()) if len(test_in) else None
         report["oos_abstained_at_threshold"] = float((oos_in < threshold).mean()) if len(oos_in) else None
+    if unseen_out is not None:
+        report.update(unseen_metrics(test_in, unseen_out[1], threshold))
     return report
 
 
@@ -241,21 +275,38 @@ def simulate_arbiter(method: RouterMethod, x: np.ndarray, y: np.ndarray, n: int,
     return report
 
 
-def measure_latency(texts: list[str], methods: dict[str, Callable[[np.ndarray], Any]], model: str, threads: int = 1) -> dict[str, Any]:
-    """p50 per query of the encoder alone and of encoder + each method, one query at a time."""
+def bare_encoder(encoder: Any) -> Any:
+    """The sentence encoder under any micro-batching or caching wrapper (``MicroBatchingEncoder.inner``).
+
+    The wrapper waits up to ``ENCODER_MAX_WAIT_MS`` for company and answers repeated texts from its
+    cache: both belong to serving under load, not to the cost of routing one question.
+    """
+    while getattr(encoder, "inner", None) is not None:
+        encoder = encoder.inner
+    return encoder
+
+
+def measure_latency(
+    texts: list[str], methods: dict[str, Callable[[np.ndarray], Any]], model: str, threads: int = 1, warmup: list[str] | None = None,
+) -> dict[str, Any]:
+    """p50 per query of the bare encoder alone and of encoder + each method, one query at a time.
+
+    ``warmup`` texts (never among ``texts``) run first, untimed, so the timed sample holds no text
+    the encoder or a method has seen.
+    """
     import torch
     from threadpoolctl import threadpool_limits
 
     from sbcommon.encoders import get_encoder
 
-    encoder = get_encoder(model, 0)
+    encoder = bare_encoder(get_encoder(model, 0))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     embed: list[float] = []
     per_method: dict[str, list[float]] = {name: [] for name in methods}
     try:
         with threadpool_limits(threads):
-            for text in texts[:5]:  # warm-up
+            for text in warmup or []:
                 vector = encoder.encode([text])[0]
                 for fn in methods.values():
                     fn(vector)
@@ -271,7 +322,8 @@ def measure_latency(texts: list[str], methods: dict[str, Callable[[np.ndarray], 
     finally:
         torch.set_num_threads(previous)
     e = np.array(embed) * 1000
-    out: dict[str, Any] = {"embed_p50_ms": float(np.median(e)), "threads": threads, "queries": len(texts)}
+    out: dict[str, Any] = {"embed_p50_ms": float(np.median(e)), "threads": threads, "queries": len(texts), "warmup": len(warmup or []),
+                           "encoder": type(encoder).__name__}
     for name, times in per_method.items():
         m = np.array(times) * 1000
         out[name] = {"route_p50_ms": float(np.median(e + m)), "method_p50_ms": float(np.median(m))}
@@ -314,12 +366,13 @@ def _scores(method: Any, x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]
     return method.scores(x)
 
 
-def _score_all(split: Split, fits: dict[str, Any], x_test: np.ndarray, x_oos: np.ndarray) -> dict[str, Any]:
+def _score_all(split: Split, fits: dict[str, Any], x_test: np.ndarray, x_oos: np.ndarray, x_unseen: np.ndarray | None = None) -> dict[str, Any]:
     n = len(split.classes)
     y_test = split.y[split.idx["test"]]
     out = {}
     for name, (method, train_s) in fits["fitted"].items():
-        report = method_report(y_test, _scores(method, x_test, n), _scores(method, x_oos, n), n, fits["thresholds"][name])
+        unseen = _scores(method, x_unseen, n) if x_unseen is not None else None
+        report = method_report(y_test, _scores(method, x_test, n), _scores(method, x_oos, n), n, fits["thresholds"][name], unseen)
         report["train_s"] = float(train_s)
         out[name] = report
     return out
@@ -356,14 +409,17 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
     config = TrainConfig(seed=seed)
     fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()})
-    x_test, x_oos = x[split.idx["test"]], x[split.idx["oos"]]
+    x_test, x_oos, x_unseen = x[split.idx["test"]], x[split.idx["oos"]], x[split.idx["unseen"]]
     y_test = split.y[split.idx["test"]]
-    reports = _score_all(split, fits, x_test, x_oos)
+    reports = _score_all(split, fits, x_test, x_oos, x_unseen)
 
-    # Latency: the same ~200 test queries, one at a time, with the serving thread count.
+    # Latency: the same ~200 test queries, one at a time, with the serving thread count, through the
+    # bare encoder; the warm-up texts come from train, so none of the timed texts was seen before.
     rng = np.random.default_rng(seed)
     sample = rng.choice(split.idx["test"], size=min(LATENCY_QUERIES, len(split.idx["test"])), replace=False)
     texts = [str(rows[i]["text"]) for i in sample]
+    timed = set(texts)
+    warmup = [t for t in (str(rows[i]["text"]) for i in rng.permutation(split.idx["train"])[: 4 * WARMUP_TEXTS]) if t not in timed][:WARMUP_TEXTS]
     experts = [str(i) for i in range(n)]
     serve_arbiters = {name: Arbiter(window=LoadWindow(500)) for name in VARIANTS}
     methods: dict[str, Callable[[np.ndarray], Any]] = {
@@ -373,14 +429,17 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     for name in VARIANTS:
         methods[name] = (lambda m, a: (lambda v: m.serve_one(v, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
     say(f"measuring latency on {len(texts)} queries, one at a time")
-    latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1))
+    latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1), warmup=warmup)
     for name in methods:
         reports[name].update(latency[name])
 
     router_method = fits["fitted"][DEFAULT_VARIANT][0]
     x_val = split.xy("val")[0]
     variants = {name: {k: reports[name][k] for k in ("accuracy", "macro_f1", "oos_auroc", "train_s", "route_p50_ms", "method_p50_ms")} for name in VARIANTS}
-    better = max(VARIANTS, key=lambda v: (round(reports[v]["accuracy"], 3), -reports[v]["method_p50_ms"]))
+    for name in VARIANTS:
+        variants[name]["val_accuracy"] = fits["fitted"][name][0].result_.metrics["val"]["accuracy"]
+    # Which variant is better is read on validation, never on the test figures printed beside it.
+    better = max(VARIANTS, key=lambda v: (round(variants[v]["val_accuracy"], 3), -variants[v]["method_p50_ms"]))
     router = dict(reports[DEFAULT_VARIANT])
     router.update({
         "variant": DEFAULT_VARIANT,
@@ -397,13 +456,21 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "classes": n,
         "sizes": {k: len(v) for k, v in split.idx.items()},
         "unseen_test_labels": split.unseen_test,
+        "unseen_labels": {
+            "n": split.unseen_test, "labels": split.unseen_labels,
+            "scored_as": "out of scope: apart from accuracy (no expert exists for them); abstention recall at each method's threshold and AUROC against in-scope test questions",
+            **{m: {k: r.get(k) for k in ("unseen_abstention_recall", "unseen_auroc")} for m, r in (("router", router), ("logreg", reports["logreg"]), ("knn", reports["knn"]))},
+        } if split.unseen_test else {"n": 0},
+        "validation": split.validation,
         "test_label_cv": float(np.bincount(y_test[y_test >= 0], minlength=n).std() / max(1e-9, np.bincount(y_test[y_test >= 0], minlength=n).mean())),
         "embed_p50_ms": latency["embed_p50_ms"],
-        "latency": {"queries": latency["queries"], "threads": latency["threads"], "how": "per query: encoder time + method time on that query's vector"},
+        "latency": {"queries": latency["queries"], "threads": latency["threads"], "warmup": latency["warmup"], "encoder": latency["encoder"],
+                    "how": "per query: bare encoder time (no micro-batching wait, no vector cache) + method time on that query's vector; "
+                           "warm-up texts from train, outside the timed sample"},
         "router": router,
         "logreg": reports["logreg"],
         "knn": reports["knn"],
-        "fingerprint_variants": {**variants, "better": better},
+        "fingerprint_variants": {**variants, "better": better, "better_chosen_on": "val accuracy"},
     }
     report["targets"] = _targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
@@ -418,12 +485,11 @@ CONTEXT_TURNS = 5
 
 
 def conversation_context(rows: list[dict[str, Any]], name: str, model_name: str, say: Say) -> Context | None:
-    """The embedded earlier turns of each row (field ``context``: texts or ``{speaker, text}``), or None without any."""
-    turns_per_row = []
-    for row in rows:
-        turns = row.get("context") or []
-        texts = [str(t.get("text", "")) if isinstance(t, dict) else str(t) for t in turns] if isinstance(turns, list) else []
-        turns_per_row.append([t for t in texts if t.strip()][-CONTEXT_TURNS:])
+    """The embedded earlier *user* turns of each row (field ``context``: texts or ``{speaker, text}``), or None without any.
+
+    Agent turns are left out: the product keeps the user's questions only (``datasets.user_turns``).
+    """
+    turns_per_row = [user_turns(row, CONTEXT_TURNS) for row in rows]
     if not any(turns_per_row):
         return None
     unique = sorted({t for turns in turns_per_row for t in turns})

@@ -44,6 +44,9 @@ class TrainForm(forms.Form):
     checkpoint_steps = forms.IntegerField(min_value=1, max_value=100000, help_text="A restarted job resumes from the last checkpoint.")
     max_steps = forms.IntegerField(min_value=0, max_value=1000000, required=False, help_text="0 or empty: the epochs decide.")
     qlora = forms.BooleanField(required=False, label="QLoRA (4-bit) where a GPU and bitsandbytes are present")
+    top_layers = forms.IntegerField(min_value=0, max_value=1000, required=False,
+                                    help_text="Adapt only the last N layers (0 or empty: every layer); fewer layers train faster.")
+    bf16 = forms.BooleanField(required=False, label="bfloat16 base weights where the hardware has them (the adapter stays float32)")
 
     def clean_target_modules(self) -> list[str]:
         modules = [m.strip() for m in self.cleaned_data["target_modules"].split(",") if m.strip()]
@@ -55,6 +58,7 @@ class TrainForm(forms.Form):
         data = super().clean()
         if not self.errors:
             data["max_steps"] = data.get("max_steps") or 0
+            data["top_layers"] = data.get("top_layers") or 0
             try:
                 LoraParams.from_dict(data)
             except LoraError as exc:

@@ -347,7 +347,8 @@ def align_with_labels(run: ClusteringRun, user: Any = None) -> list[str]:
     Proposals whose majority label is the same are merged; a label without a proposal gets one;
     queries are moved to their label's proposal; proposals are renamed after their label. Returns
     what was done, in words, so a scripted review can say so. Recorded as one action, which cannot
-    be undone.
+    be undone, with how many queries it moved (``details["moved_queries"]``): the run page shows it,
+    since experts aligned this way are the labels, not what discovery found.
     """
     run = _lock(run)
     actions: list[str] = []
@@ -391,13 +392,16 @@ def align_with_labels(run: ClusteringRun, user: Any = None) -> list[str]:
     for proposal_id, pks in moved.items():
         for part in chunks(pks):
             Assignment.objects.filter(pk__in=part).update(proposal_id=proposal_id)
+    n_moved = sum(len(v) for v in moved.values())
     if moved:
-        actions.append(f"relabelled {sum(len(v) for v in moved.values())} queries to their known domain")
+        actions.append(f"relabelled {n_moved} queries to their known domain")
     for label, target in target_for.items():
         if target.name != label:
             _do_rename(target, label)
     _refresh_ids([t.pk for t in target_for.values()] + [pid for pid in set(current.values()) if pid is not None])
-    _record(run, ReviewActionKind.ALIGN, user, f"Aligned with known labels ({len(labels)} labels)", {"summary": actions})
+    # How much of the result is the labels' rather than the discovery's: the run page says so.
+    _record(run, ReviewActionKind.ALIGN, user, f"Aligned with known labels ({len(labels)} labels, {n_moved} queries moved)",
+            {"summary": actions, "moved_queries": n_moved, "queries": len(assignments), "labels": len(labels)})
     return actions
 
 

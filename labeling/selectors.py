@@ -15,7 +15,7 @@ from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
 from jobs.services import JobFailed
 
-from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, RunStatus
+from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, ReviewActionKind, RunStatus
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
 
 # Bind-parameter lists stay under PostgreSQL's 65,535 and SQLite's compiled limits.
@@ -125,6 +125,7 @@ class RunReview:
     actions: list[ReviewAction]
     undoable: ReviewAction | None
     promoted: int
+    alignment: ReviewAction | None = None  # the align-with-labels action, when the proposals were rewritten to known labels
 
     @property
     def open_proposals(self) -> list[Proposal]:
@@ -227,6 +228,7 @@ def run_review(run: ClusteringRun, unassigned_page_number: int | str = 1, action
         actions=list(run.actions.select_related("user")[:action_limit]),
         undoable=undoable_action(run),
         promoted=sum(1 for p in open_ if p.status == ProposalStatus.PROMOTED),
+        alignment=run.actions.filter(action=ReviewActionKind.ALIGN, undone=False).first(),
     )
 
 

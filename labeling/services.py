@@ -28,7 +28,8 @@ from sbcommon.uploads import UploadRejected, check_size
 from .choices import ProposalStatus
 from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format, iter_rows, sniff
 from .ml.dbscan import SparseDBSCAN
-from .ml.grouping import describe_groups, group_topics, propose_experts, suggest_n_groups
+from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
+from .ml.grouping import describe_groups
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
 from .selectors import chunks, latest_promoted_run, load_embeddings
@@ -152,6 +153,7 @@ def import_queries(stream: IO[bytes], name: str, source: str, redact: bool = Fal
         batch.append((item.line, Query(
             text=item.text, text_hash=text_hash(item.text), row_hash=_row_hash(item, source), source=source,
             label=item.label, user=item.user, conversation=item.conversation, timestamp=item.timestamp, split=item.split,
+            answer=item.answer,
         )))
         if len(batch) >= IMPORT_BATCH:
             _flush(batch, report)
@@ -240,20 +242,24 @@ def embed_missing(model: str | None = None, source: str | None = None, reporter:
 
 def cluster_queries(
     source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None,
-    reporter: JobReporter | None = None, attach_noise: bool = True,
+    reporter: JobReporter | None = None, attach_noise: bool = DEFAULT_NOISE == "attach", grouping: str = DEFAULT_GROUPING,
 ) -> ClusteringRun:
     """Cluster the (embedded) queries into topics and group them into expert proposals.
 
-    Same inputs and parameters as an earlier run → that run is returned, nothing is recomputed.
+    The pipeline is ``labeling.ml.discovery.discover``, the one ``manage.py evaluate clustering``
+    measures as ``ours_product``; its defaults (grouping, noise attachment) were chosen there on the
+    datasets' train splits. Same inputs and parameters as an earlier run → that run is returned,
+    nothing is recomputed.
 
     Args:
         source: only queries from this source ("" for all).
         eps: DBSCAN radius in cosine distance (``None``: suggested from the data).
         min_samples: DBSCAN's core-point threshold.
-        n_experts: proposals to group the topics into (``None``: suggested).
+        n_experts: proposals to group the topics into (``None``: suggested from the topics, never from labels).
         reporter: progress sink.
-        attach_noise: join noise queries to their nearest proposal; when false they stay unassigned
-            for the reviewer to attach (``attach_noise``) or leave out.
+        attach_noise: leave every query in a proposal (noise queries keep topic -1, and the reviewer
+            can detach them); when false DBSCAN's noise stays unassigned for the reviewer to attach.
+        grouping: one of ``labeling.ml.discovery.GROUPINGS``.
     """
     reporter = reporter or JobReporter()
     model = settings.EMBEDDING_MODEL
@@ -267,6 +273,7 @@ def cluster_queries(
     key: list[Any] = [source, model, eps, min_samples, n_experts, len(ids), ids[-1]]
     if not attach_noise:
         key.append("noise-unassigned")  # appended only when set, so earlier runs keep their fingerprints
+    key.append(f"grouping:{grouping}")  # a run grouped another way is another run
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).first()
     if existing is not None:
@@ -278,12 +285,8 @@ def cluster_queries(
     estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
     labels = estimator.labels_
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
-    k = n_experts or suggest_n_groups(x, labels)
-    if attach_noise:
-        # Grouped from the radius that groups best (what `manage.py evaluate clustering` measures).
-        groups, _radius = propose_experts(x, estimator, k)
-    else:
-        groups = group_topics(x, labels, k, assign_noise=False)
+    found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")
+    groups = found.groups
     summaries = describe_groups([t for _, t in rows], x, groups)
     reporter.progress(0.8, f"{len(summaries)} proposals; saving")
     with transaction.atomic():
@@ -309,10 +312,15 @@ def cluster_queries(
 
 
 def enqueue_discovery(source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None, user: Any = None) -> Job:
-    """Enqueue one job that embeds the missing queries and clusters them into a new run to review."""
+    """Enqueue one job that embeds the missing queries and clusters them into a new run to review.
+
+    The console's "start a run" and the monthly re-clustering both come here, with the product's
+    grouping and noise attachment (``labeling.ml.discovery`` defaults: what the evaluation shows best).
+    """
     from . import tasks  # tasks import this module
 
-    params = {"source": source, "eps": eps, "min_samples": min_samples, "n_experts": n_experts, "attach_noise": False}
+    params = {"source": source, "eps": eps, "min_samples": min_samples, "n_experts": n_experts,
+              "attach_noise": DEFAULT_NOISE == "attach", "grouping": DEFAULT_GROUPING}
     key = "discover:" + hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     title = f"Discover experts in {source or 'all queries'}"
     return enqueue_once("discover", key, title, tasks.discover, params, user)

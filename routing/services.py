@@ -50,6 +50,33 @@ def _split(examples: list[Any], val_share: float, seed: int) -> tuple[list[int],
     return train, val
 
 
+# The retraining gate: questions no router trains or tunes on, so that scheduled retraining compares
+# the candidate and the active router on questions neither has seen. A source's own test split when
+# it has one; otherwise a fixed ~10% of the labelled queries, chosen by a hash of the query id so
+# that every router version holds out the same ones (an expert with fewer than GATE_MIN_PER_EXPERT
+# labelled queries gives none: it needs them all to be learned).
+GATE_SHARE = 0.10
+GATE_MIN_PER_EXPERT = 10
+
+
+def in_gate(query_id: int, share: float = GATE_SHARE) -> bool:
+    """Whether a labelled query belongs to the hashed gate (stable across runs, processes and versions)."""
+    digest = hashlib.sha256(f"router-gate:{query_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") < share * 2**32
+
+
+def gate_split(examples: list[Any]) -> tuple[list[int], str]:
+    """Indices of the gate questions among ``examples`` and where they come from (see ``GATE_SHARE``)."""
+    test = [i for i, e in enumerate(examples) if e.split == "test"]
+    if test:
+        return test, "the source's test split"
+    counts: dict[str, int] = {}
+    for e in examples:
+        counts[e.expert] = counts.get(e.expert, 0) + 1
+    gate = [i for i, e in enumerate(examples) if counts[e.expert] >= GATE_MIN_PER_EXPERT and in_gate(e.query_id)]
+    return gate, f"a hashed {GATE_SHARE:.0%} of the labelled queries"
+
+
 def _conversation_context(examples: list[Any], x: np.ndarray, max_turns: int = CONTEXT_TURNS) -> Context:
     """Each query's previous queries in its conversation (by query id, oldest first, at most ``max_turns``)."""
     turns = np.zeros((len(examples), max_turns, x.shape[1]), dtype=np.float32)
@@ -73,8 +100,10 @@ def train_router_from_labels(
 
     If the active router was trained on exactly the same data and parameters, it is kept as is.
     ``activate="if_better"`` (scheduled retraining) activates the new version only when it beats the
-    active router's accuracy on the same held-out split; otherwise it is stored inactive, as a
-    candidate, with the reason in ``metrics["activation"]``. With no active router, it activates.
+    active router's accuracy on the gate, questions that neither router trained or tuned on
+    (``gate_split``; every version holds them out, and its accuracy there is ``metrics["gate"]``);
+    otherwise it is stored inactive, as a candidate, with the reason in ``metrics["activation"]``.
+    With no active router, it activates.
     A run that cannot train (fewer than two experts, NaN losses, bad parameters) fails with
     ``JobFailed`` and activates nothing. Diagnostics of the validation split (per-expert precision
     and recall, confusion, load, calibration, undecided experts) are stored in the run's metrics.
@@ -84,7 +113,8 @@ def train_router_from_labels(
     run = labeling_selectors.latest_promoted_run()
     if run is None:
         raise JobFailed("no promoted clustering run: promote proposals to experts first")
-    examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"]
+    every = labeling_selectors.routing_examples(run)
+    examples = [e for e in every if e.split != "test"]
     experts = sorted({e.expert for e in examples})
     if len(experts) < 2:
         raise JobFailed(f"a router needs at least two experts with queries; found {len(experts)} ({', '.join(experts) or 'none'})")
@@ -104,9 +134,15 @@ def train_router_from_labels(
             reporter.log(f"router v{candidate.version} was already trained on the same data and kept as a candidate; nothing to do")
             return candidate
     embed_missing(reporter=None)
+    # The gate's questions are held out of training and validation for every version (see gate_split).
+    examples = [e for e in every if e.split != "test" or e.expert in experts]
+    gate_idx, gate_source = gate_split(examples)
     x = load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL)
     y = np.array([experts.index(e.expert) for e in examples])
-    train_idx, val_idx = _split(examples, float(params.get("val_share", 0.15)), int(params.get("seed", 0)))
+    held = set(gate_idx)
+    pool = [i for i, e in enumerate(examples) if i not in held and e.split != "test"]
+    pool_train, pool_val = _split([examples[i] for i in pool], float(params.get("val_share", 0.15)), int(params.get("seed", 0)))
+    train_idx, val_idx = [pool[i] for i in pool_train], [pool[i] for i in pool_val]
     missing = sorted(set(experts) - {experts[y[i]] for i in train_idx})
     if missing:
         raise JobFailed(f"experts with no training queries after the validation split: {', '.join(missing)}; label more queries for them")
@@ -129,36 +165,60 @@ def train_router_from_labels(
     if diagnostics["undecided"]:
         reporter.log(f"undecided experts (their logits barely vary): {', '.join(diagnostics['undecided'])}")
     reporter.progress(0.9, f"validation accuracy {result.metrics['val']['accuracy']:.3f}, ECE {diagnostics['ece_calibrated']:.3f} after temperature scaling")
+    gate_accuracy = _accuracy_on(result.model, experts, examples, x, y, gate_idx, context_dim=int(model_kwargs.get("context_dim", 0) or 0))
+    result.metrics["gate"] = {"n": len(gate_idx), "source": gate_source, "accuracy": gate_accuracy}
     make_active, verdict = True, {"policy": activate, "activated": True, "reason": "no active router" if active is None else "always activate"}
     if activate == "if_better" and active is not None:
-        verdict = _compare_with_active(active, examples, x, y, val_idx, experts, float(result.metrics["val"]["accuracy"]))
+        verdict = _compare_with_active(active, examples, x, y, gate_idx, experts, gate_accuracy, gate_source)
         make_active = verdict["activated"]
         reporter.log(verdict["reason"])
     result.metrics["activation"] = verdict
     return _save_version(result, experts, fingerprint, params, len(train_idx), len(val_idx), job_id, activate=make_active)
 
 
-def _compare_with_active(active: RouterVersion, examples: list[Any], x: np.ndarray, y: np.ndarray, val_idx: list[int], experts: list[str], candidate_accuracy: float) -> dict[str, Any]:
-    """Accuracy of the active router on the candidate's held-out split, and whether the candidate beats it.
+def _accuracy_on(model: RouterNet, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],
+                 experts: list[str] | None = None, context_dim: int | None = None) -> float | None:
+    """Share of ``idx`` a router routes to the labelled expert (an expert it does not know is a miss); None without questions."""
+    if not idx:
+        return None
+    experts = experts or model_experts
+    dim = int(getattr(model, "context_dim", 0) or 0) if context_dim is None else context_dim
+    context = _conversation_context(examples, x) if dim > 0 else None
+    logits = predict_logits(model, x[idx], _rows(context, idx))
+    chosen = [model_experts[i] if i < len(model_experts) else "" for i in logits.argmax(axis=1)]
+    return float(np.mean([c == experts[y[i]] for c, i in zip(chosen, idx, strict=True)]))
 
-    Both are scored on the same questions and labels; an expert the active router does not know
-    counts as a miss for it (that is what serving it would do).
+
+def _compare_with_active(
+    active: RouterVersion, examples: list[Any], x: np.ndarray, y: np.ndarray, gate_idx: list[int], experts: list[str],
+    candidate_accuracy: float | None, gate_source: str,
+) -> dict[str, Any]:
+    """Accuracy of the candidate and of the active router on the gate, and whether the candidate beats it.
+
+    The gate's questions (``gate_split``) trained and tuned neither router: the candidate's
+    validation split, on which it early-stopped and was calibrated, would flatter it. An expert the
+    active router does not know counts as a miss for it (that is what serving it would do). Without
+    gate questions nothing can be compared fairly, and the candidate is kept with that reason.
     """
+    base = {"policy": "if_better", "active_version": active.version, "n_heldout": len(gate_idx), "heldout": gate_source}
+    if not gate_idx:
+        return {**base, "activated": False, "candidate_accuracy": None, "active_accuracy": None,
+                "reason": f"kept as a candidate: no held-out questions to compare it with active v{active.version} "
+                          f"(an expert needs {GATE_MIN_PER_EXPERT} labelled queries to lend some); activate it by hand"}
     try:
         model = RouterNet.load(active.path)
     except (OSError, ValueError) as exc:
-        return {"policy": "if_better", "activated": True, "reason": f"active router v{active.version} cannot be loaded ({exc}); the new one replaces it"}
-    context = _conversation_context(examples, x) if int(getattr(model, "context_dim", 0) or 0) > 0 else None
-    logits = predict_logits(model, x[val_idx], _rows(context, val_idx))
-    chosen = [active.experts[i] if i < len(active.experts) else "" for i in logits.argmax(axis=1)]
-    active_accuracy = float(np.mean([c == experts[y[i]] for c, i in zip(chosen, val_idx, strict=True)])) if val_idx else 0.0
-    better = candidate_accuracy > active_accuracy
+        return {**base, "activated": True, "reason": f"active router v{active.version} cannot be loaded ({exc}); the new one replaces it"}
+    active_accuracy = _accuracy_on(model, list(active.experts), examples, x, y, gate_idx, experts=experts) or 0.0
+    candidate = candidate_accuracy or 0.0
+    better = candidate > active_accuracy
+    caveat = "" if "gate" in (active.metrics or {}) else f" (v{active.version} predates the gate and may have trained on some of them)"
     reason = (
-        f"new router: held-out accuracy {candidate_accuracy:.3f} against {active_accuracy:.3f} for active v{active.version} "
-        f"on the same {len(val_idx)} questions; " + ("activated" if better else "kept as a candidate (it does not beat the active router)")
+        f"new router: held-out accuracy {candidate:.3f} against {active_accuracy:.3f} for active v{active.version} "
+        f"on the same {len(gate_idx)} questions that neither trained nor tuned on ({gate_source}){caveat}; "
+        + ("activated" if better else "kept as a candidate (it does not beat the active router)")
     )
-    return {"policy": "if_better", "activated": better, "reason": reason, "candidate_accuracy": candidate_accuracy,
-            "active_accuracy": active_accuracy, "active_version": active.version, "n_heldout": len(val_idx)}
+    return {**base, "activated": better, "reason": reason, "candidate_accuracy": candidate, "active_accuracy": active_accuracy}
 
 
 def _rows(context: Context | None, idx: list[int]) -> Context | None:

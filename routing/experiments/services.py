@@ -54,6 +54,39 @@ def _active_version(kind: str, expert: Expert | None) -> int | None:
     return ExpertVersion.objects.filter(expert=expert, status=VersionStatus.ACTIVE).values_list("version", flat=True).first()
 
 
+# What each generator reads of an expert version; fields outside it cannot change an answer under it.
+# The extractive generator assembles cited sentences ("[n]") from the retrieved passages: no
+# language model, so it reads nothing of a version (not the adapter, the prompt or the citation
+# format; the knowledge snapshot is a record, retrieval reads the expert's live collection).
+GENERATOR_READS: dict[str, tuple[str, ...]] = {"extractive": ()}
+VERSION_FIELDS = (("adapter_path", "adapter"), ("system_prompt", "prompt"), ("citation_format", "citation format"), ("knowledge_snapshot", "knowledge snapshot"))
+
+
+def _refuse_what_the_generator_ignores(expert: Expert, control: int, treatment: int) -> None:
+    """Refuse an expert experiment whose two versions differ only in what the configured generator never reads.
+
+    Under ``GENERATOR=extractive`` an adapter or prompt experiment would serve the same answers in
+    both arms and could only ever find noise.
+    """
+    from django.conf import settings
+
+    generator = str(getattr(settings, "GENERATOR", "extractive"))
+    reads = GENERATOR_READS.get(generator)
+    if reads is None:
+        return
+    a, b = (ExpertVersion.objects.get(expert=expert, version=v) for v in (control, treatment))
+    if any(getattr(a, field) != getattr(b, field) for field in reads):
+        return
+    differs = [label for field, label in VERSION_FIELDS if getattr(a, field) != getattr(b, field)]
+    what = ", ".join(differs) if differs else "nothing the answers depend on"
+    raise ExperimentError(
+        f"GENERATOR={generator} answers with cited sentences from the retrieved passages and never reads a version's adapter or prompt: "
+        f"v{control} and v{treatment} differ in {what} only, so both arms would serve the same answers. "
+        "Run adapter and prompt experiments with GENERATOR=transformers or vllm.",
+        "treatment_version",
+    )
+
+
 def target_of(kind: str, expert: Expert | None) -> str:
     return "router" if kind == ExperimentKind.ROUTER else f"expert:{expert.slug if expert else ''}"
 
@@ -82,6 +115,8 @@ def create_experiment(
             raise ExperimentError(f"{what} has no version {v} (versions: {', '.join(map(str, versions))})", param)
     if control_version == treatment_version:
         raise ExperimentError("control and treatment must be different versions", "treatment_version")
+    if kind == ExperimentKind.EXPERT:
+        _refuse_what_the_generator_ignores(expert, control_version, treatment_version)  # type: ignore[arg-type]
     if not 0 < split < 1:
         raise ExperimentError(f"the split must send traffic to both arms (treatment share strictly between 0 and 1); got {split:g}", "split")
     if primary_metric not in Metric.values:

@@ -1,4 +1,4 @@
-"""The console in a real browser: log in, read the overview, ask in the playground (htmx swap), watch jobs.
+"""The console in a real browser: log in, read the overview, ask in the playground (streamed answer), watch jobs.
 
 Run with ``pytest -m browser tests/browser``; it needs Debian's Chromium (``make browser``) and skips without it.
 Screenshots land in /tmp/console-*.png for a human to look at.
@@ -6,6 +6,7 @@ Screenshots land in /tmp/console-*.png for a human to look at.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from jobs.models import Job
 from knowledge.models import Document
 from routing.models import RouterVersion, RoutingEvent
 from serving import chat, route
+from serving.chat import Source
 
 PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path("/tmp")
@@ -58,13 +60,41 @@ def fake_answer(question: str, model: str = "auto") -> chat.ChatResult:
 
 
 
+class FakeTurn:
+    """What ``chat.open_stream`` returns for the streamed playground: ``fake_answer``'s text word by word.
+
+    ``gate`` (a threading.Event) holds the stream after its first three words until set, like a slow model.
+    """
+
+    def __init__(self, question: str, model: str = "auto", gate: threading.Event | None = None):
+        self._result = fake_answer(question, model)
+        self._result.answer_source = "model"
+        self.expert, self.source, self.result, self.gate = "dmv", Source(answer_source="model"), None, gate
+
+    def __iter__(self):
+        words = self._result.answer.split(" ")
+        for i, word in enumerate(words):
+            if self.gate is not None and i == 3:
+                self.gate.wait(10)
+            yield word if i == 0 else " " + word
+        self.result = self._result
+
+    def close(self):
+        pass
+
+
+def fake_open_stream(question: str, model: str = "auto") -> FakeTurn:
+    return FakeTurn(question, model)
+
+
 def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django_user_model, browser_page, monkeypatch):
     from playwright.sync_api import expect
 
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
     running = seed()
-    # live_server serves from threads of this process, so the patched function is the one the view calls.
+    # live_server serves from threads of this process, so the patched functions are the ones the views call.
     monkeypatch.setattr(chat, "answer", fake_answer)
+    monkeypatch.setattr(chat, "open_stream", fake_open_stream)
     page = browser_page
 
     # Anonymous: sent to the login page, then back to the overview.
@@ -86,13 +116,13 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     page.click("button:has-text('Ask')")
     expect(page.locator(".field-error")).to_have_text("Please enter a question.")
 
-    # A question: answered through htmx, without leaving the page.
+    # A question: the answer streams in, without leaving the page (js/playground.js, not htmx's swap).
     page.fill("#id_question", "How do I renew my driver's license?")
     page.select_option("#id_mode", "auto")
-    with page.expect_response(lambda r: r.url.endswith("/playground/answer/")) as answered:
+    with page.expect_response(lambda r: r.url.endswith("/playground/stream/")) as answered:
         page.click("button:has-text('Ask')")
     assert answered.value.status == 200
-    assert answered.value.request.headers.get("hx-request") == "true"
+    assert answered.value.headers["content-type"].startswith("text/event-stream")
     expect(page.locator("#answer")).to_contain_text("renew online up to six months")
     expect(page.locator("#routing-path li")).to_have_count(3)
     expect(page.locator("#routing-path li.chosen")).to_contain_text("dmv")
@@ -110,3 +140,44 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     expect(page.locator("#jobs")).to_contain_text("epoch 8 of 10", timeout=6_000)
     expect(page.locator("#jobs progress").first).to_have_attribute("value", "80")
     page.screenshot(path=str(SCREENSHOTS / "console-jobs.png"), full_page=True)
+
+
+def test_the_playground_shows_the_answers_words_as_they_come(live_server, django_user_model, browser_page, monkeypatch):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
+    seed()
+    gate = threading.Event()
+    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto": FakeTurn(question, model, gate))
+    page = browser_page
+    page.goto(f"{live_server.url}/playground/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+    expect(page.locator("h1")).to_have_text("Playground")
+
+    page.fill("#id_question", "How do I renew my driver's license?")
+    page.click("button:has-text('Ask')")
+    # The first words are on the page while the model is still writing the rest.
+    expect(page.locator("#answer.streaming")).to_have_text("Most drivers can")
+    expect(page.locator("#answered-by")).to_have_text("dmv")
+    expect(page.locator("button:has-text('Ask')")).to_be_disabled()
+    page.screenshot(path=str(SCREENSHOTS / "console-playground-streaming.png"), full_page=True)
+    gate.set()
+    # Then the whole panel: the answer with its citation link, the cited passage, the routing path.
+    expect(page.locator("#answer")).to_have_text("Most drivers can renew online up to six months before the license expires. [1]")
+    expect(page.locator("#answer.streaming")).to_have_count(0)
+    expect(page.locator("#answer a.cite")).to_have_attribute("href", "#cite-1")
+    expect(page.locator("#cite-1")).to_contain_text("Renew your driver's license")
+    expect(page.locator("#answer-source")).to_have_text("model")
+    expect(page.locator("button:has-text('Ask')")).to_be_enabled()
+
+    # A second question streams into the fresh panel, and a form error still shows in place.
+    page.fill("#id_question", "And the fee?")
+    page.click("button:has-text('Ask')")
+    expect(page.locator("#answer")).to_contain_text("six months")
+    page.fill("#id_question", "")
+    page.eval_on_selector("#id_question", "el => el.removeAttribute('required')")
+    page.click("button:has-text('Ask')")
+    expect(page.locator(".field-error")).to_have_text("Please enter a question.")
+

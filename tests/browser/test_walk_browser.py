@@ -30,7 +30,7 @@ from routing.models import Feedback, RouterVersion, RoutingEvent, TrainingRun
 from sbcommon.hashing import text_hash
 from serving import chat
 
-from .test_console_browser import fake_answer
+from .test_console_browser import fake_answer, fake_open_stream
 
 PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR") or Path(settings.BASE_DIR) / "var" / "test-artifacts" / "screenshots")
@@ -116,6 +116,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     seed()
     rita.groups.add(Group.objects.get(name="roads"))
     monkeypatch.setattr(chat, "answer", fake_answer)
+    monkeypatch.setattr(chat, "open_stream", fake_open_stream)
     train_in_background(monkeypatch)
     page, base = browser_page, live_server.url
 

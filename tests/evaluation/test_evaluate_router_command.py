@@ -71,8 +71,12 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
         assert m["accuracy"] > 0.9
         assert m["oos_auroc"] > 0.9
         assert m["route_p50_ms"] >= report["embed_p50_ms"] > 0
-    assert report["sizes"] == {"train": 180, "val": 45, "test": 45, "oos": 20}
-    assert set(report["fingerprint_variants"]) == {"conv", "no_conv", "better"}
+    assert report["sizes"] == {"train": 180, "val": 45, "test": 45, "oos": 20, "unseen": 0}
+    assert report["validation"] == {"source": "the dataset's val split"}
+    assert (report["latency"]["warmup"], report["latency"]["encoder"]) == (5, "WordEncoder")
+    assert report["fingerprint_variants"]["better_chosen_on"] == "val accuracy"
+    assert {"val_accuracy", "accuracy"} <= set(report["fingerprint_variants"]["no_conv"])
+    assert set(report["fingerprint_variants"]) == {"conv", "no_conv", "better", "better_chosen_on"}
     assert report["router"]["calibration"]["abstain_score"] == "prototype_similarity"
     assert report["router"]["arbiter"]["accuracy"] > 0.9
     levels = report["noise_report"]["levels"]
@@ -82,18 +86,48 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
     assert "accuracy_ge_best_baseline" in report["targets"]
 
 
-def test_a_dataset_without_validation_split_holds_out_part_of_train(tmp_path):
+def test_a_dataset_without_validation_split_holds_out_part_of_train_and_says_so(tmp_path):
     dataset = write_dataset(tmp_path / "noval", per_split={"train": 60, "test": 10})
     report = evaluate_router(dataset, say=lambda _: None)
     assert report["sizes"]["val"] == 18  # 10% of each domain's 60
     assert report["sizes"]["train"] == 162
+    assert report["validation"]["source"] == "carved from train"
+    assert (report["validation"]["share"], report["validation"]["seed"]) == (0.1, 0)
 
 
-def test_test_labels_never_seen_in_training_are_counted_and_scored_as_errors(tmp_path):
+def test_test_labels_never_seen_in_training_are_scored_as_out_of_scope_not_as_misroutes(tmp_path):
     dataset = write_dataset(tmp_path / "unseen", unseen=True)
     report = evaluate_router(dataset, say=lambda _: None)
     assert report["unseen_test_labels"] == 5
-    assert report["router"]["accuracy"] <= 45 / 50
+    assert report["sizes"]["test"] == 45
+    assert report["sizes"]["unseen"] == 5
+    assert report["router"]["accuracy"] > 0.9  # the five weather questions are not misroutes
+    unseen = report["unseen_labels"]
+    assert (unseen["n"], unseen["labels"]) == (5, ["weather"])
+    for method in ("router", "logreg", "knn"):
+        assert 0.0 <= unseen[method]["unseen_abstention_recall"] <= 1.0
+        assert unseen[method]["unseen_auroc"] is not None
+    assert unseen["router"]["unseen_abstention_recall"] == report["router"]["unseen_abstention_recall"]
+
+
+def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sample(monkeypatch):
+    from evaluation.router import measure_latency
+    from sbcommon.encoders import MicroBatchingEncoder
+
+    seen: list[str] = []
+
+    class CountingEncoder(WordEncoder):
+        def encode(self, texts, batch_size=64):
+            seen.extend(texts)
+            return super().encode(texts, batch_size)
+
+    wrapped = MicroBatchingEncoder(CountingEncoder(), max_batch=8, max_wait_ms=50.0, cache_size=100)
+    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: wrapped)
+    out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v: None}, "fake-words", warmup=["oven bake"])
+    assert seen == ["oven bake", "bank loan", "flight hotel"]  # every timed text reached the encoder itself
+    assert (out["queries"], out["warmup"], out["encoder"]) == (2, 1, "CountingEncoder")
+    assert out["embed_p50_ms"] < 50.0  # the batcher's 50 ms wait was never paid
+    wrapped.close()
 
 
 def test_a_dataset_with_one_label_is_refused_clearly(tmp_path):

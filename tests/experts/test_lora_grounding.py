@@ -46,7 +46,7 @@ def test_lora_grounded_examples_cite_the_expert_documents_and_skip_weak_ones(gro
     from labeling.grounding import build_grounded_examples
 
     report = build_grounded_examples(grounded_setup)
-    assert report == {"questions": 3, "created": 2, "duplicates": 0, "weak": 1}  # the case-only duplicate is asked once
+    assert report == {"questions": 3, "created": 2, "duplicates": 0, "weak": 1, "gold": 0, "unsupported": 0}  # the case-only duplicate is asked once
     renew = TrainingExample.objects.get(question__startswith="How do I renew")
     assert renew.source == ExampleSource.GROUNDED
     assert "[1]" in renew.answer
@@ -67,3 +67,19 @@ def test_lora_grounded_examples_run_as_a_job_from_the_console(grounded_setup, cl
     assert response["Location"] == f"/jobs/{job.pk}/"
     assert job.status == JobStatus.SUCCEEDED, job.error
     assert job.result["created"] == 2
+
+
+def test_lora_a_gold_answer_from_the_log_is_the_target_cited_to_the_passage_holding_it(grounded_setup):
+    from labeling.grounding import build_grounded_examples
+
+    gold = "Renewal costs 64 dollars."
+    Query.objects.filter(text="Where do I order replacement plates?").update(answer="Bring the old plates to a service centre; plates cost 25 dollars.")
+    Query.objects.filter(text="How do I renew my driver license online?").update(answer=gold)
+
+    report = build_grounded_examples(grounded_setup)
+
+    assert report == {"questions": 3, "created": 1, "duplicates": 0, "weak": 1, "gold": 1, "unsupported": 1}
+    example = TrainingExample.objects.get(question__startswith="How do I renew")
+    assert example.answer == f"{gold} [1]"  # the renewals passage ranks first for this question
+    assert example.passages[0]["title"] == "Renewals"
+    assert not TrainingExample.objects.filter(question__startswith="Where do I order").exists()  # its gold answer is not in the documents

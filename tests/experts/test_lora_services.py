@@ -29,9 +29,9 @@ def expert(db):
 @pytest.fixture
 def train(django_capture_on_commit_callbacks):
     """Start a training and run it (tasks are eager once the transaction's callbacks run)."""
-    def start(expert, params):
+    def start(expert, params, **kwargs):
         with django_capture_on_commit_callbacks(execute=True):
-            job = services.start_adapter_training(expert, params)
+            job = services.start_adapter_training(expert, params, **kwargs)
         job.refresh_from_db()
         return job
 
@@ -203,3 +203,29 @@ def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest
             get_generator("nope")
     finally:
         get_generator.cache_clear()
+
+
+def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_activated(expert, lora_settings, train):
+    lora_settings.GENERATOR_MAX_TOKENS = 12
+    # Every answer is the same sentence: an adapter can learn it, the random base model cannot say it.
+    rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 2 else "train"} for i in range(10)]
+    services.import_examples(expert, _jsonl(rows))
+    job = train(expert, {**FAST, "max_steps": 60, "max_length": 400}, activate_if_better=True)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    version = ExpertVersion.objects.get(expert=expert)
+    assert version.metrics["held_out_f1"] == 1.0
+    assert version.metrics["base_held_out_f1"] < 0.5
+    assert version.metrics["beats_base"] is True
+    assert job.result["activated"] is True
+    assert version.status == VersionStatus.ACTIVE
+
+
+def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expert, lora_settings, train):
+    lora_settings.GENERATOR_MAX_TOKENS = 8
+    _fill(expert)
+    job = train(expert, FAST, activate_if_better=True)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    version = ExpertVersion.objects.get(expert=expert)
+    assert version.metrics["beats_base"] is False  # four steps of a random model answer nothing right
+    assert job.result["activated"] is False
+    assert version.status == VersionStatus.CANDIDATE

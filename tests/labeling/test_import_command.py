@@ -58,7 +58,7 @@ def test_a_csv_is_imported_and_bad_rows_are_reported_with_their_line_numbers(tmp
 
 def test_a_jsonl_file_is_imported_and_bad_lines_are_reported(tmp_path):
     lines = [
-        json.dumps({"text": "first question", "domain": "dmv", "split": "train"}),
+        json.dumps({"text": "first question", "domain": "dmv", "split": "train", "answer": "Its gold answer."}),
         "[1, 2]",
         "{not json",
         "",
@@ -74,6 +74,8 @@ def test_a_jsonl_file_is_imported_and_bad_lines_are_reported(tmp_path):
     assert "line 6: 'text' must be a string" in out
     assert "line 7: missing 'text'" in out
     assert Query.objects.get(text="first question").label == "dmv"
+    assert Query.objects.get(text="first question").answer == "Its gold answer."
+    assert Query.objects.get(text="日本語の質問です").answer == ""
     assert Query.objects.get(text="日本語の質問です").timestamp.year == 2023
     assert set(Query.objects.values_list("source", flat=True)) == {"log"}  # the file name by default
 

@@ -97,3 +97,16 @@ def test_sniff_explains_a_json_array_given_as_jsonl():
         sniff(b'[{"text": "a"}]\n', "log.jsonl", complete=True)
     with pytest.raises(UnreadableFile, match="looks like one JSON array"):
         sniff(b'[{"text": "a"},\n{"text": "b"}]\n', "log.jsonl", complete=True)
+
+
+def test_a_gold_answer_column_is_kept_cleaned_and_checked():
+    items = parse(
+        b'{"text": "how do I renew?", "answer": "Renew  online\\u0007 at the DMV."}\n'
+        b'{"text": "plates?", "gold_answer": "At a service centre."}\n'
+        b'{"text": "too long", "answer": "' + b"a" * 20001 + b'"}\n',
+        "jsonl",
+    )
+
+    assert items[0] == Row(line=1, text="how do I renew?", answer="Renew online at the DMV.")
+    assert items[1].answer == "At a service centre."
+    assert items[2] == RowError(3, "'answer' is 20001 characters long; the limit is 20000")

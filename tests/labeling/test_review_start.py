@@ -1,4 +1,5 @@
-"""Starting a clustering run from the console: one job embeds what is missing and clusters, leaving noise for review."""
+"""Starting a clustering run from the console: one job embeds what is missing and clusters with the product's defaults
+(noise attached to its nearest proposal, still marked as noise so that a reviewer can detach it)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Job
+from labeling.ml import discovery
 from labeling.models import Assignment, ClusteringRun
+from labeling.proposals import detach_noise
 
 from .conftest import add_query, direction
 
@@ -44,9 +47,15 @@ def test_starting_clustering_runs_one_job_and_lists_the_new_run(console, queries
     assert (job.kind, job.status, job.error) == ("discover", "succeeded", "")
     run = ClusteringRun.objects.get(pk=job.result["run"])
     assert (run.n_queries, run.n_topics, run.proposals.count()) == (26, 3, 3)
-    assert sorted(p.size for p in run.proposals.all()) == [8, 8, 8]
-    assert all(p.cohesion > 0.99 for p in run.proposals.all())
-    assert sorted(Assignment.objects.filter(run=run, proposal__isnull=True).values_list("query__text", flat=True)) == ["tell me a joke", "what is the weather"]
+    assert sorted(p.size for p in run.proposals.all()) == [8, 8, 10]  # the two strays joined their nearest proposal
+    assert job.params["grouping"] == discovery.DEFAULT_GROUPING
+    assert job.params["attach_noise"] is True
+    assert not Assignment.objects.filter(run=run, proposal__isnull=True).exists()
+    strays = Assignment.objects.filter(run=run, topic=-1)
+    assert sorted(strays.values_list("query__text", flat=True)) == ["tell me a joke", "what is the weather"]
+    for proposal in run.proposals.all():  # every proposal holds one topic whole
+        assert Assignment.objects.filter(proposal=proposal).exclude(topic=-1).values("topic").distinct().count() == 1
+    assert detach_noise(run) == 2  # the reviewer can still take the strays out
     html = console.get(reverse("labeling-runs")).content.decode()
     assert f'<a href="/discovery/runs/{run.pk}/">Clustering #{run.pk}</a>' in html
 

@@ -1,4 +1,4 @@
-"""``manage.py evaluate {clustering,router,retrieval,abtest} ...``: quality evaluations on datasets in the shared format.
+"""``manage.py evaluate {clustering,router,retrieval,answers,abtest} ...``: quality evaluations on datasets in the shared format.
 
 Each subcommand prints its figures and, with ``--json FILE``, writes them for scripts. The work is
 done by ``evaluation.clustering`` (clustering) and ``evaluation.router`` (router); this command only
@@ -23,6 +23,9 @@ class Command(BaseCommand):
         clustering.add_argument("--label", choices=["domain", "intent"], default="domain")
         clustering.add_argument("--experts", type=int, default=None, help="target number of experts (default: distinct labels)")
         clustering.add_argument("--limit", type=int, default=None, help="use at most this many queries (stratified sample)")
+        clustering.add_argument("--split", choices=["heldout", "train", "all", "val", "test"], default="heldout",
+                                help="rows to cluster (default: every row outside train, on which the product's defaults were chosen)")
+        clustering.add_argument("--variants", action="store_true", help="also score every grouping and noise mode (how the defaults were chosen, with --split train)")
         clustering.add_argument("--json", dest="json_path", default=None)
         router = sub.add_parser("router", help="the learned router against logistic regression and nearest-example routing")
         router.add_argument("--dataset", required=True)
@@ -35,6 +38,19 @@ class Command(BaseCommand):
         retrieval.add_argument("--passages", action="store_true", help="index passages.jsonl and judge with qrels_passages.jsonl")
         retrieval.add_argument("--json", dest="json_path", default=None)
         retrieval.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
+        answers = sub.add_parser("answers", help="answer F1 / ROUGE-L / citations of flat, auto and oracle with the extractive, base and LoRA generators")
+        answers.add_argument("--dataset", required=True, help="folder with docs.jsonl, queries.jsonl whose rows carry 'answer' (qrels.jsonl for citations)")
+        answers.add_argument("--limit", type=int, default=None, help="questions (stratified by domain; default: the default run's sample, 0: all)")
+        answers.add_argument("--train-limit", type=int, default=None, help="train questions the adapters learn from (stratified; default: all)")
+        answers.add_argument("--split", choices=["test", "val"], default="test", help="questions to answer (val: where defaults are chosen)")
+        answers.add_argument("--generators", default="extractive,base,lora", help="comma-separated: extractive, base, lora")
+        answers.add_argument("--modes", default="flat,auto,oracle", help="comma-separated: flat, auto, oracle")
+        answers.add_argument("--pooled-steps", type=int, default=None, help="steps of the pooled adapter")
+        answers.add_argument("--expert-steps", type=int, default=None, help="steps each expert continues for (the generalist: all of theirs)")
+        answers.add_argument("--max-new-tokens", type=int, default=None, help="answer length limit (default: GENERATOR_MAX_TOKENS)")
+        answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the LORA_* settings, e.g. learning_rate=1e-3")
+        answers.add_argument("--json", dest="json_path", default=None)
+        answers.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         abtest = sub.add_parser("abtest", help="A/B decision rule by simulation: false-positive rate (no effect) and power (at the minimum effect)")
         abtest.add_argument("--simulate", action="store_true", required=True, help="simulate experiments with a known effect and with none")
         abtest.add_argument("--n-simulations", type=int, default=2000)
@@ -59,7 +75,10 @@ class Command(BaseCommand):
         if options["target"] == "clustering":
             from evaluation.clustering import evaluate_clustering
 
-            report = evaluate_clustering(dataset, label=options["label"], n_experts=options["experts"], limit=options["limit"], say=self.stdout.write)
+            report = evaluate_clustering(dataset, label=options["label"], n_experts=options["experts"], limit=options["limit"], say=self.stdout.write,
+                                         split=options["split"], variants=options["variants"])
+        elif options["target"] == "answers":
+            report = self._answers(dataset, options)
         elif options["target"] == "retrieval":
             from evaluation.retrieval import evaluate_retrieval
 
@@ -72,6 +91,32 @@ class Command(BaseCommand):
         if options["json_path"]:
             Path(options["json_path"]).write_text(json.dumps(report, indent=2))
             self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
+
+    def _answers(self, dataset: Path, options: dict) -> dict:
+        from evaluation.answers import DEFAULT_LIMIT, AnswerConfig, evaluate_answers
+
+        overrides = {}
+        for item in options["lora"]:
+            name, _, value = item.partition("=")
+            try:
+                overrides[name.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                raise CommandError(f"--lora {item!r}: the value must be JSON (e.g. learning_rate=1e-3, target_modules='[\"q_proj\"]')") from None
+        limit = DEFAULT_LIMIT if options["limit"] is None else (options["limit"] or None)
+        config = AnswerConfig(limit=limit, train_limit=options["train_limit"], split=options["split"],
+                              generators=tuple(g.strip() for g in options["generators"].split(",") if g.strip()),
+                              modes=tuple(m.strip() for m in options["modes"].split(",") if m.strip()),
+                              max_new_tokens=options["max_new_tokens"], lora=overrides)
+        if options["pooled_steps"] is not None:
+            config.pooled_steps = options["pooled_steps"]
+        if options["expert_steps"] is not None:
+            config.expert_steps = options["expert_steps"]
+        from experts.ml.lora import LoraError
+
+        try:
+            return evaluate_answers(dataset, config, say=self.stdout.write)
+        except (ValueError, LoraError) as exc:
+            raise CommandError(str(exc)) from exc
 
     def _abtest(self, options):
         from routing.experiments.stats import AbTestError, Config, simulation_report

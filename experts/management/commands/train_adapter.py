@@ -23,7 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--expert", required=True)
         defaults = services.default_training_params()
-        for name in ("rank", "alpha", "batch_size", "max_length", "checkpoint_steps", "max_steps"):
+        for name in ("rank", "alpha", "batch_size", "max_length", "checkpoint_steps", "max_steps", "top_layers"):
             parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
         for name in ("dropout", "epochs", "learning_rate"):
             parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=defaults[name])

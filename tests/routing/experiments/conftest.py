@@ -16,8 +16,10 @@ def staff(django_user_model):
 
 
 @pytest.fixture
-def expert(db):
-    """An expert with an active v1 and a candidate v2."""
+def expert(db, settings):
+    """An expert with an active v1 and a candidate v2 that differ in their prompt (served by a language model:
+    under the default extractive generator a prompt experiment is refused, see test_experiment_generator)."""
+    settings.GENERATOR = "transformers"
     e = Expert.objects.create(slug="dmv", name="Motor Vehicles")
     ExpertVersion.objects.create(expert=e, version=1, status="active", system_prompt="v1")
     ExpertVersion.objects.create(expert=e, version=2, status="candidate", system_prompt="v2")

@@ -89,3 +89,44 @@ def test_a_router_experiment_scores_both_arms_on_the_reviewed_questions(labelled
     assert offline["control"]["n"] == offline["treatment"]["n"] == 10
     assert offline["control"]["accuracy"] == 1.0
     assert offline["treatment"]["accuracy"] == 1.0
+
+
+def test_every_version_holds_out_the_gate_and_the_gate_decides(labelled):
+    from routing.models import TrainingRun
+
+    first = services.train_router_from_labels(PARAMS)
+    gate = first.metrics["gate"]
+    assert gate["source"] == "a hashed 10% of the labelled queries"
+    assert gate["n"] > 0
+    assert gate["accuracy"] == 1.0
+    run = TrainingRun.objects.get(router_version=first)
+    assert run.n_train + run.n_val + gate["n"] == 60  # the gate neither trained nor validated
+    second = services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
+    verdict = second.metrics["activation"]
+    assert verdict["n_heldout"] == gate["n"] != run.n_val
+    assert "neither trained nor tuned on" in verdict["reason"]
+
+
+def test_the_gate_is_the_sources_test_split_when_it_has_one_else_a_stable_hash():
+    from labeling.selectors import LabelledQuery
+
+    def q(i, expert="a", split=""):
+        return LabelledQuery(query_id=i, text="", expert=expert, split=split, conversation="")
+
+    with_test = [q(1, split="train"), q(2, split="test"), q(3, split="val"), q(4, split="test")]
+    assert services.gate_split(with_test) == ([1, 3], "the source's test split")
+    many = [q(i) for i in range(1, 401)]
+    gate, source = services.gate_split(many)
+    assert source == "a hashed 10% of the labelled queries"
+    assert 20 <= len(gate) <= 60
+    assert services.gate_split(list(reversed(many)))[0] == sorted(399 - i for i in gate)  # membership follows the query id
+    few = [q(i, expert="small") for i in range(1, services.GATE_MIN_PER_EXPERT)]
+    assert services.gate_split(few)[0] == []  # an expert this small needs every query to be learned
+
+
+def test_without_gate_questions_the_candidate_is_kept_with_the_reason(labelled, monkeypatch):
+    services.train_router_from_labels(PARAMS)
+    monkeypatch.setattr(services, "in_gate", lambda query_id, share=services.GATE_SHARE: False)
+    second = services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
+    assert not second.is_active
+    assert "no held-out questions" in second.metrics["activation"]["reason"]
