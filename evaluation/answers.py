@@ -95,8 +95,8 @@ SEED = 0
 # The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see the README): a stratified
 # sample of the test questions, and the training steps below.
 DEFAULT_LIMIT = 120
-DEFAULT_POOLED_STEPS = 60
-DEFAULT_EXPERT_STEPS = 15
+DEFAULT_POOLED_STEPS = 40
+DEFAULT_EXPERT_STEPS = 10
 
 Say = Callable[[str], Any]
 
