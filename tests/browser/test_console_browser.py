@@ -176,6 +176,7 @@ def test_the_playground_shows_the_answers_words_as_they_come(live_server, django
     page.fill("#id_question", "And the fee?")
     page.click("button:has-text('Ask')")
     expect(page.locator("#answer")).to_contain_text("six months")
+    expect(page.locator("button:has-text('Ask')")).to_be_enabled()  # the second stream has ended: Ask takes clicks again
     page.fill("#id_question", "")
     page.eval_on_selector("#id_question", "el => el.removeAttribute('required')")
     page.click("button:has-text('Ask')")
