@@ -92,6 +92,7 @@ GENERATORS = ("extractive", "base", "lora")
 BATCH_SIZE = 8
 HELD_OUT = 8  # val examples per adapter for its held-out loss (the loss is a by-product; F1 is the figure)
 SEED = 0
+SAMPLES = 6  # questions whose answers the report shows in full
 # The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see the README): a stratified
 # sample of the test questions, and the training steps below.
 DEFAULT_LIMIT = 120
@@ -437,7 +438,7 @@ def _extractive(questions: list[_Question], modes: list[str], known: dict[str, n
         for q in questions:
             t0 = time.perf_counter()
             answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], cache=cache)
-            rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000))
+            rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000, raw=answer.text))
         out[mode] = rows
     return out
 
@@ -539,6 +540,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
                 q.adapter[mode] = corpus.domains[q.domain] if mode == "oracle" else "generalist"
         questions.append(q)
     say(f"  {len(questions)} of {available} questions, {top_k} passages each")
+    router_report["top1_correct_on_these"] = round(float(np.mean([int(np.argmax(probs[q.row])) == q.domain for q in questions])), 4)
+    router_report["auto_adapter_is_gold"] = round(float(np.mean([q.adapter["auto"] == corpus.domains[q.domain] for q in questions])), 4)
 
     answers: dict[tuple[str, str], list[_Answered]] = {}
     if "extractive" in config.generators:
@@ -572,6 +575,11 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         "train_s_this_run": adapters_report.get("train_s_this_run", 0.0),
         "wall_s": round(time.perf_counter() - started, 1),
         "targets": _targets(results),
+        "samples": [
+            {"question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
+             "answers": {f"{mode}/{generator}": rows[k].raw or rows[k].text for (mode, generator), rows in answers.items()}}
+            for k, q in enumerate(questions[:SAMPLES])
+        ],
         "router": router_report,
         "adapters": adapters_report,
         "setup": {

@@ -69,6 +69,11 @@ class RoutingEvent(models.Model):
     expert_version = models.PositiveIntegerField(null=True, blank=True, help_text="The version of the answering expert.")
     failover_from = models.JSONField(default=list, blank=True, help_text="Experts tried before the one that answered: [{slug, reason}].")
     error_kind = models.CharField(max_length=32, blank=True, help_text="Why the request failed, when it did.")
+    answer_source = models.CharField(
+        max_length=32, blank=True,
+        help_text='Who wrote the answer: "model", "extractive", "extractive_fallback", "not_found" or "none" (no expert answered).',
+    )
+    fallback_reason = models.CharField(max_length=200, blank=True, help_text="Why the extractive fallback answered instead of the model.")
 
     class Meta:
         ordering = ["-created_at"]

@@ -12,7 +12,8 @@ CenterPO Box 4444Janesville"). ``clean_text`` puts a space back at those joins (
 letter or a digit touching a capitalised word, letters touching a long number, "!" touching the
 next sentence), leaving alone the product names that are written that way (``KEEP``), web and
 e-mail addresses, and removes the lines of the DMV pages' content-management template ("show
-mydmv button in megamenu:"). Each document's ``metadata.source`` says where it came from;
+mydmv button in megamenu:"). Each question keeps doc2dial's gold ``answer`` (the agent's reply, a
+span of the document, cleaned the same way). Each document's ``metadata.source`` says where it came from;
 doc2dial keeps no page addresses, so documents carry no ``url``.
 """
 
@@ -111,7 +112,10 @@ def main() -> None:
     with open(out / "queries.jsonl", "w") as handle:
         for q in first:
             if gold[q["query_id"]] in keep:
-                handle.write(json.dumps({"text": q["text"], "label": q["domain"], "split": q["split"], "conversation": q["dial_id"]}) + "\n")
+                row = {"text": q["text"], "label": q["domain"], "split": q["split"], "conversation": q["dial_id"]}
+                if q.get("answer"):  # the agent's grounded reply (a span of the document): adapters learn from it
+                    row["answer"] = " ".join(clean_text(q["answer"]).split())
+                handle.write(json.dumps(row) + "\n")
     with open(out / "agencies.json", "w") as handle:
         json.dump({k: {"name": v[0], "site": v[1]} for k, v in AGENCIES.items()}, handle, indent=2)
 

@@ -4,6 +4,12 @@ import questions → embed → cluster into proposals → scripted review (align
 questions' known agencies, as a domain team would in the console) → promote to experts → index each
 expert's documents into its own collection → train the router. Every step is idempotent, so a rerun
 reuses what exists.
+
+Then, in the background once the server is up (``train_demo_adapters``, started by ``run_platform``
+when an LLM generates the answers): each expert's grounded training examples (its labelled questions,
+the passages its own collection returns, the gold answer the demo data carries), then one adapter
+per expert, activated only when it answers the expert's held-out questions better than the base
+model (``experts.services.answer_gate``). Until then the base model answers.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from typing import Any
 from django.conf import settings
 
 from experts import services as expert_services
+from experts.choices import VersionStatus
 from jobs.choices import JobStatus
 from jobs.models import Job
 from jobs.services import enqueue_once
 from knowledge import services as knowledge_services
 from knowledge import tasks as knowledge_tasks
 from labeling import proposals as labeling_proposals
+from labeling import services as labeling_services
 from labeling import tasks as labeling_tasks
 from labeling.models import ClusteringRun
 from routing import tasks as routing_tasks
@@ -106,3 +114,50 @@ def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, 
     job = wait(enqueue_once("train_router", "train_router", "Train router", routing_tasks.train_router, {"seed": 0}), say)
     say(f"  router v{job.result.get('router_version')} active, validation accuracy {job.result.get('val_accuracy') or 0:.3f}")
     return {"experts": sorted(agencies), "documents": documents, "router_version": job.result.get("router_version"), "clustering_run": run.pk}
+
+
+def adapters_wanted() -> tuple[bool, str]:
+    """Whether the demo's experts should get adapters: only when a language model writes the answers."""
+    if settings.GENERATOR == "extractive":
+        return False, "GENERATOR=extractive: answers are extractive, no adapter would serve (GENERATOR=transformers turns the model on)"
+    return True, f"GENERATOR={settings.GENERATOR}"
+
+
+def train_adapters(say: Callable[[str], None] = print, max_steps: int | None = None, wait_for_training: bool = False) -> dict[str, Any]:
+    """Queue one adapter training per demo expert (grounded examples first); returns what was queued or skipped.
+
+    An expert is skipped when a version already trained on its current examples exists (whatever the
+    gate said: rerunning would give the same adapter). Trainings run one after another on the
+    worker; each activates its adapter only if it beats the base model (``activate_if_better``).
+    ``max_steps`` caps each training (``DEMO_ADAPTER_STEPS``; 0: the LORA_* epochs decide).
+    """
+    from experts.models import Expert
+
+    agencies = json.loads((Path(settings.DEMO_DIR) / "agencies.json").read_text())
+    experts = list(Expert.objects.filter(slug__in=agencies).order_by("slug"))
+    steps = settings.DEMO_ADAPTER_STEPS if max_steps is None else max_steps
+    summary: dict[str, Any] = {}
+    say("building grounded training examples for each expert")
+    for expert in experts:
+        job = wait(labeling_services.enqueue_grounded_examples(expert), say)
+        summary[expert.slug] = {"examples": job.result}
+    jobs = []
+    for expert in experts:
+        fingerprint = expert_services.data_fingerprint(expert)
+        done = expert.versions.filter(data_fingerprint=fingerprint).exclude(adapter_path="").exclude(status=VersionStatus.FAILED).first()
+        if done is not None:
+            say(f"  {expert.slug}: v{done.version} was trained on these examples already ({done.status}); skipped")
+            summary[expert.slug]["skipped"] = f"v{done.version}"
+            continue
+        params = {**expert_services.default_training_params(), **({"max_steps": steps} if steps else {})}
+        job = expert_services.start_adapter_training(expert, params, activate_if_better=True)
+        say(f"  {expert.slug}: adapter training queued (job {job.pk}, {steps or 'LORA_EPOCHS'} steps)")
+        summary[expert.slug]["job"] = job.pk
+        jobs.append(job)
+    if wait_for_training:
+        for job in jobs:
+            result = wait(job, say, timeout=6 * 3600).result
+            say(f"  {result['expert']}: v{result['version']} answer F1 {result.get('held_out_f1')} (base {result.get('base_held_out_f1')}), "
+                + ("activated" if result.get("activated") else "not activated: the base model keeps answering"))
+            summary[result["expert"]]["result"] = {k: result.get(k) for k in ("version", "held_out_f1", "base_held_out_f1", "activated")}
+    return summary

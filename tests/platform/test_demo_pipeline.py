@@ -91,6 +91,7 @@ def test_every_request_is_stored_as_a_routing_event(demo, client):
     assert event.total_ms > 0
     assert event.embed_ms > 0
     assert event.router_version == RouterVersion.objects.get(is_active=True).version
+    assert event.answer_source == response.json()["switchboard"]["answer_source"] == "extractive"  # who wrote it is kept for the traces
 
 
 def test_an_expert_slug_bypasses_the_router(demo, client):
@@ -132,6 +133,54 @@ def test_bad_chat_requests_get_a_4xx_that_says_what_is_wrong(demo, client, body,
     assert response.status_code == status, response.content[:300]
     error = response.json()["error"]
     assert fragment in error["message"]
+
+
+@pytest.fixture
+def tiny_generator(settings, tmp_path_factory, monkeypatch):
+    """GENERATOR=transformers on a tiny random model; jobs sent at once (not on commit: this test's transaction never commits)."""
+    from experts.ml.tiny_lm import build_tiny_lm
+
+    texts = [json.loads(line)["text"] for path in sorted((ROOT / "demo" / "documents").glob("*.jsonl")) for line in open(path)][:60]
+    settings.BASE_MODEL = str(build_tiny_lm(tmp_path_factory.mktemp("tiny-lm"), texts, vocab_size=1000, hidden_size=64, layers=2, heads=4))
+    settings.GENERATOR, settings.GENERATOR_MAX_TOKENS = "transformers", 8
+    settings.ADAPTER_DIR = tmp_path_factory.mktemp("adapters")
+    monkeypatch.setattr("jobs.services.transaction.on_commit", lambda fn, **kwargs: fn())
+    return settings
+
+
+def test_demo_experts_get_adapters_from_their_gold_answers_activated_only_when_they_beat_the_base_model(demo, tiny_generator):
+    import torch
+
+    from experts.choices import ExampleSource, VersionStatus
+    from experts.models import ExpertVersion, TrainingExample
+    from switchboard.demo import adapters_wanted, train_adapters
+
+    assert adapters_wanted()[0]
+    torch.set_num_threads(1)
+    lines: list[str] = []
+    summary = train_adapters(say=lines.append, max_steps=2, wait_for_training=True)
+    assert sorted(summary) == AGENCIES
+    for slug in AGENCIES:
+        examples = TrainingExample.objects.filter(expert__slug=slug, source=ExampleSource.GROUNDED)
+        assert summary[slug]["examples"]["gold"] > 20, summary[slug]  # the demo carries doc2dial's answers: they are the targets
+        assert examples.count() == summary[slug]["examples"]["created"]
+        version = ExpertVersion.objects.get(expert__slug=slug)
+        assert version.n_eval > 0
+        assert version.metrics["held_out_f1"] is not None
+        # Serving changes only when the gate says the adapter answers better than the base model.
+        assert version.status == (VersionStatus.ACTIVE if version.metrics["beats_base"] else VersionStatus.CANDIDATE)
+        assert summary[slug]["result"]["activated"] == version.metrics["beats_base"]
+    again = train_adapters(say=lines.append, max_steps=2)  # idempotent: the same examples are not trained on twice
+    assert all(again[slug].get("skipped") for slug in AGENCIES)
+    assert ExpertVersion.objects.count() == 4
+
+
+def test_with_the_extractive_generator_the_demo_trains_no_adapter(demo, settings, capsys):
+    from django.core.management import call_command
+
+    settings.GENERATOR = "extractive"
+    call_command("train_demo_adapters")
+    assert "no adapters trained: GENERATOR=extractive" in capsys.readouterr().out
 
 
 @pytest.mark.django_db(transaction=True)  # jobs are sent on commit, so this test must really commit

@@ -1,7 +1,9 @@
 """``manage.py run_platform``: the whole single-machine platform in one foreground command.
 
 Starts a Celery worker and Celery beat, loads the bundled demo through the worker (unless it is
-already loaded, or ``--no-demo``), then serves the web console and APIs with uvicorn. Every child's
+already loaded, or ``--no-demo``), then serves the web console and APIs with uvicorn; once it is
+ready, and when a language model writes the answers, the demo experts' adapters train in the
+background (``train_demo_adapters``; ``--no-demo-adapters`` skips them). Every child's
 output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly;
 if any child dies, the others are stopped and the command exits non-zero.
 
@@ -169,6 +171,8 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=envint("PORT", 8000), help="Port to serve on (env PORT, default 8000).")
         parser.add_argument("--no-demo", action="store_true", help="Do not load the bundled demo.")
         parser.add_argument("--reload-demo", action="store_true", help="Run load_demo even when the demo is already loaded.")
+        parser.add_argument("--no-demo-adapters", action="store_true",
+                            help="Do not train the demo experts' adapters in the background once the server is ready.")
         parser.add_argument("--no-beat", action="store_true", help="Do not start Celery beat.")
         parser.add_argument("--queues", default=envstr("WORKER_QUEUES", "cpu,gpu"), help="Queues the worker consumes (env WORKER_QUEUES).")
         parser.add_argument("--stop-timeout", type=float, default=30.0, help="Seconds to wait for children to stop before killing them.")
@@ -241,6 +245,14 @@ class Command(BaseCommand):
             return ready
         if not stop.is_set():
             self._banner(sup, base)
+            if not options["no_demo"] and not options["no_demo_adapters"]:
+                from switchboard.demo import adapters_wanted
+
+                wanted, why = adapters_wanted()
+                if wanted:  # in the background: the base model answers until an adapter beats it
+                    sup.start("adapt", [python, str(ROOT / "manage.py"), "train_demo_adapters"], expected_exit=True)
+                else:
+                    sup.say("run", f"demo experts answer without adapters ({why})")
 
         while not stop.wait(0.2):
             if (dead := sup.dead()) is not None:
