@@ -27,8 +27,8 @@ is answered "not found" without calling the model, the model sees the best ``GEN
 passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, decodes greedily up to
 ``GENERATOR_MAX_TOKENS`` stopping at serving's stops, and its output goes through the same
 ``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches,
-where serving answers one request at a time) and the weights' dtype (bfloat16 where the hardware
-multiplies it natively, as training uses; serving loads float32). The conversation's earlier turns
+where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
+bfloat16 where the hardware multiplies it natively, as training uses). The conversation's earlier turns
 are not in the prompt (the retrieval evaluation searches with the user's own words too).
 
 Adapters learn on the train split only. Training examples are built as the product builds them
@@ -116,7 +116,7 @@ class AnswerConfig:
     lora: dict[str, Any] = field(default_factory=dict)  # LoraParams fields over the LORA_* settings (for choosing them on val)
     max_new_tokens: int | None = None  # None: GENERATOR_MAX_TOKENS, as serving
     batch_size: int = BATCH_SIZE
-    dtype: str = "auto"  # auto: bfloat16 where native (lora.bf16_native), else float32
+    dtype: str = "auto"  # auto: serving's (GENERATION_DTYPE)
 
 
 @dataclass
@@ -492,7 +492,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     from django.conf import settings
 
     from experts.ml.batch_generation import attach_adapters
-    from experts.ml.lora import bf16_native, load_base
+    from experts.ml.lora import load_base
 
     config = config or AnswerConfig()
     unknown = (set(config.generators) - set(GENERATORS)) | (set(config.modes) - set(MODES))
@@ -552,7 +552,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     dtype = None
     serving = _Serving(config.max_new_tokens)
     if lm_generators:
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(config.dtype) or (torch.bfloat16 if bf16_native() else torch.float32)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(config.dtype) or serving.generator.torch_dtype()
         tokenizer, base = load_base(settings.BASE_MODEL, dtype=dtype)
         base.eval()
         folders: dict[str, Path] = {}

@@ -35,7 +35,7 @@ from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
-from experts.ml.lora import Example, LoraError, check_adapter, fit_prompt, load_base, render_prompt, same_base
+from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, focus
 
 from .base import (
@@ -64,7 +64,7 @@ class TransformersGenerator:
 
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
-                 stop_at_paragraph: bool = True, threads: int | None = None) -> None:
+                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto") -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -74,6 +74,9 @@ class TransformersGenerator:
         self.passage_chars = passage_chars
         self.stop_at_paragraph = stop_at_paragraph
         self.threads = threads
+        if dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
+        self.dtype = dtype
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -99,6 +102,7 @@ class TransformersGenerator:
             # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
             # cores were ~5x slower than one: they spin waiting for each other).
             threads=settings.TORCH_THREADS,
+            dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -112,7 +116,7 @@ class TransformersGenerator:
         if self._base is not None:
             return
         try:
-            self._tokenizer, self._base = load_base(self.base_model)
+            self._tokenizer, self._base = load_base(self.base_model, dtype=self.torch_dtype())
         except LoraError as exc:
             raise GenerationUnavailable(str(exc)) from None
         self._base.eval()
@@ -121,6 +125,14 @@ class TransformersGenerator:
             import torch
 
             torch.set_num_threads(self.threads)
+
+    def torch_dtype(self) -> Any:
+        """The weights' torch dtype: ``dtype``, with "auto" meaning bfloat16 where it is native (``lora.bf16_native``)."""
+        import torch
+
+        if self.dtype == "auto":
+            return torch.bfloat16 if bf16_native() else torch.float32
+        return getattr(torch, self.dtype)
 
     def _check_files(self, adapter: AdapterRef) -> None:
         """Refuse an adapter whose base model differs or whose folder is unreadable, before touching the model."""

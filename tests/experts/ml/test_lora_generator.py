@@ -85,3 +85,14 @@ def test_lora_generator_refuses_an_adapter_for_another_base_model(tiny_lm_dir, a
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(GenerationError):
         other.generate(_request(adapters["dmv"]))
+
+
+def test_lora_generator_weights_dtype_follows_the_setting(tiny_lm_dir, adapters, monkeypatch):
+    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=4, dtype="bfloat16")
+    assert gen.generate(_request(adapters["dmv"])).text  # a float32 adapter on bfloat16 weights answers
+    assert gen._base.dtype == torch.bfloat16
+    assert TransformersGenerator(str(tiny_lm_dir), dtype="float32").torch_dtype() == torch.float32
+    monkeypatch.setattr("experts.generation.transformers.bf16_native", lambda: False)
+    assert TransformersGenerator(str(tiny_lm_dir)).torch_dtype() == torch.float32  # auto: float32 where bfloat16 is not native
+    with pytest.raises(ValueError, match="GENERATION_DTYPE"):
+        TransformersGenerator(str(tiny_lm_dir), dtype="float16")
