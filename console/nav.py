@@ -28,6 +28,7 @@ NAV_GROUPS: tuple[str, ...] = ("Answers", "Experts", "Operations")
 NAV_ITEMS: tuple[NavEntry, ...] = (
     NavEntry("Overview", "console-overview", ("console-overview",), False, "Answers"),
     NavEntry("Playground", "console-playground", ("console-playground",), False, "Answers"),
+    NavEntry("Traces", "console-traces", ("console-trace",), False, "Answers"),
     NavEntry("Heatmap", "console-heatmap", ("console-heatmap",), False, "Answers"),
     NavEntry("Review", "console-review", ("console-review",), False, "Answers"),
     NavEntry("Training", "console-training", ("console-training",), False, "Experts"),

@@ -5,7 +5,7 @@ from django.urls import include, path
 from experts.access import editable_slugs, visible_slugs
 from jobs.urls import console_urls as job_urls
 
-from . import views
+from . import traces, views
 
 urlpatterns = [
     path("", views.OverviewView.as_view(), name="console-overview"),
@@ -15,6 +15,8 @@ urlpatterns = [
     path("heatmap/", views.HeatmapView.as_view(), name="console-heatmap"),
     path("heatmap/data.json", views.HeatmapDataView.as_view(), name="console-heatmap-data"),
     path("review/", views.ReviewQueueView.as_view(), name="console-review"),
+    path("traces/", traces.TraceListView.as_view(), name="console-traces"),
+    path("traces/<str:request_id>/", traces.TraceDetailView.as_view(), name="console-trace"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs))),

@@ -33,7 +33,7 @@ from labeling.services import record_review_decision
 from routing import selectors as routing_selectors
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
-from serving import chat, route
+from serving import chat, route, traces
 from serving.sse import event_stream_response
 
 from . import selectors
@@ -133,6 +133,7 @@ def _result_context(result: chat.ChatResult) -> dict[str, Any]:
     ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1)} for e in result.decision.experts]
     return {
         "source_label": _SOURCE_LABELS.get(result.answer_source, result.answer_source),
+        "evidence": traces.routing_evidence(result.decision),
         "fallback_note": _fallback_note(result),
         "result": result,
         "ranked": ranked,

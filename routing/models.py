@@ -74,6 +74,10 @@ class RoutingEvent(models.Model):
         help_text='Who wrote the answer: "model", "extractive", "extractive_fallback", "not_found" or "none" (no expert answered).',
     )
     fallback_reason = models.CharField(max_length=200, blank=True, help_text="Why the extractive fallback answered instead of the model.")
+    trace = models.JSONField(
+        default=dict, blank=True,
+        help_text="What explains the answer (serving.traces): the router's evidence, scores, the passages retrieved and cited, the answer when text is stored.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -39,7 +39,7 @@ from knowledge.stores import StoreUnavailable
 from routing.experiments.assignment import ArmAssignment, assign
 from sbcommon.encoders import get_encoder
 
-from . import conversations, events
+from . import conversations, events, traces
 from .route import (
     NO_EXPERT_ANSWER,
     AllExpertsDown,
@@ -558,7 +558,7 @@ class ChatTurn:
             status_code=status_code, error_kind=error_kind, conversation_id=self.conversation.conversation_id if self.conversation else "",
             api_key_id=self.request.api_key_id, experiment_id=self.arm.experiment_id if self.arm else None, arm=self.arm.arm if self.arm else "",
             expert_version=self.expert_version, failover_from=list(self.failover_from),
-            answer_source=self.source.answer_source, fallback_reason=self.source.fallback_reason[:200],
+            answer_source=self.source.answer_source, fallback_reason=self.source.fallback_reason[:200], trace=traces.build(d, r),
         )
 
 

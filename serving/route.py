@@ -123,7 +123,7 @@ class Decision:
     ``experts`` is the final ranking (after the load penalty and capacity limits), best first, with
     the adjusted scores; ``failover`` its first three, tried in order when an expert fails;
     ``raw_scores`` the calibrated router probability of every live expert. When the question looks
-    like nothing the router was trained on (``score`` below the version's abstain threshold)
+    like nothing the router was trained on (``score`` below the version's abstain ``threshold``)
     ``abstained`` is true and ``fallback`` names the fallback expert, if one is configured.
     """
 
@@ -138,6 +138,7 @@ class Decision:
     score: float | None = None
     fallback: str | None = None
     context_turns: int = 0
+    threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
 
 
 def clean_question(question: str) -> str:
@@ -211,7 +212,7 @@ def route(
     return Decision(
         experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
         abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
-        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]),
+        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=arbiter.abstain_threshold,
     )
 
 

@@ -22,7 +22,7 @@ from experts.ml.extractive import Answer
 from experts.selectors import active_experts, expert_by_slug
 from sbcommon.api import error_body
 
-from .. import chat, route
+from .. import chat, route, traces
 from ..conversations import ConversationNotAllowed
 from ..feedback import ResponseNotFound, record_feedback
 from ..sse import event_stream_response
@@ -68,6 +68,8 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         "router_version": decision.router_version if decision else None,
         "routing_path": "router" if turn.request.model.startswith("auto") else "direct",
         "abstained": turn.abstained,
+        # The router's in-scope score against its abstain threshold, and who it would have chosen when it abstained.
+        "routing_evidence": traces.routing_evidence(decision),
         "fallback_used": turn.fallback_used,
         "failover": decision.failover if decision else [],
         "failover_from": list(turn.failover_from),
@@ -256,6 +258,7 @@ class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
             "failover": decision.failover,
             "abstained": decision.abstained,
             "fallback": decision.fallback,
+            "routing_evidence": traces.routing_evidence(decision),
             "router_version": decision.router_version,
             "timings_ms": {"embed": round(decision.embed_ms, 2), "route": round(decision.route_ms, 2)},
         })

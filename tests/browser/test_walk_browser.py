@@ -163,6 +163,13 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(item).to_contain_text(MISROUTED)
     expect(item).to_contain_text("thumbs down")
     shot(page, "05-review")
+    # Its trace: the question, the router's scores, the thumbs-down with its comment.
+    item.locator("a:has-text('trace')").click()
+    expect(page.locator("h1")).to_have_text("Why this answer")
+    expect(page.locator("#trace-question")).to_contain_text(MISROUTED)
+    expect(page.locator("#trace-feedback")).to_contain_text("This is about pensions")
+    shot(page, "05a-trace")
+    page.click("nav >> text=Review")
     item.locator("select").select_option("ssa")
     item.locator("button:has-text('Label')").click()
     expect(page.locator(".notice.success")).to_contain_text("Labelled for Social Security")
@@ -203,6 +210,10 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("h1")).to_have_text("Overview")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     shot(page, "09-overview-phone")
+    for path in ("/traces/", "/traces/chatcmpl-misroute/"):
+        page.goto(f"{base}{path}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1, path
+    shot(page, "09b-trace-phone")
     page.set_viewport_size({"width": 1280, "height": 1000})
 
     # A team member: their own expert opens, another team's is not found and shows nothing of it.

@@ -60,7 +60,7 @@ def test_nav_items_stay_flat_in_their_order_and_nav_groups_group_them(member, st
 
     groups = {group.label: [item.label for item in group.items] for group in context["nav_groups"]}
     assert list(groups) == ["Answers", "Experts", "Operations"]
-    assert groups["Answers"] == ["Overview", "Playground", "Heatmap", "Review"]
+    assert groups["Answers"] == ["Overview", "Playground", "Traces", "Heatmap", "Review"]
     assert groups["Experts"] == ["Training", "Discovery", "Knowledge", "Experiments"]
     assert groups["Operations"] == ["Jobs", "Schedules", "Alarms", "API keys", "API docs"]
     assert [group.label for group in context["nav_groups"] if group.current] == ["Answers"]

@@ -94,6 +94,22 @@ def test_every_request_is_stored_as_a_routing_event(demo, client):
     assert event.answer_source == response.json()["switchboard"]["answer_source"] == "extractive"  # who wrote it is kept for the traces
 
 
+def test_an_answer_can_be_traced_from_the_console(demo, client, django_user_model, settings):
+    settings.STORE_QUESTION_TEXT = True
+    response = chat(client, "How do I renew my driver license?")
+    meta = response.json()["switchboard"]
+    assert meta["routing_evidence"]["routed"] is True
+    assert meta["routing_evidence"]["threshold"] is not None  # the version's abstain threshold, beside its score
+    client.force_login(django_user_model.objects.create_user("ops", "ops@example.com", "pw-ops-12345", is_staff=True))
+    page = client.get(f"/traces/{response.json()['id']}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "How do I renew my driver license?" in html
+    assert meta["citations"][0]["title"] in html
+    assert "cited" in html
+    assert response.json()["id"] in client.get("/traces/", {"expert": meta["expert"]}).content.decode()
+
+
 def test_an_expert_slug_bypasses_the_router(demo, client):
     response = chat(client, "How do I renew my driver license?", model="va")
     assert response.status_code == 200

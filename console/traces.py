@@ -1,0 +1,138 @@
+"""Traces: every answered request as a page (question, router evidence, passages, answer, latency, arm, feedback).
+
+A trace is a ``RoutingEvent`` and what it kept (``serving.traces``). A team member sees the traces
+of the experts their teams can see, and those no expert answered; retention (``routing.retention``)
+removes them with their events.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views import View
+
+from experts.access import visible_slugs
+from routing.models import Feedback, RoutingEvent
+from sbcommon.console import LoginRequiredMixin
+
+PAGE_SIZE = 50
+_PERIODS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+
+class TraceFilterForm(forms.Form):
+    """The trace list's filters (all optional; a bad value is reported beside its field)."""
+
+    q = forms.CharField(required=False, max_length=200, label="Question contains")
+    expert = forms.ChoiceField(required=False, label="Answered by")
+    period = forms.ChoiceField(required=False, label="When", choices=[("", "Any time"), ("1d", "Last 24 hours"), ("7d", "Last 7 days"), ("30d", "Last 30 days")])
+    outcome = forms.ChoiceField(required=False, label="Outcome", choices=[
+        ("", "Any"), ("abstained", "No expert was sure"), ("fallback", "Extractive fallback"), ("failed", "Failed (not 200)"),
+    ])
+    feedback = forms.ChoiceField(required=False, label="Feedback", choices=[("", "Any"), ("down", "Thumbs down"), ("up", "Thumbs up"), ("none", "None")])
+    experiment = forms.IntegerField(required=False, min_value=1, label="Experiment #")
+
+    def __init__(self, *args: Any, experts: list[str], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["expert"].choices = [("", "Any expert"), *((s, s) for s in experts), ("-", "No expert")]
+
+
+def visible_events(user: Any) -> QuerySet[RoutingEvent]:
+    """The events ``user`` may see: those of visible experts, and those no expert answered."""
+    events = RoutingEvent.objects.all()
+    if getattr(user, "is_superuser", False) or getattr(user, "is_staff", False):
+        return events
+    return events.filter(Q(expert="") | Q(expert__in=visible_slugs(user)))
+
+
+def filtered(events: QuerySet[RoutingEvent], data: dict[str, Any]) -> QuerySet[RoutingEvent]:
+    """``events`` narrowed by a valid ``TraceFilterForm``'s cleaned data, newest first, with their feedback."""
+    if data.get("q"):
+        events = events.filter(question__icontains=data["q"])
+    if data.get("expert") == "-":
+        events = events.filter(expert="")
+    elif data.get("expert"):
+        events = events.filter(expert=data["expert"])
+    if data.get("period") in _PERIODS:
+        events = events.filter(created_at__gte=timezone.now() - _PERIODS[data["period"]])
+    outcome = data.get("outcome")
+    if outcome == "abstained":
+        events = events.filter(abstained=True)
+    elif outcome == "fallback":
+        events = events.filter(answer_source="extractive_fallback")
+    elif outcome == "failed":
+        events = events.exclude(status_code=200)
+    rated = Feedback.objects.filter(request_id=OuterRef("request_id"))
+    feedback = data.get("feedback")
+    if feedback == "down":
+        events = events.filter(Exists(rated.filter(rating=-1)))
+    elif feedback == "up":
+        events = events.filter(Exists(rated.filter(rating=1)))
+    elif feedback == "none":
+        events = events.exclude(Exists(rated))
+    if data.get("experiment"):
+        events = events.filter(experiment_id=data["experiment"])
+    return events.order_by("-created_at", "-id")
+
+
+class TraceListView(LoginRequiredMixin, View):
+    """``/traces/``: the request log, searchable and filtered, 50 a page."""
+
+    template_name = "console/traces.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        slugs = sorted(visible_slugs(request.user))
+        form = TraceFilterForm(request.GET or None, experts=slugs)
+        events = visible_events(request.user)
+        status = 200
+        if form.is_bound and not form.is_valid():
+            status, events = 400, events.none()
+        elif form.is_bound:
+            events = filtered(events, form.cleaned_data)
+        else:
+            events = events.order_by("-created_at", "-id")
+        page = Paginator(events.only(
+            "request_id", "created_at", "question", "expert", "abstained", "answer_source", "status_code", "total_ms", "experts", "arm",
+        ), PAGE_SIZE).get_page(request.GET.get("page"))
+        ratings = dict(Feedback.objects.filter(request_id__in=[e.request_id for e in page]).values_list("request_id", "rating"))
+        rows = [{"event": e, "rating": ratings.get(e.request_id), "top": (e.experts or [{}])[0].get("score") if isinstance(e.experts, list) else None}
+                for e in page]
+        query = request.GET.copy()
+        query.pop("page", None)
+        return render(request, self.template_name, {"form": form, "page": page, "rows": rows, "query": query.urlencode()}, status=status)
+
+
+class TraceDetailView(LoginRequiredMixin, View):
+    """``/traces/<request id>/``: one request explained."""
+
+    template_name = "console/trace.html"
+
+    def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        event = visible_events(request.user).filter(request_id=request_id).order_by("-created_at").first()
+        if event is None:
+            raise Http404("no such request, or not one of your teams' experts")
+        trace = event.trace if isinstance(event.trace, dict) else {}
+        # Events recorded before traces existed keep only the router's ranking.
+        ranked = event.experts if isinstance(event.experts, list) else []
+        scores = trace.get("scores") or {str(e.get("slug")): float(e.get("score") or 0.0) for e in ranked if isinstance(e, dict)}
+        best = max(scores.values(), default=0.0) or 1.0
+        feedback = Feedback.objects.filter(request_id=request_id).first()
+        timings = [("Embedding", event.embed_ms), ("Routing", event.route_ms), ("Retrieval", event.retrieve_ms), ("Answer", event.generate_ms)]
+        context = {
+            "event": event,
+            "evidence": trace.get("evidence") or {"routed": event.router_version is not None},
+            "has_trace": bool(trace),
+            "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert} for s, v in scores.items()],
+            "passages": trace.get("passages") or [],
+            "answer": trace.get("answer", ""),
+            "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
+            "feedback": feedback,
+            "runner_up": ranked[1] if len(ranked) > 1 else None,
+        }
+        return render(request, self.template_name, context)

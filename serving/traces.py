@@ -1,0 +1,56 @@
+"""What a routing event keeps to explain its answer later (the console's trace page), and the abstention evidence.
+
+A trace holds the router's evidence (its in-scope score against the version's abstain threshold,
+every live expert's probability, the fallback), the passages retrieved (title, expert, document,
+score, whether the answer cited it) and, when ``STORE_QUESTION_TEXT`` is on, the answer's text:
+what a domain team needs to see why a question went where it went. Passage texts are not copied
+(the document is linked instead); retention deletes the trace with its event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from .route import Decision
+
+MAX_PASSAGES = 12
+MAX_ANSWER_CHARS = 4000
+
+
+def routing_evidence(decision: Decision | None) -> dict[str, Any]:
+    """Why the router chose, or abstained: its in-scope score and the threshold, and who it would have chosen.
+
+    ``would_have_chosen`` is the best expert when the router abstained (None otherwise); ``fallback``
+    the fallback expert that answered instead, if one is set.
+    """
+    if decision is None or decision.router_version is None:
+        return {"routed": False}
+    top = decision.experts[0]["slug"] if decision.experts else None
+    return {
+        "routed": True, "score": decision.score, "threshold": decision.threshold, "abstained": decision.abstained,
+        "would_have_chosen": top if decision.abstained else None, "fallback": decision.fallback,
+    }
+
+
+def build(decision: Decision | None, result: Any) -> dict[str, Any]:
+    """The trace of one request (``result`` is the ``ChatResult``; None when the request failed before an answer)."""
+    trace: dict[str, Any] = {"evidence": routing_evidence(decision)}
+    if decision is not None and decision.raw_scores:
+        trace["scores"] = dict(sorted(decision.raw_scores.items(), key=lambda kv: -kv[1]))
+    if result is None:
+        return trace
+    cited = {(c.get("document_id"), c.get("chunk_id")) for c in result.citations}
+    trace["passages"] = [
+        {"index": p.get("index"), "title": str(p.get("title") or "")[:300], "expert": p.get("expert", ""), "document_id": p.get("document_id"),
+         "score": p.get("score"), "source": str(p.get("source") or "")[:300], "url": str(p.get("url") or "")[:500],
+         "cited": (p.get("document_id"), p.get("chunk_id")) in cited}
+        for p in result.passages[:MAX_PASSAGES]
+    ]
+    trace["citations"] = len(result.citations)
+    if settings.STORE_QUESTION_TEXT:
+        trace["answer"] = (result.answer or "")[:MAX_ANSWER_CHARS]
+    if result.finish_reason and result.finish_reason != "stop":
+        trace["finish_reason"] = result.finish_reason
+    return trace

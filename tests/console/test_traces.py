@@ -1,0 +1,106 @@
+"""Traces: the request log's filters, one request explained, and who may see which."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+from django.utils import timezone
+
+from experts.models import Expert
+from routing.models import Feedback, RoutingEvent
+from serving import traces
+from serving.route import Decision
+
+pytestmark = pytest.mark.django_db
+
+
+def event(request_id: str, expert: str, *, question: str = "", abstained: bool = False, trace: dict | None = None, **fields) -> RoutingEvent:
+    return RoutingEvent.objects.create(
+        request_id=request_id, mode="auto", expert=expert, router_version=3, abstained=abstained, question=question,
+        experts=[{"slug": "dmv", "score": 0.8}, {"slug": "ssa", "score": 0.15}], trace=trace or {}, total_ms=42.0, **fields,
+    )
+
+
+@pytest.fixture
+def world(django_user_model):
+    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
+    Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
+    member.groups.add(roads)
+    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
+    return member, staff
+
+
+def ids(response) -> list[str]:
+    return [row["event"].request_id for row in response.context["rows"]]
+
+
+def test_the_trace_list_filters_by_expert_outcome_feedback_question_and_date(client, world):
+    _, staff = world
+    event("r-plates", "dmv", question="Where do I order plates?")
+    event("r-pension", "ssa", question="When does my pension start?", answer_source="extractive_fallback")
+    event("r-none", "", question="What is the weather?", abstained=True)
+    old = event("r-old", "dmv", question="An old plates question")
+    RoutingEvent.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=10))
+    Feedback.objects.create(request_id="r-plates", rating=-1, expert="dmv")
+    client.force_login(staff)
+    url = reverse("console-traces")
+    assert ids(client.get(url)) == ["r-none", "r-pension", "r-plates", "r-old"]
+    assert ids(client.get(url, {"expert": "dmv"})) == ["r-plates", "r-old"]
+    assert ids(client.get(url, {"expert": "-"})) == ["r-none"]
+    assert ids(client.get(url, {"outcome": "abstained"})) == ["r-none"]
+    assert ids(client.get(url, {"outcome": "fallback"})) == ["r-pension"]
+    assert ids(client.get(url, {"feedback": "down"})) == ["r-plates"]
+    assert ids(client.get(url, {"feedback": "none", "q": "plates"})) == ["r-old"]
+    assert ids(client.get(url, {"period": "7d", "q": "PLATES"})) == ["r-plates"]
+    bad = client.get(url, {"experiment": "zero"})
+    assert bad.status_code == 400
+    assert "Enter a whole number" in bad.content.decode()
+
+
+def test_a_team_member_sees_only_their_experts_traces_and_unanswered_ones(client, world):
+    member, _ = world
+    event("r-plates", "dmv", question="Where do I order plates?")
+    event("r-pension", "ssa", question="When does my pension start?")
+    event("r-none", "", question="What is the weather?", abstained=True)
+    client.force_login(member)
+    assert ids(client.get(reverse("console-traces"))) == ["r-none", "r-plates"]
+    assert ids(client.get(reverse("console-traces"), {"expert": "ssa"})) == []  # not a choice of theirs: the form says so
+    assert client.get(reverse("console-trace", args=["r-pension"])).status_code == 404
+    assert client.get(reverse("console-trace", args=["r-plates"])).status_code == 200
+
+
+def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_would_have_chosen(client, world):
+    _, staff = world
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.41}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
+                        abstained=True, raw_scores={"dmv": 0.41, "ssa": 0.3}, score=0.21, threshold=0.325)
+    trace = traces.build(decision, None)
+    assert trace["evidence"] == {"routed": True, "score": 0.21, "threshold": 0.325, "abstained": True, "would_have_chosen": "dmv", "fallback": None}
+    event("r-none", "", question="What is the weather?", abstained=True, trace=trace, answer_source="none")
+    client.force_login(staff)
+    page = client.get(reverse("console-trace", args=["r-none"])).content.decode()
+    assert "its confidence 0.210 was below the threshold 0.325" in page
+    assert "It would have chosen <strong>dmv</strong>" in page
+    assert "What is the weather?" in page
+
+
+def test_a_trace_keeps_the_passages_with_what_was_cited_and_the_answer_only_when_text_is_stored(settings):
+    from serving.chat import ChatResult
+
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    passages = [{"index": 1, "title": "Renewals", "expert": "dmv", "document_id": 7, "chunk_id": "a", "score": 0.7, "text": "Renew online."},
+                {"index": 2, "title": "Plates", "expert": "dmv", "document_id": 8, "chunk_id": "b", "score": 0.5, "text": "Order plates."}]
+    result = ChatResult(answer="Renew online [1].", expert="dmv", decision=decision, citations=passages[:1], passages=passages, grounded=True,
+                        mode="auto", timings={}, request_id="r")
+    settings.STORE_QUESTION_TEXT = False
+    trace = traces.build(decision, result)
+    assert [(p["title"], p["cited"]) for p in trace["passages"]] == [("Renewals", True), ("Plates", False)]
+    assert "text" not in trace["passages"][0]  # the document is linked, its text not copied
+    assert "answer" not in trace
+    assert trace["evidence"]["abstained"] is False
+    settings.STORE_QUESTION_TEXT = True
+    assert traces.build(decision, result)["answer"] == "Renew online [1]."
