@@ -34,3 +34,16 @@ def test_production_refuses_debug(tmp_path):
     proc = _manage(tmp_path, "check", SWITCHBOARD_ENV="production", SECRET_KEY=secrets.token_urlsafe(60), DEBUG="true")
     assert proc.returncode != 0
     assert "refuses DEBUG" in proc.stderr
+
+
+def _setting(tmp_path, name: str, **env: str) -> str:
+    proc = _manage(tmp_path, "shell", "-c", f"from django.conf import settings; print(settings.{name})", **env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]  # after what the shell prints on start
+
+
+def test_the_chat_api_is_closed_by_default_in_production_and_opened_only_explicitly(tmp_path):
+    production = {"SWITCHBOARD_ENV": "production", "SECRET_KEY": secrets.token_urlsafe(60), "ALLOWED_HOSTS": "switchboard.example.com"}
+    assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH", **production) == "True"
+    assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH", CHAT_API_REQUIRE_AUTH="false", **production) == "False"
+    assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH") == "False"  # a laptop's demo stays open

@@ -8,7 +8,9 @@ from sbcommon.env import envbool, envfloat, envint, envstr
 from .queues import CELERY_TASK_ALWAYS_EAGER
 
 # --- the chat API -----------------------------------------------------------------------------
-CHAT_API_REQUIRE_AUTH = envbool("CHAT_API_REQUIRE_AUTH", False)
+# Closed by default in production (SWITCHBOARD_ENV=production): the chat, models and route APIs need an
+# API key or a signed-in user unless the operator opens them with CHAT_API_REQUIRE_AUTH=false.
+CHAT_API_REQUIRE_AUTH = envbool("CHAT_API_REQUIRE_AUTH", envstr("SWITCHBOARD_ENV", "development") == "production")
 MAX_QUESTION_CHARS = envint("MAX_QUESTION_CHARS", 8000)
 
 # --- API keys and rate limits -----------------------------------------------------------------
