@@ -111,12 +111,13 @@ def load_cv(shares: list[float]) -> float:
     return (sum((s - mean) ** 2 for s in shares) / len(shares)) ** 0.5 / mean
 
 
-def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None = None, threshold: float = 0.45) -> Heatmap:
+def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None = None, threshold: float = 0.45, min_requests: int = 0) -> Heatmap:
     """Routed requests per answering expert and time bucket over ``window`` (a key of ``HEATMAP_WINDOWS``).
 
     Rows are the active experts plus any other expert that answered in the window. Shares are of the
     requests some expert answered (abstentions are counted apart); the fair share is 1/N of the active
-    experts and the load CV is taken over their shares.
+    experts and the load CV is taken over their shares. A row is over the threshold only when the
+    window holds at least ``min_requests`` answered requests (``LOAD_ALARM_MIN_REQUESTS``).
     """
     if window not in HEATMAP_WINDOWS:
         window = DEFAULT_HEATMAP_WINDOW
@@ -143,7 +144,7 @@ def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None =
         cells = [HeatCell(n, n / busiest if busiest else 0.0) for n in (counts.get((slug, b), 0) for b in buckets)]
         expert_total = sum(c.count for c in cells)
         share = expert_total / total if total else 0.0
-        rows.append(HeatRow(slug, names.get(slug, slug), slug in active, cells, expert_total, share, share > threshold))
+        rows.append(HeatRow(slug, names.get(slug, slug), slug in active, cells, expert_total, share, share > threshold and total >= min_requests))
     return Heatmap(
         window=window, label=label, unit=unit, buckets=buckets, rows=rows, total=total, abstained=abstained,
         fair_share=fair, load_cv=load_cv([r.share for r in rows if r.active] if active else [r.share for r in rows]),
@@ -240,8 +241,10 @@ class ExpertHealth:
         return None if self.hit_rate is None else 100 * self.hit_rate
 
 
-def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime | None = None) -> list[ExpertHealth]:
+def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime | None = None, min_requests: int = 0) -> list[ExpertHealth]:
     """Health lines for ``experts``: shares are of every request some expert answered in the last 7 days.
+
+    An expert is over the threshold only when those requests number at least ``min_requests``.
 
     Hit rate is the share of an expert's answers that were grounded in retrieved passages.
     """
@@ -263,7 +266,7 @@ def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime 
         out.append(ExpertHealth(
             expert=e, circuit=circuits.get(e.slug, UNKNOWN_CIRCUIT), requests_today=r["n_today"], requests_week=r["n"], share=share,
             fair_share=1 / n_active, hit_rate=(r["n_grounded"] / r["n"]) if r["n"] else None,
-            documents=counts.get(e.pk, {}).get("documents", 0), chunks=counts.get(e.pk, {}).get("chunks", 0), over_threshold=share > threshold,
+            documents=counts.get(e.pk, {}).get("documents", 0), chunks=counts.get(e.pk, {}).get("chunks", 0), over_threshold=share > threshold and total >= min_requests,
         ))
     return out
 

@@ -67,7 +67,7 @@ class OverviewView(LoginRequiredMixin, TemplateView):
         router = routing_selectors.active_router()
         accuracy = routing_selectors.validation_accuracy(router)
         experts = list(visible_experts(user).order_by("name", "slug"))
-        health = selectors.expert_health(experts, threshold=alarm_threshold())
+        health = selectors.expert_health(experts, threshold=alarm_threshold(), min_requests=settings.LOAD_ALARM_MIN_REQUESTS)
         context.update(
             experts=health,
             active_count=sum(1 for h in health if h.expert.status == ExpertStatus.ACTIVE),
@@ -236,7 +236,8 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
 
 def _heatmap_for(request: HttpRequest) -> selectors.Heatmap:
     """The heatmap of the window asked for, limited to the experts the user may see (shares stay of all traffic)."""
-    heatmap = selectors.traffic_heatmap(request.GET.get("window", selectors.DEFAULT_HEATMAP_WINDOW), threshold=alarm_threshold())
+    heatmap = selectors.traffic_heatmap(request.GET.get("window", selectors.DEFAULT_HEATMAP_WINDOW), threshold=alarm_threshold(),
+                                       min_requests=settings.LOAD_ALARM_MIN_REQUESTS)
     return heatmap if request.user.is_staff else selectors.filter_heatmap(heatmap, visible_slugs(request.user))
 
 

@@ -375,11 +375,13 @@ def acknowledge(alarm: Alarm, user: Any = None) -> Alarm:
     return alarm
 
 
-def check_load(window_days: int = 7, threshold: float | None = None, min_requests: int = 50) -> list[Alarm]:
-    """A load alarm for each expert answering more than ``threshold`` of the traffic over the window."""
+def check_load(window_days: int = 7, threshold: float | None = None, min_requests: int | None = None) -> list[Alarm]:
+    """A load alarm for each expert answering more than ``threshold`` of the traffic over the window
+    (once it holds ``min_requests`` answered requests, default ``LOAD_ALARM_MIN_REQUESTS``)."""
     from django.conf import settings
 
     threshold = float(settings.ROUTER_ALARM_SHARE if threshold is None else threshold)
+    min_requests = int(settings.LOAD_ALARM_MIN_REQUESTS if min_requests is None else min_requests)
     since = timezone.now() - timedelta(days=window_days)
     rows = list(RoutingEvent.objects.filter(created_at__gte=since).exclude(expert="").values("expert").annotate(n=Count("id")))
     total = sum(r["n"] for r in rows)

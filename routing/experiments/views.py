@@ -6,12 +6,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
-from experts.access import can_edit, can_view, get_expert_or_404, visible_experts
+from experts.access import can_edit, can_view, get_expert_or_404, visible_experts, visible_slugs
+from experts.models import Expert
 from sbcommon.console import LoginRequiredMixin
 
 from . import scheduling, selectors, services
@@ -155,15 +156,25 @@ class ScheduleRunNowView(LoginRequiredMixin, View):
 
 # --- alarms ----------------------------------------------------------------------------------------
 
+def visible_alarms(user: Any) -> QuerySet[Alarm]:
+    """Alarms ``user`` may see: staff all; a team member none about another team's expert (the overview's rule)."""
+    alarms = Alarm.objects.all()
+    if user.is_staff:
+        return alarms
+    hidden = set(Expert.objects.values_list("slug", flat=True)) - visible_slugs(user)
+    return alarms.exclude(subject__in=sorted(hidden))
+
+
 class AlarmListView(LoginRequiredMixin, View):
     """Open alarms (load, drift, SRM, uncovered clusters, router candidates) with their proposals; the last acknowledged ones."""
 
     template_name = "experiments/alarm_list.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
+        alarms = visible_alarms(request.user)
         context = {
-            "open_alarms": Alarm.objects.filter(status=AlarmStatus.OPEN)[:200],
-            "acknowledged": Alarm.objects.filter(status=AlarmStatus.ACKNOWLEDGED)[:30],
+            "open_alarms": alarms.filter(status=AlarmStatus.OPEN)[:200],
+            "acknowledged": alarms.filter(status=AlarmStatus.ACKNOWLEDGED)[:30],
             "drift_reports": selectors.recent_drift_reports(),
             "snapshots": selectors.recent_snapshots(),
         }

@@ -84,7 +84,8 @@ def test_the_login_page_renders_the_form(client):
     assert b'name="password"' in response.content
 
 
-def test_the_overview_lists_experts_with_documents_and_traffic(console, experts):
+def test_the_overview_lists_experts_with_documents_and_traffic(console, experts, settings):
+    settings.LOAD_ALARM_MIN_REQUESTS = 1  # a handful of requests: let the share alarm fire
     dmv, _ssa = experts
     Document.objects.create(expert=dmv, external_id="a", title="A", content_hash="x", text="a", chunk_count=4)
     Document.objects.create(expert=dmv, external_id="b", title="B", content_hash="y", text="b", chunk_count=3)
@@ -230,3 +231,33 @@ def test_the_playground_page_shows_form_errors_without_javascript(console):
     assert response.status_code == 400
     assert b"<html" in response.content
     assert b"Please enter a question." in response.content
+
+
+def test_one_request_does_not_raise_the_load_alarm_anywhere_and_teams_see_only_their_alarms(console, experts, django_user_model, client):
+    from django.contrib.auth.models import Group
+
+    from routing.experiments import services as experiment_services
+    from routing.experiments.models import Alarm
+
+    RoutingEvent.objects.create(request_id="r1", mode="auto", expert="dmv")  # 100% of one request
+    overview = console.get(reverse("console-overview"))
+    assert not any(row.over_threshold for row in overview.context["experts"])
+    assert 'id="load-alarm"' not in overview.content.decode()
+    heatmap = console.get(reverse("console-heatmap"), {"window": "7d"})
+    assert not any(row.over_threshold for row in heatmap.context["heatmap"].rows)
+    assert experiment_services.check_load() == []  # the scheduled check agrees: below LOAD_ALARM_MIN_REQUESTS
+    for i in range(2, 51):
+        RoutingEvent.objects.create(request_id=f"r{i}", mode="auto", expert="dmv")
+    assert [a.subject for a in experiment_services.check_load()] == ["dmv"]
+    assert console.get(reverse("console-overview")).context["experts"][0].over_threshold  # and now they agree again
+
+    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    Expert.objects.filter(slug="dmv").update(team=roads)
+    Expert.objects.filter(slug="ssa").update(team=pensions)
+    Alarm.objects.create(kind="drift", key="drift:router", subject="router", message="The questions have drifted.")
+    member = django_user_model.objects.create_user("pat", "pat@example.com", "pw-pat-12345")
+    member.groups.add(pensions)
+    client.force_login(member)
+    page = client.get(reverse("console-alarms")).content.decode()
+    assert "The questions have drifted." in page  # about the router: everyone's
+    assert "Expert dmv answered" not in page  # another team's expert

@@ -93,7 +93,8 @@ def test_shares_are_measured_against_the_fair_share_with_the_load_cv(experts):
     assert heatmap.total == 4
 
 
-def test_an_expert_over_the_alarm_share_gets_a_text_badge(console, experts):
+def test_an_expert_over_the_alarm_share_gets_a_text_badge(console, experts, settings):
+    settings.LOAD_ALARM_MIN_REQUESTS = 1  # a handful of requests: let the share alarm fire
     now = timezone.now()
     for _ in range(6):
         event("dmv", now)
@@ -169,7 +170,8 @@ def test_it_shows_an_empty_state_without_traffic(console, experts):
     assert "No routed requests in this window." in html
 
 
-def test_the_share_chart_data_is_json_behind_the_login(client, owner, experts):
+def test_the_share_chart_data_is_json_behind_the_login(client, owner, experts, settings):
+    settings.LOAD_ALARM_MIN_REQUESTS = 1
     now = timezone.now()
     for _ in range(6):
         event("dmv", now)

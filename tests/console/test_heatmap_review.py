@@ -49,7 +49,8 @@ def test_the_confusion_counts_router_choice_against_reviewed_label(world):
     assert [c["diagonal"] for c in confusion["rows"][0]["cells"]] == [True, False]
 
 
-def test_the_data_endpoint_serves_the_heatmap_and_confusion_as_json(client, world):
+def test_the_data_endpoint_serves_the_heatmap_and_confusion_as_json(client, world, settings):
+    settings.LOAD_ALARM_MIN_REQUESTS = 1
     _dmv, ssa, _member, staff = world
     decide("b", "dmv", ssa)
     client.force_login(staff)

@@ -19,5 +19,8 @@ EXPERIMENT_ALPHA = envfloat("EXPERIMENT_ALPHA", 0.05)
 EXPERIMENT_POWER = envfloat("EXPERIMENT_POWER", 0.8)
 # Load alarm: an expert above ROUTER_ALARM_SHARE of the traffic over this many days.
 LOAD_ALARM_WINDOW_DAYS = envint("LOAD_ALARM_WINDOW_DAYS", 7)
+# ...and only once the window holds this many answered requests (one request is 100% of one): the
+# overview, the heatmap and the scheduled load check use the same rule, so they agree.
+LOAD_ALARM_MIN_REQUESTS = envint("LOAD_ALARM_MIN_REQUESTS", 50)
 # Drift check: at most this many recent questions (re-encoded) and training questions compared.
 DRIFT_SAMPLE = envint("DRIFT_SAMPLE", 500)
