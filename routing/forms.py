@@ -11,7 +11,20 @@ NOISE_KINDS = [("uniform", "uniform: flip to a random other expert")]
 
 
 class TrainRouterForm(forms.Form):
-    """The router training parameters a console user may set; the rest keep TrainConfig's defaults."""
+    """The router training parameters a console user may set; the rest keep TrainConfig's defaults.
+
+    ``activation`` says how the new version goes live (shown first, in plain words); the others are
+    the "Advanced" settings.
+    """
+
+    activation = forms.ChoiceField(
+        label="When it is trained", initial="if_better", widget=forms.RadioSelect,
+        choices=[
+            ("if_better", "Start routing with it only if it sends held-out questions to the right expert more often than the current router"),
+            ("never", "Keep it as a candidate: I will compare it and switch to it myself"),
+            ("always", "Start routing with it straight away"),
+        ],
+    )
 
     balance_weight = forms.FloatField(
         label="λ (load-balance weight)", initial=0.1, min_value=0.0, max_value=10.0,

@@ -93,21 +93,30 @@ def _conversation_context(examples: list[Any], x: np.ndarray, max_turns: int = C
     return Context(turns, lengths)
 
 
+# How a new router version goes live: "always" (the demo, the API's explicit trainings), "if_better"
+# (better on held-out gate questions than the active one; scheduled retraining, the console's default),
+# "never" (a candidate until a person activates it).
+ACTIVATION_POLICIES = ("always", "if_better", "never")
+
+
 def train_router_from_labels(
     params: dict[str, Any] | None = None, reporter: JobReporter | None = None, job_id: int | None = None, *, activate: str = "always",
 ) -> RouterVersion:
-    """Train a router on the latest promoted clustering run and activate it.
+    """Train a router on the latest promoted clustering run and activate it by the ``activate`` policy.
 
     If the active router was trained on exactly the same data and parameters, it is kept as is.
     ``activate="if_better"`` (scheduled retraining) activates the new version only when it beats the
     active router's accuracy on the gate, questions that neither router trained or tuned on
     (``gate_split``; every version holds them out, and its accuracy there is ``metrics["gate"]``);
     otherwise it is stored inactive, as a candidate, with the reason in ``metrics["activation"]``.
-    With no active router, it activates.
+    With no active router, it activates. ``activate="never"`` stores it as a candidate whatever the
+    figures (a person activates it on its run's page).
     A run that cannot train (fewer than two experts, NaN losses, bad parameters) fails with
     ``JobFailed`` and activates nothing. Diagnostics of the validation split (per-expert precision
     and recall, confusion, load, calibration, undecided experts) are stored in the run's metrics.
     """
+    if activate not in ACTIVATION_POLICIES:
+        raise JobFailed(f"unknown activation policy {activate!r}; one of {', '.join(ACTIVATION_POLICIES)}")
     reporter = reporter or JobReporter()
     params = dict(params or {})
     run = labeling_selectors.latest_promoted_run()
@@ -168,7 +177,11 @@ def train_router_from_labels(
     gate_accuracy = _accuracy_on(result.model, experts, examples, x, y, gate_idx, context_dim=int(model_kwargs.get("context_dim", 0) or 0))
     result.metrics["gate"] = {"n": len(gate_idx), "source": gate_source, "accuracy": gate_accuracy}
     make_active, verdict = True, {"policy": activate, "activated": True, "reason": "no active router" if active is None else "always activate"}
-    if activate == "if_better" and active is not None:
+    if activate == "never":
+        make_active = False
+        verdict = {"policy": activate, "activated": False, "reason": "kept as a candidate, as asked: activate it on its training run's page"}
+        reporter.log(verdict["reason"])
+    elif activate == "if_better" and active is not None:
         verdict = _compare_with_active(active, examples, x, y, gate_idx, experts, gate_accuracy, gate_source)
         make_active = verdict["activated"]
         reporter.log(verdict["reason"])

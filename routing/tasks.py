@@ -10,7 +10,9 @@ from . import retention, services
 
 
 def _train(job, reporter):
-    version = services.train_router_from_labels(job.params, reporter=reporter, job_id=job.pk)
+    params = dict(job.params)
+    policy = params.pop("activation", "always")  # how it goes live is not a training parameter (nor part of its data fingerprint)
+    version = services.train_router_from_labels(params, reporter=reporter, job_id=job.pk, activate=policy)
     return {
         "router_version": version.version,
         "val_accuracy": version.metrics.get("val", {}).get("accuracy"),
@@ -20,7 +22,7 @@ def _train(job, reporter):
 
 @shared_task(bind=True, acks_late=True, max_retries=1)
 def train_router(self, job_id: int) -> None:
-    """Train a router on the promoted experts' queries and activate it."""
+    """Train a router on the promoted experts' queries; it goes live by the job's ``activation`` policy (default "always")."""
     run_job(job_id, _train)
 
 

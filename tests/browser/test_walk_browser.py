@@ -184,6 +184,9 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
 
     # Training: start a run with the form, watch its job to the end, then open the new run.
     page.click("nav >> text=Training")
+    expect(page.locator("#activation-policy")).to_contain_text("only if it sends held-out questions to the right expert")
+    page.check("#activation-policy input[value='always']")  # an explicit choice: this version goes live when trained
+    page.click("#advanced-training summary")
     page.fill("#id_epochs", "30")
     page.click("#train-submit")
     expect(page.locator("h1")).to_have_text("Train router")

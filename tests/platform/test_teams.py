@@ -34,7 +34,7 @@ def test_the_nav_lists_every_page_and_a_wrong_url_name_fails_loudly(world, monke
     request = RequestFactory().get("/heatmap/")
     request.user, request.resolver_match = member, None
     labels = [item.label for item in nav.nav_items(request)]
-    assert labels[:5] == ["Overview", "Playground", "Heatmap", "Review", "Training"]
+    assert labels[:6] == ["Overview", "Playground", "Traces", "Heatmap", "Review", "Training"]
     assert "Admin" not in labels
 
     request.user = staff

@@ -245,8 +245,8 @@ def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gi
     monkeypatch.setattr(tasks.train_router, "delay", lambda job_id: sent.append(job_id))
     monkeypatch.setattr(tasks.train_router, "apply_async", lambda args, **kwargs: sent.append(args[0]))
     client.force_login(staff)
-    form = {"balance_weight": "0.3", "input_noise": "0.5", "label_noise": "0.1", "noise_kind": "uniform", "gumbel_temperature": "0",
-            "hidden_dim": "128", "epochs": "5", "seed": "7"}
+    form = {"activation": "never", "balance_weight": "0.3", "input_noise": "0.5", "label_noise": "0.1", "noise_kind": "uniform",
+            "gumbel_temperature": "0", "hidden_dim": "128", "epochs": "5", "seed": "7"}
 
     with django_capture_on_commit_callbacks(execute=True):
         first = client.post(reverse("console-training-start"), form)
@@ -258,7 +258,7 @@ def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gi
     assert first["Location"] == second["Location"] == reverse("console-job", args=[job.pk])
     assert job.kind == "train_router"
     assert job.created_by == staff
-    assert job.params == {"balance_weight": 0.3, "input_noise": 0.5, "label_noise": 0.1, "noise_kind": "uniform", "gumbel_temperature": 0.0,
+    assert job.params == {"activation": "never", "balance_weight": 0.3, "input_noise": 0.5, "label_noise": 0.1, "noise_kind": "uniform", "gumbel_temperature": 0.0,
                           "hidden_dim": 128, "epochs": 5, "seed": 7}
 
 

@@ -130,3 +130,33 @@ def test_without_gate_questions_the_candidate_is_kept_with_the_reason(labelled, 
     second = services.train_router_from_labels({**PARAMS, "seed": 1}, activate="if_better")
     assert not second.is_active
     assert "no held-out questions" in second.metrics["activation"]["reason"]
+
+
+def test_a_router_trained_to_be_kept_as_a_candidate_never_goes_live_by_itself(labelled):
+    first = services.train_router_from_labels(PARAMS, activate="never")
+    assert not first.is_active  # not even the first one: a person switches to it
+    assert "kept as a candidate" in first.metrics["activation"]["reason"]
+    assert not RouterVersion.objects.filter(is_active=True).exists()
+
+
+def test_the_console_job_passes_its_activation_policy_which_is_not_a_training_parameter(labelled):
+    from jobs.services import JobReporter
+    from routing.tasks import _train
+
+    class FakeJob:
+        pk = None
+        params = {**PARAMS, "activation": "never"}
+
+    result = _train(FakeJob(), JobReporter())
+    version = RouterVersion.objects.get(version=result["router_version"])
+    assert not version.is_active
+    run = version.training_runs.get()
+    assert "activation" not in run.params
+    assert run.params["epochs"] == PARAMS["epochs"]
+
+
+def test_an_unknown_activation_policy_fails_before_training(labelled):
+    from jobs.services import JobFailed
+
+    with pytest.raises(JobFailed, match="unknown activation policy"):
+        services.train_router_from_labels(PARAMS, activate="sometimes")
