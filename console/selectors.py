@@ -343,6 +343,7 @@ class ReviewItem:
     top_score: float | None
     margin: float | None
     feedback_comment: str
+    suggested_expert: str = ""  # who the user said should have answered ("wrong expert")
 
     @property
     def reason(self) -> str:
@@ -398,7 +399,9 @@ def review_queue(visible: set[str], min_score: float, min_margin: float, days: i
     from labeling.models import ReviewDecision
 
     since = timezone.now() - timedelta(days=days)
-    down = {f.request_id: f.comment for f in Feedback.objects.filter(rating=-1, created_at__gte=since)}
+    reports = list(Feedback.objects.filter(rating=-1, created_at__gte=since).only("request_id", "comment", "suggested_expert"))
+    down = {f.request_id: f.comment for f in reports}
+    suggested = {f.request_id: f.suggested_expert for f in reports if f.suggested_expert}
     events = list(
         RoutingEvent.objects.filter(created_at__gte=since).filter(
             Q(abstained=True) | Q(router_version__isnull=False) | Q(request_id__in=list(down))
@@ -413,7 +416,7 @@ def review_queue(visible: set[str], min_score: float, min_margin: float, days: i
         reasons, top, margin = review_reasons(event, event.request_id in down, min_score, min_margin)
         if reasons:
             seen.add(event.request_id)
-            items.append(ReviewItem(event, reasons, top, margin, down.get(event.request_id, "")))
+            items.append(ReviewItem(event, reasons, top, margin, down.get(event.request_id, ""), suggested.get(event.request_id, "")))
             if len(items) >= limit:
                 break
     return items

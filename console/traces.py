@@ -11,16 +11,20 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views import View
 
-from experts.access import visible_slugs
+from experts.access import visible_experts, visible_slugs
+from experts.choices import ExpertStatus
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
+from serving import events
+from serving.feedback import ResponseNotFound, UnknownExpert, record_feedback
 
 PAGE_SIZE = 50
 _PERIODS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -41,6 +45,29 @@ class TraceFilterForm(forms.Form):
     def __init__(self, *args: Any, experts: list[str], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["expert"].choices = [("", "Any expert"), *((s, s) for s in experts), ("-", "No expert")]
+
+
+class TraceFeedbackForm(forms.Form):
+    """A verdict on one answer from the console: helpful or not, or "wrong expert" with the right one."""
+
+    verdict = forms.ChoiceField(choices=[("up", "Helpful"), ("down", "Not helpful"), ("wrong_expert", "Wrong expert")])
+    right_expert = forms.ChoiceField(required=False, label="It should have gone to")
+    comment = forms.CharField(required=False, max_length=2000, widget=forms.TextInput(attrs={"placeholder": "What was wrong? (optional)"}))
+
+    def __init__(self, *args: Any, experts: list[tuple[str, str]], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["right_expert"].choices = [("", "choose the right expert"), *experts]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("verdict") == "wrong_expert" and not data.get("right_expert"):
+            self.add_error("right_expert", "Choose the expert that should have answered.")
+        return data
+
+
+def feedback_form(user: Any, **kwargs: Any) -> TraceFeedbackForm:
+    choices = [(e.slug, e.name) for e in visible_experts(user).filter(status=ExpertStatus.ACTIVE).order_by("name")]
+    return TraceFeedbackForm(experts=choices, **kwargs)
 
 
 def visible_events(user: Any) -> QuerySet[RoutingEvent]:
@@ -134,5 +161,33 @@ class TraceDetailView(LoginRequiredMixin, View):
             "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
             "feedback": feedback,
             "runner_up": ranked[1] if len(ranked) > 1 else None,
+            "feedback_form": feedback_form(request.user),
         }
         return render(request, self.template_name, context)
+
+
+class TraceFeedbackView(LoginRequiredMixin, View):
+    """POST ``/traces/<request id>/feedback/``: helpful, not helpful, or wrong expert (proposed in the review queue)."""
+
+    def post(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        events.flush()  # an answer given a moment ago (the playground's) may still be in the writer's buffer
+        event = visible_events(request.user).filter(request_id=request_id).order_by("-created_at").first()
+        if event is None:
+            raise Http404("no such request, or not one of your teams' experts")
+        form = feedback_form(request.user, data=request.POST)
+        back = request.POST.get("next") if str(request.POST.get("next", "")).startswith("/") else ""
+        if not form.is_valid():
+            for field, errors in form.errors.items():
+                messages.error(request, f"{form.fields[field].label or field}: {' '.join(errors)}" if field != "__all__" else " ".join(errors))
+            return redirect(back) if back else redirect("console-trace", request_id=request_id)
+        data = form.cleaned_data
+        wrong = data["verdict"] == "wrong_expert"
+        try:
+            record_feedback(request_id, 1 if data["verdict"] == "up" else -1, data["comment"], event.api_key_id,
+                            suggested_expert=data["right_expert"] if wrong else "")
+        except (ResponseNotFound, UnknownExpert) as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Reported: it should have gone to {data['right_expert']}. The review queue proposes that label."
+                             if wrong else "Thanks: your verdict is recorded.")
+        return redirect(back) if back else redirect("console-trace", request_id=request_id)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("review/", views.ReviewQueueView.as_view(), name="console-review"),
     path("traces/", traces.TraceListView.as_view(), name="console-traces"),
     path("traces/<str:request_id>/", traces.TraceDetailView.as_view(), name="console-trace"),
+    path("traces/<str:request_id>/feedback/", traces.TraceFeedbackView.as_view(), name="console-trace-feedback"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs))),

@@ -39,6 +39,7 @@ from serving.sse import event_stream_response
 from . import selectors
 from .forms import PlaygroundForm, ReviewDecisionForm
 from .nav import optional_url
+from .traces import feedback_form
 
 _CITATION = re.compile(r"\[(\d+)\]")
 _TIMING_PARTS = (("embed_ms", "Embed"), ("route_ms", "Route"), ("retrieve_ms", "Retrieve"), ("generate_ms", "Generate"))
@@ -165,7 +166,7 @@ def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
         result = chat.answer(form.cleaned_data["question"], model=form.cleaned_data["mode"])
     except _REFUSED as exc:
         return _refusal(form, exc)
-    return {"form": form, **_result_context(result)}, 200
+    return {"form": form, **_result_context(result), "feedback_form": feedback_form(request.user)}, 200
 
 
 class PlaygroundView(LoginRequiredMixin, View):
@@ -228,7 +229,8 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         except route.StreamInterrupted as exc:
             yield _event("error", {"message": str(exc)})
             return
-        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result)}, request=request)
+        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result), "feedback_form": feedback_form(request.user)},
+                                request=request)
         yield _event("done", {"html": html})
 
 
@@ -314,7 +316,8 @@ def _review_context(request: HttpRequest, errors: dict[str, ReviewDecisionForm] 
     errors = errors or {}
     rows = []
     for item in items:
-        form = errors.get(item.event.request_id) or ReviewDecisionForm(experts=choices, initial={"request_id": item.event.request_id}, auto_id=f"id_%s_{item.event.pk}")
+        initial = {"request_id": item.event.request_id, "expert": item.suggested_expert}  # a wrong-expert report proposes its label
+        form = errors.get(item.event.request_id) or ReviewDecisionForm(experts=choices, initial=initial, auto_id=f"id_%s_{item.event.pk}")
         rows.append({"item": item, "form": form})
     from labeling.models import ReviewDecision
 

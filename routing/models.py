@@ -93,6 +93,9 @@ class Feedback(models.Model):
     rating = models.SmallIntegerField(choices=[(1, "thumbs up"), (-1, "thumbs down")])
     comment = models.TextField(blank=True)
     expert = models.CharField(max_length=64, blank=True, db_index=True, help_text="The expert that answered (copied from the event).")
+    suggested_expert = models.CharField(
+        max_length=64, blank=True, help_text="Who should have answered, when the user reported a wrong expert (proposed in the review queue).",
+    )
     api_key_id = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -20,15 +20,29 @@ class ResponseNotFound(LookupError):
     """No response with that id was answered (for this API key)."""
 
 
-def record_feedback(response_id: str, rating: int, comment: str, api_key_id: int | None) -> tuple[Feedback, bool]:
+class UnknownExpert(ValueError):
+    """A reported "right expert" that is not an active expert."""
+
+
+def record_feedback(response_id: str, rating: int, comment: str, api_key_id: int | None, suggested_expert: str = "") -> tuple[Feedback, bool]:
     """Store the verdict on response ``response_id`` with the expert that answered it.
+
+    ``suggested_expert`` (a "wrong expert" report) names who should have answered: it makes the
+    rating a thumbs-down and is proposed as the label in the review queue.
 
     Returns:
         The Feedback row and whether it was created (False: an earlier verdict was updated).
 
     Raises:
         ResponseNotFound: the id was never answered, or was answered for another API key.
+        UnknownExpert: ``suggested_expert`` is not an active expert.
     """
+    if suggested_expert:
+        from experts.selectors import active_expert_slugs
+
+        if suggested_expert not in active_expert_slugs():
+            raise UnknownExpert(f"no active expert {suggested_expert!r}")
+        rating = -1
     try:
         events.flush()
     except Exception:  # the buffer stays; the lookup below still sees every event already written
@@ -38,5 +52,5 @@ def record_feedback(response_id: str, rating: int, comment: str, api_key_id: int
         raise ResponseNotFound(response_id)
     return Feedback.objects.update_or_create(
         request_id=event.request_id,
-        defaults={"rating": rating, "comment": comment, "expert": event.expert, "api_key_id": api_key_id},
+        defaults={"rating": rating, "comment": comment, "expert": event.expert, "api_key_id": api_key_id, "suggested_expert": suggested_expert},
     )

@@ -138,3 +138,7 @@ class FeedbackRequestSerializer(serializers.Serializer):
     response_id = serializers.CharField(max_length=64, help_text="The `id` of the chat completion.")
     rating = RatingField(help_text="'up', 'down', 1 or -1.")
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=FEEDBACK_COMMENT_MAX, trim_whitespace=True)
+    suggested_expert = serializers.SlugField(
+        required=False, allow_blank=True, default="", max_length=64,
+        help_text="A wrong-expert report: the slug of the expert that should have answered (makes the rating 'down').",
+    )

@@ -24,7 +24,7 @@ from sbcommon.api import error_body
 
 from .. import chat, route, traces
 from ..conversations import ConversationNotAllowed
-from ..feedback import ResponseNotFound, record_feedback
+from ..feedback import ResponseNotFound, UnknownExpert, record_feedback
 from ..sse import event_stream_response
 from .auth import ChatApiMixin, allowed_experts, api_key_id
 from .serializers import ChatCompletionRequestSerializer, FeedbackRequestSerializer, RouteRequestSerializer
@@ -277,10 +277,12 @@ class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         try:
-            feedback, created = record_feedback(data["response_id"], data["rating"], data["comment"], api_key_id(request))
+            feedback, created = record_feedback(data["response_id"], data["rating"], data["comment"], api_key_id(request), data["suggested_expert"])
         except ResponseNotFound:
             return _error(f"no response with id {data['response_id']!r}", 404, "not_found_error", code="response_not_found", param="response_id")
+        except UnknownExpert as exc:
+            return _error(str(exc), 400, "invalid_request_error", code="unknown_expert", param="suggested_expert")
         body = {"response_id": feedback.request_id, "rating": "up" if feedback.rating > 0 else "down", "comment": feedback.comment,
-                "expert": feedback.expert, "updated": not created}
+                "expert": feedback.expert, "suggested_expert": feedback.suggested_expert or None, "updated": not created}
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

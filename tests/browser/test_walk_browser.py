@@ -169,8 +169,14 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("#trace-question")).to_contain_text(MISROUTED)
     expect(page.locator("#trace-feedback")).to_contain_text("This is about pensions")
     shot(page, "05a-trace")
+    # "Wrong expert": the right one is reported from the trace, and the review queue proposes it.
+    page.locator("#feedback-form select").select_option("ssa")
+    page.click("#feedback-form button:has-text('Report')")
+    expect(page.locator(".notice.success")).to_contain_text("it should have gone to ssa")
+    expect(page.locator("#feedback-given")).to_contain_text("should have gone to ssa")
     page.click("nav >> text=Review")
-    item.locator("select").select_option("ssa")
+    expect(item).to_contain_text("it should have gone to ssa")
+    assert item.locator("select").input_value() == "ssa"
     item.locator("button:has-text('Label')").click()
     expect(page.locator(".notice.success")).to_contain_text("Labelled for Social Security")
     expect(page.locator("li.review-item[data-request='chatcmpl-misroute']")).to_have_count(0)

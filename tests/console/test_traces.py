@@ -104,3 +104,33 @@ def test_a_trace_keeps_the_passages_with_what_was_cited_and_the_answer_only_when
     assert trace["evidence"]["abstained"] is False
     settings.STORE_QUESTION_TEXT = True
     assert traces.build(decision, result)["answer"] == "Renew online [1]."
+
+
+def test_a_wrong_expert_report_on_a_trace_lands_in_the_review_queue_with_the_right_label_proposed(client, world):
+    member, _ = world
+    Expert.objects.filter(slug="ssa").update(team=None)  # visible to the member too
+    event("r-pension", "dmv", question="When does my pension start?")
+    client.force_login(member)
+    url = reverse("console-trace-feedback", args=["r-pension"])
+    missing = client.post(url, {"verdict": "wrong_expert"}, follow=True)
+    assert "Choose the expert that should have answered." in missing.content.decode()
+    assert not Feedback.objects.exists()  # nothing half-written
+    done = client.post(url, {"verdict": "wrong_expert", "right_expert": "ssa", "comment": "pensions are ssa"}, follow=True)
+    assert "Reported: it should have gone to ssa." in done.content.decode()
+    feedback = Feedback.objects.get(request_id="r-pension")
+    assert (feedback.rating, feedback.suggested_expert, feedback.expert) == (-1, "ssa", "dmv")
+    queue = client.get(reverse("console-review"))
+    row = next(r for r in queue.context["rows"] if r["item"].event.request_id == "r-pension")
+    assert row["item"].suggested_expert == "ssa"
+    assert row["form"].initial["expert"] == "ssa"  # proposed: one click labels it
+    assert "it should have gone to <strong>ssa</strong>" in queue.content.decode()
+    assert client.post(reverse("console-trace-feedback", args=["r-pension"]), {"verdict": "up"}).status_code == 302
+    assert Feedback.objects.get(request_id="r-pension").rating == 1  # a second verdict replaces the first
+
+
+def test_feedback_on_another_teams_trace_is_not_found(client, world):
+    member, _ = world
+    event("r-ssa", "ssa", question="When does my pension start?")
+    client.force_login(member)
+    assert client.post(reverse("console-trace-feedback", args=["r-ssa"]), {"verdict": "down"}).status_code == 404
+    assert not Feedback.objects.exists()

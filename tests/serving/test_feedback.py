@@ -25,7 +25,7 @@ def response_id(serving, client):
 def test_a_thumbs_up_is_stored_with_the_expert_that_answered(client, response_id):
     response = feedback(client, response_id=response_id, rating="up")
     assert response.status_code == 201
-    assert response.json() == {"response_id": response_id, "rating": "up", "comment": "", "expert": "dmv", "updated": False}
+    assert response.json() == {"response_id": response_id, "rating": "up", "comment": "", "expert": "dmv", "suggested_expert": None, "updated": False}
     row = Feedback.objects.get()
     assert (row.request_id, row.rating, row.expert) == (response_id, 1, "dmv")
 
@@ -71,3 +71,13 @@ def test_bad_feedback_is_400(client, response_id, body, fragment):
     assert response.status_code == 400
     assert fragment in response.json()["error"]["message"]
     assert not Feedback.objects.exists()
+
+
+def test_a_wrong_expert_report_names_the_right_one_and_an_unknown_expert_is_a_400(client, response_id):
+    bad = feedback(client, response_id=response_id, rating="up", suggested_expert="nosuch")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "suggested_expert"
+    assert not Feedback.objects.exists()
+    response = feedback(client, response_id=response_id, rating="up", suggested_expert="ssa")
+    assert response.status_code == 201
+    assert (response.json()["rating"], response.json()["suggested_expert"]) == ("down", "ssa")  # a wrong expert is a thumbs-down
