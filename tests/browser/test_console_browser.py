@@ -18,6 +18,8 @@ from routing.models import RouterVersion, RoutingEvent
 from serving import chat, route
 from serving.chat import Source
 
+from .navigation import open_nav
+
 PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path("/tmp")
 
@@ -133,7 +135,7 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     page.screenshot(path=str(SCREENSHOTS / "console-playground.png"), full_page=True)
 
     # Jobs: the running job's row refreshes itself.
-    page.click("nav >> text=Jobs")
+    open_nav(page, "operations", "Jobs")
     expect(page.locator("#jobs")).to_contain_text("Train the router")
     expect(page.locator("#jobs")).to_contain_text("40%")
     Job.objects.filter(pk=running.pk).update(progress=0.8, message="epoch 8 of 10")

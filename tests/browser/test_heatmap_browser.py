@@ -13,6 +13,8 @@ from django.utils import timezone
 from experts.models import Expert
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 
+from .navigation import open_nav
+
 PASSWORD = "correct horse battery staple"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -74,7 +76,7 @@ def test_a_staff_user_reads_the_heatmap_and_activates_a_training_run(live_server
     expect(page.locator("#share-chart canvas")).to_be_visible()
     page.screenshot(path="/tmp/heatmap.png", full_page=True)
 
-    page.click("nav >> text=Training")
+    open_nav(page, "experts", "Training")
     expect(page.locator("#training-runs")).to_contain_text("v2")
     page.click(f"a:has-text('#{run.pk}')")
     expect(page.locator("h1")).to_have_text(f"Training run #{run.pk}")

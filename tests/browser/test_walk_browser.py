@@ -30,6 +30,7 @@ from routing.models import Feedback, RouterVersion, RoutingEvent, TrainingRun
 from sbcommon.hashing import text_hash
 from serving import chat
 
+from .navigation import open_nav
 from .test_console_browser import fake_answer, fake_open_stream
 
 PASSWORD = "correct horse battery staple"
@@ -189,7 +190,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     assert decision.query.text == MISROUTED
 
     # Training: start a run with the form, watch its job to the end, then open the new run.
-    page.click("nav >> text=Training")
+    open_nav(page, "experts", "Training")
     expect(page.locator("#activation-policy")).to_contain_text("only if it sends held-out questions to the right expert")
     page.check("#activation-policy input[value='always']")  # an explicit choice: this version goes live when trained
     page.click("#advanced-training summary")

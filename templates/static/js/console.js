@@ -22,4 +22,15 @@
     showError("The server could not be reached. Check your connection and try again.");
   });
   document.addEventListener("htmx:afterSwap", hideError);
+
+  // The nav's menus: one open at a time, closed by a click elsewhere or Escape.
+  document.addEventListener("click", function (event) {
+    document.querySelectorAll("details.nav-group[open]").forEach(function (menu) {
+      if (!menu.contains(event.target)) menu.open = false;
+    });
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    document.querySelectorAll("details.nav-group[open]").forEach(function (menu) { menu.open = false; });
+  });
 })();
