@@ -1,0 +1,50 @@
+"""Every console page at a phone's width (390 px): nothing makes the page itself scroll sideways.
+
+Wide tables scroll inside their own box (``.table-wrap``); forms, ids and long words wrap.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from experts.models import Expert
+from jobs.models import Job
+from routing.experiments.models import Experiment
+
+from .test_walk_browser import PASSWORD, log_in, seed, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+PHONE = {"width": 390, "height": 844}
+
+
+def pages() -> list[str]:
+    """The console's pages: every nav item's, and the detail and form pages they lead to."""
+    expert = Expert.objects.get(slug="dmv")
+    job = Job.objects.create(kind="train_router", title="Train router", status="succeeded", progress=1.0)
+    experiment = Experiment.objects.create(name="Prompt wording", expert=expert, kind="expert", target="expert:dmv", salt="phone",
+                                           control_version=1, treatment_version=2)
+    names = ["console-overview", "console-playground", "console-traces", "console-heatmap", "console-review", "console-training",
+             "labeling-runs", "knowledge-list", "console-jobs", "console-experiments", "console-schedules", "console-alarms", "console-keys"]
+    urls = [reverse(name) for name in names]
+    urls += [reverse("console-expert", args=["dmv"]), reverse("knowledge-expert", args=["dmv"]), reverse("console-job", args=[job.pk]),
+             reverse("console-trace", args=["chatcmpl-misroute"]), reverse("console-experiment", args=[experiment.pk]),
+             reverse("expert-adapters", args=["dmv"])]
+    return urls
+
+
+def test_no_console_page_scrolls_sideways_on_a_phone(live_server, django_user_model, browser_page):
+    django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True, is_superuser=True)
+    seed()
+    page, base = browser_page, live_server.url
+    log_in(page, base, "admin")
+    page.set_viewport_size(PHONE)
+    too_wide = {}
+    for path in pages():
+        response = page.goto(f"{base}{path}")
+        assert response.status < 400, (path, response.status)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > PHONE["width"] + 1:
+            too_wide[path] = width
+            shot(page, "phone-" + path.strip("/").replace("/", "-") or "overview")
+    assert too_wide == {}
