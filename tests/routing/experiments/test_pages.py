@@ -31,7 +31,7 @@ def test_creating_an_experiment_shows_the_power_calculation(admin_client, expert
     assert response.status_code == 302
     assert response["Location"] == reverse("console-experiment", args=[exp.pk])
     page = admin_client.get(response["Location"]).content.decode()
-    assert "4129 control and 4129 treatment" in page
+    assert "7996 control and 7996 treatment" in page  # the sequential test's own plan
     assert "Start" in page
 
 

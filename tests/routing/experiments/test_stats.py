@@ -27,6 +27,19 @@ def test_plan_matches_the_textbook_sample_size():
     assert p.tau == pytest.approx(0.03)
 
 
+def test_the_sequential_plan_is_sized_for_the_msprt_that_runs_and_reaches_its_power_there():
+    config = Config(baseline=0.6, min_effect=0.05, design="sequential")
+    p = abtest.plan(config)
+    fixed = abtest.plan(Config(baseline=0.6, min_effect=0.05, design="fixed"))
+    assert 1.6 * fixed.n_control < p.n_control < 2.2 * fixed.n_control  # the price of being allowed to look
+    at = abtest.msprt_final_look_power(p.n_control, 1.0, 0.6, 0.63, p.tau, 0.05)
+    assert 0.8 <= at < abtest.msprt_final_look_power(p.n_control - 30, 1.0, 0.6, 0.63, p.tau, 0.05) + 0.01  # the smallest such sample
+    # By simulation, peeked at 20 times: at least the planned power (peeks only add), alpha kept.
+    report = abtest.simulation_report(config, n_simulations=300, seed=3)
+    assert report["power"] >= 0.8
+    assert report["false_positive_rate"] <= 0.05
+
+
 def test_plan_with_an_uneven_split_puts_more_in_the_larger_arm():
     p = abtest.plan(Config(split=0.2))
     assert p.n_treatment < p.n_control
