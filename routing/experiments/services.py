@@ -160,6 +160,15 @@ def _transition(experiment: Experiment, allowed: tuple[str, ...], to: str, verb:
     return exp
 
 
+def delete_draft(experiment: Experiment) -> None:
+    """Delete an experiment that never started (nothing was assigned to it); any other is kept for its record."""
+    with transaction.atomic():
+        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        if locked.status != ExperimentStatus.DRAFT:
+            raise ExperimentError(f"only a draft can be deleted; this one is {locked.get_status_display().lower()}: stop it instead")
+        locked.delete()
+
+
 def start(experiment: Experiment) -> Experiment:
     """Start (or resume) the experiment: requests are assigned to its arms from now on."""
     return _transition(experiment, (ExperimentStatus.DRAFT, ExperimentStatus.PAUSED), ExperimentStatus.RUNNING, "start")

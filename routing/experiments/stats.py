@@ -392,10 +392,13 @@ def decide(
     if srm_p < SRM_ALPHA:
         return Decision("invalid_srm", f"sample ratio mismatch (p = {srm_p:.2g} < {SRM_ALPHA}): the assignment is broken; no decision", False, **common)
     if not enough:
-        need = (f"{the_plan.n_control} control / {the_plan.n_treatment} treatment" if config.design == "fixed"
-                else f"{MIN_SEQUENTIAL_PER_ARM} per arm (the sequential test's minimum)")
         have = f"{primary.control.trials} / {primary.treatment.trials}"
-        return Decision("continue", f"too little data for {primary.name}: {have} of the planned {need}", False, **common)
+        if config.design == "fixed":
+            reason = f"too little data for {primary.name}: {have} of the planned {the_plan.n_control} control / {the_plan.n_treatment} treatment"
+        else:
+            reason = (f"too little data for {primary.name}: {have}; the sequential test reads from {MIN_SEQUENTIAL_PER_ARM} per arm "
+                      f"(planned: {the_plan.n_control} / {the_plan.n_treatment})")
+        return Decision("continue", reason, False, **common)
     if significant and not _improves(reading):
         return Decision("keep_control", f"{primary.name} is significantly worse in the treatment (p = {reading['p_value']:.3g})", False, **common)
     if significant and regressions:

@@ -15,7 +15,7 @@ from experts.access import can_edit, can_view, get_expert_or_404, visible_expert
 from experts.models import Expert
 from sbcommon.console import LoginRequiredMixin
 
-from . import scheduling, selectors, services
+from . import scheduling, selectors, services, wording
 from .choices import AlarmStatus, ExperimentKind
 from .forms import CrontabForm, ExperimentForm
 from .models import Alarm, Experiment
@@ -38,21 +38,25 @@ class ExperimentListView(LoginRequiredMixin, View):
     template_name = "experiments/experiment_list.html"
 
     def _render(self, request: HttpRequest, form: ExperimentForm, status: int = 200, error: str = "") -> HttpResponse:
-        context = {"experiments": _visible(request.user)[:200], "form": form, "error": error,
-                   "experts": selectors.experts_with_versions(visible_experts(request.user))}
+        context = {"experiments": _visible(request.user)[:200], "form": form, "error": error}
         return render(request, self.template_name, context, status=status)
 
+    def _form(self, request: HttpRequest, data: Any = None) -> ExperimentForm:
+        editable = visible_experts(request.user).filter(pk__in=[e.pk for e in visible_experts(request.user) if can_edit(request.user, e)])
+        experts, router = selectors.experiment_choices(editable, include_router=request.user.is_staff)
+        return ExperimentForm(data, experts=experts, router_versions=router)
+
     def get(self, request: HttpRequest) -> HttpResponse:
-        return self._render(request, ExperimentForm())
+        return self._render(request, self._form(request))
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        form = ExperimentForm(request.POST)
+        form = self._form(request, request.POST)
         if not form.is_valid():
             return self._render(request, form, 400)
         data = form.cleaned_data
         expert = None
         if data["kind"] == ExperimentKind.EXPERT:
-            expert = get_expert_or_404(request.user, data["expert"], edit=True)
+            expert = get_expert_or_404(request.user, data["expert"], edit=True)  # listed only if editable: a forged slug is a 404
         elif not request.user.is_staff:
             raise PermissionDenied("Only staff users may run router experiments.")
         try:
@@ -84,8 +88,10 @@ class ExperimentDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, pk: int, error: str = "", status: int = 200) -> HttpResponse:
         experiment = _experiment_for(request.user, pk)
         report = services.read(experiment)
+        metric = {"thumbs_up_rate": "answers rated helpful", "fallback_rate": "extractive fallbacks", "abstain_rate": "unanswered questions"}
         context = {
             "experiment": experiment, "report": report, "decision": report["decision"], "plan": experiment.plan,
+            "summary": wording.summary(report["decision"], experiment.plan, metric.get(experiment.primary_metric, experiment.primary_metric)),
             "can_change": _may_change(request.user, experiment.expert, experiment.kind), "error": error,
         }
         return render(request, self.template_name, context, status=status)
@@ -100,10 +106,17 @@ class ExperimentActionView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, pk: int, action: str) -> HttpResponse:
         experiment = _experiment_for(request.user, pk)
-        if action not in ACTIONS:
+        if action not in ACTIONS and action != "delete":
             raise Http404(f"no action {action!r}")
         if not _may_change(request.user, experiment.expert, experiment.kind):
             raise PermissionDenied("You may not change this experiment.")
+        if action == "delete":
+            try:
+                services.delete_draft(experiment)
+            except services.ExperimentError as exc:
+                return ExperimentDetailView().get(request, pk, error=str(exc), status=400)
+            messages.success(request, f"Draft {experiment.name!r} deleted.")
+            return redirect("console-experiments")
         try:
             ACTIONS[action](experiment)
         except services.ExperimentError as exc:

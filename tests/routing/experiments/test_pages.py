@@ -114,3 +114,54 @@ def test_the_detail_page_shows_rates_latency_srm_and_the_decision(admin_client, 
     assert "(no mismatch)" in page
     outcome = services.read(exp)["decision"]["outcome"]
     assert f'id="decision-outcome"><strong>{outcome}</strong>' in page
+
+
+def test_a_wrong_expert_or_version_is_an_error_beside_its_field_with_the_input_kept(admin_client, expert):
+    response = admin_client.post(reverse("console-experiments"), {**FORM, "name": "Shorter prompt", "expert": "nosuch"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'id="expert-error"' in page
+    assert 'value="Shorter prompt"' in page  # nothing typed is lost
+    response = admin_client.post(reverse("console-experiments"), {**FORM, "treatment_version": 7})
+    assert response.status_code == 400
+    assert 'id="treatment_version-error"' in response.content.decode()
+    assert not Experiment.objects.exists()
+
+
+def test_the_form_offers_the_experts_and_their_versions_and_keeps_statistics_behind_advanced(admin_client, expert):
+    page = admin_client.get(reverse("console-experiments")).content.decode()
+    assert '<option value="dmv">' in page
+    assert "v2, " in page  # versions come from a list, labelled with their state
+    assert '<details class="advanced" id="advanced-experiment">' in page
+    assert page.index('id="advanced-experiment"') < page.index('name="alpha"')
+
+
+def test_a_draft_reads_in_plain_words_and_can_be_deleted_but_a_started_one_cannot(admin_client, expert):
+    admin_client.post(reverse("console-experiments"), FORM)
+    exp = Experiment.objects.get()
+    page = admin_client.get(reverse("console-experiment", args=[exp.pk])).content.decode()
+    assert "No rated answers in both versions yet: it needs about 7,996 in each." in page
+    assert "Not decided yet" in page
+    assert page.index('id="summary"') < page.index('id="statistics"')  # the words first, the statistics behind a toggle
+    response = admin_client.post(reverse("console-experiment-action", args=[exp.pk, "delete"]))
+    assert response.status_code == 302
+    assert not Experiment.objects.exists()
+    admin_client.post(reverse("console-experiments"), FORM)
+    started = Experiment.objects.get()
+    admin_client.post(reverse("console-experiment-action", args=[started.pk, "start"]))
+    refused = admin_client.post(reverse("console-experiment-action", args=[started.pk, "delete"]))
+    assert refused.status_code == 400
+    assert "only a draft can be deleted" in refused.content.decode()
+    assert Experiment.objects.filter(pk=started.pk).exists()
+
+
+def test_the_reading_says_how_much_better_b_is_with_its_interval():
+    from routing.experiments.wording import summary
+
+    decision = {"outcome": "promote", "reason": "", "primary": {
+        "control": {"rate": 0.6, "trials": 8000, "successes": 4800}, "treatment": {"rate": 0.66, "trials": 8000, "successes": 5280},
+        "difference": 0.06, "ci": [0.045, 0.075]}}
+    words = summary(decision, {"n_control": 7996, "n_treatment": 7996}, "answers rated helpful")
+    assert words["headline"] == "B has 10% more answers rated helpful than A (somewhere between +8% and +12%), from 8,000 and 8,000 rated answers."
+    assert words["verdict"] == "B is better: you can promote it."
+    assert words["needed"] == 0
