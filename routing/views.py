@@ -189,12 +189,15 @@ class TrainingCompareView(LoginRequiredMixin, View):
     template_name = "routing/training_compare.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
+        runs_list = selectors.training_runs()
+        if not request.GET.get("a") and not request.GET.get("b"):  # no choice yet: the picker
+            return render(request, self.template_name, {"runs": runs_list})
         ids = []
         for key in ("a", "b"):
             try:
                 ids.append(int(request.GET.get(key, "")))
             except ValueError:
-                return render(request, self.template_name, {"error": "Pick two runs to compare.", "runs": selectors.training_runs()}, status=400)
+                return render(request, self.template_name, {"error": "Pick two runs to compare.", "runs": runs_list}, status=400)
         runs = {r.pk: r for r in TrainingRun.objects.select_related("router_version").filter(pk__in=ids)}
         if any(i not in runs for i in ids):
             raise Http404("no such training run")
@@ -203,11 +206,15 @@ class TrainingCompareView(LoginRequiredMixin, View):
         lp, rp = dict(left["params"]), dict(right["params"])
         metric_keys = sorted({k for k, _ in left["val_metrics"]} | {k for k, _ in right["val_metrics"]})
         lm, rm = dict(left["val_metrics"]), dict(right["val_metrics"])
+        # The calibration facts, one row each with both runs' values (in _DIAGNOSTIC_FACTS order).
+        ld, rd = dict(left["diagnostic_facts"]), dict(right["diagnostic_facts"])
+        diagnostics = [label for _, label in _DIAGNOSTIC_FACTS if label in ld or label in rd]
         return render(request, self.template_name, {
             "left": left, "right": right,
             "params": [{"key": k, "a": lp.get(k), "b": rp.get(k), "differs": lp.get(k) != rp.get(k)} for k in keys],
-            "metrics": [{"key": k, "a": lm.get(k), "b": rm.get(k), "delta": (rm[k] - lm[k]) if k in lm and k in rm else None} for k in metric_keys],
-            "runs": selectors.training_runs(),
+            "metrics": [{"key": k, "a": a, "b": b, "delta": (b - a) if a is not None and b is not None else None}
+                        for k, a, b in [(k, lm.get(k), rm.get(k)) for k in metric_keys] + [(k, ld.get(k), rd.get(k)) for k in diagnostics]],
+            "runs": runs_list,
         })
 
 

@@ -296,6 +296,9 @@ def test_two_runs_compare_side_by_side_with_differences_marked(client, owner, ru
     metrics = {m["key"]: m for m in response.context["metrics"]}
     assert metrics["accuracy"]["delta"] == pytest.approx(0.934 - 0.812)
     html = response.content.decode()
+    table = html.split('id="compare-metrics"')[1].split("</table>")[0]
+    assert table.count("<td>accuracy</td>") == 1  # once, with its difference
+    assert "(#" not in table  # calibration facts share a row: no per-run "(#1)" rows
     assert 'id="loss-a"' in html
     assert 'id="loss-b"' in html
     assert f'data-src="{reverse("console-training-curves", args=[old.pk])}" data-chart="loss"' in html
@@ -306,6 +309,9 @@ def test_two_runs_compare_side_by_side_with_differences_marked(client, owner, ru
 
 def test_compare_rejects_missing_or_unknown_runs(client, owner, runs):
     client.force_login(owner)
+    picker = client.get(reverse("console-training-compare"))
+    assert picker.status_code == 200  # no runs chosen yet: a picker, not an error
+    assert 'id="compare-picker"' in picker.content.decode()
     assert client.get(reverse("console-training-compare"), {"a": "x", "b": "1"}).status_code == 400
     assert client.get(reverse("console-training-compare"), {"a": runs[0].pk, "b": 999999}).status_code == 404
 
