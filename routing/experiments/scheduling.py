@@ -57,9 +57,9 @@ DEFAULTS: tuple[Schedule, ...] = (
     Schedule("nightly_evaluation", "Nightly evaluation", "0 1 * * *", "Router accuracy on held-out reviewed questions, traffic shares and online rates, stored over time.",
              routines.nightly_evaluation),
     Schedule("drift_check", "Drift check", "0 5 * * *", "Daily: recent questions against the router's training distribution.", routines.drift_check),
-    Schedule("load_check", "Load alarm check", "15 * * * *", "Hourly: an expert above ROUTER_ALARM_SHARE of a week's traffic raises an alarm.", routines.load_check),
+    Schedule("load_check", "Load alarm check", "15 * * * *", "Hourly: an expert answering more than its alarm share of a week's traffic raises an alarm.", routines.load_check),
     Schedule("srm_check", "Experiment SRM check", "45 * * * *", "Hourly: sample-ratio mismatch of running experiments.", routines.srm_check),
-    Schedule("event_retention", "Routing event retention", "30 0 * * *", "Daily: delete routing events older than ROUTING_EVENT_RETENTION_DAYS.",
+    Schedule("event_retention", "Routing event retention", "30 0 * * *", "Daily: delete routing events (traces) older than the retention period.",
              routines.event_retention),
 )
 BY_NAME = {s.name: s for s in DEFAULTS}

@@ -11,7 +11,7 @@ from django.http import Http404
 from experts.models import ExpertVersion
 from jobs.models import Job
 
-from . import scheduling
+from . import schedule_words, scheduling
 from .models import DriftReport, EvaluationSnapshot
 
 
@@ -26,6 +26,8 @@ class ScheduleRow:
     crontab: dict[str, str]
     last_job: Job | None
     form: Any = None
+    when: str = ""  # the schedule in words ("every Monday at 03:00")
+    next_run: Any = None  # when it fires next (None: disabled or unknown)
 
 
 def _schedule_name(task: Any) -> str:
@@ -47,11 +49,33 @@ def schedule_rows(invalid: dict[int, Any] | None = None) -> list[ScheduleRow]:
         form = (invalid or {}).get(task.pk)
         if form is not None:  # show what was typed, next to its errors
             fields = {f: form.data.get(f, "") for f in scheduling.CRON_FIELDS}
+        built_in = schedule_words.BUILT_IN.get(task.task)
+        if cron:
+            when = schedule_words.crontab_words(*(getattr(cron, f) for f in scheduling.CRON_FIELDS))
+        elif task.interval:
+            when = schedule_words.interval_words(task.interval.every, task.interval.period)
+        else:
+            when = "once" if task.one_off else ""
         rows.append(ScheduleRow(
-            task=task, name=name, title=default.title if default else task.name, description=task.description or (default.description if default else ""),
-            crontab=fields, last_job=scheduling.last_outcome(name) if name else None, form=form,
+            task=task, name=name, title=default.title if default else (built_in[0] if built_in else task.name.replace("_", " ").capitalize()),
+            description=task.description or (default.description if default else (built_in[1] if built_in else "")),
+            crontab=fields, last_job=scheduling.last_outcome(name) if name else None, form=form, when=when, next_run=_next_run(task),
         ))
     return rows
+
+
+def _next_run(task: Any) -> Any:
+    """When beat fires ``task`` next (the schedule's own arithmetic, in its time zone), or None when it is disabled."""
+    from django.utils import timezone
+
+    if not task.enabled:
+        return None
+    try:
+        schedule = task.schedule
+        now = timezone.now()
+        return now + schedule.remaining_estimate(task.last_run_at or now)
+    except Exception:  # an odd schedule must not break the page
+        return None
 
 
 def periodic_task_or_404(pk: int) -> Any:

@@ -165,3 +165,32 @@ def test_the_reading_says_how_much_better_b_is_with_its_interval():
     assert words["headline"] == "B has 10% more answers rated helpful than A (somewhere between +8% and +12%), from 8,000 and 8,000 rated answers."
     assert words["verdict"] == "B is better: you can promote it."
     assert words["needed"] == 0
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    (("0", "3", "*", "*", "1"), "every Monday at 03:00"),
+    (("30", "2", "*", "*", "*"), "every day at 02:30"),
+    (("15", "*", "*", "*", "*"), "every hour at 15 minutes past"),
+    (("0", "4", "1", "*", "*"), "on the 1st of every month at 04:00"),
+    (("*/5", "9-17", "*", "*", "1-5"), "minute */5, hour 9-17, day of month *, month *, day of week 1-5"),
+])
+def test_a_crontab_reads_in_words(fields, words):
+    from routing.experiments.schedule_words import crontab_words
+
+    assert crontab_words(*fields) == words
+
+
+def test_schedules_read_in_words_with_their_next_run_and_no_internal_names(admin_client):
+    from django_celery_beat.models import IntervalSchedule
+
+    call_command("ensure_schedules", verbosity=0)
+    every_day = IntervalSchedule.objects.create(every=86400, period="seconds")
+    PeriodicTask.objects.create(name="celery.backend_cleanup", task="celery.backend_cleanup", interval=every_day)
+    page = admin_client.get(reverse("console-schedules")).content.decode()
+    assert "Every Monday at 03:00" in page  # the router's weekly retraining
+    assert "next " in page
+    assert "Every day" in page
+    assert "every every" not in page
+    assert "Clean up old task results" in page
+    assert "ROUTER_ALARM_SHARE" not in page
+    assert "Day of week (0 = Sunday)" in page  # the crontab fields are labelled
