@@ -5,7 +5,7 @@ from django.urls import include, path
 from experts.access import editable_slugs, visible_slugs
 from jobs.urls import console_urls as job_urls
 
-from . import traces, views
+from . import job_links, traces, views
 
 urlpatterns = [
     path("", views.OverviewView.as_view(), name="console-overview"),
@@ -20,6 +20,6 @@ urlpatterns = [
     path("traces/<str:request_id>/feedback/", traces.TraceFeedbackView.as_view(), name="console-trace-feedback"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
-    path("jobs/", include(job_urls(visible_slugs, editable_slugs))),
+    path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for))),
     path("keys/", include("console.keys_urls")),
 ]

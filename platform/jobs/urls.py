@@ -9,10 +9,13 @@ from django.urls import URLPattern, path
 from . import views
 
 
-def console_urls(visible_slugs: views.SlugsFor | None = None, editable_slugs: views.SlugsFor | None = None) -> list[URLPattern]:
+def console_urls(visible_slugs: views.SlugsFor | None = None, editable_slugs: views.SlugsFor | None = None,
+                 outcome_links: views.LinksFor | None = None) -> list[URLPattern]:
+    """The job pages with the console's access rules and its links to what each job made (``outcome_links``)."""
     rules = {
         "visible_slugs": visible_slugs or views._no_slugs,
         "editable_slugs": editable_slugs or views._no_slugs,
+        "outcome_links": outcome_links or views._no_links,
     }
     return [
         path("", views.JobListView.as_view(**rules), name="console-jobs"),

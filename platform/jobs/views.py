@@ -47,11 +47,19 @@ def visible_jobs(user: Any, visible_slugs: SlugsFor = _no_slugs) -> QuerySet[Job
     return jobs.filter(Q(created_by=user) | ~Q(params__has_key="expert") | Q(params__expert__in=sorted(visible_slugs(user))))
 
 
+LinksFor = Callable[[Job], list[tuple[str, str]]]
+
+
+def _no_links(job: Job) -> list[tuple[str, str]]:
+    return []
+
+
 class JobAccessMixin(LoginRequiredMixin):
     """Which jobs the signed-in user may see and act on (see the module docstring)."""
 
     visible_slugs: SlugsFor = staticmethod(_no_slugs)  # type: ignore[assignment]
     editable_slugs: SlugsFor = staticmethod(_no_slugs)  # type: ignore[assignment]
+    outcome_links: LinksFor = staticmethod(_no_links)  # type: ignore[assignment]
 
     def visible_jobs(self) -> QuerySet[Job]:
         return visible_jobs(self.request.user, self.visible_slugs)
@@ -106,7 +114,11 @@ class JobDetailView(JobAccessMixin, TemplateView):
         job = self.get_job(kwargs["pk"])
         result = json.dumps(job.result, indent=2, sort_keys=True, default=str) if job.result else ""
         can_retry, can_cancel = self.actions_for(job)
-        return {**super().get_context_data(**kwargs), "job": job, "result_json": result, "can_retry": can_retry, "can_cancel": can_cancel}
+        # The result's plain figures, for a reader; the whole JSON stays one click away.
+        facts = [(str(k).replace("_", " "), v) for k, v in sorted((job.result or {}).items())
+                 if isinstance(v, str | int | float | bool) and v != "" and len(str(v)) < 120] if isinstance(job.result, dict) else []
+        return {**super().get_context_data(**kwargs), "job": job, "result_json": result, "result_facts": facts,
+                "links": self.outcome_links(job) if job.status == "succeeded" else [], "can_retry": can_retry, "can_cancel": can_cancel}
 
 
 class JobBodyView(JobDetailView):

@@ -44,3 +44,22 @@ def test_the_job_body_polls_while_the_job_runs(console):
 
 def test_the_job_page_is_404_for_an_unknown_job(console):
     assert console.get(reverse("console-job", args=[999])).status_code == 404
+
+
+def test_a_finished_job_links_to_what_it_made_and_summarises_its_result(console):
+    from routing.models import RouterVersion, TrainingRun
+
+    job = Job.objects.create(kind="train_router", key="b", title="Train the router", status="succeeded", progress=1.0,
+                             result={"router_version": 3, "val_accuracy": 0.912, "abstain_threshold": 0.31})
+    version = RouterVersion.objects.create(version=3, path="/nowhere", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="f")
+    run = TrainingRun.objects.create(job_id=job.pk, params={}, history=[], metrics={}, n_train=10, n_val=2, router_version=version)
+    html = console.get(reverse("console-job", args=[job.pk])).content.decode()
+    assert f'href="{reverse("console-training-run", args=[run.pk])}">Training run {run.pk} (router v3)</a>' in html
+    assert "<dt>Val accuracy</dt><dd>0.912</dd>" in html  # the figures, not only raw JSON
+    assert "This job logged nothing." in html
+
+    from experts.models import Expert
+
+    Expert.objects.create(slug="dmv", name="DMV")  # no team: everyone signed in sees its jobs
+    adapter = Job.objects.create(kind="train_adapter", key="c", title="Train", status="succeeded", params={"expert": "dmv"}, result={"version": 2})
+    assert "dmv&#x27;s adapters: version 2" in console.get(reverse("console-job", args=[adapter.pk])).content.decode()
