@@ -5,7 +5,7 @@ from django.urls import include, path
 from experts.access import editable_slugs, visible_slugs
 from jobs.urls import console_urls as job_urls
 
-from . import job_links, traces, views
+from . import audit, job_links, traces, views
 
 urlpatterns = [
     path("", views.OverviewView.as_view(), name="console-overview"),
@@ -22,4 +22,5 @@ urlpatterns = [
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for))),
     path("keys/", include("console.keys_urls")),
+    path("audit/", audit.AuditLogView.as_view(), name="console-audit"),
 ]

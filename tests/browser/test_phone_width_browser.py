@@ -25,7 +25,8 @@ def pages() -> list[str]:
     experiment = Experiment.objects.create(name="Prompt wording", expert=expert, kind="expert", target="expert:dmv", salt="phone",
                                            control_version=1, treatment_version=2)
     names = ["console-overview", "console-playground", "console-traces", "console-heatmap", "console-review", "console-training",
-             "labeling-runs", "knowledge-list", "console-jobs", "console-experiments", "console-schedules", "console-alarms", "console-keys"]
+             "labeling-runs", "knowledge-list", "console-jobs", "console-experiments", "console-schedules", "console-alarms", "console-keys",
+             "console-audit"]
     urls = [reverse(name) for name in names]
     urls += [reverse("console-expert", args=["dmv"]), reverse("knowledge-expert", args=["dmv"]), reverse("console-job", args=[job.pk]),
              reverse("console-trace", args=["chatcmpl-misroute"]), reverse("console-experiment", args=[experiment.pk]),
