@@ -422,6 +422,15 @@ def review_queue(visible: set[str], min_score: float, min_margin: float, days: i
     return items
 
 
+def group_identical(items: list[ReviewItem]) -> list[list[ReviewItem]]:
+    """``items`` grouped by their question (case and spacing ignored), in first-seen order; without text each stands alone."""
+    groups: dict[str, list[ReviewItem]] = {}
+    for item in items:
+        text = " ".join(item.event.question.lower().split())
+        groups.setdefault(text or f"#{item.event.pk}", []).append(item)
+    return list(groups.values())
+
+
 def review_confusion(since: datetime | None = None, visible: set[str] | None = None) -> dict[str, Any]:
     """Router choice by reviewed label over the review decisions (the confusion between domains).
 

@@ -315,16 +315,34 @@ def _review_context(request: HttpRequest, errors: dict[str, ReviewDecisionForm] 
     choices = _review_choices(request.user)
     errors = errors or {}
     rows = []
-    for item in items:
+    for group in selectors.group_identical(items):
+        item, others = group[0], group[1:]
         initial = {"request_id": item.event.request_id, "expert": item.suggested_expert}  # a wrong-expert report proposes its label
         form = errors.get(item.event.request_id) or ReviewDecisionForm(experts=choices, initial=initial, auto_id=f"id_%s_{item.event.pk}")
-        rows.append({"item": item, "form": form})
+        rows.append({"item": item, "form": form, "count": len(group), "also": ",".join(o.event.request_id for o in others),
+                     "ids": ",".join(g.event.request_id for g in group)})
     from labeling.models import ReviewDecision
 
     visible = visible_slugs(request.user)
     recent = [d for d in ReviewDecision.objects.select_related("expert", "user", "query")[:50]
               if request.user.is_staff or not d.routed_expert or d.routed_expert in visible][:15]
-    return {"rows": rows, "recent": recent, "min_score": settings.REVIEW_MIN_SCORE, "min_margin": settings.REVIEW_MIN_MARGIN, "days": settings.REVIEW_WINDOW_DAYS}
+    return {"rows": rows, "recent": recent, "min_score": settings.REVIEW_MIN_SCORE, "min_margin": settings.REVIEW_MIN_MARGIN, "days": settings.REVIEW_WINDOW_DAYS,
+            "bulk_choices": choices}
+
+
+def _label_one(request: HttpRequest, request_id: str, expert: Any) -> tuple[bool, RoutingEvent | None]:
+    """Record the decision on one queued request the user may see: (created, event); (False, None) when it is not theirs."""
+    event = RoutingEvent.objects.filter(request_id=request_id).order_by("-created_at").first()
+    if event is None or (event.expert and event.expert not in visible_slugs(request.user)):
+        return False, None
+    down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
+    reasons, _, _ = selectors.review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
+    _, created = record_review_decision(request_id, event.question, selectors.primary_reason(reasons), event.expert, expert, user=request.user)
+    return created, event
+
+
+def _ids(value: str, limit: int = 500) -> list[str]:
+    return [i.strip()[:64] for i in value.split(",") if i.strip()][:limit]
 
 
 class ReviewQueueView(LoginRequiredMixin, View):
@@ -340,6 +358,8 @@ class ReviewQueueView(LoginRequiredMixin, View):
         return render(request, self.template_name, _review_context(request))
 
     def post(self, request: HttpRequest) -> HttpResponse:
+        if request.POST.get("bulk"):
+            return self._bulk(request)
         choices = _review_choices(request.user)
         form = ReviewDecisionForm(request.POST, experts=choices)
         request_id = str(request.POST.get("request_id", ""))[:64]
@@ -363,10 +383,35 @@ class ReviewQueueView(LoginRequiredMixin, View):
             form.add_error("expert" if expert is not None else None, str(exc))
             form.auto_id = f"id_%s_{event.pk}"
             return render(request, self.template_name, _review_context(request, {request_id: form}), status=400)
+        same = 0
+        for other in _ids(str(request.POST.get("also", ""))):  # the same question asked again: one decision for all
+            try:
+                same += _label_one(request, other, expert)[0]
+            except ReviewError:
+                break
+        times = f" (and {same} more time{'s' if same != 1 else ''} it was asked)" if same else ""
         if not created:
             messages.info(request, "That question was already reviewed; the first decision stands.")
         elif expert is None:
-            messages.success(request, "Dismissed.")
+            messages.success(request, f"Dismissed{times}.")
         else:
-            messages.success(request, f"Labelled for {expert.name}: the next router training learns from it.")
+            messages.success(request, f"Labelled for {expert.name}{times}: the next router training learns from it.")
+        return redirect("console-review")
+
+    def _bulk(self, request: HttpRequest) -> HttpResponse:
+        """Label every selected question (each group of identical ones) with one expert."""
+        ids = [i for value in request.POST.getlist("selected") for i in _ids(value)]
+        slug = str(request.POST.get("expert", ""))
+        if not ids or slug not in {s for s, _ in _review_choices(request.user)}:
+            messages.error(request, "Select questions, and the expert that should answer them." if not ids else "Choose one of your experts.")
+            return redirect("console-review")
+        expert = get_expert_or_404(request.user, slug)
+        labelled = 0
+        try:
+            for request_id in ids:
+                labelled += _label_one(request, request_id, expert)[0]
+        except ReviewError as exc:
+            messages.error(request, f"{labelled} labelled, then: {exc}")
+            return redirect("console-review")
+        messages.success(request, f"Labelled {labelled} question{'s' if labelled != 1 else ''} for {expert.name}: the next router training learns from them.")
         return redirect("console-review")

@@ -128,3 +128,37 @@ def test_an_unknown_request_is_a_404(client, world):
     *_, staff = world
     client.force_login(staff)
     assert client.post(reverse("console-review"), {"request_id": "nope", "expert": "dmv"}).status_code == 404
+
+
+def test_identical_questions_are_one_row_with_a_count_and_one_label_covers_them_all(client, world):
+    _dmv, ssa, run, _member, staff = world
+    event("p1", "dmv", [0.45, 0.40], question="When can I draw my pension?")
+    event("p2", "dmv", [0.46, 0.41], question="when can I  draw my pension?")
+    event("p3", "dmv", [0.44, 0.42], question="Where do I register a boat?")
+    client.force_login(staff)
+    rows = client.get(reverse("console-review")).context["rows"]
+    assert [r["count"] for r in rows] == [1, 2]  # newest first: the boat, then the pension asked twice
+    pension = rows[1]
+    assert "asked 2 times" in client.get(reverse("console-review")).content.decode()
+    response = client.post(reverse("console-review"), {"request_id": pension["item"].event.request_id, "also": pension["also"], "expert": "ssa"},
+                           follow=True)
+    assert "and 1 more time it was asked" in response.content.decode()
+    assert set(ReviewDecision.objects.values_list("request_id", flat=True)) == {"p1", "p2"}
+    assert [r["item"].event.request_id for r in client.get(reverse("console-review")).context["rows"]] == ["p3"]
+
+
+def test_ticked_questions_are_labelled_together(client, world):
+    _dmv, ssa, run, member, staff = world
+    event("b1", "dmv", [0.45, 0.40], question="When can I draw my pension?")
+    event("b2", "dmv", [0.45, 0.41], question="How is my pension taxed?")
+    event("b3", "dmv", [0.45, 0.42], question="Where do I register a boat?")
+    client.force_login(staff)
+    nothing = client.post(reverse("console-review"), {"bulk": "1", "expert": "ssa"}, follow=True)
+    assert "Select questions" in nothing.content.decode()
+    done = client.post(reverse("console-review"), {"bulk": "1", "expert": "ssa", "selected": ["b1", "b2"]}, follow=True)
+    assert "Labelled 2 questions for Social Security" in done.content.decode()
+    assert sorted(ReviewDecision.objects.filter(expert=ssa).values_list("request_id", flat=True)) == ["b1", "b2"]
+    client.force_login(member)  # roads only: cannot bulk-label into pensions
+    refused = client.post(reverse("console-review"), {"bulk": "1", "expert": "ssa", "selected": ["b3"]}, follow=True)
+    assert "Choose one of your experts." in refused.content.decode()
+    assert not ReviewDecision.objects.filter(request_id="b3").exists()
