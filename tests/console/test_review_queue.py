@@ -131,7 +131,7 @@ def test_an_unknown_request_is_a_404(client, world):
 
 
 def test_identical_questions_are_one_row_with_a_count_and_one_label_covers_them_all(client, world):
-    _dmv, ssa, run, _member, staff = world
+    *_, staff = world
     event("p1", "dmv", [0.45, 0.40], question="When can I draw my pension?")
     event("p2", "dmv", [0.46, 0.41], question="when can I  draw my pension?")
     event("p3", "dmv", [0.44, 0.42], question="Where do I register a boat?")
@@ -148,7 +148,7 @@ def test_identical_questions_are_one_row_with_a_count_and_one_label_covers_them_
 
 
 def test_ticked_questions_are_labelled_together(client, world):
-    _dmv, ssa, run, member, staff = world
+    _dmv, ssa, _run, member, staff = world
     event("b1", "dmv", [0.45, 0.40], question="When can I draw my pension?")
     event("b2", "dmv", [0.45, 0.41], question="How is my pension taxed?")
     event("b3", "dmv", [0.45, 0.42], question="Where do I register a boat?")
