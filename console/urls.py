@@ -19,6 +19,7 @@ urlpatterns = [
     path("traces/<str:request_id>/", traces.TraceDetailView.as_view(), name="console-trace"),
     path("traces/<str:request_id>/feedback/", traces.TraceFeedbackView.as_view(), name="console-trace-feedback"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
+    path("experts/<slug:slug>/fallback/", views.ExpertFallbackView.as_view(), name="console-expert-fallback"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for))),
     path("keys/", include("console.keys_urls")),

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -23,6 +24,7 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from experts import access
+from experts import services as expert_services
 from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
 from experts.choices import ExpertStatus
 from experts.generation import GenerationBusy
@@ -300,6 +302,20 @@ class ExpertView(LoginRequiredMixin, View):
             "adapters_url": optional_url("expert-adapters", expert.slug),
         }
         return render(request, self.template_name, context)
+
+
+class ExpertFallbackView(LoginRequiredMixin, View):
+    """POST (staff): make the expert the fallback for questions the router is not sure about, or stop it."""
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("Only staff may choose the fallback expert: it answers every team's unsure questions.")
+        expert = get_expert_or_404(request.user, slug)
+        on = request.POST.get("fallback") == "on"
+        expert_services.set_fallback(expert, on, user=request.user)
+        messages.success(request, f"{expert.name} now answers the questions no expert is sure about." if on
+                         else f"{expert.name} no longer answers the questions no expert is sure about.")
+        return redirect("console-expert", slug=expert.slug)
 
 
 # --- review queue --------------------------------------------------------------------------------

@@ -32,7 +32,22 @@ from .ml.lora import (
 )
 from .ml.prompting import DEFAULT_CITATION_FORMAT, validate_citation_format
 from .models import Expert, ExpertVersion, TrainingExample
-from .selectors import serving_version
+from .selectors import clear_serving_caches, serving_version
+
+
+def set_fallback(expert: Expert, on: bool, user: Any = None) -> Expert:
+    """Make ``expert`` answer the questions the router is not sure about (or stop it); audited.
+
+    More than one fallback may be set; the router takes the first by slug (``selectors.fallback_slugs``).
+    """
+    from audit.services import record
+
+    if expert.is_fallback != on:
+        Expert.objects.filter(pk=expert.pk).update(is_fallback=on)
+        expert.is_fallback = on
+        clear_serving_caches()  # this process at once; others within SERVING_CACHE_TTL_S
+        record("expert.fallback", actor=user, obj=expert, changes={"is_fallback": on})
+    return expert
 
 
 def unique_slug(base: str) -> str:

@@ -106,3 +106,24 @@ def test_the_adapters_link_appears_only_when_that_page_exists(client, world, sta
 @pytest.fixture
 def staff_user(django_user_model):
     return django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
+
+
+def test_staff_choose_the_fallback_expert_from_its_page_and_others_may_not(client, django_user_model):
+    from audit.models import AuditEntry
+    from experts.selectors import fallback_slugs
+
+    Expert.objects.create(slug="general", name="General help", status="active")
+    staff = django_user_model.objects.create_user("ops", "ops@example.com", "pw-ops-12345", is_staff=True)
+    member = django_user_model.objects.create_user("kim", "kim@example.com", "pw-kim-12345")
+    client.force_login(member)
+    assert client.post(reverse("console-expert-fallback", args=["general"]), {"fallback": "on"}).status_code == 403
+    client.force_login(staff)
+    page = client.get(reverse("console-expert", args=["general"])).content.decode()
+    assert "Let General help answer those" in page
+    done = client.post(reverse("console-expert-fallback", args=["general"]), {"fallback": "on"}, follow=True)
+    assert "now answers the questions no expert is sure about" in done.content.decode()
+    assert Expert.objects.get(slug="general").is_fallback
+    assert fallback_slugs() == ("general",)  # serving sees it at once in this process
+    assert AuditEntry.objects.filter(action="expert.fallback").exists()
+    client.post(reverse("console-expert-fallback", args=["general"]), {"fallback": "off"})
+    assert not Expert.objects.get(slug="general").is_fallback
