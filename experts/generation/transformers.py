@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
+from experts.ml.decoding import answer_no_repeat
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, focus
@@ -64,7 +65,7 @@ class TransformersGenerator:
 
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
-                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto") -> None:
+                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -77,6 +78,7 @@ class TransformersGenerator:
         if dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
         self.dtype = dtype
+        self.no_repeat_ngram = int(no_repeat_ngram)
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -103,6 +105,7 @@ class TransformersGenerator:
             # cores were ~5x slower than one: they spin waiting for each other).
             threads=settings.TORCH_THREADS,
             dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
+            no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -310,11 +313,15 @@ class TransformersGenerator:
 
     def _prepare(self, request: GenerationRequest, deadline: float, cancel: threading.Event):
         """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue)."""
+        from transformers import LogitsProcessorList
         model, context = self._model_for(request.adapter)
         inputs = self._inputs(request, self._max_new(request))
         stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
                               STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
         kwargs = self._generate_kwargs(request, stop)
+        processor = answer_no_repeat(int(inputs["input_ids"].shape[1]), self.no_repeat_ngram)
+        if processor is not None:
+            kwargs["logits_processor"] = LogitsProcessorList([processor])
         prefix = self._prefix_cache(model, context, request, inputs["input_ids"][0].tolist())
         if prefix is not None:
             kwargs["cache"] = prefix

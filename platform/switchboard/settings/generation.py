@@ -34,6 +34,10 @@ GENERATION_STOP_AT_PARAGRAPH = envbool("GENERATION_STOP_AT_PARAGRAPH", True)
 # project's CPU (AMX) a 480-token prompt took 0.37 s in bfloat16 against 1.32 s in float32, one thread:
 # the first token comes ~1 s sooner; a decoded token costs the same (~70 ms).
 GENERATION_DTYPE = envstr("GENERATION_DTYPE", "auto")
+# An answer may not repeat an n-gram (of tokens) it has already written (experts.ml.decoding): small
+# models decoding greedily loop ("The letter or order is a mistake. The letter or order is ...").
+# Only the answer's own words count, not the passages', so copying from them stays free. 0: off.
+GENERATION_NO_REPEAT_NGRAM = envint("GENERATION_NO_REPEAT_NGRAM", 0)
 
 # --- the extractive backend -------------------------------------------------------------------
 EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
