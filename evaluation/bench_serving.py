@@ -88,8 +88,8 @@ def prepare_demo(var_dir: Path, say: Callable[[str], None]) -> float:
 class Server:
     """uvicorn serving the platform from ``var_dir``, output to a log file in it; stopped on exit."""
 
-    def __init__(self, var_dir: Path, port: int, workers: int = 1):
-        self.var_dir, self.port, self.workers = var_dir, port, workers
+    def __init__(self, var_dir: Path, port: int, workers: int = 1, env: dict[str, str] | None = None):
+        self.var_dir, self.port, self.workers, self.extra_env = var_dir, port, workers, dict(env or {})
         self.base = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.log_path = var_dir / "bench-server.log"
@@ -102,7 +102,7 @@ class Server:
         if self.workers > 1:
             argv += ["--workers", str(self.workers)]
         self._log = self.log_path.open("w")
-        env = _env(self.var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0")
+        env = _env(self.var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0", **self.extra_env)
         self.proc = subprocess.Popen(argv, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -365,23 +365,50 @@ def _serving_threads() -> int:
 
 def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
                   model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
-                  say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the serving benchmark (see the module docstring) and return its report."""
+                  backends: list[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the serving benchmark (see the module docstring) and return its report.
+
+    ``backends`` (``EMBEDDING_BACKEND`` values; default: the configured one, then float32 ``torch``
+    when that differs) are measured one after another on the same demo data; the report's top-level
+    figures are the first's, and ``by_backend`` holds each one's.
+    """
+    from sbcommon.encoders import resolve_backend
+
     if concurrency < 1 or duration <= 0:
         raise ValueError("concurrency must be at least 1 and duration positive")
+    default = resolve_backend()
+    backends = [resolve_backend(b) for b in (backends or [default, "torch"])]
+    backends = list(dict.fromkeys(backends))
     folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     demo_s = prepare_demo(folder, say)
-    questions = held_out_questions()
+    runs = {}
+    for backend in backends:
+        say(f"--- encoder backend {backend} ---")
+        runs[backend] = _bench_backend(backend, folder, concurrency, duration, warmup, workers, model, encoder_seconds, max_warmup,
+                                       max_chunk_miss_rate, say)
+    report = {**runs[backends[0]], "backend": backends[0]}
+    report["by_backend"] = {b: {k: r[k] for k in ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched",
+                                                  "cpu_ms_per_request")} for b, r in runs.items()}
+    if "torch" in runs and backends[0] != "torch":
+        report["targets"]["rps >= 2 x torch's rps"] = runs[backends[0]]["rps"] >= 2 * runs["torch"]["rps"]
+    report.update(load_avg_before=[round(x, 2) for x in load_before], demo_load_s=round(demo_s, 1), var_dir=str(folder))
+    return report
+
+
+def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float, warmup: float, workers: int, model: str,
+                   encoder_seconds: float, max_warmup: float, max_chunk_miss_rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """One backend's run: the encoder alone before and after, and the server under load in between."""
     from sbcommon.encoders import SentenceTransformerEncoder
 
+    questions = held_out_questions()
     say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
     # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
-    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads())
+    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads(), backend=backend)
     encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
     port = _free_port()
-    with Server(folder, port, workers=workers) as server:
+    with Server(folder, port, workers=workers, env={"EMBEDDING_BACKEND": backend}) as server:
         say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
         server.wait_ready()
         # The warm-up asks every held-out question once at least, so the passages they retrieve are in
@@ -454,10 +481,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
                                "load generator": round((bench_cpu_after - bench_cpu_before) * 1000 / max(1, len(latencies)), 2)},
         "stage_p50_ms": {name: round(statistics.median(values), 2) for name, values in sorted(run["stage_ms"].items())},
         "cpus": os.cpu_count(),
-        "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_during": [round(x, 2) for x in load_during],
-        "demo_load_s": round(demo_s, 1),
-        "var_dir": str(folder),
     }
     single, batched = report["encoder_rps_single"], report["encoder_rps_batched"]
     report["targets"] = {

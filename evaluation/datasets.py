@@ -73,8 +73,15 @@ def embedding_cache_dir() -> Path:
 
 
 def embedding_cache_path(name: str, texts: list[str], model: str) -> Path:
-    """``<cache>/<name>-<model>-<fingerprint>.npy``; a ``/`` in the model's name (a local folder) becomes ``_``."""
-    return embedding_cache_dir() / f"{name}-{model.replace('/', '_')}-{texts_fingerprint(texts)}.npy"
+    """``<cache>/<name>-<model>[-<backend>]-<fingerprint>.npy``; a ``/`` in the model's name (a local folder) becomes ``_``.
+
+    The encoder backend other than float32 torch is part of the name: an evaluation embeds as serving does.
+    """
+    from sbcommon.encoders import resolve_backend
+
+    backend = resolve_backend()
+    suffix = "" if backend == "torch" else f"-{backend}"
+    return embedding_cache_dir() / f"{name}-{model.replace('/', '_')}{suffix}-{texts_fingerprint(texts)}.npy"
 
 
 def cached_embeddings(name: str, texts: list[str], model: str, say: Say = print, threads: int = 0, batch_size: int = 128) -> np.ndarray:

@@ -50,10 +50,42 @@ def resolve_model_path(name: str) -> str:
     )
 
 
-class SentenceTransformerEncoder:
-    """A sentence-transformers model from a local folder, on the CPU or a GPU."""
+BACKENDS = ("auto", "torch", "torch-bf16")
 
-    def __init__(self, name: str, threads: int = 1, sub_batch: int | None = None):
+
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AMX or AVX512-BF16): elsewhere bfloat16 is slower than float32."""
+    try:
+        with open("/proc/cpuinfo", errors="ignore") as handle:
+            flags = handle.read()
+    except OSError:
+        return False
+    return any(flag in flags for flag in (" amx_bf16", " avx512_bf16"))
+
+
+def resolve_backend(backend: str | None = None) -> str:
+    """``EMBEDDING_BACKEND``: "torch" (float32), "torch-bf16" (bfloat16 weights), or "auto" (bfloat16 where native).
+
+    Both give the same embedding space: on 256 demo questions bfloat16 vectors agreed with float32's
+    at cosine >= 0.9999 (min), and encoded 1.9x faster on this project's CPU (AMX), one thread. ONNX
+    was measured and left out: float32 ONNX Runtime was slower than torch (153 against 191
+    questions/s) and dynamic int8 no faster than bfloat16 (361/s) while moving vectors (cosine min
+    0.978 per channel, 0.882 per tensor), which would make it a new embedding space. float32 is the
+    default: a bfloat16 vector depends on the batch it was encoded in (padding changes the rounding;
+    up to ~1e-3 per component), so a question could route differently alone than under load.
+    """
+    backend = backend or str(_setting("EMBEDDING_BACKEND", "torch"))
+    if backend not in BACKENDS:
+        raise ValueError(f"EMBEDDING_BACKEND must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "auto":
+        return "torch-bf16" if bf16_native() else "torch"
+    return backend
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model from a local folder, on the CPU or a GPU (``backend``: see ``resolve_backend``)."""
+
+    def __init__(self, name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
@@ -63,7 +95,9 @@ class SentenceTransformerEncoder:
             # Web and worker processes share a few cores; small models run faster on one thread.
             torch.set_num_threads(threads)
         self.name = name
-        self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True)
+        self.backend = resolve_backend(backend)
+        kwargs = {"model_kwargs": {"dtype": torch.bfloat16}} if self.backend == "torch-bf16" else {}
+        self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True, **kwargs)
         self.dimension = int(self._model.get_embedding_dimension())
         # Texts per forward pass at most. sentence-transformers sorts a call's texts by length and
         # pads each pass to its longest text, so small passes of similar lengths waste less on padding:
@@ -79,7 +113,10 @@ class SentenceTransformerEncoder:
                 texts, batch_size=max(1, min(int(batch_size), self.sub_batch)), normalize_embeddings=True, convert_to_numpy=True,
                 show_progress_bar=False,
             )
-        return np.asarray(vectors, dtype=np.float32)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if self.backend == "torch-bf16":  # normalised again in float32: bfloat16's own norm is only ~3 digits exact
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors
 
 
 def _setting(name: str, default: Any) -> Any:

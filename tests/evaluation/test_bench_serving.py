@@ -61,6 +61,9 @@ def test_a_short_real_run_reports_the_figures(tmp_path):
     assert report["encoder_texts_per_request"] == pytest.approx(1.0, abs=0.05)  # questions only: sentences came with the index
     assert report["cpu_ms_per_request"]["web server"] > 0
     assert report["cpu_ms_per_request"]["encoder child"] > 0
+    assert report["backend"] in report["by_backend"]
+    assert "torch" in report["by_backend"]  # the float32 baseline, measured in the same run
+    assert all(run["errors"] == 0 for run in report["by_backend"].values())
 
 
 def test_the_lean_client_reads_length_and_chunked_bodies_and_keeps_the_connection():

