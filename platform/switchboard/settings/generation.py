@@ -37,6 +37,9 @@ GENERATION_DTYPE = envstr("GENERATION_DTYPE", "auto")
 # An answer may not repeat an n-gram (of tokens) it has already written (experts.ml.decoding): small
 # models decoding greedily loop ("The letter or order is a mistake. The letter or order is ...").
 # Only the answer's own words count, not the passages', so copying from them stays free. 0: off.
+# Off by default: on doc2dial's validation split (`evaluate answers --split val --modes auto`, 120
+# questions, the same adapters) routed LoRA token F1 was 0.160 off, 0.156 with n=3, 0.162 with n=4:
+# no gain beyond noise, and more answerable questions answered "not found" (9.6% -> 11.0% at n=4).
 GENERATION_NO_REPEAT_NGRAM = envint("GENERATION_NO_REPEAT_NGRAM", 0)
 
 # --- the extractive backend -------------------------------------------------------------------
