@@ -29,7 +29,7 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from experts.generation import GenerationUnavailable
+from experts.generation import GenerationError, GenerationUnavailable
 from experts.generation.vllm import VllmGenerator
 from experts.models import Expert, ExpertVersion
 from scripts.vllm_check import build_base, first_token_logprobs, measure, request_for, start_server, train_adapter
@@ -66,7 +66,8 @@ REAL_BASE = Path(os.environ.get("REAL_BASE_MODEL") or Path(__file__).resolve().p
 
 
 def test_vllm_serves_each_expert_with_its_own_adapter(tmp_path, settings, django_user_model):
-    _serve_and_check(tmp_path, settings, django_user_model, build_base(tmp_path / "base"), steps=20, max_len="512")
+    # Random weights may end an answer at once: the empty answer is then an error the caller falls back on.
+    _serve_and_check(tmp_path, settings, django_user_model, build_base(tmp_path / "base"), steps=20, max_len="512", random_weights=True)
 
 
 @pytest.mark.skipif(not (REAL_BASE / "config.json").is_file(), reason="no real base model: run `manage.py prepare_base_model` (or set REAL_BASE_MODEL)")
@@ -76,7 +77,7 @@ def test_vllm_serves_the_real_base_model_with_two_real_adapters(tmp_path, settin
     _serve_and_check(tmp_path, settings, django_user_model, str(REAL_BASE), steps=3, max_len="1024")
 
 
-def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps: int, max_len: str) -> None:
+def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps: int, max_len: str, random_weights: bool = False) -> None:
     adapters = {agency: train_adapter(base, agency, tmp_path / f"adapter-{agency}", steps=steps, seed=i) for i, agency in enumerate(("dmv", "ssa", "va"))}
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -119,11 +120,12 @@ def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps:
 
         # Every expert answers through the generator with its own adapter.
         for slug, ref in refs.items():
-            answer = generator.generate(request_for(slug, ref, max_tokens=16))
-            assert answer.text.strip()
-        streamed = list(generator.stream(request_for("ssa", refs["ssa"], max_tokens=8)))
-        assert all(isinstance(d, str) for d in streamed[:-1])
-        assert streamed[-1].text.strip()
+            answer = _unless_empty(lambda slug=slug, ref=ref: generator.generate(request_for(slug, ref, max_tokens=16)), random_weights)
+            assert answer is None or answer.text.strip()
+        streamed = _unless_empty(lambda: list(generator.stream(request_for("ssa", refs["ssa"], max_tokens=8))), random_weights)
+        if streamed is not None:
+            assert all(isinstance(d, str) for d in streamed[:-1])
+            assert streamed[-1].text.strip()
 
         figures = {"base": base, "startup_s": round(startup_s, 1), "train": adapters, **measure(generator, refs, rounds=6, concurrency=6)}
         print("\nvLLM live figures:", json.dumps(figures, indent=2))
@@ -133,6 +135,18 @@ def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps:
         generator.generate(request_for("dmv", refs["dmv"]))
     response = staff.post("/api/v1/experts/va/adapter/register")
     assert response.status_code == 503
+
+
+def _unless_empty(call, random_weights: bool):
+    """``call()``; with random weights an empty answer (the generator's error, which callers fall back on) gives None."""
+    if not random_weights:
+        return call()  # a real model always writes something
+    try:
+        return call()
+    except GenerationError as exc:
+        if "empty answer" not in str(exc):
+            raise
+        return None
 
 
 def _ref(slug: str, version: ExpertVersion):
