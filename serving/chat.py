@@ -1,13 +1,17 @@
 """Answering a chat turn end to end: route, retrieve from the chosen experts' collections, generate with
 failover, stream, and record the decision.
 
+Long because the turn's steps share one state (decision, passages, source, stream, timings) that
+the failover loop, the streamed and whole answers and the event record all read.
+
 Who writes the answer (``answer_source``): "model" (the configured language model, with the expert's
 adapter when it has one), "extractive" (``GENERATOR=extractive``: cited sentences, no model),
 "extractive_fallback" (the model failed, ran out of time or has its breaker open: the extractive
 answer from the same passages, ``fallback_reason`` says why), "not_found" (no passage was strong
 enough to show a model) or "none" (no expert covers the question). A broken adapter is replaced by
 the expert's previous active version's adapter, else the bare base model (``adapter`` and
-``expert_version`` say which answered, ``fallback_reason`` why).
+``expert_version`` say which answered, ``fallback_reason`` why). A model's answer may come from the
+semantic answer cache (``serving.answer_cache``; ``cached_question`` names the question it was written for).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from knowledge.stores import StoreUnavailable
 from routing.experiments.assignment import ArmAssignment, assign
 from sbcommon.encoders import get_encoder
 
-from . import conversations, events, traces
+from . import answer_cache, conversations, events, traces
 from .route import (
     NO_EXPERT_ANSWER,
     AllExpertsDown,
@@ -90,6 +94,7 @@ class Source:
     adapter: str | None = None
     expert_version: int | None = None
     citation_format: str = "[{index}]"
+    cached_question: str = ""  # the answer came from the answer cache, written for this question
 
 
 # model name → how many experts: ``auto`` fuses the top 2's passages into one answer, ``auto:fast``
@@ -226,6 +231,7 @@ class ChatTurn:
         self.expert = ""
         self.expert_version: int | None = None
         self._recorded = False
+        self._cache_key: tuple[str, ...] | None = None  # set when the model's answer may be cached
         self._t0 = time.perf_counter()
         self._stream: Iterator[str | Answer] | None = None
         self._first: str | Answer | None = None
@@ -411,6 +417,9 @@ class ChatTurn:
     def _model_output(self, generator: Any, request: GenerationRequest, version: ExpertVersion | None, stream: bool) -> tuple[str | Answer, Source]:
         """The model's first output with the request's adapter, else the previous active version's, else none."""
         number = version.version if version is not None else None
+        hit = self._cached_answer(request, number)
+        if hit is not None:
+            return hit
         options: list[tuple[GenerationRequest, int | None]] = [(request, number)]
         if request.adapter is not None:
             previous = _previous_adapter(request.expert, version)
@@ -432,6 +441,25 @@ class ChatTurn:
             return output, Source("model", fallback_reason=reason, adapter=adapter, expert_version=option_version,
                                   citation_format=option.citation_format)
         raise GenerationError(f"no adapter of expert {request.expert!r} could be used ({reason})")
+
+    def _cached_answer(self, request: GenerationRequest, number: int | None) -> tuple[Answer, Source] | None:
+        """A cached answer to a question close enough to this one (a first question, greedy decoding only); else remember the key."""
+        cache = answer_cache.get_cache()
+        self._cache_key = None
+        if not cache.enabled or self.decision is None or self.request.history or request.temperature:
+            return None
+        key = answer_cache.cache_key(request.expert, number, request.adapter.name if request.adapter else None, request.system_prompt,
+                                     self.request.allowed)
+        hit = cache.lookup(key, self.decision.vector)
+        if hit is None:
+            self._cache_key = key
+            return None
+        cached, _ = hit
+        names = {f.name for f in fields(Passage)} - {"sentence_vectors"}
+        citations = [Passage(**{k: v for k, v in c.items() if k in names}) for c in cached.citations]
+        return Answer(text=cached.text, citations=citations, grounded=True), Source(
+            "model", adapter=request.adapter.name if request.adapter else None, expert_version=number, citation_format=request.citation_format,
+            cached_question=cached.question)
 
     def _extractive(self, request: GenerationRequest, stream: bool, reason: str, version: int | None) -> tuple[str | Answer, Source]:
         """The extractive answer from the request's passages, standing in for the model (``reason``: why)."""
@@ -524,6 +552,10 @@ class ChatTurn:
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)
+        if (status_code == 200 and self._cache_key is not None and self.decision is not None and answer.grounded
+                and self.source.answer_source == "model" and not self.source.fallback_reason and answer.finish_reason == "stop"):
+            answer_cache.get_cache().store(self._cache_key, self.decision.vector, answer_cache.Cached(
+                getattr(self, "question", ""), answer.text, [_passage_dict(p, i) for i, p in enumerate(answer.citations, start=1)]))
         self._record(status_code, error_kind)
 
     def close(self) -> None:

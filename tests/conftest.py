@@ -40,3 +40,13 @@ def demo(django_db_setup, django_db_blocker):
         for expert in Expert.objects.all():
             get_store().drop(collection_name(expert))
         call_command("flush", interactive=False, verbosity=0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answer_cache():
+    """The semantic answer cache is made per process from settings: every test starts with a fresh one."""
+    from serving import answer_cache
+
+    answer_cache.reset()
+    yield
+    answer_cache.reset()

@@ -21,3 +21,6 @@ BASE_MODEL = str(VAR_DIR / "models" / "tiny-lm")  # noqa: F405  (VAR_DIR comes f
 # The suite answers extractively (fast, no model): the transformers backend is tested with the tiny LM
 # where a test asks for it, and the real one only in `slow` tests.
 GENERATOR = "extractive"
+# Each test asks its own questions: a model answer cached by one test must not answer the next one's
+# (the cache is per process). tests/serving/test_answer_cache.py turns it on.
+ANSWER_CACHE_SIZE = 0

@@ -84,6 +84,9 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         "answer_source": turn.source.answer_source,
         "fallback_reason": turn.source.fallback_reason or None,
         "adapter": turn.source.adapter,
+        # The semantic answer cache served it: the question the answer was written for (serving.answer_cache).
+        "cached": bool(turn.source.cached_question),
+        "cached_question": turn.source.cached_question or None,
     }
 
 
