@@ -68,14 +68,25 @@ def _env(var_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def prepare_demo(var_dir: Path, say: Callable[[str], None]) -> float:
-    """Migrate and load the demo into ``var_dir`` unless a previous bench already did; returns seconds spent."""
+def deployment_env(database_url: str | None = None, redis_url: str | None = None) -> dict[str, str]:
+    """The servers a scaled-out deployment shares, as environment: PostgreSQL (``DATABASE_URL``) and Redis
+    (``REDIS_URL``: the cache behind rate limits, breakers and serving state). Empty: the bench's own files."""
+    env = {}
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return env
+
+
+def prepare_demo(var_dir: Path, say: Callable[[str], None], deployment: dict[str, str] | None = None) -> float:
+    """Migrate and load the demo into ``var_dir`` (and ``deployment``'s database) unless a previous bench already did; returns seconds spent."""
     if (var_dir / READY_MARKER).exists():
         say(f"reusing the demo in {var_dir}")
         return 0.0
     t0 = time.monotonic()
     root = Path(settings.BASE_DIR)
-    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0")
+    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0", **(deployment or {}))
     for argv in (["migrate", "--noinput"], ["load_demo"]):
         say(f"running manage.py {' '.join(argv)} in {var_dir} ...")
         done = subprocess.run([sys.executable, str(root / "manage.py"), *argv], cwd=root, env=env, capture_output=True, text=True)
@@ -365,12 +376,14 @@ def _serving_threads() -> int:
 
 def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
                   model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
-                  backends: list[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+                  backends: list[str] | None = None, database_url: str | None = None, redis_url: str | None = None,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the serving benchmark (see the module docstring) and return its report.
 
     ``backends`` (``EMBEDDING_BACKEND`` values; default: the configured one, then float32 ``torch``
     when that differs) are measured one after another on the same demo data; the report's top-level
-    figures are the first's, and ``by_backend`` holds each one's.
+    figures are the first's, and ``by_backend`` holds each one's. ``database_url`` and ``redis_url``
+    run the servers (``workers`` of them) on a shared PostgreSQL and Redis, as a scaled-out deployment.
     """
     from sbcommon.encoders import resolve_backend
 
@@ -382,23 +395,26 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
-    demo_s = prepare_demo(folder, say)
+    deployment = deployment_env(database_url, redis_url)
+    demo_s = prepare_demo(folder, say, deployment)
     runs = {}
     for backend in backends:
         say(f"--- encoder backend {backend} ---")
         runs[backend] = _bench_backend(backend, folder, concurrency, duration, warmup, workers, model, encoder_seconds, max_warmup,
-                                       max_chunk_miss_rate, say)
+                                       max_chunk_miss_rate, say, deployment)
     report = {**runs[backends[0]], "backend": backends[0]}
     report["by_backend"] = {b: {k: r[k] for k in ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched",
                                                   "cpu_ms_per_request")} for b, r in runs.items()}
     if "torch" in runs and backends[0] != "torch":
         report["targets"]["rps >= 2 x torch's rps"] = runs[backends[0]]["rps"] >= 2 * runs["torch"]["rps"]
-    report.update(load_avg_before=[round(x, 2) for x in load_before], demo_load_s=round(demo_s, 1), var_dir=str(folder))
+    report.update(load_avg_before=[round(x, 2) for x in load_before], demo_load_s=round(demo_s, 1), var_dir=str(folder),
+                  database="postgresql" if database_url else "sqlite", cache="redis" if redis_url else "local memory")
     return report
 
 
 def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float, warmup: float, workers: int, model: str,
-                   encoder_seconds: float, max_warmup: float, max_chunk_miss_rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+                   encoder_seconds: float, max_warmup: float, max_chunk_miss_rate: float, say: Callable[[str], None],
+                   deployment: dict[str, str] | None = None) -> dict[str, Any]:
     """One backend's run: the encoder alone before and after, and the server under load in between."""
     from sbcommon.encoders import SentenceTransformerEncoder
 
@@ -408,7 +424,7 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
     bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads(), backend=backend)
     encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
     port = _free_port()
-    with Server(folder, port, workers=workers, env={"EMBEDDING_BACKEND": backend}) as server:
+    with Server(folder, port, workers=workers, env={"EMBEDDING_BACKEND": backend, **(deployment or {})}) as server:
         say(f"starting uvicorn on {server.base} ({workers} process{'es' if workers > 1 else ''}), data in {folder}")
         server.wait_ready()
         # The warm-up asks every held-out question once at least, so the passages they retrieve are in

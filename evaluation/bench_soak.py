@@ -35,7 +35,7 @@ from typing import Any
 
 from sbcommon import faults
 
-from .bench_serving import Server, _free_port, _percentile, held_out_questions, prepare_demo, unique_question
+from .bench_serving import Server, _free_port, _percentile, deployment_env, held_out_questions, prepare_demo, unique_question
 
 REQUEST_TIMEOUT_S = 60.0
 # Connections open at once. Requests due while all are busy wait on the client (their wait counts in
@@ -190,32 +190,44 @@ async def _load(base: str, questions: list[str], rps: float, duration: float, ph
     return tally, wall
 
 
-def _event_counts(db_path: Path, request_ids: list[str]) -> tuple[list[str], list[str]]:
-    """(answered requests with no routing event, answered requests with more than one)."""
-    if not request_ids or not db_path.exists():
+def _event_counts(db_path: Path, request_ids: list[str], database_url: str | None = None) -> tuple[list[str], list[str]]:
+    """(answered requests with no routing event, answered requests with more than one), read from SQLite or ``database_url``."""
+    query = "SELECT request_id, COUNT(*) FROM routing_routingevent GROUP BY request_id"
+    if database_url:
+        import psycopg
+
+        with psycopg.connect(database_url) as conn:
+            counts = dict(conn.execute(query).fetchall())
+    elif not request_ids or not db_path.exists():
         return list(request_ids), []
-    with sqlite3.connect(db_path, timeout=30) as conn:
-        counts = dict(conn.execute("SELECT request_id, COUNT(*) FROM routing_routingevent GROUP BY request_id").fetchall())
+    else:
+        with sqlite3.connect(db_path, timeout=30) as conn:
+            counts = dict(conn.execute(query).fetchall())
     missing = [rid for rid in request_ids if counts.get(rid, 0) == 0]
     duplicated = [rid for rid in request_ids if counts.get(rid, 0) > 1]
     return missing, duplicated
 
 
-def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = None, warmup: float = 20.0,
-               say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the soak (see the module docstring) and return its report."""
+def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = None, warmup: float = 20.0, workers: int = 1,
+               database_url: str | None = None, redis_url: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the soak (see the module docstring) and return its report.
+
+    ``workers``, ``database_url`` and ``redis_url``: the scaled-out setup (uvicorn processes on a shared
+    PostgreSQL and Redis); routing events are then counted in PostgreSQL.
+    """
     if duration < 30 or rps <= 0:
         raise ValueError("duration must be at least 30 s (the fault schedule needs room) and rps positive")
     folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-soak-"))
     folder.mkdir(parents=True, exist_ok=True)
-    prepare_demo(folder, say)
+    deployment = deployment_env(database_url, redis_url)
+    prepare_demo(folder, say, deployment)
     faults_file = folder / "soak-faults.json"
     faults.write(faults_file, {})
     questions = held_out_questions()
     previous = os.environ.get(faults.ENV_VAR)
     os.environ[faults.ENV_VAR] = str(faults_file)  # inherited by the server (bench serving's Server copies the environment)
     try:
-        with Server(folder, _free_port()) as server:
+        with Server(folder, _free_port(), workers=workers, env=deployment) as server:
             say(f"starting uvicorn on {server.base}, data in {folder}, faults in {faults_file}")
             server.wait_ready()
             experts = _experts(server.base)
@@ -243,7 +255,7 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
             os.environ.pop(faults.ENV_VAR, None)
         else:
             os.environ[faults.ENV_VAR] = previous
-    missing, duplicated = _event_counts(folder / "switchboard.sqlite3", tally.answered)
+    missing, duplicated = _event_counts(folder / "switchboard.sqlite3", tally.answered, database_url)
     requests = len(tally.answered) + sum(tally.errors.values()) + sum(tally.lost.values())
     report: dict[str, Any] = {
         "requests": requests,
@@ -268,6 +280,9 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
         "cpus": os.cpu_count(),
         "load_avg_before": [round(x, 2) for x in load_before],
         "var_dir": str(folder),
+        "server_processes": workers,
+        "database": "postgresql" if database_url else "sqlite",
+        "cache": "redis" if redis_url else "local memory",
     }
     report["targets"] = {
         "lost == 0": report["lost"] == 0,

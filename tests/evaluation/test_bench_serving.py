@@ -133,3 +133,25 @@ def test_cpu_is_read_per_process_of_the_tree():
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_a_scaled_out_bench_runs_the_demo_and_the_servers_on_the_shared_database_and_redis(tmp_path, monkeypatch):
+    import subprocess
+
+    from evaluation import bench_serving as bench
+
+    seen = []
+
+    def run(argv, **kwargs):
+        seen.append(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    deployment = bench.deployment_env("postgresql://u@db/sb", "redis://cache:6379/7")
+    assert deployment == {"DATABASE_URL": "postgresql://u@db/sb", "REDIS_URL": "redis://cache:6379/7"}
+    bench.prepare_demo(tmp_path, lambda _: None, deployment)
+    assert [e["DATABASE_URL"] for e in seen] == ["postgresql://u@db/sb"] * 2  # migrate and load_demo
+    assert all(e["REDIS_URL"] == "redis://cache:6379/7" for e in seen)
+    server = bench.Server(tmp_path, 1, workers=2, env=deployment)
+    assert server.extra_env["DATABASE_URL"] == "postgresql://u@db/sb"
+    assert bench.deployment_env() == {}  # by default everything lives in the bench's own folder

@@ -29,7 +29,7 @@ class Command(BaseCommand):
         serving.add_argument("--duration", type=float, default=30.0, help="seconds of measured load (default 30)")
         serving.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load first (default 5)")
         serving.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
-        serving.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+        serving.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
         serving.add_argument("--backends", default="", help="comma-separated EMBEDDING_BACKEND values to measure in turn "
                              "(default: the configured one, then torch); by_backend holds each one's figures")
@@ -43,12 +43,16 @@ class Command(BaseCommand):
         soak.add_argument("--rps", type=float, default=5.0, help="requests a second, sent open-loop (default 5)")
         soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
         soak.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
+        soak.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         generation = sub.add_parser("generation", help="the in-process model (BASE_MODEL): first streamed token, tokens/s, adapter switches")
         generation.add_argument("--requests", type=int, default=10, help="demo questions per concurrency level (default 10)")
         generation.add_argument("--concurrency", type=int, default=8, help="concurrent requests of the second level (default 8)")
         generation.add_argument("--adapter-rounds", type=int, default=10, help="forward passes per adapter-switch measurement (default 10)")
         generation.add_argument("--skip-adapters", action="store_true", help="do not measure adapter switching")
         # Options of every benchmark (subparsers do not inherit BaseCommand's --skip-checks, which call_command passes).
+        for p in (serving, soak):
+            p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
+            p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
         for p in (clustering, retrieval, serving, soak, generation):
             p.add_argument("--json", dest="json_path", default=None)
             p.add_argument("--skip-checks", action="store_true")
@@ -69,11 +73,14 @@ class Command(BaseCommand):
                                    warmup=options["warmup"], workers=options["workers"], model=options["model"],
                                    encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
                                    max_chunk_miss_rate=options["max_chunk_miss_rate"],
-                                   backends=[b for b in options["backends"].split(",") if b] or None, say=self.stdout.write)
+                                   backends=[b for b in options["backends"].split(",") if b] or None,
+                                   database_url=options["database_url"], redis_url=options["redis_url"], say=self.stdout.write)
         elif options["target"] == "soak":
             from evaluation.bench_soak import bench_soak
 
-            report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"], say=self.stdout.write)
+            report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"],
+                                workers=options["workers"], database_url=options["database_url"], redis_url=options["redis_url"],
+                                say=self.stdout.write)
         elif options["target"] == "generation":
             from evaluation.bench_generation import bench_generation
 
