@@ -609,7 +609,7 @@ def _batching_settings() -> tuple[int, float, int]:
     return int(_setting("ENCODER_MAX_BATCH", 32)), float(_setting("ENCODER_MAX_WAIT_MS", 2.0)), int(_setting("ENCODER_CACHE_SIZE", 0))
 
 
-_encoders: dict[tuple[str, int], Encoder] = {}
+_encoders: dict[tuple[str, int, str], Encoder] = {}
 _encoders_lock = threading.Lock()
 
 
@@ -626,7 +626,7 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
         name = name or settings.EMBEDDING_MODEL
         threads = settings.TORCH_THREADS if threads is None else threads
-    key = (name, int(threads))
+    key = (name, int(threads), resolve_backend())
     encoder = _encoders.get(key)
     if encoder is not None:
         return encoder
