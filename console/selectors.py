@@ -46,6 +46,8 @@ class HeatCell:
 
     count: int
     intensity: float
+    start: datetime | None = None  # the bucket's time span: the cell links to the traces in it
+    end: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None =
     fair = 1 / len(active) if active else (1 / len(slugs) if slugs else 0.0)
     rows = []
     for slug in slugs:
-        cells = [HeatCell(n, n / busiest if busiest else 0.0) for n in (counts.get((slug, b), 0) for b in buckets)]
+        step = timedelta(hours=1) if unit == "hour" else timedelta(days=1)
+        cells = [HeatCell(n, n / busiest if busiest else 0.0, b, b + step) for n, b in ((counts.get((slug, b), 0), b) for b in buckets)]
         expert_total = sum(c.count for c in cells)
         share = expert_total / total if total else 0.0
         rows.append(HeatRow(slug, names.get(slug, slug), slug in active, cells, expert_total, share, share > threshold and total >= min_requests))

@@ -41,6 +41,8 @@ class TraceFilterForm(forms.Form):
     ])
     feedback = forms.ChoiceField(required=False, label="Feedback", choices=[("", "Any"), ("down", "Thumbs down"), ("up", "Thumbs up"), ("none", "None")])
     experiment = forms.IntegerField(required=False, min_value=1, label="Experiment #")
+    since = forms.DateTimeField(required=False, widget=forms.HiddenInput)  # a heatmap cell's time span
+    until = forms.DateTimeField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, experts: list[str], **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -105,6 +107,10 @@ def filtered(events: QuerySet[RoutingEvent], data: dict[str, Any]) -> QuerySet[R
         events = events.exclude(Exists(rated))
     if data.get("experiment"):
         events = events.filter(experiment_id=data["experiment"])
+    if data.get("since"):
+        events = events.filter(created_at__gte=data["since"])
+    if data.get("until"):
+        events = events.filter(created_at__lt=data["until"])
     return events.order_by("-created_at", "-id")
 
 

@@ -69,8 +69,10 @@ def test_the_page_shows_each_count_as_text_in_its_cell(console, experts):
     cells = [c.count for c in row(response.context["heatmap"], "dmv").cells]
     assert sorted(c for c in cells if c) == [1, 2]  # positions are checked against a fixed clock above
     html = response.content.decode()
-    assert '<td class="num heat hot" style="--heat: 1.00">2</td>' in html
-    assert '<td class="num heat" style="--heat: 0.50">1</td>' in html
+    assert '<td class="num heat hot" style="--heat: 1.00"><a href="/traces/?expert=dmv&amp;since=' in html  # the count links to its traces
+    assert 'title="the traces of these requests">2</a></td>' in html
+    assert '<td class="num heat" style="--heat: 0.50"><a href=' in html
+    assert 'title="the traces of these requests">1</a></td>' in html
     assert "Motor Vehicles" in html
     assert "Social Security" in html
     assert "Veterans Affairs" not in html  # disabled and silent: no row

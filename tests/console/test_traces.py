@@ -134,3 +134,19 @@ def test_feedback_on_another_teams_trace_is_not_found(client, world):
     client.force_login(member)
     assert client.post(reverse("console-trace-feedback", args=["r-ssa"]), {"verdict": "down"}).status_code == 404
     assert not Feedback.objects.exists()
+
+
+def test_a_heatmap_cell_links_to_the_traces_of_its_hour(client, world):
+    _, staff = world
+    now = timezone.now()
+    event("r-in", "dmv", question="Plates?")
+    outside = event("r-out", "dmv", question="Older plates?")
+    RoutingEvent.objects.filter(pk=outside.pk).update(created_at=now - timedelta(hours=5))
+    client.force_login(staff)
+    heatmap = client.get(reverse("console-heatmap"), {"window": "24h"})
+    link = [a for a in heatmap.content.decode().split('href="')[1:] if a.startswith("/traces/?expert=dmv")][-1]  # the current hour's
+    url = link.split('"')[0].replace("&amp;", "&")
+    response = client.get(url)
+    assert response.status_code == 200
+    assert ids(response) == ["r-in"]  # only the cell's hour
+    assert 'id="trace-span"' in response.content.decode()
