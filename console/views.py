@@ -133,7 +133,8 @@ def _fallback_note(result: chat.ChatResult) -> str:
 
 
 def _result_context(result: chat.ChatResult) -> dict[str, Any]:
-    ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1)} for e in result.decision.experts]
+    ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1), "chosen": str(e["slug"]) == result.expert}
+              for e in result.decision.experts]
     return {
         "source_label": _SOURCE_LABELS.get(result.answer_source, result.answer_source),
         "evidence": traces.routing_evidence(result.decision),
