@@ -15,6 +15,7 @@ from experts.selectors import active_experts
 from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
 from knowledge.selectors import document_counts
+from routing.experiments import selectors as experiment_selectors
 from routing.experiments.choices import AlarmStatus
 from routing.experiments.models import Alarm
 from routing.models import Feedback, RoutingEvent
@@ -182,11 +183,7 @@ def open_alarms(visible: set[str] | None = None, limit: int = 10) -> list[Alarm]
 
     With ``visible`` (a team member's experts), alarms about another team's expert are left out.
     """
-    qs = Alarm.objects.filter(status=AlarmStatus.OPEN)
-    if visible is not None:
-        hidden = set(Expert.objects.values_list("slug", flat=True)) - visible
-        qs = qs.exclude(subject__in=sorted(hidden))
-    return list(qs.order_by("-pk")[:limit])
+    return list(experiment_selectors.visible_alarms(visible).filter(status=AlarmStatus.OPEN).order_by("-pk")[:limit])
 
 
 def _start_of_day(now: datetime) -> datetime:

@@ -72,6 +72,7 @@ from evaluation.datasets import (
     code_fingerprint,
     dataset_embeddings,
     embedding_cache_dir,
+    index_by_domain,
     read_jsonl,
     stratified_sample,
     user_turns,
@@ -83,8 +84,8 @@ from experts.ml.targets import MIN_SUPPORT, gold_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import embedding_text, routing_weights, search_collections, sparse_text, widen_below
-from knowledge.stores.base import Hit, PointRecord
+from knowledge.services import embedding_text, routing_weights, search_collections, widen_below
+from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 MODES = ("flat", "auto", "oracle")
@@ -181,27 +182,19 @@ def _index(dataset: Path, units: list[dict[str, Any]], say: Say, encoding: dict[
     sentences = [split_sentences(t) for _, t in chunks]
     flat = [s for group in sentences for s in group]
     sx = cached_embeddings(f"{dataset.name}-chunk-sentences-{size}-{overlap}", flat, model, say, **encoding) if flat else np.zeros((0, cx.shape[1]))
-    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
     blocks: dict[int, np.ndarray] = {}
     offset = 0
-    for row, (i, text) in enumerate(chunks):
-        unit = units[i]
-        point_id = hashlib.md5(f"{i}:{row}".encode()).hexdigest()
+    for row in range(len(chunks)):
         block = sx[offset : offset + len(sentences[row])]
         offset += len(sentences[row])
         if len(block):
             blocks[row] = block
-        indices, values = bm25_vector(sparse_text(unit["title"], text))
-        by_domain[unit["domain"]].append(PointRecord(
-            id=point_id, dense=cx[row].tolist(), sparse_indices=indices, sparse_values=values,
-            payload={"document_id": i, "chunk": row, "unit": unit["doc_id"], "domain": unit["domain"], "title": unit.get("title") or "", "text": text},
-        ))
-    root = tempfile.mkdtemp(prefix="answers-eval-")
-    store = EmbeddedQdrantStore(root)
-    t0 = time.perf_counter()
-    for domain in domains:
-        store.rebuild(f"eval_{domain}", cx.shape[1], by_domain[domain])
-    index_s = time.perf_counter() - t0
+
+    def payload(i: int, row: int, text: str) -> dict[str, Any]:
+        unit = units[i]
+        return {"document_id": i, "chunk": row, "unit": unit["doc_id"], "domain": unit["domain"], "title": unit.get("title") or "", "text": text}
+
+    store, root, index_s = index_by_domain(chunks, units, cx, "answers-eval-", payload)
     say(f"  indexed {len(chunks):,} chunks of {len(units):,} documents into {len(domains)} collections in {index_s:.1f} s")
     return _Corpus(domains, [f"eval_{d}" for d in domains], units, store, root, blocks, len(chunks), index_s)
 

@@ -202,3 +202,35 @@ def code_fingerprint(*modules: Any) -> str:
     for module in modules:
         digest.update(Path(inspect.getfile(module)).read_bytes())
     return digest.hexdigest()[:16]
+
+
+def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], vectors: np.ndarray, prefix: str,
+                    payload: Callable[[int, int, str], dict[str, Any]]) -> tuple[Any, str, float]:
+    """``chunks`` ((unit row, text)) with their ``vectors``, dense + BM25, in one collection per domain ("eval_<domain>").
+
+    The collections live in a temporary embedded store (never the app's): returns it, its folder
+    (remove it when done) and the seconds the indexing took. ``payload(unit row, chunk row, text)``
+    is each point's payload.
+    """
+    import tempfile
+    import time
+    from collections import defaultdict
+
+    from knowledge.ml.sparse import bm25_vector
+    from knowledge.services import sparse_text
+    from knowledge.stores.base import PointRecord
+    from knowledge.stores.qdrant import EmbeddedQdrantStore
+
+    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
+    for row, (i, text) in enumerate(chunks):
+        indices, values = bm25_vector(sparse_text(units[i]["title"], text))
+        by_domain[units[i]["domain"]].append(PointRecord(
+            id=hashlib.md5(f"{i}:{row}".encode()).hexdigest(), dense=vectors[row].tolist(), sparse_indices=indices, sparse_values=values,
+            payload=payload(i, row, text),
+        ))
+    root = tempfile.mkdtemp(prefix=prefix)
+    store = EmbeddedQdrantStore(root)
+    t0 = time.perf_counter()
+    for domain in sorted({u["domain"] for u in units}):  # every domain, even one whose documents gave no chunk
+        store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
+    return store, root, time.perf_counter() - t0

@@ -42,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -57,6 +56,7 @@ from evaluation.datasets import (
     code_fingerprint,
     dataset_embeddings,
     embedding_cache_dir,
+    index_by_domain,
     read_jsonl,
     user_turns,
     validation_note,
@@ -64,8 +64,7 @@ from evaluation.datasets import (
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import embedding_text, routing_weights, search_collections, sparse_text, widen_below
-from knowledge.stores.base import PointRecord
+from knowledge.services import embedding_text, routing_weights, search_collections, widen_below
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 K = 5
@@ -251,20 +250,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     context_means, has_context = _context_vectors(queries, turn_vectors, qx.shape[1])
 
     # --- one collection per domain -------------------------------------------------------------
-    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
-    for row, (i, text) in enumerate(chunks):
-        unit = units[i]
-        indices, values = bm25_vector(sparse_text(unit["title"], text))
-        by_domain[unit["domain"]].append(PointRecord(
-            id=hashlib.md5(f"{i}:{row}".encode()).hexdigest(), dense=cx[row].tolist(), sparse_indices=indices, sparse_values=values,
-            payload={"document_id": i, "unit": unit["doc_id"], "domain": unit["domain"]},
-        ))
-    root = tempfile.mkdtemp(prefix="retrieval-eval-")
-    store = EmbeddedQdrantStore(root)
-    t0 = time.perf_counter()
-    for domain in domains:
-        store.rebuild(f"eval_{domain}", cx.shape[1], by_domain[domain])
-    index_s = time.perf_counter() - t0
+    store, root, index_s = index_by_domain(chunks, units, cx, "retrieval-eval-",
+                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]})
     say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
 
     # --- splits and the choices made on validation -----------------------------------------------

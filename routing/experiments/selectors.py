@@ -6,13 +6,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import Http404
 
-from experts.models import ExpertVersion
+from experts.models import Expert, ExpertVersion
 from jobs.models import Job
 
 from . import schedule_words, scheduling
-from .models import DriftReport, EvaluationSnapshot
+from .models import Alarm, DriftReport, EvaluationSnapshot
 
 
 @dataclass
@@ -104,11 +105,13 @@ def experiment_choices(experts: Any, include_router: bool) -> tuple[list[tuple[s
     return [(slug, name, versions) for slug, (name, versions) in by_expert.items()], router
 
 
-def experts_with_versions(experts: Any) -> list[tuple[str, list[int]]]:
-    versions: dict[str, list[int]] = {}
-    for slug, number in ExpertVersion.objects.filter(expert__in=experts).order_by("expert__slug", "version").values_list("expert__slug", "version"):
-        versions.setdefault(slug, []).append(number)
-    return sorted(versions.items())
+def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
+    """Every alarm, less those about an expert outside ``visible`` (a team member's experts; None: staff, all of them)."""
+    alarms = Alarm.objects.all()
+    if visible is None:
+        return alarms
+    hidden = set(Expert.objects.values_list("slug", flat=True)) - visible
+    return alarms.exclude(subject__in=sorted(hidden))
 
 
 def recent_drift_reports(limit: int = 10) -> list[DriftReport]:

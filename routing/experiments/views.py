@@ -6,13 +6,12 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
-from experts.access import can_edit, can_view, get_expert_or_404, visible_experts, visible_slugs
-from experts.models import Expert
+from experts.access import can_edit, can_view, editable_slugs, get_expert_or_404, visible_experts, visible_slugs
 from sbcommon.console import LoginRequiredMixin
 
 from . import scheduling, selectors, services, wording
@@ -42,7 +41,7 @@ class ExperimentListView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def _form(self, request: HttpRequest, data: Any = None) -> ExperimentForm:
-        editable = visible_experts(request.user).filter(pk__in=[e.pk for e in visible_experts(request.user) if can_edit(request.user, e)])
+        editable = visible_experts(request.user).filter(slug__in=editable_slugs(request.user))
         experts, router = selectors.experiment_choices(editable, include_router=request.user.is_staff)
         return ExperimentForm(data, experts=experts, router_versions=router)
 
@@ -169,22 +168,13 @@ class ScheduleRunNowView(LoginRequiredMixin, View):
 
 # --- alarms ----------------------------------------------------------------------------------------
 
-def visible_alarms(user: Any) -> QuerySet[Alarm]:
-    """Alarms ``user`` may see: staff all; a team member none about another team's expert (the overview's rule)."""
-    alarms = Alarm.objects.all()
-    if user.is_staff:
-        return alarms
-    hidden = set(Expert.objects.values_list("slug", flat=True)) - visible_slugs(user)
-    return alarms.exclude(subject__in=sorted(hidden))
-
-
 class AlarmListView(LoginRequiredMixin, View):
     """Open alarms (load, drift, SRM, uncovered clusters, router candidates) with their proposals; the last acknowledged ones."""
 
     template_name = "experiments/alarm_list.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        alarms = visible_alarms(request.user)
+        alarms = selectors.visible_alarms(None if request.user.is_staff else visible_slugs(request.user))
         context = {
             "open_alarms": alarms.filter(status=AlarmStatus.OPEN)[:200],
             "acknowledged": alarms.filter(status=AlarmStatus.ACKNOWLEDGED)[:30],
