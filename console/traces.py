@@ -80,6 +80,19 @@ def visible_events(user: Any) -> QuerySet[RoutingEvent]:
     return events.filter(Q(expert="") | Q(expert__in=visible_slugs(user)))
 
 
+def visible_event(user: Any, request_id: str) -> RoutingEvent:
+    """The request's event, if ``user`` may see it (else 404).
+
+    Events are written in batches: an answer given a moment ago (the playground's "Open the trace")
+    may still be in this process's buffer, so it is flushed first.
+    """
+    events.flush()
+    event = visible_events(user).filter(request_id=request_id).order_by("-created_at").first()
+    if event is None:
+        raise Http404("no such request, or not one of your teams' experts")
+    return event
+
+
 def filtered(events: QuerySet[RoutingEvent], data: dict[str, Any]) -> QuerySet[RoutingEvent]:
     """``events`` narrowed by a valid ``TraceFilterForm``'s cleaned data, newest first, with their feedback."""
     if data.get("q"):
@@ -147,9 +160,7 @@ class TraceDetailView(LoginRequiredMixin, View):
     template_name = "console/trace.html"
 
     def get(self, request: HttpRequest, request_id: str) -> HttpResponse:
-        event = visible_events(request.user).filter(request_id=request_id).order_by("-created_at").first()
-        if event is None:
-            raise Http404("no such request, or not one of your teams' experts")
+        event = visible_event(request.user, request_id)
         trace = event.trace if isinstance(event.trace, dict) else {}
         # Events recorded before traces existed keep only the router's ranking.
         ranked = event.experts if isinstance(event.experts, list) else []
@@ -176,10 +187,7 @@ class TraceFeedbackView(LoginRequiredMixin, View):
     """POST ``/traces/<request id>/feedback/``: helpful, not helpful, or wrong expert (proposed in the review queue)."""
 
     def post(self, request: HttpRequest, request_id: str) -> HttpResponse:
-        events.flush()  # an answer given a moment ago (the playground's) may still be in the writer's buffer
-        event = visible_events(request.user).filter(request_id=request_id).order_by("-created_at").first()
-        if event is None:
-            raise Http404("no such request, or not one of your teams' experts")
+        event = visible_event(request.user, request_id)
         form = feedback_form(request.user, data=request.POST)
         back = request.POST.get("next") if str(request.POST.get("next", "")).startswith("/") else ""
         if not form.is_valid():

@@ -150,3 +150,13 @@ def test_a_heatmap_cell_links_to_the_traces_of_its_hour(client, world):
     assert response.status_code == 200
     assert ids(response) == ["r-in"]  # only the cell's hour
     assert 'id="trace-span"' in response.content.decode()
+
+
+def test_a_trace_opened_right_after_its_answer_is_found_though_events_are_written_in_batches(client, world, settings):
+    from serving import events
+
+    _, staff = world
+    settings.EVENTS_SYNC = False  # as in a running server: the event waits in the writer's buffer
+    events.record(request_id="r-now", mode="auto", expert="dmv", question="Plates?", experts=[{"slug": "dmv", "score": 0.9}])
+    client.force_login(staff)
+    assert client.get(reverse("console-trace", args=["r-now"])).status_code == 200
