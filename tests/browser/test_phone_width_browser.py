@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from experts.models import Expert
 from jobs.models import Job
+from knowledge.models import Document
 from routing.experiments.models import Experiment
 
 from .test_walk_browser import PASSWORD, log_in, seed, shot
@@ -21,6 +22,10 @@ PHONE = {"width": 390, "height": 844}
 def pages() -> list[str]:
     """The console's pages: every nav item's, and the detail and form pages they lead to."""
     expert = Expert.objects.get(slug="dmv")
+    # Real names are long: the demo's documents and experts widened the knowledge page and the playground's mode list.
+    Expert.objects.filter(slug="ssa").update(name="Social Security Administration: retirement, disability and survivors")
+    Document.objects.create(expert=expert, external_id="long", content_hash="long", text="…", chunk_count=4,
+                            title="Appeal A Decision | Social Security Administration | What To Do If You Disagree With Our Decision")
     job = Job.objects.create(kind="train_router", title="Train router", status="succeeded", progress=1.0)
     experiment = Experiment.objects.create(name="Prompt wording", expert=expert, kind="expert", target="expert:dmv", salt="phone",
                                            control_version=1, treatment_version=2)
