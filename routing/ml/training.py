@@ -75,6 +75,12 @@ class TrainConfig:
     max_prototypes: int = 4096
     target_recall: float = 0.95
     threads: int = 1
+    # ``train_text_router`` (routing.ml.textrouter): a copy of every question with this share of letter
+    # typos, and the character view. 0.1 and on: chosen on the validation splits of clinc150 (domains,
+    # clean and 10%-typo val accuracy, mean: 0.875 without either, 0.914 with the copies, 0.959 with
+    # both), never on test figures.
+    typo_rate: float = 0.1
+    char_view: bool = True
 
 
 @dataclass

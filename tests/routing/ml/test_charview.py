@@ -1,0 +1,141 @@
+"""The character view and the blended router: typo copies, one-question scoring, saving, and typos that route."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from routing.ml.charview import CharView, add_typos, typo_copies
+from routing.ml.textrouter import BLEND_WEIGHTS, TextRouter, train_text_router
+from routing.ml.training import TrainConfig, train_router
+
+TOPICS = {
+    0: ["renew my driver license", "driving licence renewal online", "replace a lost driver license", "license plate registration fee",
+        "vehicle registration renewal", "driver license road test appointment"],
+    1: ["student loan repayment plan", "apply for student aid", "federal student loan forgiveness", "tuition grant application deadline",
+        "college financial aid form", "student loan interest rate"],
+    2: ["file a claim for unemployment", "unemployment benefits weekly claim", "lost my job what benefits", "unemployment insurance appeal",
+        "job seeker weekly certification", "benefits after layoff"],
+}
+PREFIXES = ["how do i", "can you help me", "i need to", "what is the way to", "please explain how to", "tell me how to", "where can i", "help with"]
+
+
+def questions(seed: int, per_topic: int):
+    rng = np.random.default_rng(seed)
+    texts, y = [], []
+    for label, phrases in TOPICS.items():
+        for _ in range(per_topic):
+            texts.append(f"{PREFIXES[rng.integers(len(PREFIXES))]} {phrases[rng.integers(len(phrases))]}")
+            y.append(label)
+    return texts, np.array(y)
+
+
+def word_embed(texts, dim=64):
+    """A toy encoder that knows words exactly and nothing of spelling: a misspelt word is a new random direction."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for word in text.lower().split():
+            seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big")
+            out[i] += np.random.default_rng(seed).normal(size=dim)
+        out[i] /= max(1e-9, float(np.linalg.norm(out[i])))
+    return out
+
+
+def test_typos_are_seeded_and_touch_about_the_asked_share_of_letters():
+    text = "how do i renew my driver license in new york " * 20
+    assert typo_copies([text], 0.1, seed=5) == typo_copies([text], 0.1, seed=5)
+    assert typo_copies([text], 0.1, seed=5) != typo_copies([text], 0.1, seed=6)
+    assert add_typos(text, 0.0, np.random.default_rng(0)) == text
+    changed = sum(a != b for a, b in zip(text, typo_copies([text], 0.1, seed=5)[0], strict=False))
+    assert 0.05 * len(text) < changed < 0.9 * len(text)  # edits shift the rest of the text, so positions differ after the first
+
+
+def test_one_question_scoring_matches_scikit_learn_and_survives_a_save(tmp_path):
+    texts, y = questions(0, 30)
+    view = CharView.fit(texts, y, 3)
+    probes = ["how do i renw my drivr licnse", "STUDENT loan!!", "", "🙂", "x" * 3000, "über straße"]
+    many = view.log_proba(probes)
+    for i, text in enumerate(probes):
+        np.testing.assert_allclose(view.log_proba_one(text), many[i], atol=1e-5)
+    view.save(tmp_path / "cv")
+    loaded = CharView.load(tmp_path / "cv")
+    np.testing.assert_allclose(loaded.log_proba(probes), many, atol=1e-6)
+    assert not list((tmp_path / "cv").glob("*.pkl"))  # no pickle: a router folder is data, never code
+
+
+def test_two_experts_give_two_columns():
+    texts, y = questions(1, 20)
+    keep = y < 2
+    view = CharView.fit([t for t, k in zip(texts, keep, strict=True) if k], y[keep], 2)
+    probs = np.exp(view.log_proba(["student loan", "driver license"]))
+    assert probs.shape == (2, 2)
+    assert probs[0].argmax() == 1
+    assert probs[1].argmax() == 0
+
+
+def test_a_class_without_examples_is_refused():
+    texts, y = questions(2, 10)
+    with pytest.raises(ValueError, match="all 4 classes"):
+        CharView.fit(texts, y, 4)
+
+
+def trained(char_view=True, typo_rate=0.1):
+    texts, y = questions(3, 60)
+    val_texts, y_val = questions(4, 15)
+    config = TrainConfig(epochs=40, seed=0, char_view=char_view, typo_rate=typo_rate)
+    return train_text_router(texts, word_embed(texts), y, val_texts, word_embed(val_texts), y_val, 3, word_embed, config=config)
+
+
+def test_typos_route_with_the_character_view_where_the_embedding_alone_fails():
+    test_texts, y_test = questions(5, 40)
+    typo_texts = typo_copies(test_texts, 0.1, seed=99)
+    blended = trained().router
+    alone = trained(char_view=False, typo_rate=0.0).router
+    x = word_embed(typo_texts)
+    with_view = (blended.scores(x, typo_texts)[0].argmax(axis=1) == y_test).mean()
+    without = (alone.scores(x, typo_texts)[0].argmax(axis=1) == y_test).mean()
+    assert with_view >= 0.9
+    assert with_view > without + 0.1
+
+
+def test_the_blend_is_chosen_on_validation_and_recorded():
+    result = trained()
+    router, metrics = result.router, result.metrics
+    assert router.weight in BLEND_WEIGHTS
+    assert router.weight > 0
+    assert metrics["abstain_score"] == "prototype_similarity+char_confidence"
+    assert metrics["typos"]["copies"] == 180
+    assert metrics["char_view"]["val_accuracy_typos"] is not None
+    assert router.score_scale > 0
+
+
+def test_saved_router_scores_the_same_one_question_at_a_time(tmp_path):
+    router = trained().router
+    router.save(tmp_path / "v1")
+    loaded = TextRouter.load(tmp_path / "v1")
+    texts = ["how do i renw my drivr licnse", "apply for student aid", "weather tomorrow"]
+    x = word_embed(texts)
+    probs, scores = router.scores(x, texts)
+    np.testing.assert_allclose(loaded.scores(x, texts)[0], probs, atol=1e-6)
+    for i, text in enumerate(texts):
+        p, s = loaded.score_one(x[i], text)
+        np.testing.assert_allclose(p, probs[i], atol=1e-5)
+        assert s == pytest.approx(float(scores[i]), abs=1e-5)
+
+
+def test_a_router_saved_before_the_character_view_loads_as_the_network(tmp_path):
+    texts, y = questions(6, 30)
+    x = word_embed(texts)
+    train, val = np.arange(90) % 3 != 0, np.arange(90) % 3 == 0
+    result = train_router(x[train], y[train], x[val], y[val], 3, config=TrainConfig(epochs=5))
+    result.model.save(tmp_path / "old")
+    router = TextRouter.load(tmp_path / "old")
+    assert router.char_view is None
+    probs, _ = router.score_one(x[0], texts[0])
+    assert probs.shape == (3,)
+
+
+def test_texts_and_embeddings_must_pair_up():
+    texts, y = questions(7, 10)
+    with pytest.raises(ValueError, match="text and its embedding"):
+        train_text_router(texts[:-1], word_embed(texts), y, texts, word_embed(texts), y, 3, word_embed)
