@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
@@ -213,6 +214,14 @@ def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any
 
 
 # --- embeddings and clustering --------------------------------------------------------------------
+
+def encode_texts(texts: list[str], model: str | None = None) -> np.ndarray:
+    """Embeddings of ``texts`` by the encoder the stored query embeddings come from (not stored: e.g. the router's typo copies)."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    encoder = get_encoder(model or settings.EMBEDDING_MODEL, settings.TORCH_THREADS)
+    return np.asarray(encoder.encode(list(texts), batch_size=settings.EMBEDDING_BATCH_SIZE), dtype=np.float32)
+
 
 def embed_missing(model: str | None = None, source: str | None = None, reporter: JobReporter | None = None) -> dict[str, int]:
     """Embed every query text that has no cached embedding for ``model`` yet (resumable)."""

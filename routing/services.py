@@ -17,11 +17,12 @@ from django.db import transaction
 from experts.selectors import active_experts
 from jobs.services import JobFailed, JobReporter
 from labeling import selectors as labeling_selectors
-from labeling.services import embed_missing, load_embeddings
+from labeling.services import embed_missing, encode_texts, load_embeddings
 
 from .ml.diagnostics import diagnose
 from .ml.router import RouterNet
-from .ml.training import CONTEXT_TURNS, DEFAULT_MODEL_KWARGS, Context, TrainConfig, TrainingDiverged, predict_logits, train_router
+from .ml.textrouter import TextRouter, train_text_router
+from .ml.training import CONTEXT_TURNS, DEFAULT_MODEL_KWARGS, Context, TrainConfig, TrainingDiverged, predict_logits
 from .models import RouterVersion, TrainingRun
 
 logger = logging.getLogger(__name__)
@@ -159,10 +160,11 @@ def train_router_from_labels(
     config = TrainConfig(**{k: v for k, v in params.items() if k in TrainConfig.__dataclass_fields__})
     model_kwargs = {**DEFAULT_MODEL_KWARGS, **{k: v for k, v in params.items() if k in RouterNet.config_keys and k not in ("input_dim", "n_experts")}}
     context = _conversation_context(examples, x) if int(model_kwargs.get("context_dim", 0) or 0) > 0 else None
+    texts = [e.text for e in examples]
     try:
-        result = train_router(
-            x[train_idx], y[train_idx], x[val_idx], y[val_idx], len(experts), model_kwargs, config,
-            context_train=_rows(context, train_idx), context_val=_rows(context, val_idx),
+        result = train_text_router(
+            [texts[i] for i in train_idx], x[train_idx], y[train_idx], [texts[i] for i in val_idx], x[val_idx], y[val_idx], len(experts),
+            encode_texts, model_kwargs, config, context_train=_rows(context, train_idx), context_val=_rows(context, val_idx),
         )
     except TrainingDiverged as exc:
         raise JobFailed(f"training diverged, nothing was activated: {exc}") from exc
@@ -174,7 +176,7 @@ def train_router_from_labels(
     if diagnostics["undecided"]:
         reporter.log(f"undecided experts (their logits barely vary): {', '.join(diagnostics['undecided'])}")
     reporter.progress(0.9, f"validation accuracy {result.metrics['val']['accuracy']:.3f}, ECE {diagnostics['ece_calibrated']:.3f} after temperature scaling")
-    gate_accuracy = _accuracy_on(result.model, experts, examples, x, y, gate_idx, context_dim=int(model_kwargs.get("context_dim", 0) or 0))
+    gate_accuracy = _accuracy_on(result.router, experts, examples, x, y, gate_idx)
     result.metrics["gate"] = {"n": len(gate_idx), "source": gate_source, "accuracy": gate_accuracy}
     make_active, verdict = True, {"policy": activate, "activated": True, "reason": "no active router" if active is None else "always activate"}
     if activate == "never":
@@ -189,16 +191,15 @@ def train_router_from_labels(
     return _save_version(result, experts, fingerprint, params, len(train_idx), len(val_idx), job_id, activate=make_active)
 
 
-def _accuracy_on(model: RouterNet, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],
-                 experts: list[str] | None = None, context_dim: int | None = None) -> float | None:
+def _accuracy_on(router: TextRouter, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],
+                 experts: list[str] | None = None) -> float | None:
     """Share of ``idx`` a router routes to the labelled expert (an expert it does not know is a miss); None without questions."""
     if not idx:
         return None
     experts = experts or model_experts
-    dim = int(getattr(model, "context_dim", 0) or 0) if context_dim is None else context_dim
-    context = _conversation_context(examples, x) if dim > 0 else None
-    logits = predict_logits(model, x[idx], _rows(context, idx))
-    chosen = [model_experts[i] if i < len(model_experts) else "" for i in logits.argmax(axis=1)]
+    context = _conversation_context(examples, x) if router.context_dim > 0 else None
+    probs, _ = router.scores(x[idx], [examples[i].text for i in idx], _rows(context, idx))
+    chosen = [model_experts[i] if i < len(model_experts) else "" for i in probs.argmax(axis=1)]
     return float(np.mean([c == experts[y[i]] for c, i in zip(chosen, idx, strict=True)]))
 
 
@@ -219,8 +220,8 @@ def _compare_with_active(
                 "reason": f"kept as a candidate: no held-out questions to compare it with active v{active.version} "
                           f"(an expert needs {GATE_MIN_PER_EXPERT} labelled queries to lend some); activate it by hand"}
     try:
-        model = RouterNet.load(active.path)
-    except (OSError, ValueError) as exc:
+        model = TextRouter.load(active.path)
+    except (OSError, ValueError, KeyError) as exc:
         return {**base, "activated": True, "reason": f"active router v{active.version} cannot be loaded ({exc}); the new one replaces it"}
     active_accuracy = _accuracy_on(model, list(active.experts), examples, x, y, gate_idx, experts=experts) or 0.0
     candidate = candidate_accuracy or 0.0
@@ -243,7 +244,7 @@ def _save_version(result: Any, experts: list[str], fingerprint: str, params: dic
     root.mkdir(parents=True, exist_ok=True)
     # Written to a temporary folder, then renamed: a half-written artefact is never activated.
     tmp = root / f".tmp-{uuid.uuid4().hex}"
-    result.model.save(tmp)
+    result.router.save(tmp)
     (tmp / "experts.json").write_text(json.dumps(experts))
     with transaction.atomic():
         number = (RouterVersion.objects.select_for_update().order_by("-version").values_list("version", flat=True).first() or 0) + 1

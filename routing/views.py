@@ -76,6 +76,16 @@ _DIAGNOSTIC_FACTS = (
 )
 
 
+def _spelling(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """What the character view (routing.ml.textrouter) brought, for a run trained with one."""
+    view, typos = metrics.get("char_view"), metrics.get("typos")
+    if not isinstance(view, dict):
+        return None
+    rate = selectors.as_number((typos or {}).get("rate")) if isinstance(typos, dict) else None
+    return {"weight": selectors.as_number(view.get("weight")), "accuracy_typos": selectors.as_number(view.get("val_accuracy_typos")),
+            "accuracy_clean": selectors.as_number(view.get("val_accuracy_clean")), "rate_percent": round(100 * rate) if rate is not None else None}
+
+
 def training_detail_context(run: TrainingRun) -> dict[str, Any]:
     """Everything the training run page shows, read defensively from the run's stored JSON."""
     row = selectors.training_run_row(run)
@@ -106,6 +116,7 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "confusion": _confusion(metrics, version_experts),
         "active_router": selectors.active_router(),
         "robustness": robustness_report(metrics.get("noise_report")),
+        "spelling": _spelling(metrics),
         "serving_top_k": settings.ROUTER_TOP_K,
     }
 

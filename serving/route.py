@@ -17,7 +17,7 @@ from django.conf import settings
 from experts.selectors import active_expert_slugs, fallback_slugs, serving_cached
 from experts.selectors import clear_serving_caches as clear_experts_caches
 from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
-from routing.ml.router import NumpyScorer, RouterNet
+from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
 from sbcommon.encoders import get_encoder
@@ -91,8 +91,8 @@ def _router_version(key: str, number: int | None) -> RouterVersion | None:
     return serving_cached(("router-version", key), load)
 
 
-def _active_router(number: int | None = None) -> tuple[RouterVersion, RouterNet, Arbiter, NumpyScorer | None]:
-    """The active version (or version ``number``, for an experiment arm), its network, arbiter and numpy scorer, loaded once per process."""
+def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter, Arbiter]:
+    """The active version (or version ``number``, for an experiment arm), its router and arbiter, loaded once per process."""
     key = "active" if number is None else f"v{number}"
     version = _router_version(key, number)
     if version is None:
@@ -102,8 +102,7 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, RouterNet,
     with _router_lock:
         cached = _router_cache.get(key)
         if cached is None or (cached[0].pk, cached[0].path) != (version.pk, version.path):
-            model = RouterNet.load(version.path)
-            cached = (version, model, _arbiter_for(version), model.numpy_scorer())
+            cached = (version, TextRouter.load(version.path), _arbiter_for(version))
             _router_cache[key] = cached
     return cached
 
@@ -176,25 +175,20 @@ def route(
     if not 1 <= int(top_k) <= MAX_TOP_K:
         raise InvalidQuestion(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
     question = clean_question(question)
-    version, model, arbiter, scorer = _active_router(router_version)
+    version, router, arbiter = _active_router(router_version)
     t0 = time.perf_counter()
     encoder = get_encoder()
     vector = encoder.encode([question])[0]
     t1 = time.perf_counter()
     ctx, lengths = None, None
-    if model.context_dim:
+    if router.context_dim:
         texts = [c for c in (context or []) if c and c.strip()]
         turns = encoder.encode([clean_question(c) for c in texts][-CONTEXT_TURNS:]) if texts else context_vectors
         if turns is not None and len(turns):
             turns = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
             ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
-    if scorer is not None and ctx is None:
-        probs_a, score = scorer(np.asarray(vector, dtype=np.float32))
-        probs = probs_a.tolist()
-    else:
-        with torch.inference_mode():
-            probs_t, score_t = model.route_scores(torch.from_numpy(np.asarray(vector, dtype=np.float32)[None, :]), ctx, lengths)
-        probs, score = probs_t[0].tolist(), float(score_t[0])
+    probs_a, score = router.score_one(vector, question, ctx, lengths)
+    probs = probs_a.tolist()
     live = active_expert_slugs()
     raw = {slug: p for slug, p in zip(version.experts, probs, strict=True) if slug in live}
     if not raw:

@@ -128,8 +128,7 @@ def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
     from labeling import selectors as labeling_selectors
     from labeling.services import load_embeddings
 
-    from ..ml.router import RouterNet
-    from ..ml.training import predict_logits
+    from ..ml.textrouter import TextRouter
 
     run = labeling_selectors.latest_promoted_run()
     held = [e for e in labeling_selectors.routing_examples(run) if e.split == "test"] if run else []
@@ -137,8 +136,7 @@ def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
     if not held:
         return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
     x = load_embeddings([e.query_id for e in held], settings.EMBEDDING_MODEL)
-    model = RouterNet.load(active.path)
-    chosen = predict_logits(model, x).argmax(axis=1)
+    chosen = TextRouter.load(active.path).scores(x, [e.text for e in held])[0].argmax(axis=1)
     accuracy = float(np.mean([active.experts[c] == e.expert for c, e in zip(chosen, held, strict=True)]))
     return {"router_accuracy": accuracy, "router_heldout": len(held)}
 

@@ -306,15 +306,14 @@ def read(experiment: Experiment) -> dict[str, Any]:
 OFFLINE_SAMPLE = 2000
 
 
-def _router_accuracy(version: RouterVersion, x: np.ndarray, labels: list[str]) -> dict[str, Any]:
-    from ..ml.router import RouterNet
-    from ..ml.training import predict_logits
+def _router_accuracy(version: RouterVersion, x: np.ndarray, texts: list[str], labels: list[str]) -> dict[str, Any]:
+    from ..ml.textrouter import TextRouter
 
     try:
-        model = RouterNet.load(version.path)
-    except (OSError, ValueError) as exc:
+        router = TextRouter.load(version.path)
+    except (OSError, ValueError, KeyError) as exc:
         return {"accuracy": None, "note": f"cannot load router v{version.version}: {exc}"}
-    chosen = predict_logits(model, x).argmax(axis=1)
+    chosen = router.scores(x, texts)[0].argmax(axis=1)
     hits = [version.experts[c] == label for c, label in zip(chosen, labels, strict=True)]
     p = abtest.Proportion(int(sum(hits)), len(hits))
     return {"accuracy": p.rate, "ci": abtest.wilson(p), "n": len(hits)}
@@ -335,16 +334,16 @@ def offline_metrics(experiment: Experiment) -> dict[str, Any]:
     from labeling.models import ReviewDecision
     from labeling.services import load_embeddings
 
-    reviewed = list(ReviewDecision.objects.filter(expert__isnull=False, query__isnull=False).order_by("-pk").values_list("query_id", "expert__slug")[:OFFLINE_SAMPLE])
+    reviewed = list(ReviewDecision.objects.filter(expert__isnull=False, query__isnull=False).order_by("-pk").values_list("query_id", "expert__slug", "query__text")[:OFFLINE_SAMPLE])
     if not reviewed:
         return {"note": "no reviewed questions yet (review queue)"}
     try:
-        x = load_embeddings([q for q, _ in reviewed], settings.EMBEDDING_MODEL)
+        x = load_embeddings([q for q, _, _ in reviewed], settings.EMBEDDING_MODEL)
     except JobFailed as exc:  # missing embeddings are reported on the page, not raised
         return {"note": f"reviewed questions not embedded yet: {exc}"}
-    labels = [slug for _, slug in reviewed]
+    labels, texts = [slug for _, slug, _ in reviewed], [text for _, _, text in reviewed]
     versions = {v.version: v for v in RouterVersion.objects.filter(version__in=[experiment.control_version, experiment.treatment_version])}
-    return {arm: _router_accuracy(versions[n], x, labels) if n in versions else {"accuracy": None, "note": "version deleted"}
+    return {arm: _router_accuracy(versions[n], x, texts, labels) if n in versions else {"accuracy": None, "note": "version deleted"}
             for arm, n in (("control", experiment.control_version), ("treatment", experiment.treatment_version))}
 
 

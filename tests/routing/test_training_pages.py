@@ -44,6 +44,7 @@ def runs():
         ],
         metrics={
             "val": {"accuracy": 0.934, "macro_f1": 0.921}, "epochs_run": 3,
+            "typos": {"rate": 0.1, "copies": 160}, "char_view": {"weight": 0.6, "val_accuracy_clean": 0.95, "val_accuracy_typos": 0.912},
             "diagnostics": {
                 "confusion": [[9, 1], [2, 8]], "load_cv": 0.1, "ece": 0.04, "ece_calibrated": 0.02,
                 "per_expert": {"dmv": {"precision": 0.818, "recall": 0.9, "f1": 0.857, "support": 10}},
@@ -158,6 +159,10 @@ def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(cli
     assert "ECE after temperature scaling" in html
     assert "0.8180" not in html  # precision is shown to 3 places
     assert "0.818" in html.split('id="per-expert"')[1]
+    spelling = html.split('id="spelling"')[1].split("</dl>")[0]
+    assert "Accuracy with typos (validation)</dt><dd>0.912" in spelling
+    assert "Weight of spelling</dt><dd>0.6" in spelling
+    assert "10% of letters" in html
 
 
 def test_a_run_without_history_or_metrics_still_renders(client, owner):
@@ -170,6 +175,7 @@ def test_a_run_without_history_or_metrics_still_renders(client, owner):
     html = response.content.decode()
     assert "No per-epoch numbers were recorded." in html
     assert 'id="confusion"' not in html
+    assert 'id="spelling"' not in html
     assert 'id="activate"' not in html
 
 

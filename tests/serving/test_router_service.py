@@ -184,7 +184,7 @@ def labelled(db, settings, tmp_path, monkeypatch):
     settings.ROUTER_DIR = tmp_path
     monkeypatch.setattr("labeling.services.get_encoder", lambda *a, **k: FakeEncoder())
 
-    def make(sizes: dict[str, int], dim: int = 16) -> ClusteringRun:
+    def make(sizes: dict[str, int], dim: int = DIM) -> ClusteringRun:  # the fake encoder's size: training encodes typo copies with it
         rng = np.random.default_rng(0)
         run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(sizes), fingerprint="t", status=RunStatus.PROMOTED)
         for index, (slug, size) in enumerate(sizes.items()):
@@ -218,6 +218,24 @@ def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labell
     assert len(diagnostics["confusion"]) == 3
     assert {"load_cv", "ece", "ece_calibrated", "temperature", "undecided", "logit_variance"} <= set(diagnostics)
     assert RouterNet.load(version.path).has_prototypes
+
+
+def test_a_trained_router_reads_spelling_too_and_odd_questions_route_or_abstain(labelled, encoder, settings):
+    """The served router blends the character view: a misspelt question whose embedding says nothing still finds its expert."""
+    from pathlib import Path
+
+    labelled({"dmv": 40, "ssa": 40, "va": 40})
+    version = services.train_router_from_labels({"epochs": 5, "seed": 0, "hidden_dim": 128})
+    assert (Path(version.path) / "charview" / "weights.safetensors").exists()
+    assert version.metrics["abstain_score"] == "prototype_similarity+char_confidence"
+    assert version.metrics["typos"]["copies"] > 0
+    assert route.route("ssa questoin 7").experts[0]["slug"] == "ssa"  # the fake encoder maps it nowhere; its letters say ssa
+    for question in ["🙂🙂🙂", "x" * 8000, "ssa Frage über die Rente 年金 pension", "   renew   "]:
+        decision = route.route(question)
+        assert decision.experts
+        assert decision.score is not None
+        assert decision.abstained in (True, False)
+        assert decision.threshold is not None
 
 
 def test_training_with_one_expert_fails_clearly_and_activates_nothing(labelled):
