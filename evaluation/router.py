@@ -38,7 +38,9 @@ import numpy as np
 
 from evaluation.datasets import cached_embeddings, carve_validation, dataset_embeddings, split_names, user_turns, validation_note
 from routing.ml.arbiter import Arbiter, LoadWindow
-from routing.ml.training import Context, TrainConfig, route_scores, train_router
+from routing.ml.charview import add_typos
+from routing.ml.textrouter import Embed, train_text_router
+from routing.ml.training import Context, TrainConfig, train_router
 
 LATENCY_QUERIES = 200
 KNN_TOP = 5
@@ -49,7 +51,7 @@ VAL_SHARE = 0.1
 WARMUP_TEXTS = 5
 # The noise report compares the router as trained (with TrainConfig's default noise injection on
 # the embeddings) against the same router with every noise-injection regulariser off.
-WITHOUT_REGULARISER = {"input_noise": 0.0, "label_noise": 0.0, "gumbel_temperature": 0.0}
+WITHOUT_REGULARISER = {"input_noise": 0.0, "label_noise": 0.0, "gumbel_temperature": 0.0, "typo_rate": 0.0, "char_view": False}
 VARIANTS = {"conv": {"use_conv": True}, "no_conv": {"use_conv": False}}
 # The product's variant (routing.ml.training.DEFAULT_MODEL_KWARGS), chosen on val accuracy there.
 DEFAULT_VARIANT = "no_conv"
@@ -65,31 +67,6 @@ def row_label(row: dict[str, Any], label: str) -> str | None:
     if value is None or row.get("intent") == "oos" or value == "oos":
         return None
     return str(value)
-
-
-def add_typos(text: str, rate: float, rng: np.random.Generator) -> str:
-    """Each letter gets a typo with probability ``rate``: deleted, doubled, swapped with the next or replaced."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    out: list[str] = []
-    chars = list(text)
-    i = 0
-    while i < len(chars):
-        c = chars[i]
-        if c.isalpha() and rng.random() < rate:
-            kind = rng.integers(4)
-            if kind == 0:
-                pass  # deleted
-            elif kind == 1:
-                out += [c, c]
-            elif kind == 2 and i + 1 < len(chars):
-                out += [chars[i + 1], c]
-                i += 1
-            else:
-                out.append(letters[rng.integers(26)])
-        else:
-            out.append(c)
-        i += 1
-    return "".join(out)
 
 
 class Split:
@@ -132,6 +109,13 @@ class Split:
 
     def xy(self, part: str) -> tuple[np.ndarray, np.ndarray]:
         return self.x[self.idx[part]], self.y[self.idx[part]]
+
+    def texts(self, part: str) -> list[str]:
+        return [str(self.rows[i].get("text") or "") for i in self.idx[part]]
+
+    def part(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Embeddings and texts of one part: what every method scores."""
+        return self.x[self.idx[name]], self.texts(name)
 
 
 # --- metrics -------------------------------------------------------------------------------------
@@ -205,7 +189,7 @@ class LogRegMethod:
         self.model_ = LogisticRegression(max_iter=2000).fit(x, y)
         return self
 
-    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         probs = self.model_.predict_proba(x)
         return probs, probs.max(axis=1)
 
@@ -218,7 +202,7 @@ class KnnMethod:
         self.members_ = [np.nonzero(y == i)[0] for i in range(n)]
         return self
 
-    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         sims = np.atleast_2d(x).astype(np.float32) @ self.bank_.T
         out = np.empty((sims.shape[0], len(self.members_)), dtype=np.float32)
         for i, members in enumerate(self.members_):
@@ -229,31 +213,24 @@ class KnnMethod:
 
 
 class RouterMethod:
-    """``RouterNet`` trained and calibrated as the service trains it."""
+    """The router trained and calibrated as the service trains it (``train_text_router``: typo copies, character view, blend)."""
 
     def __init__(self, model_kwargs: dict[str, Any], config: TrainConfig):
         self.model_kwargs, self.config = model_kwargs, config
 
-    def fit(self, x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n: int) -> RouterMethod:
-        self.result_ = train_router(x, y, x_val, y_val, n, self.model_kwargs, self.config)
+    def fit(self, x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n: int,
+            texts: list[str], texts_val: list[str], embed: Embed) -> RouterMethod:
+        self.result_ = train_text_router(texts, x, y, texts_val, x_val, y_val, n, embed, self.model_kwargs, self.config)
+        self.router_ = self.result_.router
         self.model_ = self.result_.model
         return self
 
-    def scores(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return route_scores(self.model_, x)
+    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.router_.scores(x, texts or [])
 
-    def serve_one(self, vector: np.ndarray, arbiter: Arbiter, experts: list[str]) -> str:
-        """What ``serving.route.route`` does after encoding: score (numpy path where there is one), then arbitrate."""
-        import torch
-
-        if not hasattr(self, "scorer_"):
-            self.scorer_ = self.model_.numpy_scorer()
-        if self.scorer_ is not None:
-            probs, score = self.scorer_(vector)
-        else:
-            with torch.inference_mode():
-                probs_t, score_t = self.model_.route_scores(torch.from_numpy(vector[None, :]))
-            probs, score = probs_t[0].numpy(), float(score_t[0])
+    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str]) -> str:
+        """What ``serving.route.route`` does after encoding: score one question (numpy paths), then arbitrate."""
+        probs, score = self.router_.score_one(vector, text)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
 
 
@@ -261,9 +238,9 @@ def knn_threshold(method: KnnMethod, x_val: np.ndarray, target_recall: float) ->
     return float(np.quantile(method.scores(x_val)[1], 1 - target_recall, method="lower"))
 
 
-def simulate_arbiter(method: RouterMethod, x: np.ndarray, y: np.ndarray, n: int, seed: int) -> dict[str, Any]:
+def simulate_arbiter(method: RouterMethod, x: np.ndarray, texts: list[str], y: np.ndarray, n: int, seed: int) -> dict[str, Any]:
     """Route the shuffled test stream through the serving arbiter (λ default, window 500, no capacity limit)."""
-    probs, scores = method.scores(x)
+    probs, scores = method.scores(x, texts)
     order = np.random.default_rng(seed).permutation(len(x))
     experts = [str(i) for i in range(n)]
     arbiter = Arbiter(window=LoadWindow(500), abstain_threshold=None)
@@ -287,9 +264,9 @@ def bare_encoder(encoder: Any) -> Any:
 
 
 def measure_latency(
-    texts: list[str], methods: dict[str, Callable[[np.ndarray], Any]], model: str, threads: int = 1, warmup: list[str] | None = None,
+    texts: list[str], methods: dict[str, Callable[[np.ndarray, str], Any]], model: str, threads: int = 1, warmup: list[str] | None = None,
 ) -> dict[str, Any]:
-    """p50 per query of the bare encoder alone and of encoder + each method, one query at a time.
+    """p50 per query of the bare encoder alone and of encoder + each method (on the vector and the text), one query at a time.
 
     ``warmup`` texts (never among ``texts``) run first, untimed, so the timed sample holds no text
     the encoder or a method has seen.
@@ -309,7 +286,7 @@ def measure_latency(
             for text in warmup or []:
                 vector = encoder.encode([text])[0]
                 for fn in methods.values():
-                    fn(vector)
+                    fn(vector, text)
             for text in texts:
                 t0 = time.perf_counter()
                 vector = encoder.encode([text])[0]
@@ -317,7 +294,7 @@ def measure_latency(
                 embed.append(t1 - t0)
                 for name, fn in methods.items():
                     t2 = time.perf_counter()
-                    fn(vector)
+                    fn(vector, text)
                     per_method[name].append(time.perf_counter() - t2)
     finally:
         torch.set_num_threads(previous)
@@ -338,8 +315,11 @@ def _flip(y: np.ndarray, ratio: float, n: int, seed: int) -> np.ndarray:
     return inject_label_noise(y, ratio, n, np.random.default_rng(seed + 1000))
 
 
-def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str, tuple[dict[str, Any], TrainConfig]]) -> dict[str, Any]:
-    """Fit the baselines and each named router configuration on (optionally noisy) train/val labels."""
+def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str, tuple[dict[str, Any], TrainConfig]], embed: Embed) -> dict[str, Any]:
+    """Fit the baselines and each named router configuration on (optionally noisy) train/val labels.
+
+    ``embed`` is the encoder the router embeds its typo copies with (cached by text).
+    """
     n = len(split.classes)
     x_train, y_train, x_val, y_val = _noisy_train_val(split, noise, seed)
     fitted: dict[str, Any] = {}
@@ -350,7 +330,8 @@ def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str,
     for name, (kwargs, config) in routers.items():
         say(f"training the router ({name}) on {len(y_train)} queries, {n} experts")
         t = time.perf_counter()
-        fitted[name] = (RouterMethod(kwargs, config).fit(x_train, y_train, x_val, y_val, n), time.perf_counter() - t)
+        method = RouterMethod(kwargs, config).fit(x_train, y_train, x_val, y_val, n, split.texts("train"), split.texts("val"), embed)
+        fitted[name] = (method, time.perf_counter() - t)
     thresholds = {
         "logreg": float(np.quantile(fitted["logreg"][0].scores(x_val)[1], 1 - TARGET_RECALL, method="lower")),
         "knn": knn_threshold(fitted["knn"][0], x_val, TARGET_RECALL),
@@ -360,19 +341,23 @@ def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str,
     return {"fitted": fitted, "thresholds": thresholds}
 
 
-def _scores(method: Any, x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+Part = tuple[np.ndarray, list[str]]  # embeddings and texts of the questions a method scores
+
+
+def _scores(method: Any, part: Part, n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, texts = part
     if len(x) == 0:
         return np.zeros((0, n)), np.zeros(0)
-    return method.scores(x)
+    return method.scores(x, texts)
 
 
-def _score_all(split: Split, fits: dict[str, Any], x_test: np.ndarray, x_oos: np.ndarray, x_unseen: np.ndarray | None = None) -> dict[str, Any]:
+def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen: Part | None = None) -> dict[str, Any]:
     n = len(split.classes)
     y_test = split.y[split.idx["test"]]
     out = {}
     for name, (method, train_s) in fits["fitted"].items():
-        unseen = _scores(method, x_unseen, n) if x_unseen is not None else None
-        report = method_report(y_test, _scores(method, x_test, n), _scores(method, x_oos, n), n, fits["thresholds"][name], unseen)
+        unseen_out = _scores(method, unseen, n) if unseen is not None else None
+        report = method_report(y_test, _scores(method, test, n), _scores(method, oos, n), n, fits["thresholds"][name], unseen_out)
         report["train_s"] = float(train_s)
         out[name] = report
     return out
@@ -408,10 +393,12 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
         f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
     config = TrainConfig(seed=seed)
-    fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()})
-    x_test, x_oos, x_unseen = x[split.idx["test"]], x[split.idx["oos"]], x[split.idx["unseen"]]
+    embed = _cached_encoder(dataset.name, model_name, say)
+    fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()}, embed)
+    x_test, texts_test = split.part("test")
     y_test = split.y[split.idx["test"]]
-    reports = _score_all(split, fits, x_test, x_oos, x_unseen)
+    reports = _score_all(split, fits, split.part("test"), split.part("oos"), split.part("unseen"))
+    typo10 = typo_report(split, fits, dataset.name, model_name, say, seed, reports)
 
     # Latency: the same ~200 test queries, one at a time, with the serving thread count, through the
     # bare encoder; the warm-up texts come from train, so none of the timed texts was seen before.
@@ -422,12 +409,12 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     warmup = [t for t in (str(rows[i]["text"]) for i in rng.permutation(split.idx["train"])[: 4 * WARMUP_TEXTS]) if t not in timed][:WARMUP_TEXTS]
     experts = [str(i) for i in range(n)]
     serve_arbiters = {name: Arbiter(window=LoadWindow(500)) for name in VARIANTS}
-    methods: dict[str, Callable[[np.ndarray], Any]] = {
-        "logreg": lambda v: fits["fitted"]["logreg"][0].scores(v[None, :]),
-        "knn": lambda v: fits["fitted"]["knn"][0].scores(v[None, :]),
+    methods: dict[str, Callable[[np.ndarray, str], Any]] = {
+        "logreg": lambda v, t: fits["fitted"]["logreg"][0].scores(v[None, :]),
+        "knn": lambda v, t: fits["fitted"]["knn"][0].scores(v[None, :]),
     }
     for name in VARIANTS:
-        methods[name] = (lambda m, a: (lambda v: m.serve_one(v, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
+        methods[name] = (lambda m, a: (lambda v, t: m.serve_one(v, t, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
     say(f"measuring latency on {len(texts)} queries, one at a time")
     latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1), warmup=warmup)
     for name in methods:
@@ -443,9 +430,9 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     router = dict(reports[DEFAULT_VARIANT])
     router.update({
         "variant": DEFAULT_VARIANT,
-        "calibration": {k: router_method.result_.metrics[k] for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score")},
+        "calibration": {k: router_method.result_.metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score", "char_view", "typos")},
         "epochs_run": router_method.result_.metrics["epochs_run"],
-        "arbiter": simulate_arbiter(router_method, x_test, y_test, n, seed),
+        "arbiter": simulate_arbiter(router_method, x_test, texts_test, y_test, n, seed),
         "val_diagnostics": _compact(diagnose(predict_logits(router_method.model_, x_val), _noisy_train_val(split, noise, seed)[3], n, split.classes)),
         "mlp_only": _mlp_only(router_method, x_test, y_test, n),
     })
@@ -471,6 +458,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "logreg": reports["logreg"],
         "knn": reports["knn"],
         "fingerprint_variants": {**variants, "better": better, "better_chosen_on": "val accuracy"},
+        "typo10": typo10,
     }
     report["targets"] = _targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
@@ -553,6 +541,9 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
         "macro_f1_ge_best_baseline": router["macro_f1"] >= max(b["macro_f1"] for b in baselines),
         "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
     }
+    typo = report.get("typo10") or {}
+    if typo:
+        out["typo10_loss_le_half_knn"] = typo["router"]["accuracy_loss"] <= 0.5 * typo["knn"]["accuracy_loss"]
     if router["oos_auroc"] is not None:
         out["oos_auroc_ge_best_baseline"] = router["oos_auroc"] >= max(b["oos_auroc"] for b in baselines)
     if report["test_label_cv"] < 0.05:  # balanced classes
@@ -567,17 +558,17 @@ def run_noise_report(split: Split, name: str, model_name: str, say: Say, seed: i
     typo_texts = [add_typos(str(split.rows[i]["text"]), TYPO_RATE, rng) for i in test_oos]
     x_typo = cached_embeddings(f"{name}-typos{int(TYPO_RATE * 100)}-seed{seed}", typo_texts, model_name, say)
     n_test = len(split.idx["test"])
-    x_test_typo, x_oos_typo = x_typo[:n_test], x_typo[n_test:]
-    x_test, x_oos = split.x[split.idx["test"]], split.x[split.idx["oos"]]
+    test_typo, oos_typo = (x_typo[:n_test], typo_texts[:n_test]), (x_typo[n_test:], typo_texts[n_test:])
+    embed = _cached_encoder(name, model_name, say)
     levels = {}
     for level in NOISE_LEVELS:
         say(f"noise report: {int(level * 100)}% of training labels flipped")
         kwargs = dict(VARIANTS[DEFAULT_VARIANT])
         fits = _fit_all(split, level, seed, say, {
             "router": (kwargs, TrainConfig(seed=seed)), "router_without_regulariser": (kwargs, TrainConfig(seed=seed, **WITHOUT_REGULARISER)),
-        })
-        clean = _score_all(split, fits, x_test, x_oos)
-        typo = _score_all(split, fits, x_test_typo, x_oos_typo)
+        }, embed)
+        clean = _score_all(split, fits, split.part("test"), split.part("oos"))
+        typo = _score_all(split, fits, test_typo, oos_typo)
         levels[str(level)] = {
             method: {
                 "accuracy": clean[method]["accuracy"], "macro_f1": clean[method]["macro_f1"], "oos_auroc": clean[method]["oos_auroc"],
@@ -589,6 +580,27 @@ def run_noise_report(split: Split, name: str, model_name: str, say: Say, seed: i
         "typo_rate": TYPO_RATE, "seed": seed, "regulariser": {"input_noise": TrainConfig().input_noise}, "without_regulariser": WITHOUT_REGULARISER,
         "labels_flipped_in": "train and val", "levels": levels,
     }
+
+
+def typo_report(split: Split, fits: dict[str, Any], name: str, model_name: str, say: Say, seed: int, clean: dict[str, Any]) -> dict[str, Any]:
+    """``typo10``: every method on the test questions with 10% letter typos (seeded), and what the typos cost it.
+
+    The typo'd questions are the noise report's test questions (the same seed draws the same typos).
+    """
+    rng = np.random.default_rng(seed)
+    texts = [add_typos(t, TYPO_RATE, rng) for t in split.texts("test")]
+    x = cached_embeddings(f"{name}-typos{int(TYPO_RATE * 100)}-test-seed{seed}", texts, model_name, say)
+    typo = _score_all(split, fits, (x, texts), (np.zeros((0, x.shape[1]), dtype=np.float32), []))
+    out: dict[str, Any] = {"rate": TYPO_RATE, "seed": seed, "n": len(texts)}
+    for method, label in ((DEFAULT_VARIANT, "router"), ("logreg", "logreg"), ("knn", "knn")):
+        out[label] = {"accuracy": typo[method]["accuracy"], "macro_f1": typo[method]["macro_f1"],
+                      "accuracy_loss": clean[method]["accuracy"] - typo[method]["accuracy"]}
+    return out
+
+
+def _cached_encoder(name: str, model_name: str, say: Say) -> Embed:
+    """The encoder as ``train_text_router`` needs it for its typo copies, cached by text like every evaluation embedding."""
+    return lambda texts: cached_embeddings(f"{name}-router-typo-copies", texts, model_name, say)
 
 
 def _noisy_train_val(split: Split, level: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

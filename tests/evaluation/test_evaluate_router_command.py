@@ -77,7 +77,14 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
     assert report["fingerprint_variants"]["better_chosen_on"] == "val accuracy"
     assert {"val_accuracy", "accuracy"} <= set(report["fingerprint_variants"]["no_conv"])
     assert set(report["fingerprint_variants"]) == {"conv", "no_conv", "better", "better_chosen_on"}
-    assert report["router"]["calibration"]["abstain_score"] == "prototype_similarity"
+    assert report["router"]["calibration"]["abstain_score"] == "prototype_similarity+char_confidence"
+    assert report["router"]["calibration"]["typos"]["copies"] == 180
+    typo = report["typo10"]
+    assert (typo["rate"], typo["n"]) == (0.1, 45)
+    for method in ("router", "logreg", "knn"):
+        assert 0.0 <= typo[method]["accuracy"] <= 1.0
+        assert typo[method]["accuracy_loss"] == pytest.approx(report[method]["accuracy"] - typo[method]["accuracy"])
+    assert "typo10_loss_le_half_knn" in report["targets"]
     assert report["router"]["arbiter"]["accuracy"] > 0.9
     levels = report["noise_report"]["levels"]
     assert set(levels) == {"0.0", "0.1", "0.2"}
@@ -123,7 +130,7 @@ def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sam
 
     wrapped = MicroBatchingEncoder(CountingEncoder(), max_batch=8, max_wait_ms=50.0, cache_size=100)
     monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: wrapped)
-    out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v: None}, "fake-words", warmup=["oven bake"])
+    out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v, t: None}, "fake-words", warmup=["oven bake"])
     assert seen == ["oven bake", "bank loan", "flight hotel"]  # every timed text reached the encoder itself
     assert (out["queries"], out["warmup"], out["encoder"]) == (2, 1, "CountingEncoder")
     assert out["embed_p50_ms"] < 50.0  # the batcher's 50 ms wait was never paid
