@@ -38,6 +38,9 @@ class Passage:
     # only when the chunk is not cached yet. None (or a read giving None): the sentences are encoded here.
     sentence_vectors: Callable[[], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
 
+# Documents carry their own bracketed footnote numbers ("see the brochure [3]"): beside our citation
+# markers they would read as citations of the wrong passage (the prompt and the extractive answer drop them).
+FOOTNOTE = re.compile(r"\s*\[\s*\d{1,3}\s*\]")
 
 @dataclass
 class Answer:
@@ -211,5 +214,5 @@ def extractive_answer(
         pi, _si, sentence = candidates[i]
         if pi not in cited:
             cited.append(pi)
-        pieces.append(f"{sentence} [{cited.index(pi) + 1}]")
+        pieces.append(f"{FOOTNOTE.sub('', sentence)} [{cited.index(pi) + 1}]")
     return Answer(text=" ".join(pieces), citations=[top[pi] for pi in cited], grounded=True)

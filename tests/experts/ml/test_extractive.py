@@ -16,6 +16,14 @@ def test_it_answers_from_the_best_sentences_with_citations(encoder):
     assert answer.citations[0].title == "Renewals"
 
 
+def test_a_documents_own_footnote_numbers_never_pass_for_citations(encoder):
+    noted = [Passage(text="Renewal costs 64 dollars [4]. Offices open at nine [12].", title="Renewals", score=0.7), PASSAGES[1]]
+    answer = extractive_answer("How much does licence renewal cost?", noted, encoder.encode, max_sentences=1)
+    assert "64 dollars" in answer.text
+    assert "[4]" not in answer.text
+    assert answer.text.endswith("[1]")
+
+
 def test_it_says_so_when_retrieval_is_weak(encoder):
     weak = [Passage(text=p.text, title=p.title, score=0.1) for p in PASSAGES]
     answer = extractive_answer("How much does licence renewal cost?", weak, encoder.encode, min_score=0.25)
