@@ -138,6 +138,7 @@ class Decision:
     fallback: str | None = None
     context_turns: int = 0
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
+    views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight"
 
 
 def clean_question(question: str) -> str:
@@ -187,8 +188,8 @@ def route(
         if turns is not None and len(turns):
             turns = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
             ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
-    probs_a, score = router.score_one(vector, question, ctx, lengths)
-    probs = probs_a.tolist()
+    scored = router.explain_one(vector, question, ctx, lengths)
+    probs, score = scored.probs.tolist(), scored.score
     live = active_expert_slugs()
     raw = {slug: p for slug, p in zip(version.experts, probs, strict=True) if slug in live}
     if not raw:
@@ -207,6 +208,21 @@ def route(
         experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
         abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
         fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=arbiter.abstain_threshold,
+        views=_views(version.experts, scored, router.weight, set(raw)),
     )
+
+
+def _views(experts: list[str], scored: Any, weight: float, reachable: set[str]) -> dict[str, Any]:
+    """Each view's favourite among the experts this request may reach, with its probability."""
+    def best(probs: np.ndarray | None) -> dict[str, Any] | None:
+        if probs is None:
+            return None
+        ranked = [(float(p), slug) for slug, p in zip(experts, probs.tolist(), strict=True) if slug in reachable]
+        p, slug = max(ranked)
+        return {"expert": slug, "probability": round(p, 4)}
+
+    if scored.spelling is None:
+        return {}
+    return {"meaning": best(scored.meaning), "spelling": best(scored.spelling), "spelling_weight": weight}
 
 

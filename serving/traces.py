@@ -31,6 +31,7 @@ def routing_evidence(decision: Decision | None) -> dict[str, Any]:
     return {
         "routed": True, "score": decision.score, "threshold": decision.threshold, "abstained": decision.abstained,
         "would_have_chosen": top if decision.abstained else None, "fallback": decision.fallback,
+        **({"views": decision.views} if decision.views else {}),
     }
 
 

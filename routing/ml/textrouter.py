@@ -48,6 +48,16 @@ Embed = Callable[[list[str]], np.ndarray]
 
 
 @dataclass
+class Scored:
+    """One question's blended probabilities and in-scope score, and each view's own probabilities."""
+
+    probs: np.ndarray
+    score: float
+    meaning: np.ndarray
+    spelling: np.ndarray | None
+
+
+@dataclass
 class TextRouter:
     """``RouterNet`` plus, where it was trained with one, the character view and the blend."""
 
@@ -73,6 +83,11 @@ class TextRouter:
 
     def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> tuple[np.ndarray, float]:
         """The same for one question: the numpy path where the network has one (serving)."""
+        scored = self.explain_one(vector, text, context, lengths)
+        return scored.probs, scored.score
+
+    def explain_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> Scored:
+        """``score_one`` with what each view said: the network's (meaning) and the character view's (spelling) probabilities."""
         if self.scorer is not None and context is None:
             probs, score = self.scorer(np.asarray(vector, dtype=np.float32))
         else:
@@ -80,9 +95,10 @@ class TextRouter:
                 p, s = self.model.route_scores(torch.from_numpy(np.asarray(vector, dtype=np.float32)[None, :]), context, lengths)
             probs, score = p[0].numpy().astype(np.float64), float(s[0])
         if self.char_view is None:
-            return probs, score
-        blended, scores = self.combine(probs[None, :], np.array([score]), self.char_view.log_proba_one(text)[None, :])
-        return blended[0], float(scores[0])
+            return Scored(probs, score, probs, None)
+        char = self.char_view.log_proba_one(text)
+        blended, scores = self.combine(probs[None, :], np.array([score]), char[None, :])
+        return Scored(blended[0], float(scores[0]), probs, np.exp(char))
 
     def combine(self, probs: np.ndarray, score: np.ndarray, char_log_proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         logits = blend_logits(probs, char_log_proba, self.weight) / self.temperature

@@ -85,6 +85,7 @@ def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_w
     page = client.get(reverse("console-trace", args=["r-none"])).content.decode()
     assert "its confidence 0.210 was below the threshold 0.325" in page
     assert "It would have chosen <strong>dmv</strong>" in page
+    assert 'id="router-views"' not in page  # a decision without the spelling view says nothing of views
     assert "What is the weather?" in page
 
 

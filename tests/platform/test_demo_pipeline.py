@@ -62,6 +62,13 @@ def test_held_out_questions_are_routed_to_their_agency(demo):
         assert correct[agency] / total[agency] >= 0.75, f"{agency}: {correct[agency]}/{total[agency]}"
 
 
+def test_a_misspelt_question_still_reaches_its_agency_and_is_not_turned_away(demo):
+    """Issue 19's example: with typos, the DMV's bar was high yet the router abstained."""
+    decision = route.route("how do i renw my drivr licnse")
+    assert decision.experts[0]["slug"] == "dmv"
+    assert not decision.abstained
+
+
 def test_the_chat_endpoint_answers_a_held_out_question_of_each_agency_from_that_agency(demo, client):
     for agency in AGENCIES:
         question = next(r["text"] for r in held_out() if r["label"] == agency and route.route(r["text"]).experts[0]["slug"] == agency)
@@ -100,6 +107,9 @@ def test_an_answer_can_be_traced_from_the_console(demo, client, django_user_mode
     meta = response.json()["switchboard"]
     assert meta["routing_evidence"]["routed"] is True
     assert meta["routing_evidence"]["threshold"] is not None  # the version's abstain threshold, beside its score
+    views = meta["routing_evidence"]["views"]  # what the question's meaning and its spelling each said
+    assert views["meaning"]["expert"] == views["spelling"]["expert"] == meta["expert"] == "dmv"
+    assert 0 <= views["spelling_weight"] <= 1
     client.force_login(django_user_model.objects.create_user("ops", "ops@example.com", "pw-ops-12345", is_staff=True))
     page = client.get(f"/traces/{response.json()['id']}/")
     assert page.status_code == 200
@@ -107,6 +117,7 @@ def test_an_answer_can_be_traced_from_the_console(demo, client, django_user_mode
     assert "How do I renew my driver license?" in html
     assert meta["citations"][0]["title"] in html
     assert "cited" in html
+    assert 'id="router-views"' in html
     assert response.json()["id"] in client.get("/traces/", {"expert": meta["expert"]}).content.decode()
 
 

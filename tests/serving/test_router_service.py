@@ -229,7 +229,10 @@ def test_a_trained_router_reads_spelling_too_and_odd_questions_route_or_abstain(
     assert (Path(version.path) / "charview" / "weights.safetensors").exists()
     assert version.metrics["abstain_score"] == "prototype_similarity+char_confidence"
     assert version.metrics["typos"]["copies"] > 0
-    assert route.route("ssa questoin 7").experts[0]["slug"] == "ssa"  # the fake encoder maps it nowhere; its letters say ssa
+    misspelt = route.route("ssa questoin 7")
+    assert misspelt.experts[0]["slug"] == "ssa"  # the fake encoder maps it nowhere; its letters say ssa
+    assert misspelt.views["spelling"]["expert"] == "ssa"
+    assert set(misspelt.views) == {"meaning", "spelling", "spelling_weight"}
     for question in ["🙂🙂🙂", "x" * 8000, "ssa Frage über die Rente 年金 pension", "   renew   "]:
         decision = route.route(question)
         assert decision.experts
