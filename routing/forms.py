@@ -42,6 +42,14 @@ class TrainRouterForm(forms.Form):
     gumbel_temperature = forms.FloatField(
         label="Gumbel logit noise", initial=0.0, min_value=0.0, max_value=5.0, help_text="Temperature of Gumbel noise added to the logits while training; 0 turns it off.",
     )
+    typo_rate = forms.FloatField(
+        label="Typo practice", initial=0.1, min_value=0.0, max_value=0.3,
+        help_text="Share of letters misspelt in the copy of each question the router also learns from (0: no copies).",
+    )
+    char_view = forms.BooleanField(
+        label="Read spelling too", initial=True, required=False,
+        help_text="Blend a view of the question's letters (character n-grams) with its meaning; it keeps misspelt questions on course.",
+    )
     hidden_dim = forms.IntegerField(label="Hidden size", initial=256, min_value=128, max_value=512, help_text="Width of the router's hidden layer (128 to 512).")
     epochs = forms.IntegerField(label="Epochs", initial=60, min_value=1, max_value=500, help_text="At most this many; training stops early when validation stops improving.")
     seed = forms.IntegerField(label="Seed", initial=0, min_value=0, max_value=2**31 - 1)

@@ -252,7 +252,7 @@ def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gi
     monkeypatch.setattr(tasks.train_router, "apply_async", lambda args, **kwargs: sent.append(args[0]))
     client.force_login(staff)
     form = {"activation": "never", "balance_weight": "0.3", "input_noise": "0.5", "label_noise": "0.1", "noise_kind": "uniform",
-            "gumbel_temperature": "0", "hidden_dim": "128", "epochs": "5", "seed": "7"}
+            "gumbel_temperature": "0", "typo_rate": "0.05", "hidden_dim": "128", "epochs": "5", "seed": "7"}  # "Read spelling too" unticked
 
     with django_capture_on_commit_callbacks(execute=True):
         first = client.post(reverse("console-training-start"), form)
@@ -265,7 +265,7 @@ def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gi
     assert job.kind == "train_router"
     assert job.created_by == staff
     assert job.params == {"activation": "never", "balance_weight": 0.3, "input_noise": 0.5, "label_noise": 0.1, "noise_kind": "uniform", "gumbel_temperature": 0.0,
-                          "hidden_dim": 128, "epochs": 5, "seed": 7}
+                          "typo_rate": 0.05, "char_view": False, "hidden_dim": 128, "epochs": 5, "seed": 7}
 
 
 def test_bad_training_parameters_come_back_next_to_their_fields(client, staff):
