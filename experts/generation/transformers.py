@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
-from experts.ml.decoding import answer_no_repeat
+from experts.ml.decoding import answer_no_repeat, copy_bias, processors
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, focus
@@ -65,7 +65,8 @@ class TransformersGenerator:
 
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
-                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0) -> None:
+                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
+                 copy_bias: float = 0.0) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -79,6 +80,7 @@ class TransformersGenerator:
             raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
         self.dtype = dtype
         self.no_repeat_ngram = int(no_repeat_ngram)
+        self.copy_bias = float(copy_bias)
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -106,6 +108,7 @@ class TransformersGenerator:
             threads=settings.TORCH_THREADS,
             dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
             no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
+            copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -319,9 +322,10 @@ class TransformersGenerator:
         stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
                               STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
         kwargs = self._generate_kwargs(request, stop)
-        processor = answer_no_repeat(int(inputs["input_ids"].shape[1]), self.no_repeat_ngram)
-        if processor is not None:
-            kwargs["logits_processor"] = LogitsProcessorList([processor])
+        chosen = processors(answer_no_repeat(int(inputs["input_ids"].shape[1]), self.no_repeat_ngram),
+                            copy_bias([inputs["input_ids"][0].tolist()], self.copy_bias, [self._tokenizer.eos_token_id]))
+        if chosen:
+            kwargs["logits_processor"] = LogitsProcessorList(chosen)
         prefix = self._prefix_cache(model, context, request, inputs["input_ids"][0].tolist())
         if prefix is not None:
             kwargs["cache"] = prefix

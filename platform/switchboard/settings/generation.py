@@ -41,6 +41,9 @@ GENERATION_DTYPE = envstr("GENERATION_DTYPE", "auto")
 # questions, the same adapters) routed LoRA token F1 was 0.160 off, 0.156 with n=3, 0.162 with n=4:
 # no gain beyond noise, and more answerable questions answered "not found" (9.6% -> 11.0% at n=4).
 GENERATION_NO_REPEAT_NGRAM = envint("GENERATION_NO_REPEAT_NGRAM", 0)
+# Added to the logit of every token of the answer's own prompt (experts.ml.decoding.copy_bias): among
+# near-ties the model copies the passages' words. 0: off.
+GENERATION_COPY_BIAS = envfloat("GENERATION_COPY_BIAS", 0.0)
 
 # --- the extractive backend -------------------------------------------------------------------
 EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)

@@ -32,3 +32,31 @@ def test_a_looping_model_stops_looping(tiny_lm_dir):
     assert len(trigrams) == len(set(trigrams))  # no trigram twice in the answer
     plain_trigrams = [tuple(plain[i : i + 3]) for i in range(len(plain) - 2)]
     assert len(plain_trigrams) > len(set(plain_trigrams))  # a random tiny model does loop without it
+
+
+def test_the_copy_bias_raises_each_rows_own_prompt_tokens_and_the_end_token_only():
+    from experts.ml.decoding import copy_bias
+
+    assert copy_bias([[1, 2]], 0.0) is None
+    processor = copy_bias([[5, 6, 6], [7]], 2.0, always=[0, None])
+    scores = processor(torch.zeros((2, 4), dtype=torch.long), torch.zeros((2, 10)))
+    assert scores[0].nonzero().flatten().tolist() == [0, 5, 6]
+    assert scores[1].nonzero().flatten().tolist() == [0, 7]
+    assert float(scores[0, 5]) == 2.0
+
+
+def test_with_a_large_copy_bias_a_model_writes_only_its_prompts_tokens(tiny_lm_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from experts.ml.batch_generation import BatchItem, fit_prompt, generate_batch
+    from experts.ml.extractive import Passage
+    from experts.ml.lora import Example
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_lm_dir)
+    item = BatchItem(Example("how much is the fee", "", [Passage(text="The renewal fee is 64 dollars.", title="Fees", score=0.9)]), None)
+    plain, copying = (generate_batch(model, tokenizer, [item], max_new_tokens=12, prompt_tokens=200, copy_bias=b)[0] for b in (0.0, 1e4))
+    prompt = set(fit_prompt(tokenizer, item.example, 200)) | {tokenizer.eos_token_id}
+    written = tokenizer(copying.text, add_special_tokens=False)["input_ids"]
+    assert set(written) <= prompt
+    assert plain.text != copying.text
