@@ -79,7 +79,7 @@ class Split:
     are out of scope, scored apart as abstentions, never as misroutes) and ``oos`` (out-of-scope rows).
     """
 
-    def __init__(self, rows: list[dict[str, Any]], x: np.ndarray, label: str, seed: int = 0):
+    def __init__(self, rows: list[dict[str, Any]], x: np.ndarray, label: str, seed: int = 0, train_per_label: int | None = None):
         labels = [row_label(r, label) for r in rows]
         splits = split_names(rows)
         has = np.array([lab is not None for lab in labels])
@@ -91,6 +91,14 @@ class Split:
             val = carve_validation(labels, train, VAL_SHARE, seed)
             train &= ~val
         self.validation = validation_note(carved, VAL_SHARE, seed)
+        self.small_data: dict[str, Any] | None = None
+        if train_per_label:
+            # A small team's data: at most N training questions per label and the validation share the
+            # product keeps of them (routing.services: 15% of the labelled questions), seeded.
+            val_per_label = max(3, round(train_per_label * 0.15 / 0.85))
+            train = _at_most_per_label(train, labels, train_per_label, seed)
+            val = _at_most_per_label(val, labels, val_per_label, seed + 1)
+            self.small_data = {"train_per_label": train_per_label, "val_per_label": val_per_label, "seed": seed}
         self.classes: list[str] = sorted({labels[i] for i in np.nonzero(train)[0]})  # type: ignore[type-var]
         if len(self.classes) < 2:
             raise ValueError(f"the training split has {len(self.classes)} distinct {label} label(s); routing needs at least two")
@@ -117,6 +125,18 @@ class Split:
     def part(self, name: str) -> tuple[np.ndarray, list[str]]:
         """Embeddings and texts of one part: what every method scores."""
         return self.x[self.idx[name]], self.texts(name)
+
+
+def _at_most_per_label(mask: np.ndarray, labels: list[str | None], n: int, seed: int) -> np.ndarray:
+    """``mask`` keeping at most ``n`` seeded rows of each label."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros_like(mask)
+    by_label: dict[str, list[int]] = {}
+    for i in np.nonzero(mask)[0]:
+        by_label.setdefault(str(labels[i]), []).append(int(i))
+    for members in by_label.values():
+        out[rng.permutation(members)[:n]] = True
+    return out
 
 
 # --- methods -------------------------------------------------------------------------------------
@@ -304,7 +324,8 @@ def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen
     return out
 
 
-def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0) -> dict[str, Any]:
+def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0,
+                    train_per_label: int | None = None) -> dict[str, Any]:
     """Train and score the router, logistic regression and nearest-example routing on one dataset.
 
     Args:
@@ -314,6 +335,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         say: progress output.
         noise_report: also run the label-noise and typo robustness study (slower).
         seed: seed for label flips, typos, the latency sample and training.
+        train_per_label: at most this many training questions per label (and a proportionate
+            validation split): a small team's data. None: all.
 
     Returns:
         ``router``, ``logreg`` and ``knn`` reports (accuracy, macro_f1, oos_auroc,
@@ -329,7 +352,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     dataset = Path(dataset)
     model_name = settings.EMBEDDING_MODEL
     rows, x = dataset_embeddings(dataset, model_name, say)
-    split = Split(rows, x, label, seed)
+    split = Split(rows, x, label, seed, train_per_label)
     n = len(split.classes)
     say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
         f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
@@ -390,6 +413,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
             **{m: {k: r.get(k) for k in ("unseen_abstention_recall", "unseen_auroc")} for m, r in (("router", router), ("logreg", reports["logreg"]), ("knn", reports["knn"]))},
         } if split.unseen_test else {"n": 0},
         "validation": split.validation,
+        "small_data": split.small_data,
         "test_label_cv": float(np.bincount(y_test[y_test >= 0], minlength=n).std() / max(1e-9, np.bincount(y_test[y_test >= 0], minlength=n).mean())),
         "embed_p50_ms": latency["embed_p50_ms"],
         "latency": {"queries": latency["queries"], "threads": latency["threads"], "warmup": latency["warmup"], "encoder": latency["encoder"],

@@ -93,6 +93,15 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
     assert "accuracy_ge_best_baseline" in report["targets"]
 
 
+def test_a_small_teams_data_is_simulated_with_at_most_n_training_questions_per_label(tmp_path):
+    dataset = write_dataset(tmp_path / "small")
+    report = evaluate_router(dataset, say=lambda _: None, train_per_label=20)
+    assert report["small_data"] == {"train_per_label": 20, "val_per_label": 4, "seed": 0}
+    assert report["sizes"]["train"] == 20 * report["classes"]
+    assert report["sizes"]["val"] == 4 * report["classes"]
+    assert report["sizes"]["test"] == 45  # the test questions stay whole
+
+
 def test_a_dataset_without_validation_split_holds_out_part_of_train_and_says_so(tmp_path):
     dataset = write_dataset(tmp_path / "noval", per_split={"train": 60, "test": 10})
     report = evaluate_router(dataset, say=lambda _: None)

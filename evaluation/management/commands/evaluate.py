@@ -31,6 +31,7 @@ class Command(BaseCommand):
         router.add_argument("--dataset", required=True)
         router.add_argument("--label", choices=["domain", "intent"], default="domain")
         router.add_argument("--noise", type=float, default=0.0, help="share of training labels flipped")
+        router.add_argument("--train-per-label", type=int, default=None, help="at most N training questions per label (a small team's data; validation in proportion)")
         router.add_argument("--backend", default=None, help="EMBEDDING_BACKEND to embed with (torch, torch-bf16, auto; default: the setting)")
         router.add_argument("--json", dest="json_path", default=None)
         router.add_argument("--noise-report", action="store_true", help="also compare 0/10/20%% label noise, with and without the noise regulariser, on clean and typo-perturbed queries")
@@ -103,7 +104,8 @@ class Command(BaseCommand):
 
                 settings.EMBEDDING_BACKEND = resolve_backend(options["backend"])  # before any encoder is made (keyed by backend)
 
-            report = evaluate_router(dataset, label=options["label"], noise=options["noise"], say=self.stdout.write, noise_report=options["noise_report"])
+            report = evaluate_router(dataset, label=options["label"], noise=options["noise"], say=self.stdout.write, noise_report=options["noise_report"],
+                                    train_per_label=options["train_per_label"])
             from sbcommon.encoders import resolve_backend
 
             report["embedding_backend"] = resolve_backend()
