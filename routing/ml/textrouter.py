@@ -147,15 +147,19 @@ def train_text_router(
     started = time.perf_counter()
     clean_val, copies = len(texts_val), 0
     if config.typo_rate > 0:
-        noisy_train = typo_copies(list(texts_train), config.typo_rate, config.seed + 1)
-        noisy_val = typo_copies(list(texts_val), config.typo_rate, config.seed + 2)
+        # Copies of at most typo_copies_max questions (a seeded sample, train and val in proportion):
+        # each copy is one more encoder call in the training job.
+        share = min(1.0, config.typo_copies_max / max(1, len(texts_train) + len(texts_val))) if config.typo_copies_max else 1.0
+        pick_train, pick_val = _sample(len(texts_train), share, config.seed + 3), _sample(len(texts_val), share, config.seed + 4)
+        noisy_train = typo_copies([texts_train[i] for i in pick_train], config.typo_rate, config.seed + 1)
+        noisy_val = typo_copies([texts_val[i] for i in pick_val], config.typo_rate, config.seed + 2)
         noisy = np.asarray(embed(noisy_train + noisy_val), dtype=np.float32)
         copies = len(noisy_train)
         texts_train, texts_val = list(texts_train) + noisy_train, list(texts_val) + noisy_val
         x_train = np.vstack([x_train, noisy[: len(noisy_train)]])
         x_val = np.vstack([x_val, noisy[len(noisy_train):]])
-        y_train, y_val = np.concatenate([y_train, y_train]), np.concatenate([y_val, y_val])
-        context_train, context_val = _twice(context_train), _twice(context_val)
+        y_train, y_val = np.concatenate([y_train, y_train[pick_train]]), np.concatenate([y_val, y_val[pick_val]])
+        context_train, context_val = _with_rows(context_train, pick_train), _with_rows(context_val, pick_val)
     embed_s = time.perf_counter() - started
     result = train_router(x_train, y_train, x_val, y_val, n_experts, model_kwargs, config, context_train=context_train, context_val=context_val)
     result.metrics["typos"] = {"rate": config.typo_rate, "copies": copies, "embed_s": round(embed_s, 2)}
@@ -203,8 +207,18 @@ def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y
     return {"weight": float(weight), "temperature": float(temperature), "score_scale": scale}
 
 
-def _twice(context: Context | None) -> Context | None:
-    return None if context is None else Context(np.concatenate([context.turns, context.turns]), np.concatenate([context.lengths, context.lengths]))
+def _sample(n: int, share: float, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded ``share`` of ``range(n)`` (all of them at share 1)."""
+    if share >= 1.0:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).permutation(n)[: max(1, round(share * n))])
+
+
+def _with_rows(context: Context | None, rows: np.ndarray) -> Context | None:
+    """``context`` followed by its ``rows`` again (a typo copy keeps its question's earlier turns)."""
+    if context is None:
+        return None
+    return Context(np.concatenate([context.turns, context.turns[rows]]), np.concatenate([context.lengths, context.lengths[rows]]))
 
 
 def _accuracy(probs: np.ndarray, y: np.ndarray) -> float | None:

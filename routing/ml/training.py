@@ -80,6 +80,7 @@ class TrainConfig:
     # clean and 10%-typo val accuracy, mean: 0.875 without either, 0.914 with the copies, 0.959 with
     # both), never on test figures.
     typo_rate: float = 0.1
+    typo_copies_max: int = 30_000  # at most this many copies (a seeded sample; 0: one of every question)
     char_view: bool = True
 
 

@@ -139,3 +139,19 @@ def test_texts_and_embeddings_must_pair_up():
     texts, y = questions(7, 10)
     with pytest.raises(ValueError, match="text and its embedding"):
         train_text_router(texts[:-1], word_embed(texts), y, texts, word_embed(texts), y, 3, word_embed)
+
+
+def test_typo_copies_are_capped_to_a_seeded_sample_in_proportion():
+    texts, y = questions(8, 60)
+    val_texts, y_val = questions(9, 20)
+    seen = []
+
+    def counting_embed(batch):
+        seen.append(len(batch))
+        return word_embed(batch)
+
+    config = TrainConfig(epochs=3, seed=0, typo_copies_max=60)
+    result = train_text_router(texts, word_embed(texts), y, val_texts, word_embed(val_texts), y_val, 3, counting_embed, config=config)
+    assert result.metrics["typos"]["copies"] == 45  # 60 of 240 questions: a quarter of train's 180
+    assert seen == [60]
+    assert result.metrics["char_view"]["val_accuracy_typos"] is not None
