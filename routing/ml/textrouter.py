@@ -180,8 +180,28 @@ def train_text_router(
                           "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
                           "val_accuracy_typos": _accuracy(blended[clean_val:], y_val[clean_val:]) if len(y_val) > clean_val else None},
         })
+    # "val" is what the console and the variant choice read: the served router on the questions as
+    # written; the network's own figure (clean and typo'd questions together) stays as "val_network".
+    ctx = None if context_val is None else Context(context_val.turns[:clean_val], context_val.lengths[:clean_val])
+    served, _ = router.scores(x_val[:clean_val], list(texts_val[:clean_val]), ctx)
+    result.metrics["val_network"] = result.metrics.get("val")
+    result.metrics["val"] = served_metrics(served, np.asarray(y_val[:clean_val]))
     result.router = router  # type: ignore[attr-defined]
     return result
+
+
+def served_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Accuracy, top-2 accuracy, macro-F1 and cross-entropy of calibrated probabilities ``probs`` (n, N)."""
+    from sklearn.metrics import f1_score
+
+    pred = probs.argmax(axis=1)
+    top2 = np.argsort(-probs, axis=1)[:, : min(2, probs.shape[1])]
+    return {
+        "loss": float(-np.log(np.clip(probs[np.arange(len(y)), y], 1e-12, None)).mean()),
+        "accuracy": float((pred == y).mean()),
+        "top2_accuracy": float((top2 == y[:, None]).any(axis=1).mean()),
+        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
+    }
 
 
 def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y: np.ndarray, clean: int) -> dict[str, float]:

@@ -155,3 +155,11 @@ def test_typo_copies_are_capped_to_a_seeded_sample_in_proportion():
     assert result.metrics["typos"]["copies"] == 45  # 60 of 240 questions: a quarter of train's 180
     assert seen == [60]
     assert result.metrics["char_view"]["val_accuracy_typos"] is not None
+
+
+def test_the_validation_figures_are_the_served_routers_on_the_questions_as_written():
+    result = trained()
+    metrics = result.metrics
+    assert metrics["val"]["accuracy"] == pytest.approx(metrics["char_view"]["val_accuracy_clean"])
+    assert set(metrics["val"]) == {"loss", "accuracy", "top2_accuracy", "macro_f1"}
+    assert metrics["val_network"]["accuracy"] != metrics["val"]["accuracy"]  # the network alone, typo copies included
