@@ -4,7 +4,8 @@
 router`` both call it):
 
 1. every training and validation question gets a copy with seeded letter typos
-   (``TrainConfig.typo_rate``; the copies are embedded with the same encoder);
+   (``TrainConfig.typo_rate``; at most ``typo_copies_max`` copies, a seeded sample; the copies are
+   embedded with the same encoder);
 2. ``RouterNet`` trains on the questions and their copies (``train_router``: MLP, prototypes,
    prototype weight and temperature calibrated on the clean and noised validation questions);
 3. ``CharView`` (``TrainConfig.char_view``) fits on the same texts;
@@ -12,7 +13,8 @@ router`` both call it):
    ``CLEAN_TOLERANCE`` of the best accuracy on the questions as written, the best on their typo
    copies), the blend's temperature (lowest NLL), and the in-scope score's abstain threshold.
 
-Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``. The in-scope score
+Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``; the run's ``val``
+metrics are theirs on the validation questions as written (``val_network``: the network's alone). The in-scope score
 is the network's (similarity to the nearest prototype) plus the character view's confidence (its
 highest probability) scaled to the same spread on the validation questions: a question that is
 like no training question in meaning *and* in spelling scores low.
