@@ -403,8 +403,9 @@ def _train_adapters(config: AnswerConfig, ctx: dict[str, Any], tokenizer: Any, s
     for d in sorted(by_domain):
         folders[corpus.domains[d]] = start if not config.expert_steps else trainer.train(
             f"expert-{corpus.domains[d]}", by_domain[d], held.get(d, [])[:HELD_OUT], _with_steps(params, config.expert_steps), init=start)
-    folders["generalist"] = start if not config.expert_steps else trainer.train(
-        "generalist", pooled, pooled_held, _with_steps(params, steps["generalist"]), init=start)
+    if "flat" in config.modes:  # only the flat mode answers with the generalist
+        folders["generalist"] = start if not config.expert_steps else trainer.train(
+            "generalist", pooled, pooled_held, _with_steps(params, steps["generalist"]), init=start)
     report = {
         "steps": steps, "params": params.as_dict(), "records": trainer.records, "examples": counts, "n_train": len(pooled),
         "n_train_by_domain": {corpus.domains[d]: len(v) for d, v in sorted(by_domain.items())},
