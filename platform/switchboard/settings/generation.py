@@ -114,7 +114,8 @@ LORA_QLORA = envbool("LORA_QLORA", True)
 LORA_MIN_EXAMPLES = envint("LORA_MIN_EXAMPLES", 8)
 LORA_EVAL_FRACTION = envfloat("LORA_EVAL_FRACTION", 0.1)
 # The demo's background adapter trainings (switchboard.demo.train_adapters): steps per expert, the
-# pooled-then-expert budget of `evaluate answers` (40 + 10) spent on one expert; 0 lets LORA_EPOCHS decide.
-DEMO_ADAPTER_STEPS = envint("DEMO_ADAPTER_STEPS", 50)
+# pooled-then-expert budget of `evaluate answers` (80 + 20) spent on one expert; 0 lets LORA_EPOCHS decide.
+# (~4-7 s a step on this 2-core machine: the four demo experts take 25-45 minutes in the background.)
+DEMO_ADAPTER_STEPS = envint("DEMO_ADAPTER_STEPS", 100)
 # Queue of adapter trainings: empty = "gpu" when the enqueueing process sees CUDA, else TRAINING_QUEUE.
 LORA_TRAINING_QUEUE = envstr("LORA_TRAINING_QUEUE", "")
