@@ -166,13 +166,14 @@ def train_text_router(
     result = train_router(x_train, y_train, x_val, y_val, n_experts, model_kwargs, config, context_train=context_train, context_val=context_val)
     result.metrics["typos"] = {"rate": config.typo_rate, "copies": copies, "embed_s": round(embed_s, 2)}
     router = TextRouter(result.model)
+    probs, sims = route_scores(result.model, x_val, context_val)
+    blended = probs
     if config.char_view:
         t = time.perf_counter()
         view = CharView.fit(list(texts_train), np.asarray(y_train), n_experts, seed=config.seed)
-        probs, sims = route_scores(result.model, x_val, context_val)
         char = view.log_proba(list(texts_val))
         router = TextRouter(result.model, view, **fit_blend(probs, sims, char, np.asarray(y_val), clean_val))
-        blended, scores = router.scores(x_val, list(texts_val), context_val)
+        blended, scores = router.combine(probs, sims, char)
         threshold = abstain_threshold(scores, config.target_recall)
         result.metrics.update({
             "abstain_threshold": threshold,
@@ -184,10 +185,8 @@ def train_text_router(
         })
     # "val" is what the console and the variant choice read: the served router on the questions as
     # written; the network's own figure (clean and typo'd questions together) stays as "val_network".
-    ctx = None if context_val is None else Context(context_val.turns[:clean_val], context_val.lengths[:clean_val])
-    served, _ = router.scores(x_val[:clean_val], list(texts_val[:clean_val]), ctx)
     result.metrics["val_network"] = result.metrics.get("val")
-    result.metrics["val"] = served_metrics(served, np.asarray(y_val[:clean_val]))
+    result.metrics["val"] = served_metrics(blended[:clean_val], np.asarray(y_val[:clean_val]))
     result.router = router  # type: ignore[attr-defined]
     return result
 
