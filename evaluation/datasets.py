@@ -205,12 +205,13 @@ def code_fingerprint(*modules: Any) -> str:
 
 
 def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], vectors: np.ndarray, prefix: str,
-                    payload: Callable[[int, int, str], dict[str, Any]]) -> tuple[Any, str, float]:
+                    payload: Callable[[int, int, str], dict[str, Any]], pointer_ttl_s: float = 0.0) -> tuple[Any, str, float]:
     """``chunks`` ((unit row, text)) with their ``vectors``, dense + BM25, in one collection per domain ("eval_<domain>").
 
     The collections live in a temporary embedded store (never the app's): returns it, its folder
     (remove it when done) and the seconds the indexing took. ``payload(unit row, chunk row, text)``
-    is each point's payload.
+    is each point's payload; ``pointer_ttl_s`` the store's (serving's ``QDRANT_POINTER_TTL_S`` where
+    an evaluation times searches as serving runs them).
     """
     import tempfile
     import time
@@ -229,7 +230,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
             payload=payload(i, row, text),
         ))
     root = tempfile.mkdtemp(prefix=prefix)
-    store = EmbeddedQdrantStore(root)
+    store = EmbeddedQdrantStore(root, pointer_ttl_s=pointer_ttl_s)
     t0 = time.perf_counter()
     for domain in sorted({u["domain"] for u in units}):  # every domain, even one whose documents gave no chunk
         store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])

@@ -45,6 +45,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,52 @@ SEED = 0
 METHODS = ("dense", "sparse", "hybrid")
 # BM25 on the same files (shared/datasets/README.md): recall@5 / nDCG@5.
 BM25_REFERENCE = {"flat": (0.539, 0.443), "oracle": (0.602, 0.491)}
+
+
+@dataclass
+class DomainIndex:
+    """A dataset's documents chunked as an expert's are and indexed into one temporary collection per domain ("eval_<domain>")."""
+
+    units: list[dict[str, Any]]
+    domains: list[str]
+    chunks: list[tuple[int, str]]  # (unit row, chunk text)
+    store: EmbeddedQdrantStore
+    root: str
+    index_s: float
+    size: int
+    overlap: int
+
+    @property
+    def names(self) -> list[str]:
+        return [f"eval_{d}" for d in self.domains]
+
+    def close(self) -> None:
+        import shutil
+
+        self.store.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def build_domain_index(dataset: Path, passages: bool, say: Callable[[str], None], prefix: str) -> DomainIndex:
+    """Chunk ``docs.jsonl`` (``passages.jsonl`` with ``passages``) with the Expert defaults, embed (cached) and index by domain."""
+    from django.conf import settings
+
+    units = read_jsonl(Path(dataset) / ("passages.jsonl" if passages else "docs.jsonl"))
+    domains = sorted({u["domain"] for u in units})
+    size = int(Expert._meta.get_field("chunk_size").default)
+    overlap = int(Expert._meta.get_field("chunk_overlap").default)
+    say(f"{Path(dataset).name}: {len(units):,} {'passages' if passages else 'documents'} in {len(domains)} domains, chunks of {size}/{overlap}")
+    chunks = [(i, chunk.text) for i, unit in enumerate(units) for chunk in chunk_text(unit["text"], size=size, overlap=overlap)]
+    name = Path(dataset).name + ("-passages" if passages else "")
+    chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
+    # Serving's pointer cache (QDRANT_POINTER_TTL_S): timed searches pay what a served request pays.
+    store, root, index_s = index_by_domain(chunks, units, cx, prefix,
+                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
+                                           pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
+    say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
+    return DomainIndex(units, domains, chunks, store, root, index_s, size, overlap)
 
 
 def ndcg_at_k(ranked: list[str], gold: set[str], k: int = K) -> float:
@@ -226,33 +273,17 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     dataset = Path(dataset)
     model = settings.EMBEDDING_MODEL
     encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
-    units_file, qrels_file = ("passages.jsonl", "qrels_passages.jsonl") if passages else ("docs.jsonl", "qrels.jsonl")
-    units = read_jsonl(dataset / units_file)
+    qrels_file = "qrels_passages.jsonl" if passages else "qrels.jsonl"
     gold: dict[str, set[str]] = defaultdict(set)
     for row in read_jsonl(dataset / qrels_file):
         gold[row["query_id"]].add(row["doc_id"])
-    domains = sorted({u["domain"] for u in units})
-    size = int(Expert._meta.get_field("chunk_size").default)
-    overlap = int(Expert._meta.get_field("chunk_overlap").default)
-    say(f"{dataset.name}: {len(units):,} {'passages' if passages else 'documents'} in {len(domains)} domains, chunks of {size}/{overlap}")
-
-    chunks: list[tuple[int, str]] = []  # (unit index, chunk text)
-    for i, unit in enumerate(units):
-        for chunk in chunk_text(unit["text"], size=size, overlap=overlap):
-            chunks.append((i, chunk.text))
-    name = dataset.name + ("-passages" if passages else "")
-    chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
-    cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, model, say, **encoding)
+    index = build_domain_index(dataset, passages, say, "retrieval-eval-")
+    _units, domains, chunks, store, index_s, size, overlap = index.units, index.domains, index.chunks, index.store, index.index_s, index.size, index.overlap
     queries, qx = dataset_embeddings(dataset, model, say, **encoding)
     # The user's own earlier turns only: the product never stores the agent's answers.
     turn_texts = sorted({t for q in queries for t in user_turns(q)})
     turn_vectors = dict(zip(turn_texts, cached_embeddings(f"{dataset.name}-user-turns", turn_texts, model, say, **encoding), strict=True)) if turn_texts else {}
     context_means, has_context = _context_vectors(queries, turn_vectors, qx.shape[1])
-
-    # --- one collection per domain -------------------------------------------------------------
-    store, root, index_s = index_by_domain(chunks, units, cx, "retrieval-eval-",
-                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]})
-    say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
 
     # --- splits and the choices made on validation -----------------------------------------------
     y = np.array([domains.index(q["domain"]) if q.get("domain") in domains else -1 for q in queries])
@@ -317,10 +348,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
                 if mode == "routed_top2" and method == "hybrid":
                     latencies.append((time.perf_counter() - t0) * 1000)
                 scores[mode][method].append(figures)
-    store.close()
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
+    index.close()
 
     report: dict[str, Any] = {}
     for mode, methods in scores.items():

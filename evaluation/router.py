@@ -325,7 +325,7 @@ def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen
 
 
 def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0,
-                    train_per_label: int | None = None) -> dict[str, Any]:
+                    train_per_label: int | None = None, knowledge: Path | None = None) -> dict[str, Any]:
     """Train and score the router, logistic regression and nearest-example routing on one dataset.
 
     Args:
@@ -337,6 +337,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         seed: seed for label flips, typos, the latency sample and training.
         train_per_label: at most this many training questions per label (and a proportionate
             validation split): a small team's data. None: all.
+        knowledge: a folder whose ``docs.jsonl`` holds each domain's documents: also score the
+            router with them as evidence (``router_knowledge``, ``evaluation.knowledge_routing``).
 
     Returns:
         ``router``, ``logreg`` and ``knn`` reports (accuracy, macro_f1, oos_auroc,
@@ -379,9 +381,20 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     }
     for name in VARIANTS:
         methods[name] = (lambda m, a: (lambda v, t: m.serve_one(v, t, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
+    with_knowledge = None
+    if knowledge is not None:
+        from evaluation.knowledge_routing import KnowledgeRouting
+
+        with_knowledge = KnowledgeRouting(split, fits["fitted"][DEFAULT_VARIANT][0].router_, Path(knowledge), say, TARGET_RECALL, seed)
+        methods["router_knowledge"] = with_knowledge.served(experts)
     say(f"measuring latency on {len(texts)} queries, one at a time")
-    latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1), warmup=warmup)
-    for name in methods:
+    try:
+        latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1), warmup=warmup)
+        knowledge_report = with_knowledge.report(split, latency["router_knowledge"]) if with_knowledge is not None else None
+    finally:
+        if with_knowledge is not None:
+            with_knowledge.close()
+    for name in reports:
         reports[name].update(latency[name])
 
     router_method = fits["fitted"][DEFAULT_VARIANT][0]
@@ -425,6 +438,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "fingerprint_variants": {**variants, "better": better, "better_chosen_on": "val accuracy"},
         "typo10": typo10,
     }
+    if knowledge_report is not None:
+        report["router_knowledge"] = knowledge_report
     report["targets"] = _targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
     if context is not None:
@@ -507,6 +522,11 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
         "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
         "route_p50_le_1.10x_embed": router["route_p50_ms"] <= 1.10 * report["embed_p50_ms"],  # issue 19's bound, with the spelling view
     }
+    knowledge = report.get("router_knowledge")
+    if knowledge:
+        out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
+        out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
+        out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
     typo = report.get("typo10") or {}
     if typo:
         out["typo10_loss_le_half_knn"] = typo["router"]["accuracy_loss"] <= 0.5 * typo["knn"]["accuracy_loss"]

@@ -701,3 +701,42 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     hits = search_collections(get_store(), plan, dense, indices, values, limit=_pool(limit), method=method)
     # Re-scoring reads dense sentence vectors: not after a fall-back to keywords (another model's collection).
     return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
+
+
+# --- routing evidence ----------------------------------------------------------------------------
+
+EvidenceLookup = Callable[[list[int], Any, str], list["tuple[float, float] | None"]]
+
+
+def evidence_lookup(slugs: list[str]) -> EvidenceLookup:
+    """A lookup for knowledge-aware routing (``routing.ml.knowledge``) over the experts ``slugs``, by position.
+
+    ``lookup(positions, question vector, question)`` returns, for each expert at those positions,
+    (the best dense cosine of the question in its collection, the best BM25 score of its words),
+    or None where the expert does not exist, has no indexed chunk, or its collection was embedded
+    by another model (its cosines would mean nothing). ``StoreUnavailable`` propagates: the caller
+    routes without the evidence.
+    """
+    rows = experts_by_slug(slugs)
+    models = _models(list(rows.values()))
+    names = [
+        collection_name(rows[s]) if s in rows and models.get(rows[s].pk, settings.EMBEDDING_MODEL) == settings.EMBEDDING_MODEL else None
+        for s in slugs
+    ]
+
+    def lookup(positions: list[int], vector: Any, question: str) -> list[tuple[float, float] | None]:
+        wanted = [names[j] for j in positions if names[j]]
+        if not wanted:
+            return [None] * len(positions)
+        indices, values = bm25_vector(question, query=True)
+        found = get_store().evidence(wanted, [float(v) for v in vector], indices, values)
+        return [found.get(names[j]) if names[j] else None for j in positions]
+
+    return lookup
+
+
+def experts_without_documents(slugs: list[str]) -> list[str]:
+    """Those of ``slugs`` whose collection holds no chunk (or that do not exist)."""
+    rows = experts_by_slug(slugs)
+    store = get_store()
+    return [s for s in slugs if s not in rows or not store.count(collection_name(rows[s]))]

@@ -170,6 +170,8 @@ def train_router_from_labels(
         raise JobFailed(f"training diverged, nothing was activated: {exc}") from exc
     except (ValueError, TypeError) as exc:
         raise JobFailed(f"cannot train a router: {exc}") from exc
+    reporter.progress(0.85, "weighing the experts' documents as routing evidence")
+    _fit_knowledge(result, experts, [texts[i] for i in val_idx], x[val_idx], y[val_idx], _rows(context, val_idx), config, reporter)
     diagnostics = diagnose(predict_logits(result.model, x[val_idx], _rows(context, val_idx)), y[val_idx], len(experts), experts)
     result.metrics["diagnostics"] = diagnostics
     result.metrics["experts_without_examples"] = without
@@ -189,6 +191,45 @@ def train_router_from_labels(
         reporter.log(verdict["reason"])
     result.metrics["activation"] = verdict
     return _save_version(result, experts, fingerprint, params, len(train_idx), len(val_idx), job_id, activate=make_active)
+
+
+def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val: np.ndarray, y_val: np.ndarray, context_val: Context | None,
+                   config: TrainConfig, reporter: JobReporter) -> None:
+    """Fit knowledge-aware routing (``routing.ml.knowledge``) on the validation questions, when every expert has documents.
+
+    The outcome goes to ``result.metrics["knowledge"]``: the combiner's validation report and its own
+    abstain threshold, or why there is none (the setting is off, experts without documents, or the
+    vector store cannot be read). A combiner that validation did not keep is not saved.
+    """
+    from knowledge.services import evidence_lookup, experts_without_documents
+    from knowledge.stores import StoreUnavailable
+
+    from .ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix
+    from .ml.training import abstain_threshold
+
+    if not settings.ROUTER_KNOWLEDGE:
+        result.metrics["knowledge"] = {"fitted": False, "reason": "ROUTER_KNOWLEDGE is off"}
+        return
+    try:
+        without = experts_without_documents(experts)
+        if without:
+            raise MissingKnowledge(without)
+        router = result.router
+        probs, score = router.scores(x_val, texts_val, context_val)
+        dense, keywords = evidence_matrix(evidence_lookup(experts), probs, x_val, texts_val)
+        combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, experts, seed=config.seed)
+    except (MissingKnowledge, StoreUnavailable) as exc:
+        result.metrics["knowledge"] = {"fitted": False, "reason": str(exc)}
+        reporter.log(f"routing without the experts' documents as evidence: {exc}")
+        return
+    threshold = abstain_threshold(combiner.combine(probs, score, dense, keywords)[1], config.target_recall)
+    result.metrics["knowledge"] = {"fitted": True, **combiner.report, "abstain_threshold": threshold}
+    if combiner.active:
+        router.knowledge = combiner
+        combined, _ = combiner.combine(probs, score, dense, keywords)
+        result.metrics["knowledge"]["val_accuracy"] = float((combined.argmax(axis=1) == y_val).mean())
+    reporter.log(f"knowledge-aware routing: {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "
+                 f"for the router alone, {combiner.report['val_accuracy_cv'] or 0:.3f} cross-validated with the documents)")
 
 
 def _accuracy_on(router: TextRouter, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],

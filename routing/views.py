@@ -86,6 +86,15 @@ def _spelling(metrics: dict[str, Any]) -> dict[str, Any] | None:
             "accuracy_clean": selectors.as_number(view.get("val_accuracy_clean")), "rate_percent": round(100 * rate) if rate is not None else None}
 
 
+def _knowledge(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether the experts' documents take part in routing for this run, and what validation said (routing.ml.knowledge)."""
+    found = metrics.get("knowledge")
+    if not isinstance(found, dict):
+        return None
+    return {"fitted": bool(found.get("fitted")), "kept": bool(found.get("kept")), "reason": str(found.get("reason") or ""),
+            "accuracy_router": selectors.as_number(found.get("val_accuracy_router")), "accuracy_cv": selectors.as_number(found.get("val_accuracy_cv"))}
+
+
 def training_detail_context(run: TrainingRun) -> dict[str, Any]:
     """Everything the training run page shows, read defensively from the run's stored JSON."""
     row = selectors.training_run_row(run)
@@ -117,6 +126,7 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "active_router": selectors.active_router(),
         "robustness": robustness_report(metrics.get("noise_report")),
         "spelling": _spelling(metrics),
+        "knowledge": _knowledge(metrics),
         "serving_top_k": settings.ROUTER_TOP_K,
     }
 

@@ -5,6 +5,7 @@ The first step of every chat request (``serving.chat``) and of ``POST /api/v1/ro
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
 from sbcommon.encoders import get_encoder
+
+logger = logging.getLogger(__name__)
 
 
 class RoutingUnavailable(Exception):
@@ -189,7 +192,10 @@ def route(
             turns = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
             ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
     scored = router.explain_one(vector, question, ctx, lengths)
-    probs, score = scored.probs.tolist(), scored.score
+    probs, score, threshold, evidence = scored.probs, scored.score, arbiter.abstain_threshold, None
+    if router.knowledge is not None and settings.ROUTER_KNOWLEDGE:
+        probs, score, threshold, evidence = _with_knowledge(version, router, vector, question, probs, score, threshold)
+    probs = probs.tolist()
     live = active_expert_slugs()
     raw = {slug: p for slug, p in zip(version.experts, probs, strict=True) if slug in live}
     if not raw:
@@ -198,7 +204,7 @@ def route(
         raw = {slug: p for slug, p in raw.items() if slug in allowed}
         if not raw:
             raise ExpertNotAllowed("this API key may not reach any of the router's experts")
-    decided = arbiter.decide(raw, top_k=int(top_k), score=score)
+    decided = arbiter.decide(raw, top_k=int(top_k), score=score, threshold=threshold)
     fallback = None
     if decided.abstained:
         fallback = next((s for s in fallback_slugs() if allowed is None or s in allowed), None)
@@ -207,13 +213,44 @@ def route(
     return Decision(
         experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
         abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
-        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=arbiter.abstain_threshold,
-        views=_views(version.experts, scored, router.weight, set(raw)),
+        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=threshold,
+        views=_views(version.experts, scored, router.weight, set(raw), evidence),
     )
 
 
-def _views(experts: list[str], scored: Any, weight: float, reachable: set[str]) -> dict[str, Any]:
-    """Each view's favourite among the experts this request may reach, with its probability."""
+def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarray, question: str, probs: np.ndarray, score: float,
+                    threshold: float | None) -> tuple[np.ndarray, float, float | None, dict[str, Any] | None]:
+    """The router's probabilities and in-scope score with the candidates' evidence in their own collections.
+
+    Returns (probabilities, score, abstain threshold, evidence by expert). When the vector store
+    cannot be read, the router's own figures and threshold, and ``{"unavailable": reason}``.
+    """
+    from knowledge.services import evidence_lookup
+    from knowledge.stores import StoreUnavailable
+    from routing.ml.knowledge import candidate_rows, evidence_matrix
+
+    combiner = router.knowledge
+    experts = list(version.experts)
+    try:
+        dense, keywords = evidence_matrix(evidence_lookup(experts), probs[None, :], vector[None, :], [question], combiner.candidates)
+    except StoreUnavailable as exc:
+        logger.warning("routing.knowledge.unavailable", extra={"error": str(exc)[:200]})
+        return probs, score, threshold, {"unavailable": str(exc)[:200]}
+    combined, scores = combiner.combine(probs[None, :], np.array([score]), dense, keywords)
+    known = (version.metrics or {}).get("knowledge") or {}
+    evidence = {
+        experts[j]: {"best_match": _rounded(dense[0, j], 3), "keyword_score": _rounded(keywords[0, j], 2)}
+        for j in candidate_rows(probs[None, :], combiner.candidates)[0].tolist()
+    }
+    return combined[0], float(scores[0]), known.get("abstain_threshold", threshold), evidence
+
+
+def _rounded(value: float, digits: int) -> float | None:
+    return None if np.isnan(value) else round(float(value), digits)
+
+
+def _views(experts: list[str], scored: Any, weight: float, reachable: set[str], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Each view's favourite among the experts this request may reach, with its probability, and the knowledge evidence."""
     def best(probs: np.ndarray | None) -> dict[str, Any] | None:
         if probs is None:
             return None
@@ -221,8 +258,12 @@ def _views(experts: list[str], scored: Any, weight: float, reachable: set[str]) 
         p, slug = max(ranked)
         return {"expert": slug, "probability": round(p, 4)}
 
-    if scored.spelling is None:
-        return {}
-    return {"meaning": best(scored.meaning), "spelling": best(scored.spelling), "spelling_weight": weight}
+    views: dict[str, Any] = {}
+    if scored.spelling is not None:
+        views = {"meaning": best(scored.meaning), "spelling": best(scored.spelling), "spelling_weight": weight}
+    if evidence is not None:
+        # Only the experts this request may reach: a key scoped to some experts learns nothing of the others' documents.
+        views["knowledge"] = {slug: e for slug, e in evidence.items() if slug in reachable} if "unavailable" not in evidence else evidence
+    return views
 
 

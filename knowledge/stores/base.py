@@ -53,6 +53,9 @@ class VectorStore(Protocol):
                     method: str = "hybrid", weights: list[float] | None = None) -> list[Hit]:
         """One search over several collections with global ranks, each collection's hits scaled by its weight (0: skipped)."""
 
+    def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
+        """Each collection's (best dense cosine, best BM25 score) for one question; None for a collection that is missing or empty."""
+
     def count(self, name: str) -> int: ...
 
     def drop(self, name: str) -> None: ...

@@ -294,6 +294,23 @@ class ServerQdrantStore:
         return out
 
     @_server_errors
+    def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
+        sparse = models.SparseVector(indices=sparse_indices, values=sparse_values)
+        out: dict[str, tuple[float, float] | None] = {}
+        for name in names:
+            _inject_faults([name])
+            if self._physical(name) is None:
+                out[name] = None
+                continue
+            top = self.client.query_points(name, query=dense, using=DENSE, limit=1).points
+            if not top:
+                out[name] = None
+                continue
+            best_sparse = self.client.query_points(name, query=sparse, using=SPARSE, limit=1).points if sparse_indices else []
+            out[name] = (float(top[0].score), float(best_sparse[0].score) if best_sparse else 0.0)
+        return out
+
+    @_server_errors
     def count(self, name: str) -> int:
         if self._physical(name) is None:
             return 0
@@ -600,6 +617,14 @@ class EmbeddedQdrantStore:
                 sparse_score=h.sparse_score, collection=pairs[h.index][0])
             for h in found
         ]
+
+    def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
+        out: dict[str, tuple[float, float] | None] = {}
+        for name in names:
+            _inject_faults([name])
+            index = self._index(name)
+            out[name] = index.best_scores(dense, sparse_indices, sparse_values) if index is not None and len(index) else None
+        return out
 
     def count(self, name: str) -> int:
         index = self._index(name)

@@ -102,7 +102,8 @@ class Arbiter:
     capacity: float = 1.0
     abstain_threshold: float | None = None
 
-    def decide(self, raw_scores: dict[str, float], top_k: int = 2, score: float | None = None, record: bool = True) -> ArbiterDecision:
+    def decide(self, raw_scores: dict[str, float], top_k: int = 2, score: float | None = None, record: bool = True,
+               threshold: float | None = None) -> ArbiterDecision:
         """Rank the experts for one request.
 
         Args:
@@ -110,6 +111,8 @@ class Arbiter:
             top_k: how many experts to choose, 1-3.
             score: the in-scope score compared with ``abstain_threshold``.
             record: add the top-1 choice to the load window (not when abstaining).
+            threshold: this request's abstain threshold instead of ``abstain_threshold`` (a score
+                on another scale, e.g. with knowledge evidence).
         """
         if not 1 <= top_k <= MAX_TOP_K:
             raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
@@ -128,7 +131,8 @@ class Arbiter:
             skipped = [experts[i] for i in order[over]]
             order = np.concatenate([order[~over], order[over]])
         ranked = [(experts[i], float(adjusted[i])) for i in order]
-        abstained = self.abstain_threshold is not None and score is not None and score < self.abstain_threshold
+        bar = self.abstain_threshold if threshold is None else threshold
+        abstained = bar is not None and score is not None and score < bar
         if record and not abstained:
             self.window.record(ranked[0][0])
         names = [e for e, _ in ranked]

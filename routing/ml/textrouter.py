@@ -34,6 +34,7 @@ import torch
 
 from .charview import CharView, typo_copies
 from .diagnostics import fit_temperature, nll
+from .knowledge import KnowledgeCombiner
 from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
 
@@ -68,6 +69,7 @@ class TextRouter:
     weight: float = 0.0
     temperature: float = 1.0
     score_scale: float = 0.0
+    knowledge: KnowledgeCombiner | None = None  # the experts' documents as evidence (fitted by routing.services when they all have some)
 
     def __post_init__(self) -> None:
         self.scorer: NumpyScorer | None = self.model.numpy_scorer()
@@ -109,6 +111,8 @@ class TextRouter:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         self.model.save(path)
+        if self.knowledge is not None:
+            self.knowledge.save(path)
         if self.char_view is not None:
             self.char_view.save(path / CHAR_FOLDER)
             (path / BLEND_FILE).write_text(json.dumps({"weight": self.weight, "temperature": self.temperature, "score_scale": self.score_scale}))
@@ -118,10 +122,11 @@ class TextRouter:
         """A saved router; one saved before the character view loads as the network alone."""
         path = Path(path)
         model = RouterNet.load(path)
+        knowledge = KnowledgeCombiner.load(path)
         if not (path / BLEND_FILE).exists():
-            return cls(model)
+            return cls(model, knowledge=knowledge)
         blend = json.loads((path / BLEND_FILE).read_text())
-        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), float(blend["score_scale"]))
+        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), float(blend["score_scale"]), knowledge)
 
 
 def blend_logits(probs: np.ndarray, char_log_proba: np.ndarray, weight: float) -> np.ndarray:

@@ -175,6 +175,40 @@ def test_rows_with_conversation_context_also_get_the_context_router_scored(tmp_p
     assert "accuracy" in context["router_context_without_history"]
 
 
+def write_docs(folder, domains=DOMAINS):
+    docs = [{"doc_id": f"{d}-{i}", "domain": d, "title": f"{d} guide {i}", "text": " ".join(words.split()[i:] + words.split()[:i]) + "."}
+            for d, words in domains.items() for i in range(3)]
+    (folder / "docs.jsonl").write_text("\n".join(json.dumps(r) for r in docs))
+
+
+def test_knowledge_aware_routing_is_scored_like_every_method_with_its_fit_and_latency(tmp_path):
+    dataset = write_dataset(tmp_path / "kb")
+    write_docs(dataset)
+    out = tmp_path / "report.json"
+    call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(dataset), "--json", str(out))
+    report = json.loads(out.read_text())
+    knowledge = report["router_knowledge"]
+    assert {"accuracy", "macro_f1", "oos_auroc", "route_p50_ms", "method_p50_ms", "abstain_threshold", "combiner", "weights"} <= set(knowledge)
+    assert knowledge["accuracy"] > 0.9
+    assert knowledge["route_p50_ms"] >= report["embed_p50_ms"] > 0
+    assert knowledge["combiner"]["val_questions"] == 45
+    assert knowledge["documents"] == 9
+    assert {"knowledge_macro_f1_ge_best_baseline", "knowledge_route_p50_le_1.10x_embed"} <= set(report["targets"])
+
+
+def test_knowledge_without_documents_for_every_domain_is_refused_by_name(tmp_path):
+    from django.core.management.base import CommandError
+
+    dataset = write_dataset(tmp_path / "kb")
+    write_docs(dataset, {k: v for k, v in DOMAINS.items() if k != "travel"})
+    with pytest.raises(CommandError, match="indexed for: travel"):
+        call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(dataset))
+    with pytest.raises(CommandError, match="no docs.jsonl"):
+        call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="label domain"):
+        evaluate_router(dataset, label="intent", knowledge=dataset, say=lambda _: None)
+
+
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 
 
@@ -188,3 +222,14 @@ def test_on_the_real_domain_sets_the_router_meets_the_issue_targets(name, monkey
     report = evaluate_router(SHARED / name, label="domain", say=lambda _: None)
     failed = {k: v for k, v in report["targets"].items() if not v}
     assert not failed, json.dumps({k: report[k] for k in ("router", "logreg", "knn", "embed_p50_ms")}, indent=1)
+
+
+@pytest.mark.slow
+def test_on_doc2dial_knowledge_aware_routing_beats_the_baselines_within_the_latency_bound(monkeypatch):
+    """Issue 19: the router with the experts' documents as evidence, question only, on the set whose questions have documents."""
+    monkeypatch.undo()
+    if not (SHARED / "doc2dial" / "docs.jsonl").exists():
+        pytest.skip(f"{SHARED / 'doc2dial'} is not here")
+    report = evaluate_router(SHARED / "doc2dial", label="domain", knowledge=SHARED / "doc2dial", say=lambda _: None)
+    targets = {k: v for k, v in report["targets"].items() if k.startswith("knowledge_")}
+    assert all(targets.values()), json.dumps({k: report[k] for k in ("router", "logreg", "knn", "router_knowledge", "embed_p50_ms")}, indent=1, default=str)

@@ -172,3 +172,24 @@ def test_embedded_store_reads_a_snapshot_written_before_indexes_were_saved(tmp_p
 
     fresh = EmbeddedQdrantStore(tmp_path / "q")
     assert search(fresh, "old", "legacy text", 2)[0].payload["text"] == "legacy text"
+
+
+def test_evidence_is_each_collections_best_cosine_and_keyword_score(store):
+    names = [f"contract_{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    store.ensure_collection(names[0], DIM)
+    store.replace_documents(names[0], {1: [point(1, 0, "renew licence online", 0), point(1, 1, "vision test rules", 3)]})
+    store.ensure_collection(names[1], DIM)
+    store.replace_documents(names[1], {2: [point(2, 0, "retirement benefits", 5)]})
+    store.ensure_collection(names[2], DIM)  # exists, holds nothing
+    idx, val = bm25_vector("renew my licence", query=True)
+    found = store.evidence([*names, "contract_missing"], vec(0), idx, val)
+    dense, keywords = found[names[0]]
+    assert dense == pytest.approx(1.0, abs=1e-4)
+    assert keywords > 0
+    other_dense, other_keywords = found[names[1]]
+    assert other_dense < 0.5
+    assert other_keywords == 0.0  # none of the question's words is in its documents
+    assert found[names[2]] is None
+    assert found["contract_missing"] is None
+    for name in names:
+        store.drop(name)

@@ -165,6 +165,20 @@ def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(cli
     assert "10% of letters" in html
 
 
+@pytest.mark.parametrize(("knowledge", "expected"), [
+    ({"fitted": True, "kept": True, "val_accuracy_router": 0.743, "val_accuracy_cv": 0.772}, ["weighs in beside", "0.743", "0.772"]),
+    ({"fitted": True, "kept": False, "val_accuracy_router": 0.95, "val_accuracy_cv": 0.94}, ["left out", "0.950"]),
+    ({"fitted": False, "reason": "knowledge-aware routing needs documents for every expert; none are indexed for: va"}, ["reads the question only", "indexed for: va"]),
+])
+def test_a_run_page_says_whether_the_experts_documents_take_part_in_routing(client, owner, knowledge, expected):
+    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "knowledge": knowledge})
+    client.force_login(owner)
+    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    section = html.split('id="knowledge"')[1].split("</section>")[0]
+    for text in expected:
+        assert text in section
+
+
 def test_a_run_without_history_or_metrics_still_renders(client, owner):
     run = TrainingRun.objects.create(params={}, history=[], metrics={})
     client.force_login(owner)
@@ -176,6 +190,7 @@ def test_a_run_without_history_or_metrics_still_renders(client, owner):
     assert "No per-epoch numbers were recorded." in html
     assert 'id="confusion"' not in html
     assert 'id="spelling"' not in html
+    assert 'id="knowledge"' not in html
     assert 'id="activate"' not in html
 
 

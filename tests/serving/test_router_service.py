@@ -291,3 +291,55 @@ def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_oth
     with_history = route.route("my pension", context=["licence", "  ", "veteran"])
     assert with_history.raw_scores != without.raw_scores
     assert encoder.seen[-2:] == ["licence", "veteran"]  # blank turns are dropped, the rest encoded in order
+
+
+def _with_combiner(version, weights=(0.2, 0.0, 5.0), threshold=0.3):
+    """Give the active router a knowledge combiner that trusts keyword evidence, with its own abstain threshold."""
+    from routing.ml.knowledge import KnowledgeCombiner
+
+    KnowledgeCombiner(np.asarray(weights, dtype=float), score_scale=1.0).save(version.path)
+    version.metrics = {**version.metrics, "knowledge": {"fitted": True, "abstain_threshold": threshold}}
+    version.save()
+    route._router_cache.clear()
+
+
+def test_knowledge_evidence_reranks_the_candidates_and_is_shown(router, monkeypatch):
+    from knowledge import services as knowledge_services
+
+    _with_combiner(router)
+    evidence = {"dmv": (0.2, 0.0), "ssa": (0.8, 9.0), "va": (0.1, 0.0)}
+    monkeypatch.setattr(knowledge_services, "evidence_lookup",
+                        lambda slugs: lambda positions, vector, text: [evidence[slugs[j]] for j in positions])
+    decision = route.route("how do I renew my licence")  # the router alone says dmv
+    assert decision.experts[0]["slug"] == "ssa"
+    assert decision.threshold == 0.3  # the knowledge-calibrated threshold, not the router's 0.5
+    assert decision.views["knowledge"]["ssa"] == {"best_match": 0.8, "keyword_score": 9.0}
+    assert set(decision.views["knowledge"]) == set(EXPERTS)
+
+
+def test_a_key_scoped_to_some_experts_sees_no_evidence_of_the_others(router, monkeypatch):
+    from knowledge import services as knowledge_services
+
+    _with_combiner(router)
+    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.5, 1.0)] * len(positions))
+    decision = route.route("how do I renew my licence", allowed={"dmv", "va"})
+    assert set(decision.views["knowledge"]) == {"dmv", "va"}
+
+
+def test_an_unreadable_store_routes_with_the_router_alone(router, monkeypatch, settings):
+    from knowledge import services as knowledge_services
+    from knowledge.stores import StoreUnavailable
+
+    _with_combiner(router)
+
+    def down(positions, vector, text):
+        raise StoreUnavailable("the store's folder is gone")
+
+    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: down)
+    decision = route.route("how do I renew my licence")
+    assert decision.experts[0]["slug"] == "dmv"
+    assert decision.threshold == 0.5
+    assert "gone" in decision.views["knowledge"]["unavailable"]
+    settings.ROUTER_KNOWLEDGE = False  # and switched off, no evidence is looked up at all
+    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: pytest.fail("looked up evidence with ROUTER_KNOWLEDGE off"))
+    assert "knowledge" not in route.route("how do I renew my licence").views

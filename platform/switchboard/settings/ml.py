@@ -26,6 +26,9 @@ ROUTER_LOAD_WINDOW = envint("ROUTER_LOAD_WINDOW", 500)
 ROUTER_CAPACITY = envfloat("ROUTER_CAPACITY", 1.0)
 ROUTER_LOAD_PENALTY = envstr("ROUTER_LOAD_PENALTY", "")
 ROUTER_ALARM_SHARE = envfloat("ROUTER_ALARM_SHARE", 0.45)
+# Knowledge-aware routing (routing.ml.knowledge): a router trained while every expert had documents
+# also weighs how well each candidate expert's collection matches the question. Off: the router alone.
+ROUTER_KNOWLEDGE = envbool("ROUTER_KNOWLEDGE", True)
 
 # --- retrieval --------------------------------------------------------------------------------
 QDRANT_URL = envstr("QDRANT_URL", "")

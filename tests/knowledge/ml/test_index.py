@@ -115,3 +115,22 @@ def test_an_empty_index_answers_nothing():
 
     assert empty.search(unit(0), *bm25_vector("x", query=True)) == []
     assert search_indexes([empty], unit(0), [], []) == []
+
+
+def test_best_scores_are_the_best_dense_and_sparse_scores_of_any_row():
+    from knowledge.ml.sparse import bm25_vector
+
+    rng = np.random.default_rng(3)
+    texts = ["renew licence online", "vision test rules for a licence", "retirement benefits", "licence licence fees", "nothing here"]
+    vectors = rng.normal(size=(len(texts), 6)).astype(np.float32)
+    sparse = [bm25_vector(t) for t in texts]
+    index = HybridIndex.from_points([str(i) for i in range(len(texts))], vectors, [s[0] for s in sparse], [s[1] for s in sparse], [{}] * len(texts))
+    for question in ("licence fees", "retirement", "unknown words only", ""):
+        q = rng.normal(size=6).astype(np.float32)
+        idx, val = bm25_vector(question, query=True)
+        dense, keywords = index.best_scores(q, idx, val)
+        scores, matched = index.sparse_scores(idx, val)
+        assert dense == pytest.approx(float(index.dense_scores(q).max()), abs=1e-6)
+        assert keywords == pytest.approx(float(scores[matched].max()) if matched.size else 0.0, rel=1e-5)
+    empty = HybridIndex.from_points([], [], [], [], [], dimension=6)
+    assert empty.best_scores(np.ones(6), [1], [1.0]) == (0.0, 0.0)

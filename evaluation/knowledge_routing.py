@@ -1,0 +1,97 @@
+"""``evaluate router --knowledge DIR``: the router with each expert's own documents as evidence.
+
+The documents of ``DIR`` (``docs.jsonl``, one domain per expert) are chunked and indexed as
+``evaluate retrieval`` does (``build_domain_index``: one temporary embedded collection per domain,
+the Expert chunking defaults). The router is the one ``evaluate router`` just trained (the product's
+``train_text_router``); the evidence is what serving looks up (``VectorStore.evidence``: the best
+dense cosine and the best BM25 score of the question in each of the router's candidates'
+collections) and the combiner is ``routing.ml.knowledge.KnowledgeCombiner`` fitted on the router's
+validation split, where its abstain threshold is calibrated too. Test, out-of-scope and
+unseen-label questions are scored as every other method is (``method_report``), and ``serve_one``
+is what ``serving.route`` does per question, so ``route_p50_ms`` includes the evidence lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.routing_metrics import method_report
+from knowledge.ml.sparse import bm25_vector
+from routing.ml.arbiter import Arbiter, LoadWindow
+from routing.ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix
+from routing.ml.training import abstain_threshold
+
+
+class KnowledgeRouting:
+    """The trained router plus the documents of ``folder`` as evidence, fitted on ``split``'s validation rows."""
+
+    def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0):
+        from evaluation.retrieval import build_domain_index
+
+        if split.label != "domain":
+            raise ValueError("--knowledge routes between domains: documents belong to a domain, not to an intent (use --label domain)")
+        self.index = build_domain_index(Path(folder), False, say, "router-knowledge-")
+        missing = [c for c in split.classes if c not in self.index.domains]
+        if missing:
+            self.index.close()
+            raise MissingKnowledge(missing)
+        self.names = [f"eval_{c}" for c in split.classes]
+        self.router = router
+        x_val, texts_val = split.part("val")
+        probs, score = router.scores(x_val, texts_val)
+        dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val)
+        self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, split.y[split.idx["val"]], split.classes, seed=seed)
+        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall)
+        say(f"  knowledge-aware routing: {self.combiner.report}")
+
+    def lookup(self, candidates: list[int], vector: np.ndarray, text: str) -> list[tuple[float, float] | None]:
+        indices, values = bm25_vector(text, query=True)
+        found = self.index.store.evidence([self.names[j] for j in candidates], vector.tolist(), indices, values)
+        return [found[self.names[j]] for j in candidates]
+
+    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        texts = texts or [""] * len(x)
+        probs, score = self.router.scores(x, texts)
+        return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts))
+
+    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str]) -> str:
+        """What ``serving.route`` does after encoding, with the evidence: score, look up, combine, arbitrate."""
+        probs, score = self.router.score_one(vector, text)
+        probs, score = probs[None, :], np.array([score])
+        probs, score = self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, vector[None, :], [text]))
+        return arbiter.decide(dict(zip(experts, probs[0].tolist(), strict=True)), top_k=2, score=float(score[0])).chosen[0]
+
+    def served(self, experts: list[str]) -> Callable[[np.ndarray, str], str]:
+        """``serve_one`` with its own arbiter, as ``measure_latency`` times a method."""
+        arbiter = Arbiter(window=LoadWindow(500))
+        return lambda vector, text: self.serve_one(vector, text, arbiter, experts)
+
+    def report(self, split: Any, latency: dict[str, Any]) -> dict[str, Any]:
+        """The figures every method gets (``method_report`` on test, out-of-scope and unseen-label rows), its latency and its fit."""
+        n = len(split.classes)
+
+        def scored(part: str) -> tuple[np.ndarray, np.ndarray]:
+            x, texts = split.part(part)
+            return self.scores(x, texts) if len(x) else (np.zeros((0, n)), np.zeros(0))
+
+        unseen = scored("unseen") if len(split.idx["unseen"]) else None
+        out = method_report(split.y[split.idx["test"]], scored("test"), scored("oos"), n, self.threshold, unseen)
+        out.update(latency)
+        out.update(self.describe())
+        return out
+
+    def close(self) -> None:
+        self.index.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "documents": len(self.index.units), "chunks": len(self.index.chunks), "index_s": round(self.index.index_s, 2),
+            "combiner": self.combiner.report, "weights": [round(float(w), 4) for w in self.combiner.weights],
+            "score_scale": round(self.combiner.score_scale, 4), "abstain_threshold": self.threshold,
+            "how": "router (train_text_router) + each candidate expert's best dense cosine and BM25 score in its own collection, "
+                   "combined by a conditional logit fitted and kept or dropped on the router's validation split",
+        }

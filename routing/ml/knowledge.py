@@ -1,0 +1,215 @@
+"""Knowledge-aware routing: what each expert's own documents say about a question, next to the router.
+
+The routers Switchboard is compared with classify the question, then retrieve. Switchboard owns
+every expert's index, so the question's evidence in each candidate expert's collection is a
+routing signal too: a question about "the 1099 form" that the router hesitates on matches one
+expert's documents far better than the others'.
+
+For the router's ``CANDIDATES`` most probable experts, the caller looks up two numbers in each
+expert's collection: the best dense cosine of the question with any chunk, and the best BM25 score
+of its words (the collection's own IDF). From them and the router's probability each candidate
+gets three features (``FEATURES``):
+
+* ``router_log_prob``: the router's log-probability;
+* ``dense_top``: the best cosine in the expert's collection;
+* ``keyword_share``: the expert's best BM25 score over the best candidate's (0 when no word matches
+  anywhere; BM25 scores grow with the question's length, a share does not).
+
+These three were chosen on doc2dial's validation split by the combiner's own 5-fold cross-validated
+accuracy, against adding an indicator of the best-matching candidate, the mean of the three best
+cosines or log BM25 scores (none helped), and against 2 or 4 candidates (2 lost accuracy, 4 cost
+one more lookup per request for the same figure).
+
+A conditional logit (one weight per feature, shared by all experts, softmax over the candidates)
+is fitted on the router's validation split by L-BFGS with a small L2 penalty. It starts from the
+router alone (weights 1, 0, 0) and keeps the fit only if its 5-fold cross-validated accuracy on
+that split beats the router's: evidence that does not help is switched off, on validation only.
+The candidates' probability mass is redistributed by the combined softmax; the other experts keep
+the router's probabilities.
+
+In-scope score: the router's own score plus the best candidate cosine scaled to the same spread on
+validation (``score_scale``), so a question whose words strongly match one expert's documents
+scores high even where it is unlike every training question, and a question that matches no
+collection and no training question scores low. The caller calibrates its abstain threshold on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FEATURES = ("router_log_prob", "dense_top", "keyword_share")
+CANDIDATES = 3
+L2 = 1e-3  # per validation question; keeps the weights finite when the evidence separates val perfectly
+FOLDS = 5
+FILE = "knowledge.json"
+ROUTER_ALONE = (1.0, 0.0, 0.0)
+
+
+class MissingKnowledge(ValueError):
+    """Some experts have no searchable documents: the combiner cannot learn what their evidence looks like."""
+
+    def __init__(self, experts: list[str]):
+        self.experts = experts
+        super().__init__(f"knowledge-aware routing needs documents for every expert; none are indexed for: {', '.join(experts)}")
+
+
+def candidate_rows(probs: np.ndarray, k: int = CANDIDATES) -> np.ndarray:
+    """(n, min(k, N)) indices of each row's most probable experts, best first (ties: the lower index)."""
+    k = min(k, probs.shape[1])
+    return np.argsort(-probs, axis=1, kind="stable")[:, :k]
+
+
+def features(probs: np.ndarray, dense: np.ndarray, keywords: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """(n, k, 3) features of each row's candidates (see the module); ``dense`` and ``keywords`` are (n, N)."""
+    rows = np.arange(len(probs))[:, None]
+    log_p = np.log(np.clip(probs[rows, candidates], 1e-12, None))
+    d = np.nan_to_num(dense[rows, candidates], nan=0.0)
+    s = np.nan_to_num(keywords[rows, candidates], nan=0.0)
+    best_s = s.max(axis=1, keepdims=True)
+    share = np.divide(s, best_s, out=np.zeros_like(s), where=best_s > 0)
+    return np.stack([log_p, d, share], axis=2)
+
+
+Lookup = Callable[[list[int], np.ndarray, str], list[tuple[float, float] | None]]
+
+
+def evidence_matrix(lookup: Lookup, probs: np.ndarray, vectors: np.ndarray, texts: list[str], k: int = CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, keywords), each (n, N), for every question's ``k`` most probable experts; NaN where not searched or empty.
+
+    ``lookup(expert indices, vector, text)`` returns each expert's (best cosine, best BM25 score), or
+    None for an expert whose collection is missing or empty.
+    """
+    dense = np.full(probs.shape, np.nan)
+    keywords = np.full(probs.shape, np.nan)
+    for i, cand in enumerate(candidate_rows(probs, k)):
+        for j, found in zip(cand.tolist(), lookup(cand.tolist(), vectors[i], texts[i]), strict=True):
+            if found is not None:
+                dense[i, j], keywords[i, j] = found
+    return dense, keywords
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _fit_weights(f: np.ndarray, gold: np.ndarray, l2: float) -> np.ndarray:
+    """Conditional-logit weights for features ``f`` (n, k, F) and the gold candidate's position ``gold`` (n,)."""
+    from scipy.optimize import minimize
+
+    n = len(f)
+    start = np.asarray(ROUTER_ALONE, dtype=np.float64)
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        p = _softmax(f @ w)
+        chosen = p[np.arange(n), gold]
+        nll = -np.log(np.clip(chosen, 1e-12, None)).sum()
+        grad = -(f[np.arange(n), gold] - (p[:, :, None] * f).sum(axis=1)).sum(axis=0)
+        # The penalty pulls towards the router alone, not towards zero (which would ignore the router).
+        return float(nll + l2 * n * ((w - start) ** 2).sum()), grad + 2 * l2 * n * (w - start)
+
+    result = minimize(loss, start, jac=True, method="L-BFGS-B")
+    return np.asarray(result.x, dtype=np.float64)
+
+
+@dataclass
+class KnowledgeCombiner:
+    """The fitted weights, the in-scope score's scale, and what validation said about them."""
+
+    weights: np.ndarray = field(default_factory=lambda: np.asarray(ROUTER_ALONE))
+    score_scale: float = 0.0
+    candidates: int = CANDIDATES
+    report: dict = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        """Whether the evidence changes the ranking (False: validation kept the router alone)."""
+        return not np.allclose(self.weights, ROUTER_ALONE)
+
+    def combine(self, probs: np.ndarray, score: np.ndarray, dense: np.ndarray, keywords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities (n, N), in-scope scores (n,)) with the evidence of each row's candidates."""
+        cand = candidate_rows(probs, self.candidates)
+        rows = np.arange(len(probs))[:, None]
+        out = probs.astype(np.float64, copy=True)
+        mass = probs[rows, cand].sum(axis=1, keepdims=True)
+        out[rows, cand] = _softmax(features(probs, dense, keywords, cand) @ self.weights) * mass
+        best_dense = np.nan_to_num(dense[rows, cand], nan=0.0).max(axis=1)
+        return out, np.asarray(score, dtype=np.float64) + self.score_scale * best_dense
+
+    @classmethod
+    def fit(cls, probs: np.ndarray, score: np.ndarray, dense: np.ndarray, keywords: np.ndarray, y: np.ndarray,
+            experts: list[str] | None = None, l2: float = L2, seed: int = 0, candidates: int = CANDIDATES) -> KnowledgeCombiner:
+        """Fit on validation rows: router probabilities and scores, each expert's evidence (NaN: not searched), gold ``y``.
+
+        Raises:
+            MissingKnowledge: an expert's collection gave no evidence for any row (no documents).
+        """
+        n, n_experts = probs.shape
+        if dense.shape != probs.shape or keywords.shape != probs.shape or len(y) != n:
+            raise ValueError("probabilities, evidence and labels must cover the same questions and experts")
+        names = experts or [str(i) for i in range(n_experts)]
+        cand = candidate_rows(probs, candidates)
+        searched = np.zeros(n_experts, dtype=bool)
+        searched[np.unique(cand[~np.isnan(dense[np.arange(n)[:, None], cand])])] = True
+        appears = np.zeros(n_experts, dtype=bool)
+        appears[np.unique(cand)] = True
+        missing = [names[i] for i in range(n_experts) if appears[i] and not searched[i]]
+        if missing:
+            raise MissingKnowledge(missing)
+        f = features(probs, dense, keywords, cand)
+        hit = (cand == y[:, None])
+        usable = hit.any(axis=1)  # rows whose gold expert is a candidate: the only ones evidence can fix
+        gold = hit.argmax(axis=1)
+        router_acc = float((cand[:, 0] == y).mean())
+        cv_acc = _cross_validated_accuracy(f[usable], gold[usable], l2, seed, n_total=n)
+        weights = _fit_weights(f[usable], gold[usable], l2) if usable.sum() >= 2 * FOLDS else np.asarray(ROUTER_ALONE)
+        kept = cv_acc is not None and cv_acc > router_acc
+        best_dense = np.nan_to_num(dense[np.arange(n)[:, None], cand], nan=0.0).max(axis=1)
+        spread = float(best_dense.std())
+        scale = float(np.std(score)) / spread if spread > 1e-9 else 0.0
+        report = {
+            "features": list(FEATURES), "fitted_weights": [round(float(w), 4) for w in weights],
+            "val_questions": int(n), "gold_among_candidates": round(float(usable.mean()), 4) if n else None,
+            "val_accuracy_router": round(router_acc, 4), "val_accuracy_cv": None if cv_acc is None else round(cv_acc, 4),
+            "kept": bool(kept), "rule": f"kept when its {FOLDS}-fold cross-validated accuracy on validation beats the router's",
+        }
+        return cls(weights if kept else np.asarray(ROUTER_ALONE), scale, candidates, report)
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        path = Path(folder) / FILE
+        tmp = path.with_suffix(".partial")
+        tmp.write_text(json.dumps({"weights": [float(w) for w in self.weights], "score_scale": self.score_scale,
+                                   "candidates": self.candidates, "features": list(FEATURES), "report": self.report}))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> KnowledgeCombiner | None:
+        """The combiner saved in ``folder``, or None where there is none."""
+        path = Path(folder) / FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        if list(data.get("features", [])) != list(FEATURES):
+            return None  # saved by a version with other features: route without it rather than misread it
+        return cls(np.asarray(data["weights"], dtype=np.float64), float(data["score_scale"]), int(data["candidates"]), dict(data.get("report") or {}))
+
+
+def _cross_validated_accuracy(f: np.ndarray, gold: np.ndarray, l2: float, seed: int, n_total: int) -> float | None:
+    """Accuracy over all ``n_total`` validation rows of weights fitted on the other folds (rows whose gold is no candidate count as misses)."""
+    n = len(f)
+    if n < 2 * FOLDS:
+        return None
+    order = np.random.default_rng(seed).permutation(n)
+    correct = 0
+    for k in range(FOLDS):
+        held = order[k::FOLDS]
+        train = np.setdiff1d(order, held)
+        w = _fit_weights(f[train], gold[train], l2)
+        correct += int(((f[held] @ w).argmax(axis=1) == gold[held]).sum())
+    return correct / n_total

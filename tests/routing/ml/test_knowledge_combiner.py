@@ -1,0 +1,113 @@
+"""Knowledge-aware routing's combiner (routing.ml.knowledge): fitting, the keep-or-drop rule, the in-scope score, saving."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from routing.ml.knowledge import FILE, ROUTER_ALONE, KnowledgeCombiner, MissingKnowledge, candidate_rows, evidence_matrix
+
+
+def questions(n=400, n_experts=4, router_margin=1.0, evidence=True, seed=0):
+    """Router probabilities that favour the gold expert by ``router_margin``, and evidence that does (or, off, is noise)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_experts, n)
+    logits = rng.normal(size=(n, n_experts))
+    logits[np.arange(n), y] += router_margin
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    dense = rng.normal(0.4, 0.05, (n, n_experts))
+    keywords = rng.uniform(0, 5, (n, n_experts))
+    if evidence:
+        dense[np.arange(n), y] += 0.1
+        keywords[np.arange(n), y] += 3
+    score = rng.normal(0.6, 0.1, n)
+    return probs, score, dense, keywords, y
+
+
+def test_evidence_that_tells_the_experts_apart_is_kept_and_fixes_routing():
+    probs, score, dense, keywords, y = questions()
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    assert combiner.active
+    assert combiner.report["kept"]
+    assert combiner.report["val_accuracy_cv"] > combiner.report["val_accuracy_router"] + 0.1
+    test = questions(seed=1)
+    combined, _ = combiner.combine(*test[:4])
+    assert (combined.argmax(axis=1) == test[4]).mean() > (test[0].argmax(axis=1) == test[4]).mean() + 0.1
+
+
+def test_evidence_that_is_noise_is_dropped_on_validation():
+    probs, score, dense, keywords, y = questions(router_margin=3.0, evidence=False)
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    assert not combiner.report["kept"]
+    assert not combiner.active
+    assert combiner.weights.tolist() == list(ROUTER_ALONE)
+    combined, _ = combiner.combine(probs, score, dense, keywords)
+    assert np.allclose(combined, probs)  # the router alone, exactly
+
+
+def test_combining_moves_probability_only_between_the_candidates():
+    probs, score, dense, keywords, y = questions(n_experts=6)
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    combined, _ = combiner.combine(probs, score, dense, keywords)
+    assert np.allclose(combined.sum(axis=1), 1.0)
+    candidates = candidate_rows(probs, combiner.candidates)
+    others = np.ones_like(probs, dtype=bool)
+    others[np.arange(len(probs))[:, None], candidates] = False
+    assert np.allclose(combined[others], probs[others])
+
+
+def test_a_strong_match_in_one_collection_raises_the_in_scope_score():
+    probs, score, dense, keywords, y = questions()
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    assert combiner.score_scale > 0
+    one = probs[:1]
+    low = np.array([0.2])
+    matched, unmatched = dense[:1].copy(), dense[:1].copy()
+    matched[0, one.argmax()] = 0.9
+    unmatched[:] = 0.05
+    assert combiner.combine(one, low, matched, keywords[:1])[1][0] > combiner.combine(one, low, unmatched, keywords[:1])[1][0]
+
+
+def test_it_refuses_experts_without_documents_and_names_them():
+    probs, score, dense, keywords, y = questions()
+    dense[:, 2] = np.nan
+    keywords[:, 2] = np.nan
+    with pytest.raises(MissingKnowledge, match="names-2") as caught:
+        KnowledgeCombiner.fit(probs, score, dense, keywords, y, experts=["names-0", "names-1", "names-2", "names-3"])
+    assert caught.value.experts == ["names-2"]
+
+
+def test_mismatched_shapes_are_refused():
+    probs, score, dense, keywords, y = questions()
+    with pytest.raises(ValueError, match="same questions"):
+        KnowledgeCombiner.fit(probs, score, dense[:, :2], keywords, y)
+
+
+def test_it_saves_and_loads_and_ignores_a_file_with_other_features(tmp_path):
+    probs, score, dense, keywords, y = questions()
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    combiner.save(tmp_path)
+    loaded = KnowledgeCombiner.load(tmp_path)
+    assert np.allclose(loaded.weights, combiner.weights)
+    assert loaded.score_scale == pytest.approx(combiner.score_scale)
+    assert np.allclose(loaded.combine(probs, score, dense, keywords)[0], combiner.combine(probs, score, dense, keywords)[0])
+    assert KnowledgeCombiner.load(tmp_path / "nowhere") is None
+    text = (tmp_path / FILE).read_text().replace("keyword_share", "something_else")
+    (tmp_path / FILE).write_text(text)
+    assert KnowledgeCombiner.load(tmp_path) is None
+
+
+def test_evidence_matrix_asks_only_for_each_questions_candidates():
+    probs = np.array([[0.7, 0.2, 0.06, 0.04], [0.1, 0.1, 0.1, 0.7]])
+    asked = []
+
+    def lookup(positions, vector, text):
+        asked.append((tuple(positions), text))
+        return [None if p == 3 else (0.1 * p, float(p)) for p in positions]
+
+    dense, keywords = evidence_matrix(lookup, probs, np.zeros((2, 3)), ["a", "b"], k=2)
+    assert asked == [((0, 1), "a"), ((3, 0), "b")]
+    assert dense[0, 1] == pytest.approx(0.1)
+    assert keywords[0, 1] == 1.0
+    assert np.isnan(dense[0, 2])
+    assert np.isnan(dense[1, 3])
