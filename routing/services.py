@@ -222,12 +222,12 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
         result.metrics["knowledge"] = {"fitted": False, "reason": str(exc)}
         reporter.log(f"routing without the experts' documents as evidence: {exc}")
         return
-    threshold = abstain_threshold(combiner.combine(probs, score, dense, keywords)[1], config.target_recall)
-    result.metrics["knowledge"] = {"fitted": True, **combiner.report, "abstain_threshold": threshold}
+    result.metrics["knowledge"] = {"fitted": True, **combiner.report}
     if combiner.active:
         router.knowledge = combiner
-        combined, _ = combiner.combine(probs, score, dense, keywords)
-        result.metrics["knowledge"]["val_accuracy"] = float((combined.argmax(axis=1) == y_val).mean())
+        combined, scores = combiner.combine(probs, score, dense, keywords)
+        # Serving compares the combined in-scope score with this threshold instead of the router's.
+        result.metrics["knowledge"]["abstain_threshold"] = abstain_threshold(scores, config.target_recall)
     reporter.log(f"knowledge-aware routing: {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "
                  f"for the router alone, {combiner.report['val_accuracy_cv'] or 0:.3f} cross-validated with the documents)")
 

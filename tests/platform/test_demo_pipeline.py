@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from experts.models import Expert
@@ -119,6 +120,35 @@ def test_an_answer_can_be_traced_from_the_console(demo, client, django_user_mode
     assert "cited" in html
     assert 'id="router-views"' in html
     assert response.json()["id"] in client.get("/traces/", {"expert": meta["expert"]}).content.decode()
+
+
+def test_the_demo_router_weighs_each_candidates_documents_and_the_trace_shows_them(demo, client, django_user_model):
+    from routing.ml.knowledge import FILE, KnowledgeCombiner
+
+    version = RouterVersion.objects.get(is_active=True)
+    knowledge = version.metrics["knowledge"]
+    assert knowledge["fitted"] is True  # every demo expert has documents: validation decided whether they help
+    assert knowledge["val_accuracy_router"] is not None and knowledge["val_accuracy_cv"] is not None
+    if not knowledge["kept"]:
+        views = chat(client, "How do I renew my driver license?").json()["switchboard"]["routing_evidence"]["views"]
+        assert "knowledge" not in views  # left out on validation: nothing is looked up per request
+    # With a combiner in place the evidence comes from the experts' real collections.
+    kept = (Path(version.path) / FILE).exists()
+    if not kept:
+        KnowledgeCombiner(np.array([1.0, 0.5, 0.5]), score_scale=0.0).save(version.path)
+    route._router_cache.clear()
+    try:
+        response = chat(client, "How do I renew my driver license?")
+        evidence = response.json()["switchboard"]["routing_evidence"]["views"]["knowledge"]
+        assert evidence["dmv"]["best_match"] > 0.4 and evidence["dmv"]["keyword_score"] > 0
+        assert max(evidence, key=lambda slug: evidence[slug]["best_match"]) == "dmv"
+        client.force_login(django_user_model.objects.create_user("ops2", "ops2@example.com", "pw-ops-12345", is_staff=True))
+        html = client.get(f"/traces/{response.json()['id']}/").content.decode()
+        assert 'id="router-knowledge"' in html and "closest passage" in html
+    finally:
+        if not kept:
+            (Path(version.path) / FILE).unlink()
+        route._router_cache.clear()
 
 
 def test_an_expert_slug_bypasses_the_router(demo, client):
