@@ -225,7 +225,7 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
     result.metrics["knowledge"] = {"fitted": True, **combiner.report}
     if combiner.active:
         router.knowledge = combiner
-        combined, scores = combiner.combine(probs, score, dense, keywords)
+        _combined, scores = combiner.combine(probs, score, dense, keywords)
         # Serving compares the combined in-scope score with this threshold instead of the router's.
         result.metrics["knowledge"]["abstain_threshold"] = abstain_threshold(scores, config.target_recall)
     reporter.log(f"knowledge-aware routing: {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "

@@ -128,7 +128,8 @@ def test_the_demo_router_weighs_each_candidates_documents_and_the_trace_shows_th
     version = RouterVersion.objects.get(is_active=True)
     knowledge = version.metrics["knowledge"]
     assert knowledge["fitted"] is True  # every demo expert has documents: validation decided whether they help
-    assert knowledge["val_accuracy_router"] is not None and knowledge["val_accuracy_cv"] is not None
+    assert knowledge["val_accuracy_router"] is not None
+    assert knowledge["val_accuracy_cv"] is not None
     if not knowledge["kept"]:
         views = chat(client, "How do I renew my driver license?").json()["switchboard"]["routing_evidence"]["views"]
         assert "knowledge" not in views  # left out on validation: nothing is looked up per request
@@ -140,11 +141,13 @@ def test_the_demo_router_weighs_each_candidates_documents_and_the_trace_shows_th
     try:
         response = chat(client, "How do I renew my driver license?")
         evidence = response.json()["switchboard"]["routing_evidence"]["views"]["knowledge"]
-        assert evidence["dmv"]["best_match"] > 0.4 and evidence["dmv"]["keyword_score"] > 0
+        assert evidence["dmv"]["best_match"] > 0.4
+        assert evidence["dmv"]["keyword_score"] > 0
         assert max(evidence, key=lambda slug: evidence[slug]["best_match"]) == "dmv"
         client.force_login(django_user_model.objects.create_user("ops2", "ops2@example.com", "pw-ops-12345", is_staff=True))
         html = client.get(f"/traces/{response.json()['id']}/").content.decode()
-        assert 'id="router-knowledge"' in html and "closest passage" in html
+        assert 'id="router-knowledge"' in html
+        assert "closest passage" in html
     finally:
         if not kept:
             (Path(version.path) / FILE).unlink()
