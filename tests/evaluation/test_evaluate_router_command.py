@@ -203,7 +203,7 @@ def test_knowledge_without_documents_for_every_domain_is_refused_by_name(tmp_pat
     write_docs(dataset, {k: v for k, v in DOMAINS.items() if k != "travel"})
     with pytest.raises(CommandError, match="indexed for: travel"):
         call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(dataset))
-    with pytest.raises(CommandError, match="no docs.jsonl"):
+    with pytest.raises(CommandError, match=r"no docs\.jsonl"):
         call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match="label domain"):
         evaluate_router(dataset, label="intent", knowledge=dataset, say=lambda _: None)
