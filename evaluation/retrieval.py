@@ -24,6 +24,11 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
 * ``routed_question_only_top1`` / ``_top2``: the same with a router that reads the question alone
   (``routed_top1_text_only`` / ``routed_top2_text_only``, kept for scripts, are the same figures,
   present when the conversation router is). Router and retrieval see the question only.
+* ``routed_text_router_top1`` / ``_top2``: question only, routed by the product's router
+  (``train_text_router``: the network and the spelling view, as ``routing.services`` trains it).
+* ``routed_knowledge_top1`` / ``_top2``: the same router with each candidate expert's evidence in
+  its own collection (``routing.ml.knowledge``, fitted on val): what serving does with
+  ``ROUTER_KNOWLEDGE`` on for a question without earlier turns.
 * ``flat_context`` / ``oracle_context``: not a product path, a yardstick: the retrieval query is
   expanded with the same user turns (dense: question + ``μ`` times their mean embedding; sparse:
   the question's terms plus ``μ`` times theirs), to show what the conversation is worth to search
@@ -205,6 +210,56 @@ def _train_router(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int]
     return probs, metrics
 
 
+def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, name: str,
+                       say: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The product's question-only router (``train_text_router``: typo copies, spelling view): (probabilities, in-scope scores, metrics) of every row, cached."""
+    from evaluation.router import _cached_encoder
+    from routing.ml import charview, textrouter
+    from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig
+
+    model_kwargs, config = dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=SEED)
+    texts = [str(q.get("text") or "") for q in queries]
+    digest = router_cache_key(x, y, train, val, n, "text_router:" + code_fingerprint(textrouter, charview), model_kwargs, config)
+    path = embedding_cache_dir().parent / "retrieval" / f"text-router-{digest}.npz"
+    if path.exists():
+        cached = np.load(path, allow_pickle=False)
+        return cached["probs"], cached["scores"], json.loads(str(cached["metrics"]))
+    t0 = time.perf_counter()
+    from django.conf import settings
+
+    embed = _cached_encoder(name, settings.EMBEDDING_MODEL, say)
+    result = textrouter.train_text_router([texts[i] for i in train], x[train], y[train], [texts[i] for i in val], x[val], y[val], n, embed, model_kwargs, config)
+    probs, scores = result.router.scores(x, texts)
+    metrics = {"val_accuracy": round(result.metrics["val"]["accuracy"], 4), "epochs": result.metrics["epochs_run"], "train_s": round(time.perf_counter() - t0, 1),
+               "cache_key": digest}
+    say(f"  router (text_router): val accuracy {metrics['val_accuracy']:.3f}, {metrics['train_s']} s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.partial.npz")
+    np.savez(tmp, probs=probs, scores=scores, metrics=np.array(json.dumps(metrics)))
+    tmp.replace(path)
+    return probs, scores, metrics
+
+
+def _with_knowledge(store: Any, names: list[str], queries: list[dict[str, Any]], qx: np.ndarray, probs: np.ndarray, scores: np.ndarray,
+                    y: np.ndarray, val: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The router's probabilities with each candidate's evidence in its collection (``routing.ml.knowledge``, fitted on val), for every row."""
+    from routing.ml.knowledge import KnowledgeCombiner, evidence_matrix
+
+    def lookup(candidates: list[int], vector: np.ndarray, text: str) -> list[tuple[float, float] | None]:
+        found = store.evidence([names[j] for j in candidates], vector.tolist(), *bm25_vector(text, query=True))
+        return [found[names[j]] for j in candidates]
+
+    texts = [str(q.get("text") or "") for q in queries]
+    rows = np.asarray([i for i in range(len(queries)) if y[i] >= 0])
+    dense, keywords = evidence_matrix(lookup, probs[rows], qx[rows], [texts[i] for i in rows])
+    at = {int(i): k for k, i in enumerate(rows)}
+    v = [at[i] for i in val]
+    combiner = KnowledgeCombiner.fit(probs[rows][v], scores[rows][v], dense[v], keywords[v], y[val], seed=SEED)
+    out = probs.copy()
+    out[rows] = combiner.combine(probs[rows], scores[rows], dense, keywords)[0]
+    return out, combiner.report
+
+
 def _choose_context_weight(qx: np.ndarray, context_means: np.ndarray, y: np.ndarray, train: list[int], val: list[int]) -> tuple[float, dict[str, float]]:
     """The router's ``λ``: the grid weight whose features a logistic regression routes best on val (ties: the smaller)."""
     from sklearn.linear_model import LogisticRegression
@@ -315,6 +370,16 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         routers[key] = probs
         router_report[key] = metrics
     main = "conversation" if "conversation" in routers else "text_only"
+    # The product's question-only routing: its text router, and the same with the experts' documents as evidence.
+    text_probs, text_scores, text_metrics = _train_text_router(queries, qx, np.maximum(y, 0), train, val, len(domains), dataset.name, say)
+    routers["text_router"] = text_probs
+    routers["knowledge"], router_report["knowledge"] = _with_knowledge(store, names, queries, qx, text_probs, text_scores, y, val)
+    router_report["text_router"] = text_metrics
+    for key in ("text_router", "knowledge"):
+        order = np.argsort(-routers[key][test], axis=1)
+        router_report[key]["test_accuracy"] = round(float(np.mean(order[:, 0] == y[test])), 4)
+        router_report[key]["test_top2_accuracy"] = round(float(np.mean((order[:, :2] == y[test][:, None]).any(axis=1))), 4)
+        say(f"  router ({key}): test accuracy {router_report[key]['test_accuracy']:.3f}, top-2 {router_report[key]['test_top2_accuracy']:.3f}")
 
     # --- searches ------------------------------------------------------------------------------
     threshold = widen_below()
@@ -329,6 +394,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         for k in (1, 2):
             out[f"routed_top{k}"] = (routed(routers[main], i, k), False)
             out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), False)
+            out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), False)
+            out[f"routed_knowledge_top{k}"] = (routed(routers["knowledge"], i, k), False)
             if main != "text_only":
                 out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]
         if turn_vectors:
@@ -366,12 +433,17 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         "test_questions_with_user_context": int(has_context[test].sum()) if test else 0,
         "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "chunks_per_search": CHUNKS_PER_QUERY,
         "hybrid_ndcg_gap_captured_by_routed_top2": round((routed_ndcg - flat) / (oracle - flat), 3) if oracle != flat else None,
+        # Issue 19's target: question-only routing (better of top-1 and top-2) with the experts' documents as evidence.
+        "hybrid_ndcg_gap_captured_by_question_only_knowledge": round(
+            (max(report[f"routed_knowledge_top{k}"]["hybrid"]["ndcg@5"] for k in (1, 2)) - flat) / (oracle - flat), 3) if oracle != flat else None,
         "bm25_reference_recall_ndcg": BM25_REFERENCE if not passages else None,
         "query_context_weight": query_weight, "query_context_weight_val_ndcg": query_weight_scores,
         "query_context_weight_chosen_on": "val (flat_context hybrid nDCG@5)",
         "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question alone",
     }
-    for mode in [m for m in ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "flat_context", "oracle_context") if m in report]:
+    shown = ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "routed_text_router_top2", "routed_knowledge_top1",
+             "routed_knowledge_top2", "flat_context", "oracle_context")
+    for mode in [m for m in shown if m in report]:
         line = "  ".join(f"{m} {report[mode][m]['recall@5']:.3f}/{report[mode][m]['ndcg@5']:.3f}" for m in METHODS)
         say(f"  {mode:26s} (recall@5/nDCG@5)  {line}")
     return report

@@ -59,6 +59,7 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     report = evaluate_retrieval(tmp_path, say=lines.append)
 
     for mode in ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top1", "routed_question_only_top2",
+                 "routed_text_router_top1", "routed_text_router_top2", "routed_knowledge_top1", "routed_knowledge_top2",
                  "flat_context", "oracle_context"):
         assert set(report[mode]) == {"dense", "sparse", "hybrid"}, mode
         for figures in report[mode].values():
@@ -69,6 +70,9 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["index_s"] >= 0
     assert report["search_p50_ms"] > 0
     assert report["router"]["kind"].startswith("RouterNet")
+    assert {"val_accuracy_router", "val_accuracy_cv", "kept", "test_accuracy"} <= set(report["router"]["knowledge"])
+    assert "test_accuracy" in report["router"]["text_router"]
+    assert "hybrid_ndcg_gap_captured_by_question_only_knowledge" in report["setup"]  # None here: flat already equals oracle
     assert report["validation"] == {"source": "the dataset's val split"}
     assert report["router"]["context_weight_chosen_on"].startswith("val")
     assert report["setup"]["query_context_weight_chosen_on"].startswith("val")
