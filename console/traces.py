@@ -174,6 +174,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "has_trace": bool(trace),
             "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert} for s, v in scores.items()],
             "passages": trace.get("passages") or [],
+            "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
             "answer": trace.get("answer", ""),
             "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
             "feedback": feedback,

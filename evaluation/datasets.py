@@ -194,6 +194,11 @@ def validation_note(carved: bool, share: float = 0.1, seed: int = 0) -> dict[str
     return {"source": "the dataset's val split"}
 
 
+def typo_copy_encoder(name: str, model: str, say: Say = print) -> Callable[[list[str]], np.ndarray]:
+    """The encoder as ``train_text_router`` needs it for its typo copies, cached by text like every evaluation embedding."""
+    return lambda texts: cached_embeddings(f"{name}-router-typo-copies", texts, model, say)
+
+
 def code_fingerprint(*modules: Any) -> str:
     """A short hash of the source files of ``modules``: part of every cached model's key, so a code change is a miss."""
     import inspect

@@ -64,6 +64,7 @@ from evaluation.datasets import (
     embedding_cache_dir,
     index_by_domain,
     read_jsonl,
+    typo_copy_encoder,
     user_turns,
     validation_note,
 )
@@ -78,6 +79,7 @@ CHUNKS_PER_QUERY = 20  # chunks fetched before deduplicating by document and cut
 CONTEXT_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
 VAL_SHARE = 0.1
 SEED = 0
+TYPO_RATE = 0.1
 METHODS = ("dense", "sparse", "hybrid")
 # BM25 on the same files (shared/datasets/README.md): recall@5 / nDCG@5.
 BM25_REFERENCE = {"flat": (0.539, 0.443), "oracle": (0.602, 0.491)}
@@ -213,7 +215,6 @@ def _train_router(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int]
 def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, name: str,
                        say: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """The product's question-only router (``train_text_router``: typo copies, spelling view): (probabilities, in-scope scores, metrics) of every row, cached."""
-    from evaluation.router import _cached_encoder
     from routing.ml import charview, textrouter
     from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig
 
@@ -227,7 +228,7 @@ def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarr
     t0 = time.perf_counter()
     from django.conf import settings
 
-    embed = _cached_encoder(name, settings.EMBEDDING_MODEL, say)
+    embed = typo_copy_encoder(name, settings.EMBEDDING_MODEL, say)
     result = textrouter.train_text_router([texts[i] for i in train], x[train], y[train], [texts[i] for i in val], x[val], y[val], n, embed, model_kwargs, config)
     probs, scores = result.router.scores(x, texts)
     metrics = {"val_accuracy": round(result.metrics["val"]["accuracy"], 4), "epochs": result.metrics["epochs_run"], "train_s": round(time.perf_counter() - t0, 1),
@@ -258,6 +259,69 @@ def _with_knowledge(store: Any, names: list[str], queries: list[dict[str, Any]],
     out = probs.copy()
     out[rows] = combiner.combine(probs[rows], scores[rows], dense, keywords)[0]
     return out, combiner.report
+
+
+def _typo_report(index: DomainIndex, queries: list[dict[str, Any]], qx: np.ndarray, test: list[int], y: np.ndarray, gold: dict[str, set[str]],
+                 name: str, say: Callable[[str], None]) -> dict[str, Any]:
+    """Hybrid recall@5 / nDCG@5 of the flat and oracle searches on the test questions with 10% letter typos, as written and spell-corrected.
+
+    Correction is the product's (``knowledge.ml.spelling``: each unknown word becomes the closest
+    word of the searched collections' documents; the encoder tokenizer's whole words count as
+    known): against every domain's words for ``flat``, the gold domain's for ``oracle``.
+    """
+    from django.conf import settings
+
+    from knowledge.ml.spelling import Vocabulary
+    from routing.ml.charview import typo_copies
+    from sbcommon.encoders import tokenizer_words
+
+    model = settings.EMBEDDING_MODEL
+    words = tokenizer_words(model)
+    by_domain = {d: Vocabulary.from_texts(f"{u['title']}\n{u['text']}" for u in index.units if u["domain"] == d) for d in index.domains}
+    everyone = Vocabulary.merge(by_domain.values())
+    written = [str(queries[i]["text"]) for i in test]
+    texts = typo_copies(written, TYPO_RATE, SEED)
+    flat_fixed = [everyone.correct(t, words) for t in texts]
+    oracle_fixed = [by_domain[index.domains[y[i]]].correct(t, words) for i, t in zip(test, texts, strict=True)]
+    # What the correction does to the questions as written (the product corrects every question).
+    clean_fixed = {"flat": [everyone.correct(t, words) for t in written],
+                   "oracle": [by_domain[index.domains[y[i]]].correct(t, words) for i, t in zip(test, written, strict=True)]}
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    vectors = {
+        "typos": cached_embeddings(f"{name}-retrieval-typos10-test", texts, model, say, **encoding),
+        "flat": cached_embeddings(f"{name}-retrieval-typos10-corrected-flat", [c.text for c in flat_fixed], model, say, **encoding),
+        "oracle": cached_embeddings(f"{name}-retrieval-typos10-corrected-oracle", [c.text for c in oracle_fixed], model, say, **encoding),
+        "clean_flat": cached_embeddings(f"{name}-retrieval-test-corrected-flat", [c.text for c in clean_fixed["flat"]], model, say, **encoding),
+        "clean_oracle": cached_embeddings(f"{name}-retrieval-test-corrected-oracle", [c.text for c in clean_fixed["oracle"]], model, say, **encoding),
+    }
+    names = index.names
+    out: dict[str, Any] = {}
+    for mode in ("flat", "oracle"):
+        for variant in ("as_written", "as_written_corrected", "typos", "typos_corrected"):
+            rows = []
+            for k, i in enumerate(test):
+                plan = dict.fromkeys(names, 1.0) if mode == "flat" else {names[y[i]]: 1.0}
+                if variant == "as_written":
+                    text, vector = str(queries[i]["text"]), qx[i]
+                elif variant == "as_written_corrected":
+                    text, vector = clean_fixed[mode][k].text, vectors[f"clean_{mode}"][k]
+                elif variant == "typos":
+                    text, vector = texts[k], vectors["typos"][k]
+                else:
+                    text, vector = (flat_fixed if mode == "flat" else oracle_fixed)[k].text, vectors[mode][k]
+                hits = search_collections(index.store, plan, vector.tolist(), *bm25_vector(text, query=True), limit=CHUNKS_PER_QUERY, method="hybrid")
+                ranked = _dedupe([h.payload["unit"] for h in hits])
+                relevant = gold[queries[i]["query_id"]]
+                rows.append((recall_at_k(ranked, relevant), ndcg_at_k(ranked, relevant)))
+            out.setdefault(mode, {})[variant] = {"recall@5": round(float(np.mean([r for r, _ in rows])), 4),
+                                                 "ndcg@5": round(float(np.mean([n for _, n in rows])), 4)}
+    out["questions_corrected"] = {"flat": sum(c.changed for c in flat_fixed), "oracle": sum(c.changed for c in oracle_fixed), "of": len(texts),
+                                  "as_written_flat": sum(c.changed for c in clean_fixed["flat"]), "as_written_oracle": sum(c.changed for c in clean_fixed["oracle"])}
+    out["how"] = f"seeded letter typos at {TYPO_RATE} (routing.ml.charview.typo_copies); hybrid search; correction by knowledge.ml.spelling"
+    for mode in ("flat", "oracle"):
+        say(f"  typo10 {mode:6s} hybrid nDCG@5: as written {out[mode]['as_written']['ndcg@5']:.3f} (corrected {out[mode]['as_written_corrected']['ndcg@5']:.3f}), "
+            f"with typos {out[mode]['typos']['ndcg@5']:.3f} (corrected {out[mode]['typos_corrected']['ndcg@5']:.3f})")
+    return out
 
 
 def _choose_context_weight(qx: np.ndarray, context_means: np.ndarray, y: np.ndarray, train: list[int], val: list[int]) -> tuple[float, dict[str, float]]:
@@ -415,9 +479,10 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
                 if mode == "routed_top2" and method == "hybrid":
                     latencies.append((time.perf_counter() - t0) * 1000)
                 scores[mode][method].append(figures)
+    typo10 = _typo_report(index, queries, qx, test, y, gold, dataset.name, say)
     index.close()
 
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"typo10": typo10}
     for mode, methods in scores.items():
         report[mode] = {
             method: {"recall@5": round(float(np.mean([r for r, _ in rows])), 4), "ndcg@5": round(float(np.mean([n for _, n in rows])), 4)}

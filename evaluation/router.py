@@ -24,7 +24,8 @@ encoder's alone. Five warm-up texts from ``train`` run first, untimed, so no tim
 
 What it does not measure: the serving path's batching and caches, the arbiter's load balancing
 under real traffic (``router.arbiter`` simulates it on the shuffled test stream), conversations
-beyond the user's earlier turns, and intent-level routing unless ``--label intent``.
+beyond the user's earlier turns, and intent-level routing unless ``--label intent``. With
+``knowledge`` it also scores knowledge-aware routing (``evaluation.knowledge_routing``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import cached_embeddings, carve_validation, dataset_embeddings, split_names, user_turns, validation_note
-from evaluation.routing_metrics import classification_metrics, method_report
+from evaluation.datasets import (
+    cached_embeddings,
+    carve_validation,
+    dataset_embeddings,
+    split_names,
+    typo_copy_encoder,
+    user_turns,
+    validation_note,
+)
+from evaluation.routing_metrics import classification_metrics, method_report, routing_targets
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
 from routing.ml.textrouter import Embed, train_text_router
@@ -359,7 +368,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
         f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
     config = TrainConfig(seed=seed)
-    embed = _cached_encoder(dataset.name, model_name, say)
+    embed = typo_copy_encoder(dataset.name, model_name, say)
     fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()}, embed)
     x_test, texts_test = split.part("test")
     y_test = split.y[split.idx["test"]]
@@ -440,7 +449,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     }
     if knowledge_report is not None:
         report["router_knowledge"] = knowledge_report
-    report["targets"] = _targets(report)
+    report["targets"] = routing_targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
     if context is not None:
         report["context"] = evaluate_context(split, context, seed, say)
@@ -513,30 +522,6 @@ def _compact(diagnostics: dict[str, Any]) -> dict[str, Any]:
     return {k: diagnostics[k] for k in keep}
 
 
-def _targets(report: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets, checked on this run's figures."""
-    router, baselines = report["router"], [report["logreg"], report["knn"]]
-    out: dict[str, Any] = {
-        "accuracy_ge_best_baseline": router["accuracy"] >= max(b["accuracy"] for b in baselines),
-        "macro_f1_ge_best_baseline": router["macro_f1"] >= max(b["macro_f1"] for b in baselines),
-        "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
-        "route_p50_le_1.10x_embed": router["route_p50_ms"] <= 1.10 * report["embed_p50_ms"],  # issue 19's bound, with the spelling view
-    }
-    knowledge = report.get("router_knowledge")
-    if knowledge:
-        out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
-        out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
-        out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
-    typo = report.get("typo10") or {}
-    if typo:
-        out["typo10_loss_le_half_knn"] = typo["router"]["accuracy_loss"] <= 0.5 * typo["knn"]["accuracy_loss"]
-    if router["oos_auroc"] is not None:
-        out["oos_auroc_ge_best_baseline"] = router["oos_auroc"] >= max(b["oos_auroc"] for b in baselines)
-    if report["test_label_cv"] < 0.05:  # balanced classes
-        out["load_within_15pct_of_mean"] = router["load_max_deviation"] <= 0.15
-    return out
-
-
 def run_noise_report(split: Split, name: str, model_name: str, say: Say, seed: int = 0) -> dict[str, Any]:
     """Label noise (0/10/20% of training labels flipped) x regulariser on/off, on clean and typo-perturbed test queries."""
     rng = np.random.default_rng(seed)
@@ -545,7 +530,7 @@ def run_noise_report(split: Split, name: str, model_name: str, say: Say, seed: i
     x_typo = cached_embeddings(f"{name}-typos{int(TYPO_RATE * 100)}-seed{seed}", typo_texts, model_name, say)
     n_test = len(split.idx["test"])
     test_typo, oos_typo = (x_typo[:n_test], typo_texts[:n_test]), (x_typo[n_test:], typo_texts[n_test:])
-    embed = _cached_encoder(name, model_name, say)
+    embed = typo_copy_encoder(name, model_name, say)
     levels = {}
     for level in NOISE_LEVELS:
         say(f"noise report: {int(level * 100)}% of training labels flipped")
@@ -582,11 +567,6 @@ def typo_report(split: Split, fits: dict[str, Any], name: str, model_name: str, 
         out[label] = {"accuracy": typo[method]["accuracy"], "macro_f1": typo[method]["macro_f1"],
                       "accuracy_loss": clean[method]["accuracy"] - typo[method]["accuracy"]}
     return out
-
-
-def _cached_encoder(name: str, model_name: str, say: Say) -> Embed:
-    """The encoder as ``train_text_router`` needs it for its typo copies, cached by text like every evaluation embedding."""
-    return lambda texts: cached_embeddings(f"{name}-router-typo-copies", texts, model_name, say)
 
 
 def _noisy_train_val(split: Split, level: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

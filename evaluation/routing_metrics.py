@@ -66,3 +66,27 @@ def method_report(
     if unseen_out is not None:
         report.update(unseen_metrics(test_in, unseen_out[1], threshold))
     return report
+
+
+def routing_targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, checked on this run's figures."""
+    router, baselines = report["router"], [report["logreg"], report["knn"]]
+    out: dict[str, Any] = {
+        "accuracy_ge_best_baseline": router["accuracy"] >= max(b["accuracy"] for b in baselines),
+        "macro_f1_ge_best_baseline": router["macro_f1"] >= max(b["macro_f1"] for b in baselines),
+        "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
+        "route_p50_le_1.10x_embed": router["route_p50_ms"] <= 1.10 * report["embed_p50_ms"],  # issue 19's bound, with the spelling view
+    }
+    knowledge = report.get("router_knowledge")
+    if knowledge:
+        out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
+        out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
+        out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
+    typo = report.get("typo10") or {}
+    if typo:
+        out["typo10_loss_le_half_knn"] = typo["router"]["accuracy_loss"] <= 0.5 * typo["knn"]["accuracy_loss"]
+    if router["oos_auroc"] is not None:
+        out["oos_auroc_ge_best_baseline"] = router["oos_auroc"] >= max(b["oos_auroc"] for b in baselines)
+    if report["test_label_cv"] < 0.05:  # balanced classes
+        out["load_within_15pct_of_mean"] = router["load_max_deviation"] <= 0.15
+    return out

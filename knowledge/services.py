@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Max
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
@@ -36,7 +38,7 @@ from experts.selectors import active_expert_slugs, active_experts, clear_serving
 from jobs.models import Job
 from jobs.services import JobReporter, enqueue_once
 from sbcommon import uploads
-from sbcommon.encoders import get_encoder
+from sbcommon.encoders import get_encoder, tokenizer_words
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
@@ -44,6 +46,7 @@ from .ml.chunking import Chunk, chunk_text, section_title
 from .ml.rescoring import rescore
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
+from .ml.spelling import Correction, Vocabulary
 from .models import Document, KnowledgeBase
 from .parsers import SNIFF_BYTES, DocumentInput, ParseError, parse_bytes, sniff
 from .stores import Hit, PointRecord, VectorStore, get_store
@@ -740,3 +743,45 @@ def experts_without_documents(slugs: list[str]) -> list[str]:
     rows = experts_by_slug(slugs)
     store = get_store()
     return [s for s in slugs if s not in rows or not store.count(collection_name(rows[s]))]
+
+
+# --- spelling ------------------------------------------------------------------------------------
+
+_vocabularies: dict[tuple[Any, ...], Vocabulary] = {}
+_vocabularies_lock = threading.Lock()
+VOCABULARY_CACHE = 64
+
+
+def _vocabulary_key(expert: Expert) -> tuple[Any, ...]:
+    """What an expert's vocabulary depends on: its documents' count and latest change (read once per SERVING_CACHE_TTL_S)."""
+    def load() -> tuple[Any, ...]:
+        stats = Document.objects.filter(expert_id=expert.pk).aggregate(n=Count("id"), last=Max("updated_at"))
+        return (expert.pk, stats["n"], stats["last"].isoformat() if stats["last"] else "")
+
+    return serving_cached(("vocabulary-key", expert.pk), load)
+
+
+def vocabulary(experts: list[Expert]) -> Vocabulary:
+    """The words of the experts' documents (titles and texts) with their counts, built once per change of their documents."""
+    keys = tuple(sorted(_vocabulary_key(e) for e in experts))
+    with _vocabularies_lock:
+        found = _vocabularies.get(keys)
+    if found is not None:
+        return found
+    texts = Document.objects.filter(expert_id__in=[e.pk for e in experts]).values_list("title", "text").iterator(chunk_size=200)
+    built = Vocabulary.from_texts(f"{title}\n{text}" for title, text in texts)
+    with _vocabularies_lock:
+        if len(_vocabularies) >= VOCABULARY_CACHE:
+            _vocabularies.pop(next(iter(_vocabularies)))
+        _vocabularies[keys] = built
+    return built
+
+
+def correct_spelling(experts: list[Expert], question: str) -> Correction:
+    """``question`` with its unknown words replaced by the closest words of the experts' documents (``knowledge.ml.spelling``).
+
+    Off (the question as written) with ``RETRIEVAL_SPELLING`` false or without experts.
+    """
+    if not settings.RETRIEVAL_SPELLING or not experts:
+        return Correction(question)
+    return vocabulary(experts).correct(question, tokenizer_words(settings.EMBEDDING_MODEL))

@@ -83,6 +83,7 @@ class ChatResult:
     fallback_reason: str = ""
     adapter: str | None = None
     finish_reason: str = "stop"
+    spelling: dict[str, Any] | None = None  # {"searched_for", "corrections"} when misspelt words were corrected for the search
 
 
 @dataclass
@@ -240,6 +241,9 @@ class ChatTurn:
         self._streamed: list[str] = []
         self._answer_breaker: Any = None
         self.source = Source()
+        self.question = ""
+        self.search_question = ""  # the question as searched: spell-corrected against the searched experts' documents
+        self.spelling: dict[str, Any] | None = None  # what was corrected, when anything was
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -316,8 +320,13 @@ class ChatTurn:
         chosen = [experts[s] for s in slugs if s in experts]
         t0 = time.perf_counter()
         try:
-            hits = knowledge.search_experts(chosen, self.question, limit=settings.RETRIEVAL_TOP_K, weights=weights,
-                                            query_vector=self.decision.vector if self.decision else None, allowed=self.request.allowed)
+            fixed = knowledge.correct_spelling(chosen, self.question)
+            self.search_question = fixed.text
+            self.spelling = {"searched_for": fixed.text, "corrections": [list(c) for c in fixed.changes]} if fixed.changed else None
+            # A corrected question is embedded again by the search; the router's vector is the question as written.
+            vector = self.decision.vector if self.decision and not fixed.changed else None
+            hits = knowledge.search_experts(chosen, fixed.text, limit=settings.RETRIEVAL_TOP_K, weights=weights,
+                                            query_vector=vector, allowed=self.request.allowed)
         finally:
             self.timings["retrieve_ms"] += (time.perf_counter() - t0) * 1000
         return _to_passages(hits)
@@ -326,7 +335,7 @@ class ChatTurn:
         version, adapter = _generation_settings(slug, self.arm)
         self.expert_version = version.version if version is not None else None
         request = GenerationRequest(
-            question=self.question, expert=slug, passages=passages, history=list(self.request.history),
+            question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
             system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
             adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
         )
@@ -549,6 +558,7 @@ class ChatTurn:
             sticky=self.sticky, arm=self.arm.arm if self.arm else "", experiment_id=self.arm.experiment_id if self.arm else None,
             expert_version=self.expert_version, parts=self._parts, answer_source=self.source.answer_source,
             fallback_reason=self.source.fallback_reason, adapter=self.source.adapter, finish_reason=answer.finish_reason,
+            spelling=self.spelling,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

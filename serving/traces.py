@@ -50,6 +50,9 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         for p in result.passages[:MAX_PASSAGES]
     ]
     trace["citations"] = len(result.citations)
+    if result.spelling:
+        # The corrected words are the question's words: kept only where question text is.
+        trace["spelling"] = result.spelling if settings.STORE_QUESTION_TEXT else {"corrected_words": len(result.spelling["corrections"])}
     if settings.STORE_QUESTION_TEXT:
         trace["answer"] = (result.answer or "")[:MAX_ANSWER_CHARS]
     if result.finish_reason and result.finish_reason != "stop":

@@ -33,6 +33,7 @@ class GenerationRequest:
     question: str
     expert: str
     passages: list[Passage]
+    search_question: str = ""  # the question as searched (spell-corrected); the extractive answer picks sentences for it
     history: list[dict[str, str]] = field(default_factory=list)
     system_prompt: str = ""
     citation_format: str = "[{index}]"

@@ -45,7 +45,7 @@ class ExtractiveGenerator:
     def generate(self, request: GenerationRequest) -> Answer:
         encoder = get_encoder()
         return extractive_answer(
-            request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
+            request.search_question or request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
             cache=chunk_cache(encoder.name),
         )
 

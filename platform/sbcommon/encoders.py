@@ -11,6 +11,7 @@ sentence-transformers model.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import queue
@@ -48,6 +49,23 @@ def resolve_model_path(name: str) -> str:
         f"EMBEDDING_MODEL={name!r} is neither {DEFAULT_MODEL!r} nor a local folder; "
         "Switchboard never downloads weights at run time"
     )
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizer_words(name: str) -> frozenset[str]:
+    """The whole lower-case words of the model's tokenizer vocabulary: words the encoder knows as words.
+
+    Spelling correction (``knowledge.ml.spelling``) leaves them alone. Empty when the tokenizer
+    cannot be read (then only the documents' own words count as known).
+    """
+    try:
+        from transformers import AutoTokenizer
+
+        vocab = AutoTokenizer.from_pretrained(resolve_model_path(name)).get_vocab()
+    except (OSError, ValueError) as exc:
+        logger.warning("encoder.tokenizer_words.unavailable", extra={"model": name, "error": str(exc)[:200]})
+        return frozenset()
+    return frozenset(w for w in vocab if w.isascii() and w.isalpha() and w.islower())
 
 
 BACKENDS = ("auto", "torch", "torch-bf16")

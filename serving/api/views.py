@@ -98,6 +98,8 @@ def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
                 finish_reason=result.finish_reason)
     if result.parts:
         meta["parts"] = result.parts
+    if result.spelling:
+        meta["spelling"] = result.spelling
     return meta
 
 

@@ -107,6 +107,28 @@ def test_a_trace_keeps_the_passages_with_what_was_cited_and_the_answer_only_when
     assert traces.build(decision, result)["answer"] == "Renew online [1]."
 
 
+def test_a_spell_corrected_search_is_on_the_trace_with_its_words_only_when_text_is_stored(client, world, settings):
+    from serving.chat import ChatResult
+
+    _, staff = world
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    spelling = {"searched_for": "renew my driver license", "corrections": [["renw", "renew"], ["drivr", "driver"]]}
+    result = ChatResult(answer="Renew online.", expert="dmv", decision=decision, citations=[], passages=[], grounded=True, mode="auto",
+                        timings={}, request_id="r", spelling=spelling)
+    settings.STORE_QUESTION_TEXT = False
+    assert traces.build(decision, result)["spelling"] == {"corrected_words": 2}
+    event("r-words", "dmv", trace=traces.build(decision, result))
+    settings.STORE_QUESTION_TEXT = True
+    event("r-text", "dmv", trace=traces.build(decision, result))
+    client.force_login(staff)
+    hidden = client.get(reverse("console-trace", args=["r-words"])).content.decode()
+    assert "2 misspelt words corrected" in hidden
+    assert "drivr" not in hidden
+    shown = client.get(reverse("console-trace", args=["r-text"])).content.decode()
+    assert "Searched for “renew my driver license”" in shown
+    assert "drivr → driver" in shown
+
+
 def test_a_wrong_expert_report_on_a_trace_lands_in_the_review_queue_with_the_right_label_proposed(client, world):
     member, _ = world
     Expert.objects.filter(slug="ssa").update(team=None)  # visible to the member too

@@ -72,6 +72,9 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["router"]["kind"].startswith("RouterNet")
     assert {"val_accuracy_router", "val_accuracy_cv", "kept", "test_accuracy"} <= set(report["router"]["knowledge"])
     assert "test_accuracy" in report["router"]["text_router"]
+    for mode in ("flat", "oracle"):  # spell-corrected search on typo'd questions, and what correction does to the questions as written
+        assert set(report["typo10"][mode]) == {"as_written", "as_written_corrected", "typos", "typos_corrected"}
+    assert report["typo10"]["questions_corrected"]["of"] == 16
     assert "hybrid_ndcg_gap_captured_by_question_only_knowledge" in report["setup"]  # None here: flat already equals oracle
     assert report["validation"] == {"source": "the dataset's val split"}
     assert report["router"]["context_weight_chosen_on"].startswith("val")

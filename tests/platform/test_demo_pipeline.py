@@ -70,6 +70,19 @@ def test_a_misspelt_question_still_reaches_its_agency_and_is_not_turned_away(dem
     assert not decision.abstained
 
 
+def test_a_misspelt_question_is_searched_with_the_experts_own_words_and_answered(demo, client, settings):
+    """The newcomer's walk: routed right, but the passages matched too weakly and the answer said "not found"."""
+    response = chat(client, "how do i renw my drivr licnse")
+    meta = response.json()["switchboard"]
+    assert meta["expert"] == "dmv"
+    assert meta["spelling"]["searched_for"] == "how do i renew my driver license"
+    assert ["drivr", "driver"] in meta["spelling"]["corrections"]
+    assert meta["grounded"] is True
+    assert any("licens" in c["title"].lower() for c in meta["citations"])
+    settings.RETRIEVAL_SPELLING = False
+    assert "spelling" not in chat(client, "how do i renw my drivr licnse").json()["switchboard"]
+
+
 def test_the_chat_endpoint_answers_a_held_out_question_of_each_agency_from_that_agency(demo, client):
     for agency in AGENCIES:
         question = next(r["text"] for r in held_out() if r["label"] == agency and route.route(r["text"]).experts[0]["slug"] == agency)
