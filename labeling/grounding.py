@@ -112,7 +112,8 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
             text, ordered = target, passages
             report.gold += 1
         else:
-            answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE)
+            answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
+                                       max_sentences=settings.EXTRACTIVE_MAX_SENTENCES)
             if not answer.grounded:
                 report.weak += 1
                 continue
