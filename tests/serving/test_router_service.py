@@ -343,3 +343,13 @@ def test_an_unreadable_store_routes_with_the_router_alone(router, monkeypatch, s
     settings.ROUTER_KNOWLEDGE = False  # and switched off, no evidence is looked up at all
     monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: pytest.fail("looked up evidence with ROUTER_KNOWLEDGE off"))
     assert "knowledge" not in route.route("how do I renew my licence").views
+
+
+@pytest.mark.parametrize("question", ["   how   ", "🚗🚗🚗", "renew " * 1600, "¿Cómo renuevo mi licence de conducir? 运转"])
+def test_odd_questions_route_or_abstain_with_the_real_evidence_lookup(router, question, settings, tmp_path):
+    """No collection holds a chunk here: every candidate's evidence is missing, and routing still decides."""
+    settings.QDRANT_PATH = str(tmp_path / "qdrant")
+    _with_combiner(router)
+    decision = route.route(question)
+    assert decision.abstained or decision.experts
+    assert all(found == {"best_match": None, "keyword_score": None} for found in decision.views["knowledge"].values())
