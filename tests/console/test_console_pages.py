@@ -191,6 +191,18 @@ def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
     assert '&lt;script&gt;alert(1)&lt;/script&gt; <a class="cite" href="#cite-1">[1]</a> [7]' in html
 
 
+def test_the_playground_says_what_a_misspelt_question_was_searched_as(console, experts, monkeypatch):
+    result = fake_result()
+    result.spelling = {"searched_for": "renew my <b>driver</b> license", "corrections": [["drivr", "driver"]]}
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+
+    html = console.post(reverse("console-playground-answer"), {"question": "renew my drivr license", "mode": "auto"}).content.decode()
+
+    assert "Searched for “renew my &lt;b&gt;driver&lt;/b&gt; license” (drivr → driver)" in html
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result())
+    assert 'id="answer-spelling"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+
+
 def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
     result = fake_result()
     result.citations = [{**result.citations[0], "url": "javascript:alert(1)"}]
