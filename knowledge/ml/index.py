@@ -157,8 +157,9 @@ class HybridIndex:
     def _term_postings(self, cols: np.ndarray, q_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row, weight) of every posting of the query's term columns ``cols``: query value x IDF x the row's BM25 weight.
 
-        Read straight from the CSC arrays: the same sums as ``csc[:, cols] @ weights`` at a fifth of
-        scipy's fancy-indexing cost for a question's handful of terms (every search runs this).
+        Read straight from the CSC arrays: the same sums as ``csc[:, cols] @ weights`` without scipy's
+        fancy indexing (0.116 against 0.154 ms per question over doc2dial's 2,167 chunks; every search
+        and every routing-evidence lookup runs this).
         """
         csc = self._csc
         weights = q_values.astype(np.float32) * self.idf[cols]
