@@ -334,7 +334,7 @@ def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen
 
 
 def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0,
-                    train_per_label: int | None = None, knowledge: Path | None = None) -> dict[str, Any]:
+                    train_per_label: int | None = None, knowledge: Path | None = None, foreign_oos: Path | None = None) -> dict[str, Any]:
     """Train and score the router, logistic regression and nearest-example routing on one dataset.
 
     Args:
@@ -348,6 +348,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
             validation split): a small team's data. None: all.
         knowledge: a folder whose ``docs.jsonl`` holds each domain's documents: also score the
             router with them as evidence (``router_knowledge``, ``evaluation.knowledge_routing``).
+        foreign_oos: a ``queries.jsonl`` of another dataset whose out-of-scope rows (null label or
+            intent ``oos``) join this one's as out-of-scope questions (for a dataset without any).
 
     Returns:
         ``router``, ``logreg`` and ``knn`` reports (accuracy, macro_f1, oos_auroc,
@@ -363,6 +365,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     dataset = Path(dataset)
     model_name = settings.EMBEDDING_MODEL
     rows, x = dataset_embeddings(dataset, model_name, say)
+    if foreign_oos is not None:
+        rows, x = with_foreign_oos(rows, x, Path(foreign_oos), model_name, say)
     split = Split(rows, x, label, seed, train_per_label)
     n = len(split.classes)
     say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
@@ -459,6 +463,19 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
 
 
 CONTEXT_TURNS = 5
+
+
+def with_foreign_oos(rows: list[dict[str, Any]], x: np.ndarray, path: Path, model_name: str, say: Say) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """``rows`` and ``x`` followed by the out-of-scope rows of another dataset's ``path`` (as split "oos", embedded and cached)."""
+    from evaluation.datasets import read_queries
+
+    foreign = [{"text": r["text"], "domain": None, "intent": "oos", "split": "oos", "foreign": True}
+               for r in read_queries(path) if r.get("intent") == "oos" or r.get("domain") is None]
+    if not foreign:
+        raise ValueError(f"{path} holds no out-of-scope rows (null domain or intent 'oos')")
+    vectors = cached_embeddings(f"{(path if path.is_dir() else path.parent).name}-foreign-oos", [r["text"] for r in foreign], model_name, say)
+    say(f"  + {len(foreign)} out-of-scope questions from {path}")
+    return rows + foreign, np.vstack([x, vectors])
 
 
 def conversation_context(rows: list[dict[str, Any]], name: str, model_name: str, say: Say) -> Context | None:

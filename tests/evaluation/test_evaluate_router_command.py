@@ -196,6 +196,27 @@ def test_knowledge_aware_routing_is_scored_like_every_method_with_its_fit_and_la
     assert {"knowledge_macro_f1_ge_best_baseline", "knowledge_route_p50_le_1.10x_embed"} <= set(report["targets"])
 
 
+def test_another_datasets_out_of_scope_questions_can_join_a_dataset_without_any(tmp_path):
+    dataset = write_dataset(tmp_path / "kb")
+    rows = [json.loads(line) for line in (dataset / "queries.jsonl").read_text().splitlines()]
+    (dataset / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows if r["split"] != "oos"))
+    other = write_dataset(tmp_path / "other")
+    write_docs(dataset)
+    out = tmp_path / "report.json"
+    call_command("evaluate", "router", "--dataset", str(dataset), "--knowledge", str(dataset), "--oos-from", str(other / "queries.jsonl"),
+                 "--json", str(out))
+    report = json.loads(out.read_text())
+    assert report["sizes"]["oos"] == 20
+    assert report["router"]["oos_auroc"] > 0.9
+    assert report["router_knowledge"]["oos_auroc"] is not None
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no out-of-scope rows"):
+        call_command("evaluate", "router", "--dataset", str(other), "--oos-from", str(dataset / "queries.jsonl"))
+    with pytest.raises(CommandError, match="no such file"):
+        call_command("evaluate", "router", "--dataset", str(other), "--oos-from", str(tmp_path / "missing.jsonl"))
+
+
 def test_knowledge_without_documents_for_every_domain_is_refused_by_name(tmp_path):
     from django.core.management.base import CommandError
 

@@ -35,6 +35,8 @@ class Command(BaseCommand):
         router.add_argument("--backend", default=None, help="EMBEDDING_BACKEND to embed with (torch, torch-bf16, auto; default: the setting)")
         router.add_argument("--knowledge", default=None, metavar="DIR",
                             help="a folder whose docs.jsonl holds each domain's documents: also score knowledge-aware routing (router_knowledge)")
+        router.add_argument("--oos-from", default=None, metavar="FILE",
+                            help="another dataset's queries.jsonl whose out-of-scope rows join this one's (for a dataset without any)")
         router.add_argument("--json", dest="json_path", default=None)
         router.add_argument("--noise-report", action="store_true", help="also compare 0/10/20%% label noise, with and without the noise regulariser, on clean and typo-perturbed queries")
         retrieval = sub.add_parser("retrieval", help="flat vs oracle vs routed retrieval, dense/sparse/hybrid")
@@ -109,12 +111,15 @@ class Command(BaseCommand):
             knowledge = Path(options["knowledge"]) if options.get("knowledge") else None
             if knowledge is not None and not (knowledge / "docs.jsonl").is_file():
                 raise CommandError(f"--knowledge {knowledge}: no docs.jsonl there (one row per document: doc_id, domain, title, text)")
+            if options.get("oos_from") and not Path(options["oos_from"]).exists():
+                raise CommandError(f"--oos-from {options['oos_from']}: no such file")
             from routing.ml.knowledge import MissingKnowledge
 
             try:
                 report = evaluate_router(dataset, label=options["label"], noise=options["noise"], say=self.stdout.write, noise_report=options["noise_report"],
-                                        train_per_label=options["train_per_label"], knowledge=knowledge)
-            except MissingKnowledge as exc:
+                                        train_per_label=options["train_per_label"], knowledge=knowledge,
+                                        foreign_oos=Path(options["oos_from"]) if options.get("oos_from") else None)
+            except (MissingKnowledge, ValueError) as exc:
                 raise CommandError(str(exc)) from exc
             from sbcommon.encoders import resolve_backend
 
