@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.routing_metrics import method_report
-from knowledge.ml.sparse import bm25_vector
+from knowledge.services import collection_lookup
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix
 from routing.ml.training import abstain_threshold
@@ -39,7 +39,7 @@ class KnowledgeRouting:
         if missing:
             self.index.close()
             raise MissingKnowledge(missing)
-        self.names = [f"eval_{c}" for c in split.classes]
+        self.lookup = collection_lookup(lambda: self.index.store, [f"eval_{c}" for c in split.classes])
         self.router = router
         x_val, texts_val = split.part("val")
         probs, score = router.scores(x_val, texts_val)
@@ -47,11 +47,6 @@ class KnowledgeRouting:
         self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, split.y[split.idx["val"]], split.classes, seed=seed)
         self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall)
         say(f"  knowledge-aware routing: {self.combiner.report}")
-
-    def lookup(self, candidates: list[int], vector: np.ndarray, text: str) -> list[tuple[float, float] | None]:
-        indices, values = bm25_vector(text, query=True)
-        found = self.index.store.evidence([self.names[j] for j in candidates], vector.tolist(), indices, values)
-        return [found[self.names[j]] for j in candidates]
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         texts = texts or [""] * len(x)

@@ -71,7 +71,7 @@ from evaluation.datasets import (
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import embedding_text, routing_weights, search_collections, widen_below
+from knowledge.services import collection_lookup, embedding_text, routing_weights, search_collections, widen_below
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 K = 5
@@ -246,10 +246,7 @@ def _with_knowledge(store: Any, names: list[str], queries: list[dict[str, Any]],
     """The router's probabilities with each candidate's evidence in its collection (``routing.ml.knowledge``, fitted on val), for every row."""
     from routing.ml.knowledge import KnowledgeCombiner, evidence_matrix
 
-    def lookup(candidates: list[int], vector: np.ndarray, text: str) -> list[tuple[float, float] | None]:
-        found = store.evidence([names[j] for j in candidates], vector.tolist(), *bm25_vector(text, query=True))
-        return [found[names[j]] for j in candidates]
-
+    lookup = collection_lookup(lambda: store, list(names))
     texts = [str(q.get("text") or "") for q in queries]
     rows = np.asarray([i for i in range(len(queries)) if y[i] >= 0])
     dense, keywords = evidence_matrix(lookup, probs[rows], qx[rows], [texts[i] for i in rows])

@@ -726,13 +726,18 @@ def evidence_lookup(slugs: list[str]) -> EvidenceLookup:
         collection_name(rows[s]) if s in rows and models.get(rows[s].pk, settings.EMBEDDING_MODEL) == settings.EMBEDDING_MODEL else None
         for s in slugs
     ]
+    return collection_lookup(get_store, names)
+
+
+def collection_lookup(store: Callable[[], VectorStore], names: list[str | None]) -> EvidenceLookup:
+    """``evidence_lookup`` over the collections ``names`` by position (None: no collection to ask) in ``store()``'s store."""
 
     def lookup(positions: list[int], vector: Any, question: str) -> list[tuple[float, float] | None]:
         wanted = [names[j] for j in positions if names[j]]
         if not wanted:
             return [None] * len(positions)
         indices, values = bm25_vector(question, query=True)
-        found = get_store().evidence(wanted, [float(v) for v in vector], indices, values)
+        found = store().evidence(wanted, [float(v) for v in vector], indices, values)
         return [found.get(names[j]) if names[j] else None for j in positions]
 
     return lookup

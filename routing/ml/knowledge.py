@@ -154,13 +154,11 @@ class KnowledgeCombiner:
             raise ValueError("probabilities, evidence and labels must cover the same questions and experts")
         names = experts or [str(i) for i in range(n_experts)]
         cand = candidate_rows(probs, candidates)
-        searched = np.zeros(n_experts, dtype=bool)
-        searched[np.unique(cand[~np.isnan(dense[np.arange(n)[:, None], cand])])] = True
-        appears = np.zeros(n_experts, dtype=bool)
-        appears[np.unique(cand)] = True
-        missing = [names[i] for i in range(n_experts) if appears[i] and not searched[i]]
-        if missing:
-            raise MissingKnowledge(missing)
+        at_candidates = dense[np.arange(n)[:, None], cand]
+        # An expert that is someone's candidate yet never gave evidence has nothing indexed.
+        missing = np.setdiff1d(np.unique(cand), np.unique(cand[~np.isnan(at_candidates)]))
+        if missing.size:
+            raise MissingKnowledge([names[i] for i in missing])
         f = features(probs, dense, keywords, cand)
         hit = (cand == y[:, None])
         usable = hit.any(axis=1)  # rows whose gold expert is a candidate: the only ones evidence can fix
@@ -169,7 +167,7 @@ class KnowledgeCombiner:
         cv_acc = _cross_validated_accuracy(f[usable], gold[usable], l2, seed, n_total=n)
         weights = _fit_weights(f[usable], gold[usable], l2) if usable.sum() >= 2 * FOLDS else np.asarray(ROUTER_ALONE)
         kept = cv_acc is not None and cv_acc > router_acc
-        best_dense = np.nan_to_num(dense[np.arange(n)[:, None], cand], nan=0.0).max(axis=1)
+        best_dense = np.nan_to_num(at_candidates, nan=0.0).max(axis=1)
         spread = float(best_dense.std())
         scale = float(np.std(score)) / spread if spread > 1e-9 else 0.0
         report = {
