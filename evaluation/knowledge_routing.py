@@ -29,7 +29,7 @@ from routing.ml.training import abstain_threshold
 class KnowledgeRouting:
     """The trained router plus the documents of ``folder`` as evidence, fitted on ``split``'s validation rows."""
 
-    def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0):
+    def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0, router_threshold: float | None = None):
         from evaluation.retrieval import build_domain_index
 
         if split.label != "domain":
@@ -45,20 +45,25 @@ class KnowledgeRouting:
         probs, score = router.scores(x_val, texts_val)
         dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val)
         self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, split.y[split.idx["val"]], split.classes, seed=seed)
-        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall)
+        # As training does: a combiner validation did not keep is not served, and the router's own threshold stands.
+        kept = self.combiner.active
+        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall) if kept else router_threshold
         say(f"  knowledge-aware routing: {self.combiner.report}")
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         texts = texts or [""] * len(x)
         probs, score = self.router.scores(x, texts)
+        if not self.combiner.active:
+            return probs, score
         return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts))
 
     def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str]) -> str:
         """What ``serving.route`` does after encoding, with the evidence: score, look up, combine, arbitrate."""
         probs, score = self.router.score_one(vector, text)
-        probs, score = probs[None, :], np.array([score])
-        probs, score = self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, vector[None, :], [text]))
-        return arbiter.decide(dict(zip(experts, probs[0].tolist(), strict=True)), top_k=2, score=float(score[0])).chosen[0]
+        if self.combiner.active:
+            combined, scores = self.combiner.combine(probs[None, :], np.array([score]), *evidence_matrix(self.lookup, probs[None, :], vector[None, :], [text]))
+            probs, score = combined[0], float(scores[0])
+        return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
 
     def served(self, experts: list[str]) -> Callable[[np.ndarray, str], str]:
         """``serve_one`` with its own arbiter, as ``measure_latency`` times a method."""

@@ -398,7 +398,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     if knowledge is not None:
         from evaluation.knowledge_routing import KnowledgeRouting
 
-        with_knowledge = KnowledgeRouting(split, fits["fitted"][DEFAULT_VARIANT][0].router_, Path(knowledge), say, TARGET_RECALL, seed)
+        with_knowledge = KnowledgeRouting(split, fits["fitted"][DEFAULT_VARIANT][0].router_, Path(knowledge), say, TARGET_RECALL, seed,
+                                          router_threshold=fits["thresholds"][DEFAULT_VARIANT])
         methods["router_knowledge"] = with_knowledge.served(experts)
     say(f"measuring latency on {len(texts)} queries, one at a time")
     try:

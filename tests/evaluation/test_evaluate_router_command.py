@@ -255,3 +255,16 @@ def test_on_doc2dial_knowledge_aware_routing_beats_the_router_and_the_baselines(
     # Quality targets only: the latency bound is a benchmark figure the command prints, not a timed test.
     targets = {k: v for k, v in report["targets"].items() if k.startswith("knowledge_macro_f1")}
     assert all(targets.values()), json.dumps({k: report[k] for k in ("router", "logreg", "knn", "router_knowledge", "embed_p50_ms")}, indent=1, default=str)
+
+
+def test_a_combiner_validation_drops_is_scored_as_the_router_alone(tmp_path, monkeypatch):
+    """As serving does: no evidence, the router's own scores and abstain threshold."""
+    from routing.ml import knowledge
+
+    dataset = write_dataset(tmp_path / "kb")
+    write_docs(dataset)
+    monkeypatch.setattr(knowledge, "_cross_validated_accuracy", lambda *a, **k: 0.0)  # validation never keeps it
+    report = evaluate_router(dataset, knowledge=dataset, say=lambda _: None)
+    assert report["router_knowledge"]["combiner"]["kept"] is False
+    for key in ("accuracy", "macro_f1", "oos_auroc", "abstain_threshold"):
+        assert report["router_knowledge"][key] == report["router"][key], key
