@@ -434,7 +434,8 @@ def _extractive(questions: list[_Question], modes: list[str], known: dict[str, n
         rows = []
         for q in questions:
             t0 = time.perf_counter()
-            answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], max_sentences=ctx["max_sentences"], cache=cache)
+            answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], max_sentences=ctx["max_sentences"], cache=cache,
+                                       weights=ctx["sentence_weights"])
             rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000, raw=answer.text))
         out[mode] = rows
     return out
@@ -513,7 +514,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
     probs, train_rows, val_rows, router_report = _router(dataset, queries, qx, y, corpus.domains, say, encoding)
     ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
-           "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES), "model": model, "threads": encoding["threads"]}
+           "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
+           "sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS, "model": model, "threads": encoding["threads"]}
 
     wanted = set(val_rows) if config.split == "val" else None
     candidates = [i for i, q in enumerate(queries) if q.get("split") == config.split and y[i] >= 0 and q.get("answer") is not None and q.get("text")
@@ -586,6 +588,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "train_limit": config.train_limit, "modes": modes, "base_model": settings.BASE_MODEL,
             "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
+            "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
             "widen_below": threshold, "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,

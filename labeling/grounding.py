@@ -113,7 +113,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
             report.gold += 1
         else:
             answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
-                                       max_sentences=settings.EXTRACTIVE_MAX_SENTENCES)
+                                       max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, weights=settings.EXTRACTIVE_SENTENCE_WEIGHTS)
             if not answer.grounded:
                 report.weak += 1
                 continue

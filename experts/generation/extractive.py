@@ -46,7 +46,7 @@ class ExtractiveGenerator:
         encoder = get_encoder()
         return extractive_answer(
             request.search_question or request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES,
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, weights=settings.EXTRACTIVE_SENTENCE_WEIGHTS,
             cache=chunk_cache(encoder.name),
         )
 

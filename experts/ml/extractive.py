@@ -1,8 +1,9 @@
 """A grounded answer assembled from retrieved passages, with numbered citations, and no LLM.
 
-Sentences are scored by their similarity to the question (embedding cosine) plus a little for
-lexical overlap; the best few, kept in the order they appear in their passage, form the answer.
-When the best passage scores below ``min_score`` the answer says so instead of guessing.
+Sentences are scored by ``experts.ml.sentence_scorer`` (their similarity to the question, the words
+they share with it, where they stand in their passage and what comes before them, weighed as fitted
+on answered questions); the best few, kept in the order they appear in their passage, form the
+answer. When the best passage scores below ``min_score`` the answer says so instead of guessing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .sentence_scorer import sentence_features, weight_vector
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -161,6 +164,22 @@ def _passage_sentences(question: str, top: list[Passage], embed: Callable[[list[
     return q_vector, [item for item in found if item is not None]
 
 
+def candidate_sentences(question: str, top: list[Passage], embed: Callable[[list[str]], np.ndarray],
+                        cache: ChunkSentenceCache | None = None) -> tuple[list[tuple[int, int, str]], np.ndarray] | None:
+    """The passages' sentences as (passage index, position, sentence) and their scorer features
+    (``sentence_scorer.sentence_features``, one row each); None when the passages hold no sentence."""
+    prepared = _passage_sentences(question, top, embed, cache)
+    if prepared is None:
+        return None
+    q_vector, per_passage = prepared
+    q_tokens = _tokens(question)
+    candidates = [(pi, si, sentence) for pi, item in enumerate(per_passage) for si, sentence in enumerate(item.sentences)]
+    if not candidates:
+        return None
+    features = [sentence_features(q_tokens, item.sentences, item.tokens, item.vectors @ q_vector, passage_rank=pi) for pi, item in enumerate(per_passage)]
+    return candidates, np.concatenate(features)
+
+
 def extractive_answer(
     question: str,
     passages: list[Passage],
@@ -170,6 +189,7 @@ def extractive_answer(
     max_passages: int = 3,
     min_score: float = 0.25,
     cache: ChunkSentenceCache | None = None,
+    weights: dict[str, float] | None = None,
 ) -> Answer:
     """Pick the sentences that best answer ``question`` from the top passages.
 
@@ -182,31 +202,16 @@ def extractive_answer(
         min_score: below this best-passage similarity the answer is an honest "not found".
         cache: sentences and their vectors of chunks seen before, by chunk id (passages without a
             ``chunk_id`` are split and encoded every time).
+        weights: the sentence scorer's weights by feature (default: ``sentence_scorer.DEFAULT_WEIGHTS``).
     """
     top = [p for p in passages[:max_passages] if p.text.strip()]
     if not top or max(p.score for p in top) < min_score:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    prepared = _passage_sentences(question, top, embed, cache)
-    if prepared is None:
+    found = candidate_sentences(question, top, embed, cache)
+    if found is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    q_vector, per_passage = prepared
-    candidates: list[tuple[int, int, str]] = []  # (passage index, position, sentence)
-    tokens: list[set[str]] = []
-    blocks = []
-    for pi, item in enumerate(per_passage):
-        for si, sentence in enumerate(item.sentences):
-            candidates.append((pi, si, sentence))
-        tokens.extend(item.tokens)
-        blocks.append(item.vectors)
-    if not candidates:
-        return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    sims = np.concatenate(blocks) @ q_vector
-    q_tokens = _tokens(question)
-    scores = []
-    for (pi, _si, _sentence), sentence_tokens, sim in zip(candidates, tokens, sims, strict=True):
-        overlap = len(q_tokens & sentence_tokens) / max(1, len(q_tokens))
-        rank_prior = 0.02 * (len(top) - pi)  # a small preference for the better-ranked passage
-        scores.append(float(sim) + 0.15 * overlap + rank_prior)
+    candidates, features = found
+    scores = features @ weight_vector(weights)
     chosen = sorted(np.argsort(scores)[::-1][:max_sentences].tolist(), key=lambda i: (candidates[i][0], candidates[i][1]))
     cited: list[int] = []
     pieces = []

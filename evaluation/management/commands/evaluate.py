@@ -1,4 +1,4 @@
-"""``manage.py evaluate {clustering,router,retrieval,answers,abtest} ...``: quality evaluations on datasets in the shared format.
+"""``manage.py evaluate {clustering,router,retrieval,answers,sentences,cache,abtest} ...``: quality evaluations on datasets in the shared format.
 
 Each subcommand prints its figures and, with ``--json FILE``, writes them for scripts. The work is
 done by ``evaluation.clustering`` (clustering) and ``evaluation.router`` (router); this command only
@@ -57,6 +57,11 @@ class Command(BaseCommand):
         answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the LORA_* settings, e.g. learning_rate=1e-3")
         answers.add_argument("--json", dest="json_path", default=None)
         answers.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
+        sentences = sub.add_parser("sentences", help="the extractive answer's sentence scorer: hand-set, shipped and refitted weights on val and test")
+        sentences.add_argument("--dataset", required=True, help="folder with docs.jsonl and queries.jsonl whose rows carry 'answer'")
+        sentences.add_argument("--train-limit", type=int, default=None, help="train questions the weights are fitted on (stratified; default 3000, 0: all)")
+        sentences.add_argument("--json", dest="json_path", default=None)
+        sentences.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         cache = sub.add_parser("cache", help="the semantic answer cache's cosine threshold: chosen on val, read on test and out-of-scope questions")
         cache.add_argument("--dataset", required=True, help="folder with queries.jsonl whose rows carry 'intent' and 'split'")
         cache.add_argument("--max-wrong", type=float, default=0.01, help="largest share of hits for another intent (default 0.01)")
@@ -94,6 +99,16 @@ class Command(BaseCommand):
                                          split=options["split"], variants=options["variants"])
         elif options["target"] == "answers":
             report = self._answers(dataset, options)
+        elif options["target"] == "sentences":
+            from evaluation.sentences import DEFAULT_TRAIN_LIMIT, evaluate_sentences
+
+            if not (dataset / "docs.jsonl").is_file():
+                raise CommandError(f"{dataset} has no docs.jsonl (one row per document: doc_id, domain, title, text)")
+            limit = DEFAULT_TRAIN_LIMIT if options["train_limit"] is None else (options["train_limit"] or None)
+            try:
+                report = evaluate_sentences(dataset, train_limit=limit, say=self.stdout.write)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         elif options["target"] == "retrieval":
             from evaluation.retrieval import evaluate_retrieval
 

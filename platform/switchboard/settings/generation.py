@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbcommon.env import envbool, envfloat, envint, envlist, envstr
+from sbcommon.env import envbool, envfloat, envint, envjson, envlist, envstr
 
 from .core import VAR_DIR
 
@@ -52,8 +52,13 @@ EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
 # Sentences in an extractive answer. Chosen on doc2dial's validation split (all 417 questions,
 # `evaluate answers --split val --limit 0 --generators extractive`): routed (auto) answer F1 0.242
 # with 1 sentence, 0.232 with 2, 0.205 with 3; keeping a 2nd or 3rd sentence only when it scores
-# within 0.03 (0.08) of the best gave 0.242 (0.236), no better than one.
+# within 0.03 (0.08) of the best gave 0.242 (0.236), no better than one. With the fitted sentence
+# scorer (experts.ml.sentence_scorer) again: 0.272 with 1, 0.234 with 2.
 EXTRACTIVE_MAX_SENTENCES = envint("EXTRACTIVE_MAX_SENTENCES", 1)
+# How the extractive answer weighs a sentence's features (experts.ml.sentence_scorer.FEATURES), as a
+# JSON object, e.g. the "refit" weights `manage.py evaluate sentences --dataset YOUR_DATA` prints.
+# Unset: the weights fitted on doc2dial's train split (sentence_scorer.DEFAULT_WEIGHTS).
+EXTRACTIVE_SENTENCE_WEIGHTS = envjson("EXTRACTIVE_SENTENCE_WEIGHTS", None)
 # Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
 EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # Encode each chunk's sentences at index time and keep them in its payload (the extractive answer

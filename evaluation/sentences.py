@@ -1,0 +1,133 @@
+"""``manage.py evaluate sentences``: which sentence the extractive answer quotes, and the fit behind its weights.
+
+The extractive answer (``experts.ml.extractive``) quotes the sentences its scorer
+(``experts.ml.sentence_scorer``) ranks first among the top passages' sentences. This evaluation
+builds, for every question of a dataset whose queries carry a gold ``answer``, the candidates the
+product would score: the ``auto`` mode's passages as ``evaluate answers`` retrieves them (the same
+index, router and serving search), the top three with text (``extractive_answer``'s
+``max_passages``), their sentences and features by ``extractive.candidate_sentences``, and each
+sentence's token F1 against the gold answer (SQuAD normalisation, the document's own footnote
+numbers dropped as the answer drops them).
+
+It then fits the scorer's weights on a sample of the train split (``fit_weights``; the pull
+towards the hand-set scorer chosen among ``PULLS`` on the validation split) and reports, on
+validation and test, the F1 of the sentence each scorer ranks first: ``hand_set`` (what the
+product used before), ``default`` (``DEFAULT_WEIGHTS``, what it ships), ``refit`` (fitted here)
+and ``best_possible`` (the best candidate: what retrieval leaves within reach). It does not score
+abstention or multi-sentence answers (``evaluate answers`` does, with the default weights).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.datasets import dataset_embeddings, read_jsonl, stratified_sample
+from experts.ml.answer_metrics import token_f1
+from experts.ml.extractive import FOOTNOTE, ChunkSentenceCache, candidate_sentences
+from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_weights, picked_f1
+
+Say = Callable[[str], None]
+PULLS = (0.0, 0.01, 0.1)
+DEFAULT_TRAIN_LIMIT = 3000
+MAX_PASSAGES = 3  # extractive_answer's default: the passages whose sentences compete
+SEED = 0
+
+Group = tuple[np.ndarray, np.ndarray]
+
+
+def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LIMIT, say: Say = print) -> dict[str, Any]:
+    """The report (see the module docstring)."""
+    from django.conf import settings
+
+    from evaluation.answers import _index, _plans, _Question, _router, _search
+    from knowledge.services import widen_below
+    from sbcommon.encoders import get_encoder
+
+    started = time.perf_counter()
+    dataset = Path(dataset)
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    units = read_jsonl(dataset / "docs.jsonl")
+    corpus = _index(dataset, units, say, encoding)
+    try:
+        queries, qx = dataset_embeddings(dataset, settings.EMBEDDING_MODEL, say, **encoding)
+        y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
+        probs, train_rows, val_rows, _ = _router(dataset, queries, qx, y, corpus.domains, say, encoding)
+        answered = [i for i, q in enumerate(queries) if y[i] >= 0 and q.get("answer") and q.get("text")]
+        wanted = {"train": set(train_rows), "val": set(val_rows)}
+        rows = {
+            "train": [i for i in answered if i in wanted["train"]],
+            "val": [i for i in answered if i in wanted["val"]],
+            "test": [i for i in answered if queries[i].get("split") == "test"],
+        }
+        if not rows["train"] or not rows["val"]:
+            raise ValueError(f"{dataset} needs train and validation questions with an 'answer' and a known domain")
+        if train_limit and len(rows["train"]) > train_limit:
+            pick = stratified_sample([str(y[i]) for i in rows["train"]], train_limit, seed=SEED)
+            rows["train"] = [rows["train"][j] for j in pick]
+        encoder = get_encoder(settings.EMBEDDING_MODEL, encoding["threads"])
+        cache = ChunkSentenceCache(size=100_000)
+        threshold = widen_below()
+        top_k = int(settings.RETRIEVAL_TOP_K)
+        groups: dict[str, list[Group]] = {}
+        for split, chosen in rows.items():
+            groups[split] = []
+            for i in chosen:
+                q = _Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
+                plan, _ = _plans(q, probs[i], corpus, threshold)["auto"]
+                top = [p for p in _search(corpus, plan, qx[i], q.text, top_k)[:MAX_PASSAGES] if p.text.strip()]
+                if not top:
+                    continue
+                known = qx[i]
+
+                def embed(texts: list[str], known: np.ndarray = known, text: str = q.text) -> np.ndarray:
+                    return known[None, :] if texts == [text] else encoder.encode(texts)
+
+                found = candidate_sentences(q.text, top, embed, cache)
+                if found is None:
+                    continue
+                candidates, features = found
+                f1 = np.array([token_f1(FOOTNOTE.sub("", sentence), q.gold) for _, _, sentence in candidates])
+                groups[split].append((features, f1))
+            say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
+    finally:
+        corpus.close()
+
+    fits = {pull: fit_weights(groups["train"], pull=pull) for pull in PULLS}
+    val_f1 = {pull: picked_f1(groups["val"], w) or 0.0 for pull, w in fits.items()}
+    pull = max(PULLS, key=lambda p: (val_f1[p], p))  # ties: the stronger pull
+    refit = fits[pull]
+    scorers = {"hand_set": HAND_SET, "default": DEFAULT_WEIGHTS, "refit": refit}
+    picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
+    for split in picked:
+        picked[split]["best_possible"] = _r(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
+    report = {
+        "dataset": dataset.name,
+        "n_questions": {split: len(g) for split, g in groups.items()},
+        "picked_f1": picked,
+        "pull_chosen_on_val": pull,
+        "val_f1_by_pull": {str(p): _r(v) for p, v in val_f1.items()},
+        "weights": {"default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
+        "targets": {
+            "default_beats_hand_set_on_test": _ge(picked["test"]["default"], picked["test"]["hand_set"]),
+            "default_within_0.01_of_refit_on_test": None if picked["test"]["refit"] is None or picked["test"]["default"] is None
+            else picked["test"]["default"] >= picked["test"]["refit"] - 0.01,
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    for split in ("val", "test"):
+        say(f"  {split}: " + ", ".join(f"{name} {value}" for name, value in picked[split].items()))
+    say(f"  refit (pull {pull}, chosen on val): {refit}")
+    return report
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+def _ge(a: float | None, b: float | None) -> bool | None:
+    return None if a is None or b is None else a > b

@@ -1,0 +1,68 @@
+"""``evaluate sentences``: the extractive answer's sentence scorer, hand-set, shipped and refitted, on a tiny dataset."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from evaluation.sentences import evaluate_sentences
+from tests.evaluation.test_answers_evaluation import DOC2DIAL, write_dataset
+from tests.knowledge.conftest import HashingEncoder
+
+
+@pytest.fixture
+def tiny_dataset(tmp_path, monkeypatch, settings):
+    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
+    encoder = HashingEncoder()
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    settings.EMBEDDING_MODEL = encoder.name
+    write_dataset(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.django_db
+def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pull(tiny_dataset):
+    lines: list[str] = []
+
+    report = evaluate_sentences(tiny_dataset, say=lines.append)
+
+    assert report["n_questions"] == {"train": 24, "val": 8, "test": 16}
+    for split in ("val", "test"):
+        figures = report["picked_f1"][split]
+        assert set(figures) == {"hand_set", "default", "refit", "best_possible"}
+        # Every answer is one of the documents' sentences, and the gold domain's passages are retrieved.
+        assert figures["best_possible"] == 1.0
+        assert all(0.0 <= figures[name] <= figures["best_possible"] for name in ("hand_set", "default", "refit"))
+    assert report["pull_chosen_on_val"] in (0.0, 0.01, 0.1)
+    assert set(report["weights"]["refit"]) == set(report["weights"]["default"])
+    assert isinstance(report["targets"]["default_beats_hand_set_on_test"], bool)
+    assert any(line.strip().startswith("test:") for line in lines)
+
+
+@pytest.mark.django_db
+def test_the_command_writes_json_and_refuses_a_dataset_without_answers_or_documents(tiny_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "sentences.json"
+    call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--json", str(out), "--skip-checks", stdout=io.StringIO())
+    assert json.loads(out.read_text())["picked_f1"]["test"]["best_possible"] == 1.0
+
+    rows = [json.loads(line) for line in (tiny_dataset / "queries.jsonl").read_text().splitlines()]
+    (tiny_dataset / "queries.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer"}) for r in rows) + "\n")
+    with pytest.raises(CommandError, match="with an 'answer'"):
+        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", stdout=io.StringIO())
+    (tiny_dataset / "docs.jsonl").unlink()
+    with pytest.raises(CommandError, match=r"no docs\.jsonl"):
+        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", stdout=io.StringIO())
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
+def test_on_doc2dial_the_shipped_weights_beat_the_hand_set_scorer_on_test():
+    report = evaluate_sentences(DOC2DIAL, say=lambda line: None)
+
+    assert report["targets"]["default_beats_hand_set_on_test"] is True
+    assert report["targets"]["default_within_0.01_of_refit_on_test"] is True
+    assert report["picked_f1"]["test"]["default"] >= report["picked_f1"]["test"]["hand_set"] + 0.02

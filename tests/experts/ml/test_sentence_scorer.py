@@ -1,0 +1,102 @@
+"""The extractive answer's sentence scorer: its features, its fit, and the FAQ pattern its default weights learned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experts.ml.extractive import Passage, extractive_answer
+from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, FEATURES, HAND_SET, fit_weights, picked_f1, sentence_features, weight_vector
+
+COL = {name: i for i, name in enumerate(FEATURES)}
+
+
+def test_each_feature_reads_what_its_name_says():
+    sentences = ["Renewing your licence", "Can I renew online?", "Yes, renew online in ten minutes.", "Offices open at nine."]
+    tokens = [{"renewing", "licence"}, {"renew", "online"}, {"yes", "renew", "online", "ten", "minutes"}, {"offices", "open", "nine"}]
+    cosines = np.array([0.5, 0.9, 0.6, 0.1])
+    x = sentence_features({"renew", "online"}, sentences, tokens, cosines, passage_rank=2)
+    assert x.shape == (4, len(FEATURES))
+    assert x[:, COL["cosine"]].tolist() == [0.5, 0.9, 0.6, 0.1]
+    assert x[:, COL["overlap"]].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert set(x[:, COL["passage_rank"]]) == {2.0}
+    assert x[:, COL["first_in_passage"]].tolist() == [1, 0, 0, 0]
+    assert x[:, COL["heading"]].tolist() == [1, 0, 0, 0]
+    assert x[:, COL["question"]].tolist() == [0, 1, 0, 0]
+    assert x[:, COL["previous_cosine"]].tolist() == [0.0, 0.5, 0.9, 0.6]
+    assert x[:, COL["after_question"]].tolist() == [0, 0, 1, 0]
+    assert x[2, COL["log_words"]] == pytest.approx(np.log1p(6))
+    assert sentence_features(set(), [], [], np.zeros(0), passage_rank=0).shape == (0, len(FEATURES))
+
+
+def _faq_groups(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """FAQ-like questions: the sentence matching the question best is itself a question, the answer follows it."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for _ in range(n):
+        k = int(rng.integers(1, 5))
+        cos = rng.uniform(0.1, 0.5, size=6)
+        cos[k] = rng.uniform(0.7, 0.9)  # the FAQ's own question
+        cos[k + 1] = cos[k] - rng.uniform(0.05, 0.2)  # its answer, a little less like the question
+        sentences = [f"Sentence number {i} of the page." for i in range(6)]
+        sentences[k] = "Can I do the thing?"
+        x = sentence_features(set(), sentences, [set()] * 6, cos, passage_rank=0)
+        f1 = np.zeros(6)
+        f1[k + 1] = rng.uniform(0.5, 1.0)
+        groups.append((x, f1))
+    return groups
+
+
+def test_the_fit_learns_that_the_answer_follows_the_matching_question():
+    train, held_out = _faq_groups(300, 0), _faq_groups(200, 1)
+    fitted = fit_weights(train)
+    assert fitted["after_question"] > 0 or fitted["previous_cosine"] > 0
+    assert fitted["question"] < 0
+    assert picked_f1(held_out, HAND_SET) == 0.0  # cosine alone quotes the question back
+    assert picked_f1(held_out, fitted) > 0.6
+    pulled = fit_weights(train, pull=100.0)
+    assert np.allclose(weight_vector(pulled), weight_vector(HAND_SET), atol=0.05)  # a strong pull keeps the prior
+
+
+def test_the_fit_refuses_data_with_no_answer_among_the_candidates():
+    x = sentence_features(set(), ["One sentence here.", "Another one there."], [set(), set()], np.array([0.3, 0.4]), passage_rank=0)
+    with pytest.raises(ValueError, match="nothing to fit"):
+        fit_weights([(x, np.zeros(2))])
+
+
+def test_unknown_feature_names_are_refused():
+    with pytest.raises(ValueError, match="unknown sentence features"):
+        weight_vector({"cosine": 1.0, "sentiment": 2.0})
+    assert weight_vector(None).tolist() == [DEFAULT_WEIGHTS.get(name, 0.0) for name in FEATURES]
+
+
+def test_the_default_weights_answer_an_faq_with_its_answer_not_its_question(encoder):
+    faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes. "
+                       "Offices are open on weekdays from nine to five.", title="Renewals", score=0.7)
+    question = "Can I renew my driver license online?"
+    hand_set = extractive_answer(question, [faq], encoder.encode, max_sentences=1, weights=HAND_SET)
+    default = extractive_answer(question, [faq], encoder.encode, max_sentences=1)
+    assert hand_set.text.startswith("Can I renew")  # the question quoted back to the user
+    assert default.text.startswith("Yes, most drivers can renew online")
+
+
+def test_the_setting_is_checked_and_reaches_the_extractive_generator(settings, encoder, monkeypatch):
+    from experts.checks import sentence_weights_check
+    from experts.generation.base import GenerationRequest
+    from experts.generation.extractive import ExtractiveGenerator
+
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
+    assert sentence_weights_check() == []
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = {"cosine": 1.0, "sentiment": 2.0}
+    assert [e.id for e in sentence_weights_check()] == ["experts.E002"]
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = ["cosine"]
+    assert [e.id for e in sentence_weights_check()] == ["experts.E001"]
+
+    monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)
+    faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes.",
+                  title="Renewals", score=0.7)
+    request = GenerationRequest(question="Can I renew my driver license online?", expert="dmv", passages=[faq])
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = HAND_SET
+    assert ExtractiveGenerator().generate(request).text.startswith("Can I renew")
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
+    assert ExtractiveGenerator().generate(request).text.startswith("Yes, most drivers")
