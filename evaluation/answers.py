@@ -84,7 +84,7 @@ from experts.ml.targets import MIN_SUPPORT, gold_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import embedding_text, routing_weights, search_collections, widen_below
+from knowledge.services import embedding_text, routing_weights, search_collections, weight_power, widen_below
 from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
@@ -589,7 +589,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
             "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
-            "widen_below": threshold, "chunks": corpus.chunks,
+            "widen_below": threshold, "weight_power": weight_power(), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
             "no_repeat_ngram": serving.generator.no_repeat_ngram, "copy_bias": serving.generator.copy_bias,

@@ -71,7 +71,7 @@ from evaluation.datasets import (
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import collection_lookup, embedding_text, routing_weights, search_collections, widen_below
+from knowledge.services import collection_lookup, embedding_text, routing_weights, search_collections, weight_power, widen_below
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 K = 5
@@ -493,7 +493,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     report["setup"] = {
         "dataset": dataset.name, "level": "passage" if passages else "document", "test_questions": len(test), "chunks": len(chunks),
         "test_questions_with_user_context": int(has_context[test].sum()) if test else 0,
-        "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "chunks_per_search": CHUNKS_PER_QUERY,
+        "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "weight_power": weight_power(), "chunks_per_search": CHUNKS_PER_QUERY,
         "hybrid_ndcg_gap_captured_by_routed_top2": round((routed_ndcg - flat) / (oracle - flat), 3) if oracle != flat else None,
         # Issue 19's target: question-only routing (better of top-1 and top-2) with the experts' documents as evidence.
         "hybrid_ndcg_gap_captured_by_question_only_knowledge": round(

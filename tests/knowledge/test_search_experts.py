@@ -12,19 +12,27 @@ pytestmark = pytest.mark.django_db
 
 
 def test_by_default_the_others_share_whatever_probability_the_router_left():
-    weights = routing_weights(["a", "b"], [0.9, 0.08], ["a", "b", "c"], threshold=services.DEFAULT_WIDEN_BELOW)
+    weights = routing_weights(["a", "b"], [0.9, 0.08], ["a", "b", "c"], threshold=services.DEFAULT_WIDEN_BELOW, power=1.0)
 
     assert weights == {"a": 0.9, "b": 0.08, "c": pytest.approx(0.02)}
 
 
 def test_an_unsure_router_widens_to_the_others_with_the_leftover_probability():
-    weights = routing_weights(["a"], [0.4], ["a", "b", "c", "d"], threshold=0.9)
+    weights = routing_weights(["a"], [0.4], ["a", "b", "c", "d"], threshold=0.9, power=1.0)
 
     assert weights == {"a": 0.4, "b": pytest.approx(0.2), "c": pytest.approx(0.2), "d": pytest.approx(0.2)}
 
 
 def test_a_sure_router_does_not_widen_below_the_threshold():
-    assert routing_weights(["a", "b"], [0.95, 0.04], ["a", "b", "c"], threshold=0.9) == {"a": 0.95, "b": 0.04}
+    assert routing_weights(["a", "b"], [0.95, 0.04], ["a", "b", "c"], threshold=0.9, power=1.0) == {"a": 0.95, "b": 0.04}
+
+
+def test_the_weights_are_tempered_by_the_configured_power(settings):
+    settings.RETRIEVAL_WEIGHT_POWER = 0.5
+    weights = routing_weights(["a", "b"], [0.81, 0.09], ["a", "b", "c"], threshold=1.0)
+    assert weights == {"a": pytest.approx(0.9), "b": pytest.approx(0.3), "c": pytest.approx(0.1 ** 0.5)}
+    assert routing_weights(["a", "b"], [0.81, 0.09], ["a", "b", "c"], threshold=1.0, power=0.0) == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert routing_weights(["a", "b"], [0.0, 0.0], ["a", "b"], threshold=1.0) == {"a": 1.0, "b": 1.0}
 
 
 def test_without_weights_every_chosen_collection_counts_the_same():

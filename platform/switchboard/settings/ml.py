@@ -38,6 +38,10 @@ RETRIEVAL_TOP_K = envint("RETRIEVAL_TOP_K", 5)
 # Routed retrieval also searches the experts the router did not pick, weighted by its leftover
 # probability, unless the router's top-k share reaches this (1.0: always widen).
 RETRIEVAL_WIDEN_BELOW = envfloat("RETRIEVAL_WIDEN_BELOW", 1.0)
+# Each collection's weight in routed search is the router's probability raised to this power
+# (knowledge.services.routing_weights): 1 trusts the router's probabilities as they are, 0 is the
+# flat search. 0.5 was chosen on doc2dial's validation questions (see knowledge.services).
+RETRIEVAL_WEIGHT_POWER = envfloat("RETRIEVAL_WEIGHT_POWER", 0.5)
 # Chunk documents by their sections ("Document — Section" titles; knowledge.ml.chunking). A change
 # applies to documents indexed afterwards: rebuild a collection to re-chunk what it holds.
 CHUNK_BY_SECTIONS = envbool("CHUNK_BY_SECTIONS", True)
