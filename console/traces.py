@@ -176,6 +176,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "passages": trace.get("passages") or [],
             "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
             "answer": trace.get("answer", ""),
+            "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
             "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
             "feedback": feedback,
             "runner_up": ranked[1] if len(ranked) > 1 else None,

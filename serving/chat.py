@@ -84,6 +84,7 @@ class ChatResult:
     adapter: str | None = None
     finish_reason: str = "stop"
     spelling: dict[str, Any] | None = None  # {"searched_for", "corrections"} when misspelt words were corrected for the search
+    selection: dict[str, Any] | None = None  # an extractive answer's choice of sentence (experts.ml.extractive.Answer.selection)
 
 
 @dataclass
@@ -558,7 +559,7 @@ class ChatTurn:
             sticky=self.sticky, arm=self.arm.arm if self.arm else "", experiment_id=self.arm.experiment_id if self.arm else None,
             expert_version=self.expert_version, parts=self._parts, answer_source=self.source.answer_source,
             fallback_reason=self.source.fallback_reason, adapter=self.source.adapter, finish_reason=answer.finish_reason,
-            spelling=self.spelling,
+            spelling=self.spelling, selection=answer.selection,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

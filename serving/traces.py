@@ -2,7 +2,8 @@
 
 A trace holds the router's evidence (its in-scope score against the version's abstain threshold,
 every live expert's probability, the fallback), the passages retrieved (title, expert, document,
-score, whether the answer cited it) and, when ``STORE_QUESTION_TEXT`` is on, the answer's text:
+score, whether the answer cited it), for an extractive answer which sentence it quoted, why, and
+the runner-up, and, when ``STORE_QUESTION_TEXT`` is on, the answer's text and the runner-up's:
 what a domain team needs to see why a question went where it went. Passage texts are not copied
 (the document is linked instead); retention deletes the trace with its event.
 """
@@ -17,6 +18,7 @@ from .route import Decision
 
 MAX_PASSAGES = 12
 MAX_ANSWER_CHARS = 4000
+MAX_SENTENCE_CHARS = 300
 
 
 def routing_evidence(decision: Decision | None) -> dict[str, Any]:
@@ -53,8 +55,28 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
     if result.spelling:
         # The corrected words are the question's words: kept only where question text is.
         trace["spelling"] = result.spelling if settings.STORE_QUESTION_TEXT else {"corrected_words": len(result.spelling["corrections"])}
+    if result.selection:
+        trace["selection"] = _selection(result.selection)
     if settings.STORE_QUESTION_TEXT:
         trace["answer"] = (result.answer or "")[:MAX_ANSWER_CHARS]
     if result.finish_reason and result.finish_reason != "stop":
         trace["finish_reason"] = result.finish_reason
     return trace
+
+
+def _selection(selection: dict[str, Any]) -> dict[str, Any]:
+    """The extractive answer's choice as the trace keeps it: sentence texts only where question text is kept."""
+    keep_text = settings.STORE_QUESTION_TEXT
+
+    def one(item: dict[str, Any] | None, with_reasons: bool) -> dict[str, Any] | None:
+        if not isinstance(item, dict):
+            return None
+        out = {k: item.get(k) for k in ("passage", "sentence", "score")}
+        if with_reasons:
+            out["reasons"] = [str(r) for r in item.get("reasons") or []][:5]
+        if keep_text:
+            out["text"] = str(item.get("text") or "")[:MAX_SENTENCE_CHARS]
+        return out
+
+    return {"quoted": [one(q, True) for q in selection.get("quoted") or []], "runner_up": one(selection.get("runner_up"), False),
+            "candidates": selection.get("candidates")}

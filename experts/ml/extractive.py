@@ -13,10 +13,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .sentence_scorer import sentence_features, weight_vector
+from .sentence_scorer import reasons, sentence_features, weight_vector
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -57,6 +58,10 @@ class Answer:
     citations: list[Passage] = field(default_factory=list)
     grounded: bool = True
     finish_reason: str = "stop"
+    # An extractive answer's choice (``extractive_answer``): the quoted sentences and the runner-up,
+    # each as {"passage": its 1-based place among the passages given, "sentence": its 1-based place
+    # in that passage, "score", "text"}, the quoted ones with the ``reasons`` they won.
+    selection: dict[str, Any] | None = None
 
 
 def split_sentences(text: str) -> list[str]:
@@ -204,7 +209,8 @@ def extractive_answer(
             ``chunk_id`` are split and encoded every time).
         weights: the sentence scorer's weights by feature (default: ``sentence_scorer.DEFAULT_WEIGHTS``).
     """
-    top = [p for p in passages[:max_passages] if p.text.strip()]
+    places = [i for i, p in enumerate(passages[:max_passages]) if p.text.strip()]
+    top = [passages[i] for i in places]
     if not top or max(p.score for p in top) < min_score:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     found = candidate_sentences(question, top, embed, cache)
@@ -212,7 +218,8 @@ def extractive_answer(
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     candidates, features = found
     scores = features @ weight_vector(weights)
-    chosen = sorted(np.argsort(scores)[::-1][:max_sentences].tolist(), key=lambda i: (candidates[i][0], candidates[i][1]))
+    ranked = np.argsort(scores)[::-1].tolist()
+    chosen = sorted(ranked[:max_sentences], key=lambda i: (candidates[i][0], candidates[i][1]))
     cited: list[int] = []
     pieces = []
     for i in chosen:
@@ -220,4 +227,14 @@ def extractive_answer(
         if pi not in cited:
             cited.append(pi)
         pieces.append(f"{FOOTNOTE.sub('', sentence)} [{cited.index(pi) + 1}]")
-    return Answer(text=" ".join(pieces), citations=[top[pi] for pi in cited], grounded=True)
+
+    def where(i: int) -> dict[str, Any]:
+        pi, si, sentence = candidates[i]
+        return {"passage": places[pi] + 1, "sentence": si + 1, "score": round(float(scores[i]), 3), "text": FOOTNOTE.sub("", sentence)}
+
+    selection = {
+        "quoted": [{**where(i), "reasons": reasons(features, i, weights)} for i in ranked[:max_sentences]],
+        "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
+        "candidates": len(candidates),
+    }
+    return Answer(text=" ".join(pieces), citations=[top[pi] for pi in cited], grounded=True, selection=selection)

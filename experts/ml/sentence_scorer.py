@@ -76,6 +76,40 @@ def sentence_features(question_tokens: set[str], sentences: Sequence[str], token
     return out
 
 
+# What a feature says when it made the quoted sentence stand out, in the domain team's words: the first
+# phrase when the sentence has more of it than the other candidates, the second when it has less.
+_REASONS = {
+    "cosine": ("closest in meaning to the question", ""),
+    "overlap": ("uses the question's own words", ""),
+    "passage_rank": ("", "from one of the best-matching passages"),
+    "first_in_passage": ("opens its section", ""),
+    "heading": ("", "a full sentence, not a heading"),
+    "question": ("", "answers rather than asks"),
+    "log_words": ("says more than the shorter sentences", "short and to the point"),
+    "previous_cosine": ("follows a sentence close to the question", ""),
+    "after_question": ("follows a question", ""),
+}
+
+
+def reasons(features: np.ndarray, chosen: int, weights: dict[str, float] | None = None, limit: int = 3) -> list[str]:
+    """Why candidate ``chosen`` scored above the others: the features that lifted it most against their
+    mean over every candidate (weight x difference), as plain phrases, strongest first."""
+    w = weight_vector(weights)
+    x = np.asarray(features, dtype=np.float64)
+    if len(x) < 2:
+        return []
+    lift = (x[chosen] - x.mean(axis=0)) * w
+    out = []
+    for j in np.argsort(-lift):
+        if lift[j] <= 1e-6 or len(out) >= limit:
+            break
+        more, less = _REASONS[FEATURES[j]]
+        phrase = more if x[chosen, j] > x[:, j].mean() else less
+        if phrase:
+            out.append(phrase)
+    return out
+
+
 def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], prior: dict[str, float] | None = None, pull: float = 0.0,
                 min_best: float = 0.05) -> dict[str, float]:
     """Weights that pick, among each question's candidate sentences, the ones that answer it.

@@ -203,6 +203,19 @@ def test_the_playground_says_what_a_misspelt_question_was_searched_as(console, e
     assert 'id="answer-spelling"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
 
+def test_the_playground_says_why_the_answer_quotes_its_sentence(console, experts, monkeypatch):
+    result = fake_result()
+    result.selection = {"quoted": [{"passage": 1, "sentence": 2, "score": 2.4, "text": "t", "reasons": ["follows a question", "opens <its> section"]}],
+                        "runner_up": None, "candidates": 3}
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+
+    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+
+    assert "Why this sentence: follows a question, opens &lt;its&gt; section." in html
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result())
+    assert 'id="answer-why"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+
+
 def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
     result = fake_result()
     result.citations = [{**result.citations[0], "url": "javascript:alert(1)"}]

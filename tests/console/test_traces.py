@@ -183,3 +183,30 @@ def test_a_trace_opened_right_after_its_answer_is_found_though_events_are_writte
     events.record(request_id="r-now", mode="auto", expert="dmv", question="Plates?", experts=[{"slug": "dmv", "score": 0.9}])
     client.force_login(staff)
     assert client.get(reverse("console-trace", args=["r-now"])).status_code == 200
+
+
+def test_the_trace_says_which_sentence_the_answer_quoted_why_and_the_runner_up_with_text_only_when_stored(client, world, settings):
+    from serving.chat import ChatResult
+
+    _, staff = world
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    selection = {"quoted": [{"passage": 1, "sentence": 2, "score": 2.41, "text": "Yes, renew online in ten minutes.",
+                             "reasons": ["follows a question", "uses the question's own words"]}],
+                 "runner_up": {"passage": 2, "sentence": 1, "score": 1.87, "text": "Offices open at nine."}, "candidates": 7}
+    result = ChatResult(answer="Yes, renew online in ten minutes. [1]", expert="dmv", decision=decision, citations=[], passages=[], grounded=True,
+                        mode="auto", timings={}, request_id="r", selection=selection)
+    settings.STORE_QUESTION_TEXT = False
+    kept = traces.build(decision, result)["selection"]
+    assert kept["quoted"][0]["reasons"] == ["follows a question", "uses the question's own words"]
+    assert "text" not in kept["quoted"][0]
+    assert "text" not in kept["runner_up"]
+    event("s-words", "dmv", trace=traces.build(decision, result))
+    settings.STORE_QUESTION_TEXT = True
+    event("s-text", "dmv", trace=traces.build(decision, result))
+    client.force_login(staff)
+    hidden = client.get(reverse("console-trace", args=["s-words"])).content.decode()
+    assert "Quoted sentence 2 of passage 1: follows a question, uses the question&#x27;s own words." in hidden
+    assert "Next best of 7 sentences: sentence 1 of passage 2 (score 1.87 against 2.41)." in hidden
+    assert "Offices open at nine" not in hidden
+    shown = client.get(reverse("console-trace", args=["s-text"])).content.decode()
+    assert "(score 1.87 against 2.41): “Offices open at nine.”" in shown

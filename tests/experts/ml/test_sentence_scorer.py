@@ -100,3 +100,23 @@ def test_the_setting_is_checked_and_reaches_the_extractive_generator(settings, e
     assert ExtractiveGenerator().generate(request).text.startswith("Can I renew")
     settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
     assert ExtractiveGenerator().generate(request).text.startswith("Yes, most drivers")
+
+
+def test_the_answer_records_the_sentence_it_quoted_why_and_the_runner_up(encoder):
+    from experts.ml.sentence_scorer import reasons
+
+    blank = Passage(text="   ", title="Empty", score=0.9)
+    faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes. "
+                       "Offices are open on weekdays from nine to five.", title="Renewals", score=0.7)
+    answer = extractive_answer("Can I renew my driver license online?", [blank, faq], encoder.encode, max_sentences=1)
+    quoted = answer.selection["quoted"][0]
+    assert (quoted["passage"], quoted["sentence"]) == (2, 2)  # places among the passages given: the blank one counts
+    assert quoted["text"].startswith("Yes, most drivers")
+    assert "follows a sentence close to the question" in quoted["reasons"] or "follows a question" in quoted["reasons"]
+    assert answer.selection["runner_up"]["passage"] == 2
+    assert answer.selection["runner_up"]["score"] < quoted["score"]
+    assert answer.selection["candidates"] == 3
+    x = np.zeros((2, len(FEATURES)))
+    x[0, COL["heading"]] = 1.0  # the other candidate is a heading; the chosen one is not
+    assert reasons(x, 1) == ["a full sentence, not a heading"]
+    assert reasons(x[:1], 0) == []  # nothing to stand out from
