@@ -10,15 +10,11 @@ from django.core.management import CommandError, call_command
 
 from evaluation.sentences import evaluate_sentences
 from tests.evaluation.test_answers_evaluation import DOC2DIAL, write_dataset
-from tests.knowledge.conftest import HashingEncoder
+from tests.evaluation.test_retrieval_evaluation import hashing  # noqa: F401  (the hashing encoder everywhere, embeddings cached in tmp_path)
 
 
 @pytest.fixture
-def tiny_dataset(tmp_path, monkeypatch, settings):
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
-    encoder = HashingEncoder()
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
-    settings.EMBEDDING_MODEL = encoder.name
+def tiny_dataset(tmp_path, hashing):  # noqa: F811
     write_dataset(tmp_path)
     return tmp_path
 
