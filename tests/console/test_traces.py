@@ -209,4 +209,4 @@ def test_the_trace_says_which_sentence_the_answer_quoted_why_and_the_runner_up_w
     assert "Next best of 7 sentences: sentence 1 of passage 2 (score 1.87 against 2.41)." in hidden
     assert "Offices open at nine" not in hidden
     shown = client.get(reverse("console-trace", args=["s-text"])).content.decode()
-    assert "(score 1.87 against 2.41): “Offices open at nine.”" in shown
+    assert "(score 1.87 against 2.41): “Offices open at nine.”</p>" in shown

@@ -53,7 +53,7 @@ EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
 # `evaluate answers --split val --limit 0 --generators extractive`): routed (auto) answer F1 0.242
 # with 1 sentence, 0.232 with 2, 0.205 with 3; keeping a 2nd or 3rd sentence only when it scores
 # within 0.03 (0.08) of the best gave 0.242 (0.236), no better than one. With the fitted sentence
-# scorer (experts.ml.sentence_scorer) again: 0.272 with 1, 0.234 with 2.
+# scorer (experts.ml.sentence_scorer) and tempered routed search again: 0.280 with 1, 0.244 with 2.
 EXTRACTIVE_MAX_SENTENCES = envint("EXTRACTIVE_MAX_SENTENCES", 1)
 # How the extractive answer weighs a sentence's features (experts.ml.sentence_scorer.FEATURES), as a
 # JSON object, e.g. the "refit" weights `manage.py evaluate sentences --dataset YOUR_DATA` prints.

@@ -117,6 +117,6 @@ def test_the_answer_records_the_sentence_it_quoted_why_and_the_runner_up(encoder
     assert answer.selection["runner_up"]["score"] < quoted["score"]
     assert answer.selection["candidates"] == 3
     x = np.zeros((2, len(FEATURES)))
-    x[0, COL["heading"]] = 1.0  # the other candidate is a heading; the chosen one is not
-    assert reasons(x, 1) == ["a full sentence, not a heading"]
+    x[0, COL["question"]] = 1.0  # the other candidate asks; the chosen one does not
+    assert reasons(x, 1) == ["answers rather than asks"]
     assert reasons(x[:1], 0) == []  # nothing to stand out from
