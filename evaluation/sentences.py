@@ -113,7 +113,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "val_f1_by_pull": {str(p): _r(v) for p, v in val_f1.items()},
         "weights": {"default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
         "targets": {
-            "default_beats_hand_set_on_test": _ge(picked["test"]["default"], picked["test"]["hand_set"]),
+            "default_beats_hand_set_on_test": _gt(picked["test"]["default"], picked["test"]["hand_set"]),
             "default_within_0.01_of_refit_on_test": None if picked["test"]["refit"] is None or picked["test"]["default"] is None
             else picked["test"]["default"] >= picked["test"]["refit"] - 0.01,
         },
@@ -129,5 +129,5 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(float(value), 4)
 
 
-def _ge(a: float | None, b: float | None) -> bool | None:
+def _gt(a: float | None, b: float | None) -> bool | None:
     return None if a is None or b is None else a > b
