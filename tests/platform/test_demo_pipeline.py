@@ -133,6 +133,10 @@ def test_an_answer_can_be_traced_from_the_console(demo, client, django_user_mode
     assert "cited" in html
     assert 'id="router-views"' in html
     assert response.json()["id"] in client.get("/traces/", {"expert": meta["expert"]}).content.decode()
+    quoted = meta["answer_selection"]["quoted"][0]  # the extractive answer says which sentence it quoted, and why
+    assert quoted["text"][:40] in response.json()["choices"][0]["message"]["content"]
+    assert quoted["reasons"]
+    assert f"Quoted sentence {quoted['sentence']} of passage {quoted['passage']}" in html
 
 
 def test_the_demo_router_weighs_each_candidates_documents_and_the_trace_shows_them(demo, client, django_user_model):
