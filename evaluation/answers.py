@@ -124,7 +124,7 @@ class AnswerConfig:
 
 
 @dataclass
-class _Corpus:
+class Corpus:
     domains: list[str]
     names: list[str]
     units: list[dict[str, Any]]
@@ -162,7 +162,7 @@ class _Answered:
 
 
 @dataclass
-class _Question:
+class Question:
     row: int
     text: str
     gold: str
@@ -172,7 +172,7 @@ class _Question:
     adapter: dict[str, str] = field(default_factory=dict)  # by mode: the lora generator's adapter
 
 
-def _index(dataset: Path, units: list[dict[str, Any]], say: Say, encoding: dict[str, int]) -> _Corpus:
+def index_corpus(dataset: Path, units: list[dict[str, Any]], say: Say, encoding: dict[str, int]) -> Corpus:
     """Chunk, embed (cached) and index the documents into one collection per domain, with each chunk's sentence vectors."""
     from django.conf import settings
 
@@ -199,10 +199,10 @@ def _index(dataset: Path, units: list[dict[str, Any]], say: Say, encoding: dict[
 
     store, root, index_s = index_by_domain(chunks, units, cx, "answers-eval-", payload)
     say(f"  indexed {len(chunks):,} chunks of {len(units):,} documents into {len(domains)} collections in {index_s:.1f} s")
-    return _Corpus(domains, [f"eval_{d}" for d in domains], units, store, root, blocks, len(chunks), index_s)
+    return Corpus(domains, [f"eval_{d}" for d in domains], units, store, root, blocks, len(chunks), index_s)
 
 
-def _router(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.ndarray, domains: list[str], say: Say,
+def route_questions(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.ndarray, domains: list[str], say: Say,
             encoding: dict[str, int]) -> tuple[np.ndarray, list[int], list[int], dict[str, Any]]:
     """The retrieval evaluation's router (the same features, the same cached training): probabilities, train and val rows."""
     from django.conf import settings
@@ -219,12 +219,12 @@ def _router(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.
     return probs, train, val, {"features": key, "context_weight": weight, "validation": validation, **metrics}
 
 
-def _search(corpus: _Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int) -> list[Passage]:
+def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int) -> list[Passage]:
     indices, values = bm25_vector(question, query=True)
     return corpus.passages(search_collections(corpus.store, plan, dense.tolist(), indices, values, limit=limit, method="hybrid"))
 
 
-def _plans(q: _Question, probs: np.ndarray, corpus: _Corpus, threshold: float) -> dict[str, tuple[dict[str, float], list[int]]]:
+def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float) -> dict[str, tuple[dict[str, float], list[int]]]:
     """Each mode's collection weights and the domains (best first) whose adapter may answer."""
     names = corpus.names
     order = [int(j) for j in np.argsort(-probs)[:2]]
@@ -332,7 +332,7 @@ class _Serving:
                             question=question, stops=STOPS, stop_at_paragraph=self.generator.stop_at_paragraph)
 
 
-def _training_examples(corpus: _Corpus, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], y: np.ndarray, tokenizer: Any,
+def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], y: np.ndarray, tokenizer: Any,
                        params: Any, serving: _Serving, top_k: int) -> tuple[dict[int, list[Any]], dict[str, int]]:
     """Examples per domain the way ``labeling.grounding`` builds them: own-domain search, weak skipped, gold answer cited.
 
@@ -345,7 +345,7 @@ def _training_examples(corpus: _Corpus, queries: list[dict[str, Any]], qx: np.nd
     counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
     for i in rows:
         question, answer = queries[i]["text"], " ".join(str(queries[i].get("answer") or "").split())
-        passages = _search(corpus, {corpus.names[y[i]]: 1.0}, qx[i], question, top_k)
+        passages = search_passages(corpus, {corpus.names[y[i]]: 1.0}, qx[i], question, top_k)
         if not answer:
             counts["unsupported"] += 1
             continue
@@ -417,7 +417,7 @@ def _train_adapters(config: AnswerConfig, ctx: dict[str, Any], tokenizer: Any, s
     return folders, report
 
 
-def _extractive(questions: list[_Question], modes: list[str], known: dict[str, np.ndarray], ctx: dict[str, Any]) -> dict[str, list[_Answered]]:
+def _extractive(questions: list[Question], modes: list[str], known: dict[str, np.ndarray], ctx: dict[str, Any]) -> dict[str, list[_Answered]]:
     """The extractive generator's answers (``experts.ml.extractive``, as ``ExtractiveGenerator`` calls it)."""
     from sbcommon.encoders import get_encoder
 
@@ -441,7 +441,7 @@ def _extractive(questions: list[_Question], modes: list[str], known: dict[str, n
     return out
 
 
-def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[_Question], modes: list[str], adapters: set[str],
+def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[Question], modes: list[str], adapters: set[str],
               serving: _Serving, config: AnswerConfig, say: Say) -> dict[str, list[_Answered]]:
     """One LM generator's answers in every mode, batched; a prompt shared by two modes is generated once."""
     from experts.ml.batch_generation import BatchItem, BatchStats, generate_batch
@@ -509,10 +509,10 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         for row in read_jsonl(dataset / "qrels.jsonl"):
             relevant[row["query_id"]].add(row["doc_id"])
     say(f"{dataset.name}: answers on the {config.split} split")
-    corpus = _index(dataset, units, say, encoding)
+    corpus = index_corpus(dataset, units, say, encoding)
     queries, qx = dataset_embeddings(dataset, model, say, **encoding)
     y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-    probs, train_rows, val_rows, router_report = _router(dataset, queries, qx, y, corpus.domains, say, encoding)
+    probs, train_rows, val_rows, router_report = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
     ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
            "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
            "sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS, "model": model, "threads": encoding["threads"]}
@@ -527,11 +527,11 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
         candidates = [candidates[j] for j in pick]
     threshold = widen_below()
-    questions: list[_Question] = []
+    questions: list[Question] = []
     for i in candidates:
-        q = _Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
-        for mode, (plan, order) in _plans(q, probs[i], corpus, threshold).items():
-            q.passages[mode] = _search(corpus, plan, qx[i], q.text, top_k)
+        q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
+        for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold).items():
+            q.passages[mode] = search_passages(corpus, plan, qx[i], q.text, top_k)
             if mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
                 leading = q.passages[mode][0].expert if q.passages[mode] else ""
                 chosen = [corpus.domains[j] for j in order]
@@ -600,7 +600,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     return report
 
 
-def _score(questions: list[_Question], mode: str, rows: list[_Answered], units: list[dict[str, Any]]) -> dict[str, Any]:
+def _score(questions: list[Question], mode: str, rows: list[_Answered], units: list[dict[str, Any]]) -> dict[str, Any]:
     f1 = [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
     rl = [rouge_l(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
     abstained = [not a.text for a in rows]

@@ -44,7 +44,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     """The report (see the module docstring)."""
     from django.conf import settings
 
-    from evaluation.answers import _index, _plans, _Question, _router, _search
+    from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
     from knowledge.services import widen_below
     from sbcommon.encoders import get_encoder
 
@@ -52,11 +52,11 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     dataset = Path(dataset)
     encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
     units = read_jsonl(dataset / "docs.jsonl")
-    corpus = _index(dataset, units, say, encoding)
+    corpus = index_corpus(dataset, units, say, encoding)
     try:
         queries, qx = dataset_embeddings(dataset, settings.EMBEDDING_MODEL, say, **encoding)
         y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-        probs, train_rows, val_rows, _ = _router(dataset, queries, qx, y, corpus.domains, say, encoding)
+        probs, train_rows, val_rows, _ = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
         answered = [i for i, q in enumerate(queries) if y[i] >= 0 and q.get("answer") and q.get("text")]
         wanted = {"train": set(train_rows), "val": set(val_rows)}
         rows = {
@@ -77,9 +77,9 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         for split, chosen in rows.items():
             groups[split] = []
             for i in chosen:
-                q = _Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
-                plan, _ = _plans(q, probs[i], corpus, threshold)["auto"]
-                top = [p for p in _search(corpus, plan, qx[i], q.text, top_k)[:MAX_PASSAGES] if p.text.strip()]
+                q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
+                plan, _ = mode_plans(q, probs[i], corpus, threshold)["auto"]
+                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k)[:MAX_PASSAGES] if p.text.strip()]
                 if not top:
                     continue
                 known = qx[i]
