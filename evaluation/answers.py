@@ -203,7 +203,7 @@ def index_corpus(dataset: Path, units: list[dict[str, Any]], say: Say, encoding:
 
 
 def route_questions(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.ndarray, domains: list[str], say: Say,
-            encoding: dict[str, int]) -> tuple[np.ndarray, list[int], list[int], dict[str, Any]]:
+                    encoding: dict[str, int]) -> tuple[np.ndarray, list[int], list[int], dict[str, Any]]:
     """The retrieval evaluation's router (the same features, the same cached training): probabilities, train and val rows."""
     from django.conf import settings
 

@@ -217,7 +217,8 @@ def extractive_answer(
     if found is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     candidates, features = found
-    scores = features @ weight_vector(weights)
+    w = weight_vector(weights)
+    scores = features @ w
     ranked = np.argsort(scores)[::-1].tolist()
     chosen = sorted(ranked[:max_sentences], key=lambda i: (candidates[i][0], candidates[i][1]))
     cited: list[int] = []
@@ -233,7 +234,7 @@ def extractive_answer(
         return {"passage": places[pi] + 1, "sentence": si + 1, "score": round(float(scores[i]), 3), "text": FOOTNOTE.sub("", sentence)}
 
     selection = {
-        "quoted": [{**where(i), "reasons": reasons(features, i, weights)} for i in ranked[:max_sentences]],
+        "quoted": [{**where(i), "reasons": reasons(features, i, w)} for i in ranked[:max_sentences]],
         "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
         "candidates": len(candidates),
     }

@@ -95,20 +95,21 @@ _REASONS = {
 }
 
 
-def reasons(features: np.ndarray, chosen: int, weights: dict[str, float] | None = None, limit: int = 3) -> list[str]:
-    """Why candidate ``chosen`` scored above the others: the features that lifted it most against their
-    mean over every candidate (weight x difference), as plain phrases, strongest first."""
-    w = weight_vector(weights)
+def reasons(features: np.ndarray, chosen: int, w: np.ndarray, limit: int = 3) -> list[str]:
+    """Why candidate ``chosen`` scored above the others under weights ``w`` (``weight_vector``): the
+    features that lifted it most against their mean over every candidate (weight x difference), as
+    plain phrases, strongest first."""
     x = np.asarray(features, dtype=np.float64)
     if len(x) < 2:
         return []
-    lift = (x[chosen] - x.mean(axis=0)) * w
+    mean = x.mean(axis=0)
+    lift = (x[chosen] - mean) * w
     out = []
     for j in np.argsort(-lift):
         if lift[j] <= 1e-6 or len(out) >= limit:
             break
         more, less = _REASONS[FEATURES[j]]
-        phrase = more if x[chosen, j] > x[:, j].mean() else less
+        phrase = more if x[chosen, j] > mean[j] else less
         if phrase:
             out.append(phrase)
     return out

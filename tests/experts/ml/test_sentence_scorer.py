@@ -118,5 +118,5 @@ def test_the_answer_records_the_sentence_it_quoted_why_and_the_runner_up(encoder
     assert answer.selection["candidates"] == 3
     x = np.zeros((2, len(FEATURES)))
     x[0, COL["question"]] = 1.0  # the other candidate asks; the chosen one does not
-    assert reasons(x, 1) == ["answers rather than asks"]
-    assert reasons(x[:1], 0) == []  # nothing to stand out from
+    assert reasons(x, 1, weight_vector(None)) == ["answers rather than asks"]
+    assert reasons(x[:1], 0, weight_vector(None)) == []  # nothing to stand out from
