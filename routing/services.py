@@ -170,8 +170,11 @@ def train_router_from_labels(
         raise JobFailed(f"training diverged, nothing was activated: {exc}") from exc
     except (ValueError, TypeError) as exc:
         raise JobFailed(f"cannot train a router: {exc}") from exc
-    reporter.progress(0.85, "weighing the experts' documents as routing evidence")
+    reporter.progress(0.8, "weighing the experts' documents as routing evidence")
     _fit_knowledge(result, experts, [texts[i] for i in val_idx], x[val_idx], y[val_idx], _rows(context, val_idx), config, reporter)
+    reporter.progress(0.85, "training the fast tier (auto:fast)")
+    _fit_fast_tier(result, [texts[i] for i in train_idx], x[train_idx], y[train_idx], [texts[i] for i in val_idx], x[val_idx], y[val_idx],
+                   len(experts), model_kwargs, config, reporter)
     diagnostics = diagnose(predict_logits(result.model, x[val_idx], _rows(context, val_idx)), y[val_idx], len(experts), experts)
     result.metrics["diagnostics"] = diagnostics
     result.metrics["experts_without_examples"] = without
@@ -230,6 +233,35 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
         result.metrics["knowledge"]["abstain_threshold"] = abstain_threshold(scores, config.target_recall)
     reporter.log(f"knowledge-aware routing: {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "
                  f"for the router alone, {combiner.report['val_accuracy_cv'] or 0:.3f} cross-validated with the documents)")
+
+
+def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray,
+                   y_val: np.ndarray, n_experts: int, model_kwargs: dict[str, Any], config: TrainConfig, reporter: JobReporter) -> None:
+    """Distil the fast tier's encoder and train its router (``routing.ml.textrouter.train_fast_tier``), when ``ROUTER_FAST_TIER`` is on.
+
+    The outcome goes to ``result.metrics["fast_tier"]``; a tier that cannot be trained (an encoder
+    folder without a tokenizer or weights file, a diverged distillation) is left out with the reason,
+    and the router still trains: ``auto:fast`` then uses the full router.
+    """
+    from sbcommon.encoders import resolve_model_path
+
+    from .ml.fast_encoder import full_model_parts
+    from .ml.textrouter import train_fast_tier
+
+    if not settings.ROUTER_FAST_TIER:
+        result.metrics["fast_tier"] = {"trained": False, "reason": "ROUTER_FAST_TIER is off"}
+        return
+    try:
+        table, tokenizer_file = full_model_parts(resolve_model_path(settings.EMBEDDING_MODEL))
+        tier, report = train_fast_tier(texts_train, x_train, y_train, texts_val, x_val, y_val, n_experts, table, tokenizer_file, model_kwargs, config)
+    except (ValueError, TrainingDiverged) as exc:
+        result.metrics["fast_tier"] = {"trained": False, "reason": str(exc)}
+        reporter.log(f"no fast tier: {exc}")
+        return
+    result.router.fast = tier
+    result.metrics["fast_tier"] = {"trained": True, **report}
+    reporter.log(f"fast tier: validation accuracy {report['val']['accuracy']:.3f} (full router {result.metrics['val']['accuracy']:.3f}), "
+                 f"its encoder at cosine {report['distil']['best_val_cosine']:.3f} with the full one")
 
 
 def _accuracy_on(router: TextRouter, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],

@@ -24,3 +24,6 @@ GENERATOR = "extractive"
 # Each test asks its own questions: a model answer cached by one test must not answer the next one's
 # (the cache is per process). tests/serving/test_answer_cache.py turns it on.
 ANSWER_CACHE_SIZE = 0
+# Routers train in many tests; the fast tier (a distillation and a second router) is trained only
+# where a test asks for it (tests/routing/test_fast_tier.py).
+ROUTER_FAST_TIER = False

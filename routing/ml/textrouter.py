@@ -34,6 +34,7 @@ import torch
 
 from .charview import CharView, typo_copies
 from .diagnostics import fit_temperature, nll
+from .fast_encoder import StaticEncoder, distil
 from .knowledge import KnowledgeCombiner
 from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
@@ -46,6 +47,7 @@ BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CLEAN_TOLERANCE = 0.005
 BLEND_FILE = "blend.json"
 CHAR_FOLDER = "charview"
+FAST_FOLDER = "fast"
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -70,6 +72,7 @@ class TextRouter:
     temperature: float = 1.0
     score_scale: float = 0.0
     knowledge: KnowledgeCombiner | None = None  # the experts' documents as evidence (fitted by routing.services when they all have some)
+    fast: FastTier | None = None  # the fast tier (``auto:fast``): its own encoder and its own router, trained beside this one
 
     def __post_init__(self) -> None:
         self.scorer: NumpyScorer | None = self.model.numpy_scorer()
@@ -116,17 +119,69 @@ class TextRouter:
         if self.char_view is not None:
             self.char_view.save(path / CHAR_FOLDER)
             (path / BLEND_FILE).write_text(json.dumps({"weight": self.weight, "temperature": self.temperature, "score_scale": self.score_scale}))
+        if self.fast is not None:
+            self.fast.save(path / FAST_FOLDER)
 
     @classmethod
-    def load(cls, path: str | Path) -> TextRouter:
-        """A saved router; one saved before the character view loads as the network alone."""
+    def load(cls, path: str | Path, tokenizer_file: str | Path | None = None) -> TextRouter:
+        """A saved router; one saved before the character view loads as the network alone.
+
+        ``tokenizer_file``: where the full encoder's tokenizer is now, for the fast tier's encoder
+        (default: where it was when the tier was trained).
+        """
         path = Path(path)
         model = RouterNet.load(path)
         knowledge = KnowledgeCombiner.load(path)
+        fast = FastTier.load(path / FAST_FOLDER, tokenizer_file) if FastTier.exists(path / FAST_FOLDER) else None
         if not (path / BLEND_FILE).exists():
-            return cls(model, knowledge=knowledge)
+            return cls(model, knowledge=knowledge, fast=fast)
         blend = json.loads((path / BLEND_FILE).read_text())
-        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), float(blend["score_scale"]), knowledge)
+        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), float(blend["score_scale"]),
+                   knowledge, fast)
+
+
+@dataclass
+class FastTier:
+    """``auto:fast``'s router: a distilled static encoder (``routing.ml.fast_encoder``) and a ``TextRouter`` trained on its vectors."""
+
+    encoder: StaticEncoder
+    router: TextRouter
+
+    def save(self, path: Path) -> None:
+        self.encoder.save(path)
+        self.router.save(path / "router")
+
+    @staticmethod
+    def exists(path: Path) -> bool:
+        return StaticEncoder.exists(path) and (path / "router").is_dir()
+
+    @classmethod
+    def load(cls, path: Path, tokenizer_file: str | Path | None = None) -> FastTier:
+        return cls(StaticEncoder.load(path, tokenizer_file), TextRouter.load(path / "router"))
+
+
+def train_fast_tier(
+    texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray, y_val: np.ndarray,
+    n_experts: int, init_table: np.ndarray, tokenizer_file: str | Path, model_kwargs: dict[str, Any] | None = None,
+    config: TrainConfig | None = None,
+) -> tuple[FastTier, dict[str, Any]]:
+    """The fast tier for the same questions the full router learns from.
+
+    The static encoder is distilled onto the full encoder's vectors of the training questions
+    (``x_train``; the validation questions choose its epoch), then a router is trained on its own
+    vectors exactly as the full one is (``train_text_router``: typo copies embedded by the static
+    encoder, the character view, the blend, the abstain threshold), without a conversation path.
+    Returns the tier and a report: the distillation, and the tier's validation figures beside the
+    full router's inputs (``val``; accuracy on the questions as written).
+    """
+    config = config or TrainConfig()
+    encoder, distilled = distil(texts_train, x_train, texts_val, x_val, init_table, tokenizer_file, seed=config.seed)
+    kwargs = {k: v for k, v in (model_kwargs or {}).items() if k != "context_dim"}
+    result = train_text_router(texts_train, encoder.encode(texts_train), y_train, texts_val, encoder.encode(texts_val), y_val, n_experts,
+                               encoder.encode, kwargs, config)
+    report = {"distil": distilled.as_dict(), "val": result.metrics["val"], "abstain_threshold": result.metrics.get("abstain_threshold"),
+              "encoder": "static word pieces distilled from the full encoder"}
+    return FastTier(encoder, result.router), report
 
 
 def blend_logits(probs: np.ndarray, char_log_proba: np.ndarray, weight: float) -> np.ndarray:
