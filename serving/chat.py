@@ -301,7 +301,7 @@ class ChatTurn:
         stored = None if earlier else conversations.decode_turns(conv.turns or [])
         self.decision = route(
             question, top_k=MODES[req.model], context=earlier or None, context_vectors=stored,
-            router_version=self.arm.router_version if self.arm else None, allowed=req.allowed,
+            router_version=self.arm.router_version if self.arm else None, allowed=req.allowed, fast=req.model == "auto:fast",
         )
         d = self.decision
         if d.abstained:
@@ -457,6 +457,8 @@ class ChatTurn:
         cache = answer_cache.get_cache()
         self._cache_key = None
         if not cache.enabled or self.decision is None or self.request.history or request.temperature:
+            return None
+        if self.decision.encoder != "full":  # the cache's distance was calibrated on the full encoder's vectors
             return None
         key = answer_cache.cache_key(request.expert, number, request.adapter.name if request.adapter else None, request.system_prompt,
                                      self.request.allowed)

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import get_encoder
+from sbcommon.encoders import get_encoder, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +106,18 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
     with _router_lock:
         cached = _router_cache.get(key)
         if cached is None or (cached[0].pk, cached[0].path) != (version.pk, version.path):
-            cached = (version, TextRouter.load(version.path), _arbiter_for(version))
+            cached = (version, TextRouter.load(version.path, tokenizer_file=fast_tokenizer_file()), _arbiter_for(version))
             _router_cache[key] = cached
     return cached
+
+
+def fast_tokenizer_file() -> Path | None:
+    """The full encoder's tokenizer, which a fast tier's encoder reads (it may have moved since training: a new install)."""
+    try:
+        found = Path(resolve_model_path(settings.EMBEDDING_MODEL)) / "tokenizer.json"
+    except ValueError:
+        return None
+    return found if found.exists() else None
 
 
 def reset_load_window() -> None:
@@ -142,6 +152,7 @@ class Decision:
     context_turns: int = 0
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
     views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight"
+    encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
 
 
 def clean_question(question: str) -> str:
@@ -155,7 +166,7 @@ def clean_question(question: str) -> str:
 
 def route(
     question: str, top_k: int | None = None, context: list[str] | None = None, *,
-    context_vectors: np.ndarray | None = None, router_version: int | None = None, allowed: set[str] | None = None,
+    context_vectors: np.ndarray | None = None, router_version: int | None = None, allowed: set[str] | None = None, fast: bool = False,
 ) -> Decision:
     """Rank the active experts for ``question`` with the active router.
 
@@ -169,6 +180,8 @@ def route(
         router_version: route with this RouterVersion.version instead of the active one (an
             experiment arm).
         allowed: the only expert slugs to consider (an API key's scope); None: all of them.
+        fast: route with the version's fast tier (its distilled encoder and its own router; no
+            conversation context, no knowledge evidence) where it has one; else as usual.
 
     Raises:
         InvalidQuestion: an empty question or a top_k outside 1-3.
@@ -180,6 +193,8 @@ def route(
         raise InvalidQuestion(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
     question = clean_question(question)
     version, router, arbiter = _active_router(router_version)
+    if fast and router.fast is not None:
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed)
     t0 = time.perf_counter()
     encoder = get_encoder()
     vector = encoder.encode([question])[0]
@@ -195,19 +210,7 @@ def route(
     probs, score, threshold, evidence = scored.probs, scored.score, arbiter.abstain_threshold, None
     if router.knowledge is not None and settings.ROUTER_KNOWLEDGE:
         probs, score, threshold, evidence = _with_knowledge(version, router, vector, question, probs, score, threshold)
-    probs = probs.tolist()
-    live = active_expert_slugs()
-    raw = {slug: p for slug, p in zip(version.experts, probs, strict=True) if slug in live}
-    if not raw:
-        raise RoutingUnavailable("none of the router's experts is active")
-    if allowed is not None:
-        raw = {slug: p for slug, p in raw.items() if slug in allowed}
-        if not raw:
-            raise ExpertNotAllowed("this API key may not reach any of the router's experts")
-    decided = arbiter.decide(raw, top_k=int(top_k), score=score, threshold=threshold)
-    fallback = None
-    if decided.abstained:
-        fallback = next((s for s in fallback_slugs() if allowed is None or s in allowed), None)
+    raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
     t2 = time.perf_counter()
     ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(int(top_k), MAX_TOP_K)]]
     return Decision(
@@ -215,6 +218,44 @@ def route(
         abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
         fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=threshold,
         views=_views(version.experts, scored, router.weight, set(raw), evidence),
+    )
+
+
+def _decide(version: RouterVersion, arbiter: Arbiter, probs: np.ndarray, score: float, threshold: float | None, top_k: int,
+            allowed: set[str] | None) -> tuple[dict[str, float], Any, str | None]:
+    """The live, allowed experts' probabilities, the arbiter's decision, and the fallback expert when it abstained."""
+    live = active_expert_slugs()
+    raw = {slug: p for slug, p in zip(version.experts, probs.tolist(), strict=True) if slug in live}
+    if not raw:
+        raise RoutingUnavailable("none of the router's experts is active")
+    if allowed is not None:
+        raw = {slug: p for slug, p in raw.items() if slug in allowed}
+        if not raw:
+            raise ExpertNotAllowed("this API key may not reach any of the router's experts")
+    decided = arbiter.decide(raw, top_k=top_k, score=score, threshold=threshold)
+    fallback = None
+    if decided.abstained:
+        fallback = next((s for s in fallback_slugs() if allowed is None or s in allowed), None)
+    return raw, decided, fallback
+
+
+def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, question: str, top_k: int, allowed: set[str] | None) -> Decision:
+    """``route`` through the fast tier: its encoder (~0.05 ms), its router and its own abstain threshold."""
+    fast = router.fast
+    assert fast is not None
+    t0 = time.perf_counter()
+    vector = fast.encoder.encode([question])[0]
+    t1 = time.perf_counter()
+    scored = fast.router.explain_one(vector, question)
+    threshold = ((version.metrics or {}).get("fast_tier") or {}).get("abstain_threshold", arbiter.abstain_threshold)
+    raw, decided, fallback = _decide(version, arbiter, scored.probs, scored.score, threshold, top_k, allowed)
+    t2 = time.perf_counter()
+    ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(top_k, MAX_TOP_K)]]
+    return Decision(
+        experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
+        abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()},
+        score=round(scored.score, 6), fallback=fallback, threshold=threshold,
+        views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast",
     )
 
 

@@ -33,6 +33,8 @@ def routing_evidence(decision: Decision | None) -> dict[str, Any]:
     return {
         "routed": True, "score": decision.score, "threshold": decision.threshold, "abstained": decision.abstained,
         "would_have_chosen": top if decision.abstained else None, "fallback": decision.fallback,
+        # "fast": the router's fast tier chose (auto:fast), with its distilled encoder; "full": the sentence encoder.
+        "encoder": decision.encoder,
         **({"views": decision.views} if decision.views else {}),
     }
 

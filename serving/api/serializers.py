@@ -116,6 +116,8 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
 class RouteRequestSerializer(serializers.Serializer):
     question = serializers.CharField(max_length=8000, trim_whitespace=True)
     top_k = serializers.IntegerField(default=2, min_value=1, max_value=3)
+    # The router's fast tier (auto:fast's), where the active version has one; else the full router.
+    fast = serializers.BooleanField(default=False)
 
 
 @extend_schema_field(OpenApiTypes.ANY)

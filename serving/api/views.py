@@ -256,7 +256,8 @@ class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         serializer = RouteRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            decision = route.route(serializer.validated_data["question"], top_k=serializer.validated_data["top_k"], allowed=allowed_experts(request))
+            decision = route.route(serializer.validated_data["question"], top_k=serializer.validated_data["top_k"], allowed=allowed_experts(request),
+                                   fast=serializer.validated_data.get("fast", False))
         except route.RoutingUnavailable as exc:
             return _error(str(exc), 503, "service_unavailable", code="routing_unavailable")
         except route.ExpertNotAllowed as exc:

