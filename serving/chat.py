@@ -339,6 +339,7 @@ class ChatTurn:
             question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
             system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
             adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
+            question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" and self.search_question == self.question else None,
         )
         return request, version
 

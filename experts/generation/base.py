@@ -41,6 +41,9 @@ class GenerationRequest:
     max_tokens: int | None = None
     temperature: float = 0.0
     timeout_s: float | None = None
+    # The question's vector where routing made it with another encoder than the generators' (the
+    # fast tier): the extractive answer reads it instead of paying for the sentence encoder.
+    question_vector: list[float] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 from django.conf import settings
 
 from experts.ml.extractive import Answer, ChunkSentenceCache, extractive_answer
@@ -44,8 +45,18 @@ class ExtractiveGenerator:
 
     def generate(self, request: GenerationRequest) -> Answer:
         encoder = get_encoder()
+        question = request.search_question or request.question
+        embed = encoder.encode
+        if request.question_vector is not None:
+            given = np.asarray(request.question_vector, dtype=np.float32)[None, :]
+
+            def embed(texts: list[str], batch_size: int = 64) -> np.ndarray:
+                if not texts or texts[0] != question:
+                    return encoder.encode(texts)
+                return given if len(texts) == 1 else np.vstack([given, encoder.encode(texts[1:])])
+
         return extractive_answer(
-            request.search_question or request.question, request.passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
+            question, request.passages, embed, min_score=settings.EXTRACTIVE_MIN_SCORE,
             max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, weights=settings.EXTRACTIVE_SENTENCE_WEIGHTS,
             cache=chunk_cache(encoder.name),
         )

@@ -147,3 +147,23 @@ def test_router_training_trains_the_fast_tier_or_says_why_not(labelled, settings
     loaded = TextRouter.load(version.path)
     assert loaded.fast is not None
     assert RouterVersion.objects.get(is_active=True) == version
+
+
+def test_the_extractive_answer_reads_the_fast_tiers_vector_instead_of_encoding_the_question(monkeypatch):
+    from experts.generation import extractive
+    from experts.generation.base import GenerationRequest
+    from experts.ml.extractive import Passage
+
+    fake = FakeEncoder()
+    monkeypatch.setattr(extractive, "get_encoder", lambda *a, **k: fake)
+    extractive.clear_chunk_caches()
+    passages = [Passage(text="Renew your licence online. Pensions are paid monthly.", title="Guide", score=0.9)]
+    vector = fake.encode(["licence"])[0].tolist()
+    fake.seen.clear()
+    answer = extractive.ExtractiveGenerator().generate(
+        GenerationRequest(question="renew my licence", expert="dmv", passages=passages, question_vector=vector))
+    assert "Renew your licence online." in answer.text
+    assert "renew my licence" not in fake.seen  # the question was not encoded again; its passage's sentences were
+    fake.seen.clear()
+    extractive.ExtractiveGenerator().generate(GenerationRequest(question="renew my licence", expert="dmv", passages=passages))
+    assert "renew my licence" in fake.seen
