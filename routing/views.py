@@ -95,6 +95,18 @@ def _knowledge(metrics: dict[str, Any]) -> dict[str, Any] | None:
             "accuracy_router": selectors.as_number(found.get("val_accuracy_router")), "accuracy_cv": selectors.as_number(found.get("val_accuracy_cv"))}
 
 
+def _fast_tier(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The fast tier trained with this run (``auto:fast``'s router), against the full router on the same validation questions."""
+    found = metrics.get("fast_tier")
+    if not isinstance(found, dict):
+        return None
+    val = found.get("val") if isinstance(found.get("val"), dict) else {}
+    distil = found.get("distil") if isinstance(found.get("distil"), dict) else {}
+    full = metrics.get("val") if isinstance(metrics.get("val"), dict) else {}
+    return {"trained": bool(found.get("trained")), "reason": str(found.get("reason") or ""), "accuracy": selectors.as_number(val.get("accuracy")),
+            "accuracy_full": selectors.as_number(full.get("accuracy")), "cosine": selectors.as_number(distil.get("best_val_cosine"))}
+
+
 def training_detail_context(run: TrainingRun) -> dict[str, Any]:
     """Everything the training run page shows, read defensively from the run's stored JSON."""
     row = selectors.training_run_row(run)
@@ -127,6 +139,7 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "robustness": robustness_report(metrics.get("noise_report")),
         "spelling": _spelling(metrics),
         "knowledge": _knowledge(metrics),
+        "fast_tier": _fast_tier(metrics),
         "serving_top_k": settings.ROUTER_TOP_K,
     }
 

@@ -179,6 +179,20 @@ def test_a_run_page_says_whether_the_experts_documents_take_part_in_routing(clie
         assert text in section
 
 
+@pytest.mark.parametrize(("fast", "expected"), [
+    ({"trained": True, "val": {"accuracy": 0.912}, "distil": {"best_val_cosine": 0.867}}, ["auto:fast", "Accuracy, fast (validation)</dt><dd>0.912",
+                                                                                          "Accuracy, this router (validation)</dt><dd>0.950", "0.867"]),
+    ({"trained": False, "reason": "ROUTER_FAST_TIER is off"}, ["Fast requests use this router: ROUTER_FAST_TIER is off."]),
+])
+def test_a_run_page_shows_the_fast_tier_beside_the_router(client, owner, fast, expected):
+    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.95}, "fast_tier": fast})
+    client.force_login(owner)
+    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    section = html.split('id="fast-tier"')[1].split("</section>")[0]
+    for text in expected:
+        assert text in section
+
+
 def test_a_run_without_history_or_metrics_still_renders(client, owner):
     run = TrainingRun.objects.create(params={}, history=[], metrics={})
     client.force_login(owner)
