@@ -24,7 +24,7 @@ from routing.selectors import as_number
 
 def playground_modes(slugs: set[str] | None = None) -> list[tuple[str, str]]:
     """Choices for the playground's mode select: the router's modes, then each active expert (of ``slugs`` when given)."""
-    modes = [("auto", "auto — top 2 experts"), ("auto:fast", "auto:fast — top expert only")]
+    modes = [("auto", "auto — top 2 experts"), ("auto:fast", "auto:fast — top expert only, light router")]
     experts = active_experts() if slugs is None else active_experts().filter(slug__in=slugs)
     modes += [(slug, f"{slug} — {name} (bypass router)") for slug, name in experts.order_by("slug").values_list("slug", "name")]
     return modes

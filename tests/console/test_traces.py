@@ -79,7 +79,8 @@ def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_w
     decision = Decision(experts=[{"slug": "dmv", "score": 0.41}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
                         abstained=True, raw_scores={"dmv": 0.41, "ssa": 0.3}, score=0.21, threshold=0.325)
     trace = traces.build(decision, None)
-    assert trace["evidence"] == {"routed": True, "score": 0.21, "threshold": 0.325, "abstained": True, "would_have_chosen": "dmv", "fallback": None}
+    assert trace["evidence"] == {"routed": True, "score": 0.21, "threshold": 0.325, "abstained": True, "would_have_chosen": "dmv", "fallback": None,
+                                 "encoder": "full"}
     event("r-none", "", question="What is the weather?", abstained=True, trace=trace, answer_source="none")
     client.force_login(staff)
     page = client.get(reverse("console-trace", args=["r-none"])).content.decode()
@@ -210,3 +211,16 @@ def test_the_trace_says_which_sentence_the_answer_quoted_why_and_the_runner_up_w
     assert "Offices open at nine" not in hidden
     shown = client.get(reverse("console-trace", args=["s-text"])).content.decode()
     assert "(score 1.87 against 2.41): “Offices open at nine.”</p>" in shown
+
+
+def test_a_trace_says_when_the_light_router_chose(client, world):
+    _, staff = world
+    fast = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=0.05, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95,
+                    threshold=0.3, encoder="fast")
+    full = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=9, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    assert traces.build(fast, None)["evidence"]["encoder"] == "fast"
+    event("r-fast", "dmv", trace=traces.build(fast, None))
+    event("r-full", "dmv", trace=traces.build(full, None))
+    client.force_login(staff)
+    assert "Routed by the light router (auto:fast)" in client.get(reverse("console-trace", args=["r-fast"])).content.decode()
+    assert "light router" not in client.get(reverse("console-trace", args=["r-full"])).content.decode()
