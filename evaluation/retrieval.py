@@ -29,6 +29,9 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
 * ``routed_knowledge_top1`` / ``_top2``: the same router with each candidate expert's evidence in
   its own collection (``routing.ml.knowledge``, fitted on val): what serving does with
   ``ROUTER_KNOWLEDGE`` on for a question without earlier turns.
+* ``routed_fast_top1``: ``auto:fast`` with the fast tier (``routing.ml.fast_encoder``, trained as
+  router training trains it, on train and val): its router's top expert, searched with its
+  encoder's vector (dense) and the question's words (BM25), no sentence encoder.
 * ``flat_context`` / ``oracle_context``: not a product path, a yardstick: the retrieval query is
   expanded with the same user turns (dense: question + ``μ`` times their mean embedding; sparse:
   the question's terms plus ``μ`` times theirs), to show what the conversation is worth to search
@@ -241,6 +244,31 @@ def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarr
     return probs, scores, metrics
 
 
+def _fast_tier(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, model: str,
+               say: Callable[[str], None]) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, Any]]:
+    """``auto:fast``: the fast tier as router training makes it (``train_fast_tier``): every question's vector by its encoder, its router's probabilities, figures."""
+    from routing.ml.fast_encoder import full_model_parts
+    from routing.ml.textrouter import train_fast_tier
+    from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig
+    from sbcommon.encoders import resolve_model_path
+
+    texts = [q.get("text") or "" for q in queries]
+    t = time.perf_counter()
+    try:
+        table, tokenizer_file = full_model_parts(resolve_model_path(model))
+    except ValueError as exc:  # an encoder without a model folder to distil from: no fast tier, as in router training
+        say(f"  no fast tier: {exc}")
+        return None, None, {"trained": False, "reason": str(exc)}
+    tier, report = train_fast_tier([texts[i] for i in train], x[train], y[train], [texts[i] for i in val], x[val], y[val], n, table, tokenizer_file,
+                                   dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=SEED))
+    vectors = tier.encoder.encode(texts)
+    probs, _ = tier.router.scores(vectors, texts)
+    metrics = {"trained": True, "val_accuracy": round(report["val"]["accuracy"], 4), "train_s": round(time.perf_counter() - t, 1),
+               "cosine_with_full_encoder": round(float((vectors * x).sum(axis=1).mean()), 4)}
+    say(f"  router (fast tier): val accuracy {metrics['val_accuracy']:.3f}, encoder cosine {metrics['cosine_with_full_encoder']:.3f}")
+    return vectors, probs, metrics
+
+
 def _with_knowledge(store: Any, names: list[str], queries: list[dict[str, Any]], qx: np.ndarray, probs: np.ndarray, scores: np.ndarray,
                     y: np.ndarray, val: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
     """The router's probabilities with each candidate's evidence in its collection (``routing.ml.knowledge``, fitted on val), for every row."""
@@ -436,7 +464,10 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     routers["text_router"] = text_probs
     routers["knowledge"], router_report["knowledge"] = _with_knowledge(store, names, queries, qx, text_probs, text_scores, y, val)
     router_report["text_router"] = text_metrics
-    for key in ("text_router", "knowledge"):
+    fast_vectors, fast_probs, router_report["fast"] = _fast_tier(queries, qx, np.maximum(y, 0), train, val, len(domains), settings.EMBEDDING_MODEL, say)
+    if fast_probs is not None:
+        routers["fast"] = fast_probs
+    for key in [k for k in ("text_router", "knowledge", "fast") if k in routers]:
         order = np.argsort(-routers[key][test], axis=1)
         router_report[key]["test_accuracy"] = round(float(np.mean(order[:, 0] == y[test])), 4)
         router_report[key]["test_top2_accuracy"] = round(float(np.mean((order[:, :2] == y[test][:, None]).any(axis=1))), 4)
@@ -457,6 +488,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
             out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), False)
             out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), False)
             out[f"routed_knowledge_top{k}"] = (routed(routers["knowledge"], i, k), False)
+        if "fast" in routers:
+            out["routed_fast_top1"] = (routed(routers["fast"], i, 1), False)  # auto:fast: searched with the fast tier's vector (below)
             if main != "text_only":
                 out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]
         if turn_vectors:
@@ -469,10 +502,11 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     say(f"  searching {len(test):,} test questions ({main} router for the routed modes)")
     for i in test:
         plain, expanded = searcher.query(i), searcher.query(i, query_weight)
+        fast_query = (fast_vectors[i].tolist(), plain[1], plain[2]) if fast_vectors is not None else plain
         for mode, (plan, with_context) in plans(i).items():
             for method in METHODS:
                 t0 = time.perf_counter()
-                figures = searcher.score(i, plan, expanded if with_context else plain, method)
+                figures = searcher.score(i, plan, fast_query if mode == "routed_fast_top1" else expanded if with_context else plain, method)
                 if mode == "routed_top2" and method == "hybrid":
                     latencies.append((time.perf_counter() - t0) * 1000)
                 scores[mode][method].append(figures)
@@ -504,7 +538,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question alone",
     }
     shown = ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "routed_text_router_top2", "routed_knowledge_top1",
-             "routed_knowledge_top2", "flat_context", "oracle_context")
+             "routed_knowledge_top2", "routed_fast_top1", "flat_context", "oracle_context")
     for mode in [m for m in shown if m in report]:
         line = "  ".join(f"{m} {report[mode][m]['recall@5']:.3f}/{report[mode][m]['ndcg@5']:.3f}" for m in METHODS)
         say(f"  {mode:26s} (recall@5/nDCG@5)  {line}")

