@@ -98,8 +98,16 @@ class StaticEncoder:
             return cls(data["table"].astype(np.float32), data["bias"], tokenizer_file or meta["tokenizer_file"], meta.get("name", "fast"))
 
     @staticmethod
-    def exists(folder: str | Path) -> bool:
-        return (Path(folder) / FILE).exists() and (Path(folder) / META).exists()
+    def exists(folder: str | Path, tokenizer_file: str | Path | None = None) -> bool:
+        """A saved encoder, and the tokenizer it reads (``tokenizer_file``, else the recorded one) is there."""
+        folder = Path(folder)
+        if not (folder / FILE).exists() or not (folder / META).exists():
+            return False
+        try:
+            recorded = json.loads((folder / META).read_text())["tokenizer_file"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return Path(tokenizer_file or recorded).exists()
 
 
 def _piece_tokenizer(tokenizer: Any) -> Any:

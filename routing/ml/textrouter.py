@@ -132,7 +132,7 @@ class TextRouter:
         path = Path(path)
         model = RouterNet.load(path)
         knowledge = KnowledgeCombiner.load(path)
-        fast = FastTier.load(path / FAST_FOLDER, tokenizer_file) if FastTier.exists(path / FAST_FOLDER) else None
+        fast = FastTier.load(path / FAST_FOLDER, tokenizer_file) if FastTier.exists(path / FAST_FOLDER, tokenizer_file) else None
         if not (path / BLEND_FILE).exists():
             return cls(model, knowledge=knowledge, fast=fast)
         blend = json.loads((path / BLEND_FILE).read_text())
@@ -152,8 +152,9 @@ class FastTier:
         self.router.save(path / "router")
 
     @staticmethod
-    def exists(path: Path) -> bool:
-        return StaticEncoder.exists(path) and (path / "router").is_dir()
+    def exists(path: Path, tokenizer_file: str | Path | None = None) -> bool:
+        """A saved tier whose tokenizer can be read (else the router loads without it: ``auto:fast`` then uses the full router)."""
+        return StaticEncoder.exists(path, tokenizer_file) and (path / "router").is_dir()
 
     @classmethod
     def load(cls, path: Path, tokenizer_file: str | Path | None = None) -> FastTier:

@@ -167,3 +167,13 @@ def test_the_extractive_answer_reads_the_fast_tiers_vector_instead_of_encoding_t
     fake.seen.clear()
     extractive.ExtractiveGenerator().generate(GenerationRequest(question="renew my licence", expert="dmv", passages=passages))
     assert "renew my licence" in fake.seen
+
+
+def test_a_router_whose_fast_tier_lost_its_tokenizer_loads_without_the_tier(serving, tmp_path):  # noqa: F811
+    _fake_tier(tmp_path)
+    folder = tmp_path / "v1"
+    assert TextRouter.load(folder).fast is not None
+    meta = folder / FAST_FOLDER / "fast_encoder.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "tokenizer_file": str(tmp_path / "moved" / "tokenizer.json")}))
+    assert TextRouter.load(folder).fast is None  # a new install moved the sentence model: the full router still serves
+    assert TextRouter.load(folder, tokenizer_file=_tokenizer_file()).fast is not None  # serving passes today's path
