@@ -325,7 +325,9 @@ class ChatTurn:
             self.search_question = fixed.text
             self.spelling = {"searched_for": fixed.text, "corrections": [list(c) for c in fixed.changes]} if fixed.changed else None
             # A corrected question is embedded again by the search; the router's vector is the question as written.
-            vector = self.decision.vector if self.decision and not fixed.changed else None
+            # The fast tier's vector serves either way: its requests never wait for the sentence encoder.
+            fast = self.decision is not None and self.decision.encoder == "fast"
+            vector = self.decision.vector if self.decision and (fast or not fixed.changed) else None
             hits = knowledge.search_experts(chosen, fixed.text, limit=settings.RETRIEVAL_TOP_K, weights=weights,
                                             query_vector=vector, allowed=self.request.allowed)
         finally:
@@ -339,7 +341,7 @@ class ChatTurn:
             question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
             system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
             adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
-            question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" and self.search_question == self.question else None,
+            question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" else None,
         )
         return request, version
 

@@ -22,7 +22,7 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import get_encoder, resolve_model_path
+from sbcommon.encoders import EncoderUnavailable, get_encoder, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,7 @@ class Decision:
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
     views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight"
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
+    degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed)
 
 
 def clean_question(question: str) -> str:
@@ -197,7 +198,14 @@ def route(
         return _route_fast(version, router, arbiter, question, int(top_k), allowed)
     t0 = time.perf_counter()
     encoder = get_encoder()
-    vector = encoder.encode([question])[0]
+    try:
+        vector = encoder.encode([question])[0]
+    except EncoderUnavailable as exc:
+        # The sentence encoder's process died and could not be restarted: the fast tier still routes.
+        if router.fast is None:
+            raise RoutingUnavailable(f"the sentence encoder is unavailable ({exc}) and this router has no fast tier to route with") from exc
+        logger.warning("routing.encoder_unavailable", extra={"error": str(exc)[:200], "routed_with": "fast tier"})
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed, degraded=f"sentence encoder unavailable: {exc}"[:200])
     t1 = time.perf_counter()
     ctx, lengths = None, None
     if router.context_dim:
@@ -239,8 +247,9 @@ def _decide(version: RouterVersion, arbiter: Arbiter, probs: np.ndarray, score: 
     return raw, decided, fallback
 
 
-def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, question: str, top_k: int, allowed: set[str] | None) -> Decision:
-    """``route`` through the fast tier: its encoder (~0.05 ms), its router and its own abstain threshold."""
+def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, question: str, top_k: int, allowed: set[str] | None,
+                degraded: str = "") -> Decision:
+    """``route`` through the fast tier: its encoder (~0.07 ms), its router and its own abstain threshold."""
     fast = router.fast
     assert fast is not None
     t0 = time.perf_counter()
@@ -255,7 +264,7 @@ def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, qu
         experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
         abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()},
         score=round(scored.score, 6), fallback=fallback, threshold=threshold,
-        views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast",
+        views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast", degraded=degraded,
     )
 
 

@@ -35,6 +35,7 @@ def routing_evidence(decision: Decision | None) -> dict[str, Any]:
         "would_have_chosen": top if decision.abstained else None, "fallback": decision.fallback,
         # "fast": the router's fast tier chose (auto:fast), with its distilled encoder; "full": the sentence encoder.
         "encoder": decision.encoder,
+        **({"degraded": decision.degraded} if decision.degraded else {}),
         **({"views": decision.views} if decision.views else {}),
     }
 

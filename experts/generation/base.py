@@ -42,7 +42,8 @@ class GenerationRequest:
     temperature: float = 0.0
     timeout_s: float | None = None
     # The question's vector where routing made it with another encoder than the generators' (the
-    # fast tier): the extractive answer reads it instead of paying for the sentence encoder.
+    # fast tier; the question as written, when the search corrected its spelling): the extractive
+    # answer reads it instead of paying for the sentence encoder.
     question_vector: list[float] | None = None
 
 

@@ -177,3 +177,33 @@ def test_a_router_whose_fast_tier_lost_its_tokenizer_loads_without_the_tier(serv
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "tokenizer_file": str(tmp_path / "moved" / "tokenizer.json")}))
     assert TextRouter.load(folder).fast is None  # a new install moved the sentence model: the full router still serves
     assert TextRouter.load(folder, tokenizer_file=_tokenizer_file()).fast is not None  # serving passes today's path
+
+
+class DeadEncoder(FakeEncoder):
+    def encode(self, texts, batch_size=64):
+        from sbcommon.encoders import EncoderUnavailable
+
+        raise EncoderUnavailable("the encoder process exited (exit code -9)")
+
+
+def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving, client, tmp_path, monkeypatch):  # noqa: F811
+    from serving import chat as serving_chat
+
+    dead = DeadEncoder()
+    monkeypatch.setattr(route, "get_encoder", lambda *a, **k: dead)
+    monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: dead)
+    response = chat(client, "when is my pension paid")  # no fast tier yet: a clear 503, not a crash
+    assert response.status_code == 503, response.content
+    assert "sentence encoder is unavailable" in response.json()["error"]["message"]
+
+    report = _fake_tier(tmp_path)
+    version = serving["router"]
+    version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report, "abstain_threshold": 0.0}}
+    version.save()
+    route._router_cache.clear()
+    response = chat(client, "when is my pension paid")
+    assert response.status_code == 200, response.content
+    evidence = response.json()["switchboard"]["routing_evidence"]
+    assert evidence["encoder"] == "fast"
+    assert evidence["degraded"].startswith("sentence encoder unavailable")
+    assert response.json()["switchboard"]["expert"] == "ssa"
