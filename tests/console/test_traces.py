@@ -224,3 +224,6 @@ def test_a_trace_says_when_the_light_router_chose(client, world):
     client.force_login(staff)
     assert "Routed by the light router (auto:fast)" in client.get(reverse("console-trace", args=["r-fast"])).content.decode()
     assert "light router" not in client.get(reverse("console-trace", args=["r-full"])).content.decode()
+    fast.degraded = "sentence encoder unavailable: the encoder process exited"
+    event("r-degraded", "dmv", trace=traces.build(fast, None))
+    assert "The sentence model was unavailable, so the light router chose" in client.get(reverse("console-trace", args=["r-degraded"])).content.decode()
