@@ -41,6 +41,7 @@ from evaluation.datasets import (
     cached_embeddings,
     carve_validation,
     dataset_embeddings,
+    read_jsonl,
     split_names,
     typo_copy_encoder,
     user_turns,
@@ -204,16 +205,18 @@ class RouterMethod:
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
 
 
-def fast_tier_report(split: Split, model_name: str, seed: int, say: Say, full: dict[str, Any], texts_timed: list[str]) -> dict[str, Any]:
+def fast_tier_report(split: Split, model_name: str, seed: int, say: Say, full: dict[str, Any], texts_timed: list[str],
+                     documents: list[str] | None = None, name: str = "") -> dict[str, Any]:
     """The fast tier as router training makes it (``train_fast_tier``), scored on the same test questions as the full router.
 
     Reports its accuracy, macro-F1 and out-of-scope figures (``method_report``), the accuracy and
     macro-F1 it gives up against the full router (``accuracy_cost``, ``macro_f1_cost``), its
     encoder's cosine with the full encoder on the test questions, the distillation, and per
     question (one at a time, ``texts_timed``: the latency sample) its encoder's p50 and the p50 of
-    encoder + router (``route_p50_ms``).
+    encoder + router (``route_p50_ms``). ``documents`` (``--knowledge``): their sentences join the
+    distillation, as the experts' documents do in router training.
     """
-    from routing.ml.fast_encoder import full_model_parts
+    from routing.ml.fast_encoder import document_sentences, full_model_parts
     from routing.ml.textrouter import train_fast_tier
     from sbcommon.encoders import resolve_model_path
 
@@ -224,8 +227,10 @@ def fast_tier_report(split: Split, model_name: str, seed: int, say: Say, full: d
     t = time.perf_counter()
     try:
         table, tokenizer_file = full_model_parts(resolve_model_path(model_name))
+        sentences = document_sentences(documents or [], seed=seed)
+        extra = cached_embeddings(f"{name}-fast-tier-document-sentences", sentences, model_name, say) if sentences else None
         tier, trained = train_fast_tier(split.texts("train"), x_train, y_train, split.texts("val"), x_val, y_val, n, table, tokenizer_file,
-                                        VARIANTS[DEFAULT_VARIANT], TrainConfig(seed=seed))
+                                        VARIANTS[DEFAULT_VARIANT], TrainConfig(seed=seed), extra_texts=sentences, extra_x=extra)
     except ValueError as exc:  # as router training does: no tier, and why
         return {"trained": False, "reason": str(exc)}
     train_s = time.perf_counter() - t
@@ -518,7 +523,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     }
     if knowledge_report is not None:
         report["router_knowledge"] = knowledge_report
-    report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, texts)
+    documents = [u.get("text") or "" for u in read_jsonl(Path(knowledge) / "docs.jsonl")] if knowledge is not None else None
+    report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, texts, documents, dataset.name)
     report["targets"] = routing_targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
     if context is not None:

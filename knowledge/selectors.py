@@ -69,3 +69,8 @@ def summary(expert: Expert) -> KnowledgeSummary:
 def expert_jobs(expert: Expert, limit: int = 8) -> QuerySet[Job]:
     """The latest knowledge jobs of ``expert``, newest first."""
     return Job.objects.filter(kind__in=JOB_KINDS, params__expert=expert.slug)[:limit]
+
+
+def expert_document_texts(slugs: list[str]) -> list[str]:
+    """The texts of the experts' current documents (what their collections were indexed from)."""
+    return list(Document.objects.filter(expert__slug__in=slugs).values_list("text", flat=True))

@@ -174,7 +174,7 @@ def train_router_from_labels(
     _fit_knowledge(result, experts, [texts[i] for i in val_idx], x[val_idx], y[val_idx], _rows(context, val_idx), config, reporter)
     reporter.progress(0.85, "training the fast tier (auto:fast)")
     _fit_fast_tier(result, [texts[i] for i in train_idx], x[train_idx], y[train_idx], [texts[i] for i in val_idx], x[val_idx], y[val_idx],
-                   len(experts), model_kwargs, config, reporter)
+                   experts, model_kwargs, config, reporter)
     diagnostics = diagnose(predict_logits(result.model, x[val_idx], _rows(context, val_idx)), y[val_idx], len(experts), experts)
     result.metrics["diagnostics"] = diagnostics
     result.metrics["experts_without_examples"] = without
@@ -236,16 +236,20 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
 
 
 def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray,
-                   y_val: np.ndarray, n_experts: int, model_kwargs: dict[str, Any], config: TrainConfig, reporter: JobReporter) -> None:
+                   y_val: np.ndarray, experts: list[str], model_kwargs: dict[str, Any], config: TrainConfig, reporter: JobReporter) -> None:
     """Distil the fast tier's encoder and train its router (``routing.ml.textrouter.train_fast_tier``), when ``ROUTER_FAST_TIER`` is on.
+
+    The encoder learns from the training questions and the sentences of the experts' documents
+    (embedded here by the sentence encoder); the router from the questions.
 
     The outcome goes to ``result.metrics["fast_tier"]``; a tier that cannot be trained (an encoder
     folder without a tokenizer or weights file, a diverged distillation) is left out with the reason,
     and the router still trains: ``auto:fast`` then uses the full router.
     """
+    from knowledge.selectors import expert_document_texts
     from sbcommon.encoders import resolve_model_path
 
-    from .ml.fast_encoder import full_model_parts
+    from .ml.fast_encoder import document_sentences, full_model_parts
     from .ml.textrouter import train_fast_tier
 
     if not settings.ROUTER_FAST_TIER:
@@ -253,7 +257,10 @@ def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_t
         return
     try:
         table, tokenizer_file = full_model_parts(resolve_model_path(settings.EMBEDDING_MODEL))
-        tier, report = train_fast_tier(texts_train, x_train, y_train, texts_val, x_val, y_val, n_experts, table, tokenizer_file, model_kwargs, config)
+        sentences = document_sentences(expert_document_texts(experts), seed=config.seed)
+        extra = encode_texts(sentences) if sentences else None
+        tier, report = train_fast_tier(texts_train, x_train, y_train, texts_val, x_val, y_val, len(experts), table, tokenizer_file, model_kwargs,
+                                       config, extra_texts=sentences, extra_x=extra)
     except (ValueError, TrainingDiverged) as exc:
         result.metrics["fast_tier"] = {"trained": False, "reason": str(exc)}
         reporter.log(f"no fast tier: {exc}")

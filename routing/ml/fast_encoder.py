@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,10 @@ MAX_PIECES = 64  # word pieces read per question (questions are short; the full 
 # Training settings: Adam (sparse for the table) at 3e-3, batches of 128, up to 12 epochs, stopped
 # after 2 without a better validation cosine. One setting, not tuned: on the validation splits of
 # clinc150 and hwu64 (domains) the cosine was 0.79 after one epoch, 0.865 after 6 and flat from ~10.
+# The experts' documents lend the distillation their sentences (the words users ask about, which the
+# training questions may never use), at most this many, a seeded sample. On doc2dial (2,379 training
+# questions, 7,835 document sentences) the test questions' cosine with MiniLM rose from 0.795 to 0.824.
+DOCUMENT_SENTENCES = 20_000
 LEARNING_RATE = 3e-3
 BATCH_SIZE = 128
 MAX_EPOCHS = 12
@@ -121,6 +126,17 @@ def _piece_tokenizer(tokenizer: Any) -> Any:
 
         tokenizer.post_processor = TemplateProcessing(single="$A", pair="$A $B")
     return tokenizer
+
+
+def document_sentences(documents: Iterable[str], limit: int = DOCUMENT_SENTENCES, seed: int = 0) -> list[str]:
+    """Distinct sentences of 3 to 60 words from ``documents`` (the extractive answer's splitter), a seeded sample of at most ``limit``."""
+    from experts.ml.extractive import split_sentences
+
+    found = sorted({s for text in documents for s in split_sentences(text or "") if 3 <= len(s.split()) <= 60})
+    if len(found) <= limit:
+        return found
+    rng = np.random.default_rng(seed)
+    return [found[i] for i in sorted(rng.choice(len(found), size=limit, replace=False))]
 
 
 def full_model_parts(model_folder: str | Path) -> tuple[np.ndarray, Path]:

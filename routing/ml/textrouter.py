@@ -164,7 +164,7 @@ class FastTier:
 def train_fast_tier(
     texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray, y_val: np.ndarray,
     n_experts: int, init_table: np.ndarray, tokenizer_file: str | Path, model_kwargs: dict[str, Any] | None = None,
-    config: TrainConfig | None = None,
+    config: TrainConfig | None = None, extra_texts: list[str] | None = None, extra_x: np.ndarray | None = None,
 ) -> tuple[FastTier, dict[str, Any]]:
     """The fast tier for the same questions the full router learns from.
 
@@ -172,16 +172,24 @@ def train_fast_tier(
     (``x_train``; the validation questions choose its epoch), then a router is trained on its own
     vectors exactly as the full one is (``train_text_router``: typo copies embedded by the static
     encoder, the character view, the blend, the abstain threshold), without a conversation path.
+    ``extra_texts``/``extra_x``: more text the encoder learns from (the experts' documents'
+    sentences, ``fast_encoder.document_sentences``, and their full-encoder vectors); the router
+    learns from the questions alone.
     Returns the tier and a report: the distillation, and the tier's validation figures beside the
     full router's inputs (``val``; accuracy on the questions as written).
     """
     config = config or TrainConfig()
-    encoder, distilled = distil(texts_train, x_train, texts_val, x_val, init_table, tokenizer_file, seed=config.seed)
+    extra_texts = list(extra_texts or [])
+    if extra_texts and (extra_x is None or len(extra_x) != len(extra_texts)):
+        raise ValueError("each extra text needs its vector")
+    distil_texts = list(texts_train) + extra_texts
+    distil_x = np.vstack([x_train, extra_x]) if extra_texts else x_train
+    encoder, distilled = distil(distil_texts, distil_x, texts_val, x_val, init_table, tokenizer_file, seed=config.seed)
     kwargs = {k: v for k, v in (model_kwargs or {}).items() if k != "context_dim"}
     result = train_text_router(texts_train, encoder.encode(texts_train), y_train, texts_val, encoder.encode(texts_val), y_val, n_experts,
                                encoder.encode, kwargs, config)
-    report = {"distil": distilled.as_dict(), "val": result.metrics["val"], "abstain_threshold": result.metrics.get("abstain_threshold"),
-              "encoder": "static word pieces distilled from the full encoder"}
+    report = {"distil": {**distilled.as_dict(), "questions": len(texts_train), "document_sentences": len(extra_texts)}, "val": result.metrics["val"],
+              "abstain_threshold": result.metrics.get("abstain_threshold"), "encoder": "static word pieces distilled from the full encoder"}
     return FastTier(encoder, result.router), report
 
 

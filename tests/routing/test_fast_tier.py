@@ -207,3 +207,33 @@ def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving
     assert evidence["encoder"] == "fast"
     assert evidence["degraded"].startswith("sentence encoder unavailable")
     assert response.json()["switchboard"]["expert"] == "ssa"
+
+
+def test_document_sentences_are_distinct_sized_and_sampled():
+    from routing.ml.fast_encoder import document_sentences
+
+    docs = ["Renew your licence online at any time. Short. Renew your licence online at any time.", "word " * 80 + ".", ""]
+    assert document_sentences(docs) == ["Renew your licence online at any time."]
+    many = [f"Sentence number {i} says something useful." for i in range(50)]
+    picked = document_sentences([" ".join(many)], limit=10, seed=1)
+    assert len(picked) == 10
+    assert picked == document_sentences([" ".join(many)], limit=10, seed=1)
+    assert set(picked) <= set(many)
+
+
+def test_router_training_distils_on_the_experts_documents_too(labelled, settings, monkeypatch):  # noqa: F811
+    from experts.models import Expert
+    from knowledge.models import Document
+
+    settings.ROUTER_FAST_TIER = True
+    labelled({"dmv": 40, "ssa": 40, "va": 40})
+    for slug in ("dmv", "ssa"):
+        Document.objects.create(expert=Expert.objects.get(slug=slug), external_id=f"{slug}-1", title="Guide", content_hash="h",
+                                text=f"The {slug} office renews licences online. Pensions from the {slug} are paid monthly. Call the {slug} helpline.")
+    vocab = json.loads(open(_tokenizer_file()).read())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), DIM)).astype(np.float32)
+    monkeypatch.setattr("routing.ml.fast_encoder.full_model_parts", lambda folder: (table, _tokenizer_file()))
+    version = services.train_router_from_labels({"epochs": 3, "seed": 0, "hidden_dim": 128})
+    distil_report = version.metrics["fast_tier"]["distil"]
+    assert distil_report["document_sentences"] == 6
+    assert distil_report["questions"] > 0
