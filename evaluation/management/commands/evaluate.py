@@ -50,7 +50,7 @@ class Command(BaseCommand):
         answers.add_argument("--train-limit", type=int, default=None, help="train questions the adapters learn from (stratified; default: all)")
         answers.add_argument("--split", choices=["test", "val"], default="test", help="questions to answer (val: where defaults are chosen)")
         answers.add_argument("--generators", default="extractive,base,lora", help="comma-separated: extractive, base, lora")
-        answers.add_argument("--modes", default="flat,auto,oracle", help="comma-separated: flat, auto, oracle")
+        answers.add_argument("--modes", default="flat,auto,oracle", help="comma-separated: flat, auto, oracle, fast (auto:fast with the fast tier)")
         answers.add_argument("--pooled-steps", type=int, default=None, help="steps of the pooled adapter")
         answers.add_argument("--expert-steps", type=int, default=None, help="steps each expert continues for (the generalist: all of theirs)")
         answers.add_argument("--max-new-tokens", type=int, default=None, help="answer length limit (default: GENERATOR_MAX_TOKENS)")
