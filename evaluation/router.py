@@ -47,6 +47,7 @@ from evaluation.datasets import (
     user_turns,
     validation_note,
 )
+from evaluation.fast_tier import fast_tier_report
 from evaluation.routing_metrics import classification_metrics, method_report, routing_targets
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
@@ -203,74 +204,6 @@ class RouterMethod:
         """What ``serving.route.route`` does after encoding: score one question (numpy paths), then arbitrate."""
         probs, score = self.router_.score_one(vector, text)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
-
-
-def fast_tier_report(split: Split, model_name: str, seed: int, say: Say, full: dict[str, Any], texts_timed: list[str],
-                     documents: list[str] | None = None, name: str = "") -> dict[str, Any]:
-    """The fast tier as router training makes it (``train_fast_tier``), scored on the same test questions as the full router.
-
-    Reports its accuracy, macro-F1 and out-of-scope figures (``method_report``), the accuracy and
-    macro-F1 it gives up against the full router (``accuracy_cost``, ``macro_f1_cost``), its
-    encoder's cosine with the full encoder on the test questions, the distillation, and per
-    question (one at a time, ``texts_timed``: the latency sample) its encoder's p50 and the p50 of
-    encoder + router (``route_p50_ms``). ``documents`` (``--knowledge``): their sentences join the
-    distillation, as the experts' documents do in router training.
-    """
-    from routing.ml.fast_encoder import document_sentences, full_model_parts
-    from routing.ml.textrouter import train_fast_tier
-    from sbcommon.encoders import resolve_model_path
-
-    n = len(split.classes)
-    x_train, y_train = split.xy("train")
-    x_val, y_val = split.xy("val")
-    say(f"training the fast tier on {len(y_train)} queries")
-    t = time.perf_counter()
-    try:
-        table, tokenizer_file = full_model_parts(resolve_model_path(model_name))
-        sentences = document_sentences(documents or [], seed=seed)
-        extra = cached_embeddings(f"{name}-fast-tier-document-sentences", sentences, model_name, say) if sentences else None
-        tier, trained = train_fast_tier(split.texts("train"), x_train, y_train, split.texts("val"), x_val, y_val, n, table, tokenizer_file,
-                                        VARIANTS[DEFAULT_VARIANT], TrainConfig(seed=seed), extra_texts=sentences, extra_x=extra)
-    except ValueError as exc:  # as router training does: no tier, and why
-        return {"trained": False, "reason": str(exc)}
-    train_s = time.perf_counter() - t
-
-    def scores(part: Part) -> tuple[np.ndarray, np.ndarray]:
-        _, texts = part
-        if not texts:
-            return np.zeros((0, n)), np.zeros(0)
-        return tier.router.scores(tier.encoder.encode(texts), texts)
-
-    x_test, texts_test = split.part("test")
-    report = method_report(split.y[split.idx["test"]], scores((x_test, texts_test)), scores(split.part("oos")), n, trained["abstain_threshold"],
-                           scores(split.part("unseen")) if split.unseen_test else None)
-    encode_ms, route_ms = [], []
-    for text in texts_timed:
-        t0 = time.perf_counter()
-        vector = tier.encoder.encode([text])[0]
-        t1 = time.perf_counter()
-        tier.router.score_one(vector, text)
-        encode_ms.append((t1 - t0) * 1000)
-        route_ms.append((time.perf_counter() - t0) * 1000)
-    cosine = (tier.encoder.encode(texts_test) * x_test).sum(axis=1) if texts_test else np.zeros(0)
-    # typo10 as ``typo_report`` draws it (the same seed, the same typos).
-    rng = np.random.default_rng(seed)
-    typo_texts = [add_typos(t, TYPO_RATE, rng) for t in texts_test]
-    typo = classification_metrics(split.y[split.idx["test"]], scores((x_test, typo_texts))[0].argmax(axis=1), n) if typo_texts else None
-    report.update({
-        "trained": True,
-        "train_s": round(train_s, 1),
-        "accuracy_cost": round(full["accuracy"] - report["accuracy"], 4),
-        "macro_f1_cost": round(full["macro_f1"] - report["macro_f1"], 4),
-        "embed_p50_ms": float(np.median(encode_ms)) if encode_ms else None,
-        "route_p50_ms": float(np.median(route_ms)) if route_ms else None,
-        "cosine_with_full_encoder": {"mean": float(cosine.mean()), "p10": float(np.quantile(cosine, 0.1))} if len(cosine) else None,
-        "distil": trained["distil"],
-        "val_accuracy": trained["val"]["accuracy"],
-        "typo10": None if typo is None else {"accuracy": typo["accuracy"], "macro_f1": typo["macro_f1"],
-                                             "accuracy_loss": report["accuracy"] - typo["accuracy"]},
-    })
-    return report
 
 
 def knn_threshold(method: KnnMethod, x_val: np.ndarray, target_recall: float) -> float:
@@ -524,7 +457,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     if knowledge_report is not None:
         report["router_knowledge"] = knowledge_report
     documents = [u.get("text") or "" for u in read_jsonl(Path(knowledge) / "docs.jsonl")] if knowledge is not None else None
-    report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, texts, documents, dataset.name)
+    report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, texts, documents, dataset.name, model_kwargs=VARIANTS[DEFAULT_VARIANT], typo_rate=TYPO_RATE)
     report["targets"] = routing_targets(report)
     context = conversation_context(rows, dataset.name, model_name, say)
     if context is not None:
