@@ -23,9 +23,11 @@ import json
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from routing.models import RoutingEvent
 every, _ = IntervalSchedule.objects.get_or_create(every=2, period=IntervalSchedule.SECONDS)
-# slot_seconds=3600: every firing within the hour belongs to the same period, so all but one are duplicates.
+# slot_seconds=10**10: every firing of the test belongs to the same period (floored to 10^10 s since
+# the epoch: one slot until the year 2286), so all but one are duplicates. An hour-long slot made the
+# test fail when it ran across the hour (two periods, two jobs).
 PeriodicTask.objects.create(name="itest-load", task="experiments.fire_schedule", interval=every,
-                            kwargs=json.dumps({"name": "load_check", "slot_seconds": 3600}))
+                            kwargs=json.dumps({"name": "load_check", "slot_seconds": 10**10}))
 RoutingEvent.objects.bulk_create([RoutingEvent(request_id=f"r{i}", mode="auto", expert="dmv" if i < 50 else "ssa") for i in range(60)])
 """
 
