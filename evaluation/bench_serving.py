@@ -377,8 +377,12 @@ def _serving_threads() -> int:
 def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
                   model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
                   backends: list[str] | None = None, database_url: str | None = None, redis_url: str | None = None,
-                  say: Callable[[str], None] = print) -> dict[str, Any]:
+                  models: list[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the serving benchmark (see the module docstring) and return its report.
+
+    ``models`` (e.g. ``["auto", "auto:fast"]``; default ``[model]``): the chat models measured one
+    after another with the first backend; ``by_model`` holds each one's figures, and with both
+    ``auto`` and ``auto:fast`` ``fast_tier_rps_ratio`` is the second's rps over the first's.
 
     ``backends`` (``EMBEDDING_BACKEND`` values; default: the configured one, then float32 ``torch``
     when that differs) are measured one after another on the same demo data; the report's top-level
@@ -389,6 +393,10 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
 
     if concurrency < 1 or duration <= 0:
         raise ValueError("concurrency must be at least 1 and duration positive")
+    models = list(dict.fromkeys(models or [model]))
+    if not models or not all(m.strip() for m in models):
+        raise ValueError("models must name at least one chat model (auto, auto:fast or an expert's slug)")
+    model = models[0]
     default = resolve_backend()
     backends = [resolve_backend(b) for b in (backends or [default, "torch"])]
     backends = list(dict.fromkeys(backends))
@@ -402,9 +410,17 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
         say(f"--- encoder backend {backend} ---")
         runs[backend] = _bench_backend(backend, folder, concurrency, duration, warmup, workers, model, encoder_seconds, max_warmup,
                                        max_chunk_miss_rate, say, deployment)
+    by_model = {model: runs[backends[0]]}
+    for other in models[1:]:
+        say(f"--- model {other} (encoder backend {backends[0]}) ---")
+        by_model[other] = _bench_backend(backends[0], folder, concurrency, duration, warmup, workers, other, encoder_seconds, max_warmup,
+                                         max_chunk_miss_rate, say, deployment)
+    figures = ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched", "cpu_ms_per_request")
     report = {**runs[backends[0]], "backend": backends[0]}
-    report["by_backend"] = {b: {k: r[k] for k in ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched",
-                                                  "cpu_ms_per_request")} for b, r in runs.items()}
+    report["by_backend"] = {b: {k: r[k] for k in figures} for b, r in runs.items()}
+    report["by_model"] = {m: {**{k: r[k] for k in figures}, "encoder_texts_per_request": r["encoder_texts_per_request"]} for m, r in by_model.items()}
+    if "auto" in by_model and "auto:fast" in by_model:
+        report["fast_tier_rps_ratio"] = round(by_model["auto:fast"]["rps"] / max(1e-9, by_model["auto"]["rps"]), 2)
     if "torch" in runs and backends[0] != "torch":
         report["targets"]["rps >= 2 x torch's rps"] = runs[backends[0]]["rps"] >= 2 * runs["torch"]["rps"]
     report.update(load_avg_before=[round(x, 2) for x in load_before], demo_load_s=round(demo_s, 1), var_dir=str(folder),

@@ -45,6 +45,29 @@ def test_the_client_loop_counts_refused_requests_as_errors_by_status(live_server
 def test_bad_parameters_are_refused_before_anything_starts():
     with pytest.raises(ValueError, match="concurrency"):
         bench_serving(concurrency=0)
+    with pytest.raises(ValueError, match="models"):
+        bench_serving(models=[" "])
+
+
+def test_each_model_is_measured_in_turn_and_the_fast_tiers_ratio_reported(tmp_path, monkeypatch):
+    from evaluation import bench_serving as bench
+
+    calls = []
+
+    def fake_run(backend, folder, concurrency, duration, warmup, workers, model, *rest):
+        calls.append((backend, model))
+        rps = {"auto": 100.0, "auto:fast": 150.0}[model]
+        return {"rps": rps, "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "errors": 0, "encoder_rps_single": 1.0, "encoder_rps_batched": 2.0,
+                "cpu_ms_per_request": {}, "encoder_texts_per_request": 1.0 if model == "auto" else 0.0, "targets": {}}
+
+    monkeypatch.setattr(bench, "prepare_demo", lambda *a, **k: 0.0)
+    monkeypatch.setattr(bench, "_bench_backend", fake_run)
+    report = bench.bench_serving(var_dir=str(tmp_path), backends=["torch"], models=["auto", "auto:fast"], say=lambda _: None)
+    assert calls == [("torch", "auto"), ("torch", "auto:fast")]
+    assert report["rps"] == 100.0  # the top level is the first model's
+    assert set(report["by_model"]) == {"auto", "auto:fast"}
+    assert report["by_model"]["auto:fast"]["encoder_texts_per_request"] == 0.0
+    assert report["fast_tier_rps_ratio"] == 1.5
 
 
 @pytest.mark.slow

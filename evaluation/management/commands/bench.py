@@ -31,6 +31,8 @@ class Command(BaseCommand):
         serving.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
         serving.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
+        serving.add_argument("--models", default="", help="comma-separated models to measure in turn, e.g. auto,auto:fast (by_model in the JSON; "
+                                                          "overrides --model)")
         serving.add_argument("--backends", default="", help="comma-separated EMBEDDING_BACKEND values to measure in turn "
                              "(default: the configured one, then torch); by_backend holds each one's figures")
         serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
@@ -74,7 +76,8 @@ class Command(BaseCommand):
                                    encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
                                    max_chunk_miss_rate=options["max_chunk_miss_rate"],
                                    backends=[b for b in options["backends"].split(",") if b] or None,
-                                   database_url=options["database_url"], redis_url=options["redis_url"], say=self.stdout.write)
+                                   database_url=options["database_url"], redis_url=options["redis_url"],
+                                   models=[m.strip() for m in options["models"].split(",") if m.strip()] or None, say=self.stdout.write)
         elif options["target"] == "soak":
             from evaluation.bench_soak import bench_soak
 
