@@ -300,7 +300,7 @@ def _compare_with_active(
                 "reason": f"kept as a candidate: no held-out questions to compare it with active v{active.version} "
                           f"(an expert needs {GATE_MIN_PER_EXPERT} labelled queries to lend some); activate it by hand"}
     try:
-        model = TextRouter.load(active.path)
+        model = TextRouter.load(active.path, with_fast=False)
     except (OSError, ValueError, KeyError) as exc:
         return {**base, "activated": True, "reason": f"active router v{active.version} cannot be loaded ({exc}); the new one replaces it"}
     active_accuracy = _accuracy_on(model, list(active.experts), examples, x, y, gate_idx, experts=experts) or 0.0

@@ -136,7 +136,7 @@ def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
     if not held:
         return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
     x = load_embeddings([e.query_id for e in held], settings.EMBEDDING_MODEL)
-    chosen = TextRouter.load(active.path).scores(x, [e.text for e in held])[0].argmax(axis=1)
+    chosen = TextRouter.load(active.path, with_fast=False).scores(x, [e.text for e in held])[0].argmax(axis=1)
     accuracy = float(np.mean([active.experts[c] == e.expert for c, e in zip(chosen, held, strict=True)]))
     return {"router_accuracy": accuracy, "router_heldout": len(held)}
 

@@ -310,7 +310,7 @@ def _router_accuracy(version: RouterVersion, x: np.ndarray, texts: list[str], la
     from ..ml.textrouter import TextRouter
 
     try:
-        router = TextRouter.load(version.path)
+        router = TextRouter.load(version.path, with_fast=False)
     except (OSError, ValueError, KeyError) as exc:
         return {"accuracy": None, "note": f"cannot load router v{version.version}: {exc}"}
     chosen = router.scores(x, texts)[0].argmax(axis=1)

@@ -123,16 +123,19 @@ class TextRouter:
             self.fast.save(path / FAST_FOLDER)
 
     @classmethod
-    def load(cls, path: str | Path, tokenizer_file: str | Path | None = None) -> TextRouter:
+    def load(cls, path: str | Path, tokenizer_file: str | Path | None = None, with_fast: bool = True) -> TextRouter:
         """A saved router; one saved before the character view loads as the network alone.
 
         ``tokenizer_file``: where the full encoder's tokenizer is now, for the fast tier's encoder
-        (default: where it was when the tier was trained).
+        (default: where it was when the tier was trained). ``with_fast=False`` skips the fast tier
+        (its ~47 MB table) for callers that score with the full router only.
         """
         path = Path(path)
         model = RouterNet.load(path)
         knowledge = KnowledgeCombiner.load(path)
-        fast = FastTier.load(path / FAST_FOLDER, tokenizer_file) if FastTier.exists(path / FAST_FOLDER, tokenizer_file) else None
+        fast = None
+        if with_fast and FastTier.exists(path / FAST_FOLDER, tokenizer_file):
+            fast = FastTier.load(path / FAST_FOLDER, tokenizer_file)
         if not (path / BLEND_FILE).exists():
             return cls(model, knowledge=knowledge, fast=fast)
         blend = json.loads((path / BLEND_FILE).read_text())

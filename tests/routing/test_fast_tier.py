@@ -237,3 +237,9 @@ def test_router_training_distils_on_the_experts_documents_too(labelled, settings
     distil_report = version.metrics["fast_tier"]["distil"]
     assert distil_report["document_sentences"] == 6
     assert distil_report["questions"] > 0
+
+
+def test_callers_that_score_with_the_full_router_can_skip_the_fast_tier(serving, tmp_path):  # noqa: F811
+    _fake_tier(tmp_path)
+    assert TextRouter.load(tmp_path / "v1", with_fast=False).fast is None
+    assert TextRouter.load(tmp_path / "v1").fast is not None
