@@ -543,10 +543,10 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     threshold = widen_below()
     fast_x = fast_probs = None
     if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
-        from evaluation.retrieval import _fast_tier
+        from evaluation.fast_tier import fast_tier_vectors
 
-        fast_x, fast_probs, router_report["fast"] = _fast_tier(queries, qx, np.maximum(y, 0), train_rows, val_rows, len(corpus.domains), model,
-                                                               [u.get("text") or "" for u in units], dataset.name, say)
+        fast_x, fast_probs, router_report["fast"] = fast_tier_vectors(queries, qx, np.maximum(y, 0), train_rows, val_rows, len(corpus.domains), model,
+                                                                      [u.get("text") or "" for u in units], dataset.name, SEED, say)
         if fast_probs is None:
             raise ValueError(f"mode 'fast' needs the fast tier: {router_report['fast']['reason']}")
     questions: list[Question] = []

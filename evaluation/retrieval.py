@@ -71,6 +71,7 @@ from evaluation.datasets import (
     user_turns,
     validation_note,
 )
+from evaluation.fast_tier import fast_tier_vectors
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
@@ -242,36 +243,6 @@ def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarr
     np.savez(tmp, probs=probs, scores=scores, metrics=np.array(json.dumps(metrics)))
     tmp.replace(path)
     return probs, scores, metrics
-
-
-def _fast_tier(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, model: str,
-               documents: list[str], name: str, say: Callable[[str], None]) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, Any]]:
-    """``auto:fast``: the fast tier as router training makes it (``train_fast_tier``, the documents' sentences included):
-    every question's vector by its encoder, its router's probabilities, figures."""
-    from routing.ml.fast_encoder import document_sentences, full_model_parts
-    from routing.ml.textrouter import train_fast_tier
-    from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig
-    from sbcommon.encoders import resolve_model_path
-
-    texts = [q.get("text") or "" for q in queries]
-    t = time.perf_counter()
-    try:
-        table, tokenizer_file = full_model_parts(resolve_model_path(model))
-    except ValueError as exc:  # an encoder without a model folder to distil from: no fast tier, as in router training
-        say(f"  no fast tier: {exc}")
-        return None, None, {"trained": False, "reason": str(exc)}
-    sentences = document_sentences(documents, seed=SEED)
-    extra = cached_embeddings(f"{name}-fast-tier-document-sentences", sentences, model, say) if sentences else None
-    tier, report = train_fast_tier([texts[i] for i in train], x[train], y[train], [texts[i] for i in val], x[val], y[val], n, table, tokenizer_file,
-                                   dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=SEED), extra_texts=sentences, extra_x=extra)
-    vectors = tier.encoder.encode(texts)
-    probs, _ = tier.router.scores(vectors, texts)
-    test = [i for i in range(len(queries)) if i not in set(train) | set(val)]
-    metrics = {"trained": True, "val_accuracy": round(report["val"]["accuracy"], 4), "train_s": round(time.perf_counter() - t, 1),
-               "document_sentences": len(sentences),
-               "cosine_with_full_encoder": round(float((vectors[test] * x[test]).sum(axis=1).mean()), 4) if test else None}
-    say(f"  router (fast tier): val accuracy {metrics['val_accuracy']:.3f}, encoder cosine on held-out questions {metrics['cosine_with_full_encoder']}")
-    return vectors, probs, metrics
 
 
 def _with_knowledge(store: Any, names: list[str], queries: list[dict[str, Any]], qx: np.ndarray, probs: np.ndarray, scores: np.ndarray,
@@ -470,8 +441,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     routers["knowledge"], router_report["knowledge"] = _with_knowledge(store, names, queries, qx, text_probs, text_scores, y, val)
     router_report["text_router"] = text_metrics
     documents = [u.get("text") or "" for u in read_jsonl(dataset / "docs.jsonl")]
-    fast_vectors, fast_probs, router_report["fast"] = _fast_tier(queries, qx, np.maximum(y, 0), train, val, len(domains), settings.EMBEDDING_MODEL,
-                                                                 documents, dataset.name, say)
+    fast_vectors, fast_probs, router_report["fast"] = fast_tier_vectors(queries, qx, np.maximum(y, 0), train, val, len(domains),
+                                                                        settings.EMBEDDING_MODEL, documents, dataset.name, SEED, say)
     if fast_probs is not None:
         routers["fast"] = fast_probs
     for key in [k for k in ("text_router", "knowledge", "fast") if k in routers]:

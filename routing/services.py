@@ -249,18 +249,14 @@ def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_t
     from knowledge.selectors import expert_document_texts
     from sbcommon.encoders import resolve_model_path
 
-    from .ml.fast_encoder import document_sentences, full_model_parts
-    from .ml.textrouter import train_fast_tier
+    from .ml.textrouter import fast_tier_from_model
 
     if not settings.ROUTER_FAST_TIER:
         result.metrics["fast_tier"] = {"trained": False, "reason": "ROUTER_FAST_TIER is off"}
         return
     try:
-        table, tokenizer_file = full_model_parts(resolve_model_path(settings.EMBEDDING_MODEL))
-        sentences = document_sentences(expert_document_texts(experts), seed=config.seed)
-        extra = encode_texts(sentences) if sentences else None
-        tier, report = train_fast_tier(texts_train, x_train, y_train, texts_val, x_val, y_val, len(experts), table, tokenizer_file, model_kwargs,
-                                       config, extra_texts=sentences, extra_x=extra)
+        tier, report = fast_tier_from_model(resolve_model_path(settings.EMBEDDING_MODEL), texts_train, x_train, y_train, texts_val, x_val, y_val,
+                                            len(experts), expert_document_texts(experts), encode_texts, model_kwargs, config)
     except (ValueError, TrainingDiverged) as exc:
         result.metrics["fast_tier"] = {"trained": False, "reason": str(exc)}
         reporter.log(f"no fast tier: {exc}")

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import fast_encoder
 from .charview import CharView, typo_copies
 from .diagnostics import fit_temperature, nll
 from .fast_encoder import StaticEncoder, distil
@@ -194,6 +195,24 @@ def train_fast_tier(
     report = {"distil": {**distilled.as_dict(), "questions": len(texts_train), "document_sentences": len(extra_texts)}, "val": result.metrics["val"],
               "abstain_threshold": result.metrics.get("abstain_threshold"), "encoder": "static word pieces distilled from the full encoder"}
     return FastTier(encoder, result.router), report
+
+
+def fast_tier_from_model(
+    model_folder: str | Path, texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray,
+    y_val: np.ndarray, n_experts: int, documents: list[str], embed: Embed, model_kwargs: dict[str, Any] | None = None,
+    config: TrainConfig | None = None,
+) -> tuple[FastTier, dict[str, Any]]:
+    """``train_fast_tier`` the way router training runs it: the piece table and tokenizer read from the
+    full encoder's ``model_folder``, and the sentences of ``documents`` (``fast_encoder.document_sentences``)
+    embedded by ``embed`` (the full encoder) as extra distillation text. Raises ValueError when the
+    folder cannot be distilled from or the inputs do not fit.
+    """
+    config = config or TrainConfig()
+    table, tokenizer_file = fast_encoder.full_model_parts(model_folder)
+    sentences = fast_encoder.document_sentences(documents, seed=config.seed)
+    extra = np.asarray(embed(sentences), dtype=np.float32) if sentences else None
+    return train_fast_tier(texts_train, x_train, y_train, texts_val, x_val, y_val, n_experts, table, tokenizer_file, model_kwargs, config,
+                           extra_texts=sentences, extra_x=extra)
 
 
 def blend_logits(probs: np.ndarray, char_log_proba: np.ndarray, weight: float) -> np.ndarray:
