@@ -219,13 +219,18 @@ def route(
     if router.knowledge is not None and settings.ROUTER_KNOWLEDGE:
         probs, score, threshold, evidence = _with_knowledge(version, router, vector, question, probs, score, threshold)
     raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
-    t2 = time.perf_counter()
-    ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(int(top_k), MAX_TOP_K)]]
+    return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1,
+                     context_turns=0 if lengths is None else int(lengths[0]), views=_views(version.experts, scored, router.weight, set(raw), evidence))
+
+
+def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallback: str | None, top_k: int, vector: np.ndarray, score: float,
+              threshold: float | None, t0: float, t1: float, **rest: Any) -> Decision:
+    """The ``Decision`` of an arbitrated request (``t0``: before encoding, ``t1``: after; route time runs to now)."""
+    ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(top_k, MAX_TOP_K)]]
     return Decision(
-        experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
-        abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()}, score=round(score, 6),
-        fallback=fallback, context_turns=0 if lengths is None else int(lengths[0]), threshold=threshold,
-        views=_views(version.experts, scored, router.weight, set(raw), evidence),
+        experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(time.perf_counter() - t1) * 1000,
+        vector=vector.tolist(), abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()},
+        score=round(score, 6), fallback=fallback, threshold=threshold, **rest,
     )
 
 
@@ -258,14 +263,8 @@ def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, qu
     scored = fast.router.explain_one(vector, question)
     threshold = ((version.metrics or {}).get("fast_tier") or {}).get("abstain_threshold", arbiter.abstain_threshold)
     raw, decided, fallback = _decide(version, arbiter, scored.probs, scored.score, threshold, top_k, allowed)
-    t2 = time.perf_counter()
-    ranked = [{"slug": s, "score": round(a, 4)} for s, a in decided.ranked[: max(top_k, MAX_TOP_K)]]
-    return Decision(
-        experts=ranked, router_version=version.version, embed_ms=(t1 - t0) * 1000, route_ms=(t2 - t1) * 1000, vector=vector.tolist(),
-        abstained=decided.abstained, failover=ranked[:MAX_TOP_K], raw_scores={s: round(p, 6) for s, p in raw.items()},
-        score=round(scored.score, 6), fallback=fallback, threshold=threshold,
-        views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast", degraded=degraded,
-    )
+    return _decision(version, raw, decided, fallback, top_k, vector, scored.score, threshold, t0, t1,
+                     views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast", degraded=degraded)
 
 
 def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarray, question: str, probs: np.ndarray, score: float,
