@@ -88,13 +88,12 @@ class StaticEncoder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.clip(norms, 1e-12, None)
 
-    def save(self, folder: str | Path, report: dict[str, Any] | None = None) -> None:
+    def save(self, folder: str | Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         # float16 halves the file (~23 MB for MiniLM's 30,522 pieces); vectors move by < 1e-3 cosine.
         np.savez(folder / FILE, table=self.table.astype(np.float16), bias=self.bias)
-        (folder / META).write_text(json.dumps({"tokenizer_file": self.tokenizer_file, "name": self.name, "dimension": self.dimension,
-                                               "report": report or {}}))
+        (folder / META).write_text(json.dumps({"tokenizer_file": self.tokenizer_file, "name": self.name, "dimension": self.dimension}))
 
     @classmethod
     def load(cls, folder: str | Path, tokenizer_file: str | Path | None = None) -> StaticEncoder:

@@ -56,7 +56,7 @@ def test_a_distilled_encoder_lands_near_the_sentence_encoders_vectors_and_costs_
     odd = fast.encode(["", "🙂🙂", "x" * 8000, "Frage über die Rente 年金"])
     assert np.isfinite(odd).all()
     assert np.allclose(np.linalg.norm(odd, axis=1), 1.0, atol=1e-5)
-    fast.save(tmp_path / "fast", report.as_dict())
+    fast.save(tmp_path / "fast")
     again = StaticEncoder.load(tmp_path / "fast")
     assert np.allclose(again.encode(texts_val), fast.encode(texts_val), atol=2e-3)  # float16 on disk
 
