@@ -623,6 +623,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
             "no_repeat_ngram": serving.generator.no_repeat_ngram, "copy_bias": serving.generator.copy_bias,
+            "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
         },
     }

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 from django.conf import settings
 
-from experts.ml.extractive import Answer, ChunkSentenceCache, extractive_answer
+from experts.ml.extractive import Answer, ChunkSentenceCache, Passage, extractive_answer
 from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
@@ -63,3 +64,24 @@ class ExtractiveGenerator:
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
         return stream_by_words(self.generate(request))
+
+
+def lead_sentence(request: GenerationRequest) -> tuple[int, str] | None:
+    """(place among ``request.passages``, 1-based; the sentence) that the extractive answer would quote first.
+
+    None when it would answer "not found" (weak passages, no sentence). The language model's prompt
+    names it (``GENERATION_LEAD_SENTENCE``).
+    """
+    answer = ExtractiveGenerator().generate(request)
+    quoted = (answer.selection or {}).get("quoted") or []
+    if not answer.grounded or not quoted:
+        return None
+    return int(quoted[0]["passage"]), str(quoted[0]["text"])
+
+
+def with_lead(request: GenerationRequest) -> list[Passage]:
+    """``request.passages`` with the lead sentence (``lead_sentence``) set on the passage it comes from."""
+    lead = lead_sentence(request) if request.passages else None
+    if lead is None:
+        return list(request.passages)
+    return [replace(p, lead=lead[1] if i == lead[0] else "") for i, p in enumerate(request.passages, start=1)]

@@ -48,6 +48,7 @@ from .base import (
     GenerationTimeout,
     GenerationUnavailable,
 )
+from .extractive import lead_sentence
 from .queue import GenerationQueue
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class TransformersGenerator:
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
-                 copy_bias: float = 0.0) -> None:
+                 copy_bias: float = 0.0, lead_sentence: bool = False) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -81,6 +82,7 @@ class TransformersGenerator:
         self.dtype = dtype
         self.no_repeat_ngram = int(no_repeat_ngram)
         self.copy_bias = float(copy_bias)
+        self.lead_sentence = bool(lead_sentence)
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -109,6 +111,7 @@ class TransformersGenerator:
             dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
             no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
             copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
+            lead_sentence=getattr(settings, "GENERATION_LEAD_SENTENCE", False),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -240,8 +243,18 @@ class TransformersGenerator:
     # --- generation ---------------------------------------------------------------------------
 
     def prompt_passages(self, request: GenerationRequest) -> list[Passage]:
-        """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters."""
-        return [replace(p, text=focus(p.text, request.question, self.passage_chars)) for p in request.passages[: self.max_passages]]
+        """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters.
+
+        With ``lead_sentence`` the sentence the extractive answer would quote is kept in its passage
+        and named at the end of the reference material (``prompting.render_passages``).
+        """
+        passages = request.passages[: self.max_passages]
+        lead = lead_sentence(replace(request, passages=passages)) if self.lead_sentence and passages else None
+        shown = []
+        for i, p in enumerate(passages, start=1):
+            keep = lead[1] if lead is not None and lead[0] == i else ""
+            shown.append(replace(p, text=focus(p.text, request.question, self.passage_chars, keep=keep), lead=keep))
+        return shown
 
     def _inputs(self, request: GenerationRequest, max_new: int) -> dict[str, Any]:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - max_new

@@ -34,6 +34,7 @@ from experts.ml.extractive import NOT_FOUND, Answer
 from experts.ml.prompting import build_messages, parse_answer
 
 from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
+from .extractive import with_lead
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class VllmGenerator:
         """The body of ``POST /v1/chat/completions`` (OpenAI's shape)."""
         messages = build_messages(
             request.question,
-            request.passages,
+            with_lead(request) if getattr(settings, "GENERATION_LEAD_SENTENCE", False) else request.passages,
             history=request.history,
             system_prompt=request.system_prompt,
             citation_format=request.citation_format,

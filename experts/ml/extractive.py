@@ -41,6 +41,9 @@ class Passage:
     # Reads the chunk's sentence vectors from index time (one row per ``split_sentences(text)``); called
     # only when the chunk is not cached yet. None (or a read giving None): the sentences are encoded here.
     sentence_vectors: Callable[[], np.ndarray | None] | None = field(default=None, repr=False, compare=False)
+    # The sentence of this passage the extractive scorer rates best for the question, when the
+    # language model's prompt names it (``prompting.render_passages``); empty otherwise.
+    lead: str = ""
 
 # Documents carry their own bracketed footnote numbers ("see the brochure [3]"): beside our citation
 # markers they would read as citations of the wrong passage (the prompt and the extractive answer drop them).

@@ -61,18 +61,20 @@ def _clean(text: str, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
     return marker_pattern(citation_format).sub("", text).strip()
 
 
-def focus(text: str, question: str, limit: int) -> str:
+def focus(text: str, question: str, limit: int, keep: str = "") -> str:
     """``text`` cut to about ``limit`` characters, keeping the sentences that share the most words with ``question``.
 
     A small model's prompt has room for a few hundred words of reference material, and a chunk's
     answer is often in its middle: the best sentences are kept, in their original order, and
-    the first one breaks ties (it usually says what the chunk is about).
+    the first one breaks ties (it usually says what the chunk is about). ``keep``, a sentence of
+    ``text`` (footnote markers aside), is kept before any other.
     """
     if limit <= 0 or len(text) <= limit:
         return text
     sentences = split_sentences(text)
     wanted = content_stems(question)
-    ranked = sorted(range(len(sentences)), key=lambda i: (-len(content_stems(sentences[i]) & wanted), i))
+    kept_first = {i for i, s in enumerate(sentences) if keep and (s == keep or _FOOTNOTE.sub("", s) == keep)}
+    ranked = sorted(range(len(sentences)), key=lambda i: (i not in kept_first, -len(content_stems(sentences[i]) & wanted), i))
     kept: list[int] = []
     used = 0
     for i in ranked:
@@ -87,12 +89,21 @@ def focus(text: str, question: str, limit: int) -> str:
 
 
 def render_passages(passages: Sequence[Passage], citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
-    """The delimited reference block: each passage headed by its number, marker and title."""
+    """The delimited reference block: each passage headed by its number, marker and title.
+
+    A passage carrying a ``lead`` (the sentence the extractive scorer rates best) has it repeated
+    on a last line, so a small model sees where the answer most likely is; only the first counts.
+    """
     lines = [_OPEN]
     for i, p in enumerate(passages, start=1):
         title = _clean(p.title, citation_format).replace("\n", " ")
         lines.append(f"[passage {i}] cite as {render_citation(i, citation_format)}" + (f" | {title}" if title else ""))
         lines.append(_clean(p.text, citation_format))
+        lines.append("")
+    lead = next(((i, p.lead) for i, p in enumerate(passages, start=1) if p.lead.strip()), None)
+    if lead is not None:  # inside the block: it is document text like the rest
+        i, sentence = lead
+        lines.append(f"Best matching sentence (passage {i}, cite as {render_citation(i, citation_format)}): {_clean(sentence, citation_format)}")
         lines.append("")
     lines.append(_CLOSE)
     return "\n".join(lines)

@@ -61,6 +61,7 @@ def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
     encoder = HashingEncoder()
     monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)  # the prompt's lead sentence
     settings.EMBEDDING_MODEL = encoder.name
     settings.BASE_MODEL = str(tiny_lm_dir)
     settings.EXTRACTIVE_MIN_SCORE = 0.1

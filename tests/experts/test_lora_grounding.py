@@ -23,7 +23,7 @@ def grounded_setup(monkeypatch, settings, tmp_path):
     settings.EMBEDDING_MODEL = enc.name
     settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
     settings.EXTRACTIVE_MIN_SCORE = 0.2
-    for module in ("knowledge.services", "labeling.grounding"):
+    for module in ("knowledge.services", "labeling.grounding", "experts.generation.extractive"):
         monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: enc)
     get_store.cache_clear()
     expert = Expert.objects.create(slug="dmv", name="DMV", chunk_size=300, chunk_overlap=50)

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from experts.generation import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
+from experts.generation.extractive import with_lead
 from experts.generation.vllm import VllmGenerator
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.prompting import build_messages
@@ -87,7 +88,8 @@ def test_the_request_has_the_recorded_shape_and_the_experts_adapter_as_model():
     assert sent["max_tokens"] == 64
     assert sent["temperature"] == 0.0
     assert sent["stream"] is False
-    expected = build_messages("How do I renew my registration?", PASSAGES, history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], system_prompt="You answer for the DMV.")
+    # The passages as the prompt shows them: the extractive answer's sentence named (GENERATION_LEAD_SENTENCE, on by default).
+    expected = build_messages("How do I renew my registration?", with_lead(request(DMV)), history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], system_prompt="You answer for the DMV.")
     assert sent["messages"] == expected
     assert sent["messages"][0]["content"].startswith("You answer for the DMV.")
 

@@ -58,3 +58,23 @@ def test_a_long_passage_is_cut_to_the_sentences_that_share_most_words_with_the_q
     assert kept == "A safety inspection is required every 12 months. Inspections expire at the end of the month."
     assert focus(text, "anything", 10_000) == text  # short enough: untouched
     assert focus("x" * 50 + " " + "y" * 50, "q", 60).endswith(" …")  # one long sentence: its start
+
+
+def test_the_sentence_to_keep_survives_the_cut_even_without_a_shared_word():
+    from experts.ml.prompting import focus
+
+    text = ("A safety inspection is required every 12 months. Fees are listed in the chart [2]. "
+            "Inspections expire at the end of the month. Stations display a yellow and black sign.")
+    kept = focus(text, "How often is a safety inspection required?", 110, keep="Fees are listed in the chart.")
+    assert "Fees are listed in the chart [2]." in kept  # matched without its footnote marker
+    assert kept.startswith("A safety inspection is required every 12 months.")  # then the best by shared words, in order
+    assert "yellow" not in kept
+
+
+def test_the_lead_sentence_is_named_inside_the_untrusted_block_with_its_passages_marker():
+    lead = Passage(text="Renew online. Bring your old licence.", title="Renewing", lead="Renew online.")
+    block = render_passages([CLEAN, lead], citation_format="(source {index})")
+    line = "Best matching sentence (passage 2, cite as (source 2)): Renew online."
+    assert line in block
+    assert block.index("Bring your old licence.") < block.index(line) < block.index("<<<END OF REFERENCE MATERIAL>>>")
+    assert "Best matching sentence" not in render_passages([CLEAN])

@@ -1,0 +1,57 @@
+"""The model's prompt names the sentence the extractive answer would quote (GENERATION_LEAD_SENTENCE)."""
+
+from __future__ import annotations
+
+from experts.generation.base import GenerationRequest
+from experts.generation.extractive import ExtractiveGenerator, lead_sentence
+from experts.generation.transformers import TransformersGenerator
+from experts.ml.extractive import Passage
+from experts.ml.prompting import render_passages
+
+QUESTION = "How do I renew my driver license online?"
+FILLER = "Offices are open Monday to Friday from nine to five. Parking is free for visitors with a permit. " * 3
+PASSAGES = [
+    Passage(text=f"{FILLER}You can renew your driver license online with MyDMV if it expired less than two years ago.",
+            title="Renewing your license", score=0.8, chunk_id="dmv-1"),
+    Passage(text="Vehicle registration stickers are mailed within ten days.", title="Registration", score=0.5, chunk_id="dmv-2"),
+]
+
+
+def _request() -> GenerationRequest:
+    return GenerationRequest(question=QUESTION, expert="dmv", passages=list(PASSAGES))
+
+
+def test_the_lead_is_the_sentence_the_extractive_answer_quotes_first():
+    place, sentence = lead_sentence(_request())
+    answer = ExtractiveGenerator().generate(_request())
+    assert (place, sentence) == (1, "You can renew your driver license online with MyDMV if it expired less than two years ago.")
+    assert answer.text.startswith(sentence)
+
+
+def test_prompt_passages_keep_and_name_the_lead_only_when_asked():
+    with_lead = TransformersGenerator("unused", passage_chars=120, lead_sentence=True).prompt_passages(_request())
+    assert with_lead[0].lead.startswith("You can renew your driver license online")
+    assert with_lead[0].lead in with_lead[0].text  # kept although the cut leaves room for little else
+    assert with_lead[1].lead == ""
+    assert "Best matching sentence (passage 1, cite as [1]): You can renew" in render_passages(with_lead)
+
+    plain = TransformersGenerator("unused", passage_chars=120).prompt_passages(_request())
+    assert all(p.lead == "" for p in plain)
+    assert "Best matching sentence" not in render_passages(plain)
+
+
+def test_weak_passages_have_no_lead():
+    weak = GenerationRequest(question=QUESTION, expert="dmv", passages=[Passage(text="Unrelated words here, nothing else.", score=0.01)])
+    assert lead_sentence(weak) is None
+    assert TransformersGenerator("unused", lead_sentence=True).prompt_passages(weak)[0].lead == ""
+
+
+def test_the_vllm_payload_names_the_lead_when_the_setting_is_on(settings):
+    from experts.generation.vllm import VllmGenerator
+
+    gen = VllmGenerator("http://vllm.invalid", base_model_name="base")
+    settings.GENERATION_LEAD_SENTENCE = False
+    assert "Best matching sentence" not in gen.payload(_request(), stream=False)["messages"][-1]["content"]
+    settings.GENERATION_LEAD_SENTENCE = True
+    user = gen.payload(_request(), stream=False)["messages"][-1]["content"]
+    assert "Best matching sentence (passage 1, cite as [1]): You can renew your driver license online" in user
