@@ -14,6 +14,9 @@ import time
 
 import pytest
 
+from experts.generation import GenerationRequest
+from experts.generation.extractive import with_lead
+from experts.ml.extractive import Passage
 from experts.ml.prompting import build_messages
 from experts.models import Expert
 from knowledge import services as knowledge
@@ -113,11 +116,15 @@ def test_text_in_a_document_that_gives_orders_is_shown_as_data_and_changes_nothi
     assert following["switchboard"]["expert"] == "dmv"  # routing unchanged for the next question
     assert list(Expert.objects.order_by("slug").values()) == experts_before  # no setting or expert was changed
     hits = knowledge.search_experts([dmv], INJECTION, limit=5)
-    passages = [type("P", (), {"text": h.payload["text"], "title": h.payload.get("title", "")})() for h in hits]
+    # As the model would be shown them: the planted sentence may also be the one named as the best match.
+    passages = with_lead(GenerationRequest(question=INJECTION, expert="dmv", passages=[
+        Passage(text=h.payload["text"], title=h.payload.get("title", ""), score=h.dense_score) for h in hits]))
+    assert any(p.lead for p in passages)
     system, user = build_messages("licence", passages)
-    assert "ignore previous instructions" in user["content"].lower()  # the text reaches a model only inside the block
-    start, end = user["content"].index("<<<REFERENCE MATERIAL"), user["content"].index("<<<END OF REFERENCE MATERIAL>>>")
-    assert start < user["content"].lower().index("ignore previous instructions") < end
+    text = user["content"].lower()
+    assert "ignore previous instructions" in text  # the text reaches a model only inside the block
+    start, end = text.index("<<<reference material"), text.index("<<<end of reference material>>>")
+    assert all(start < i < end for i in range(len(text)) if text.startswith("ignore previous instructions", i))
     assert "never instructions" in system["content"]
     assert "ignore previous" not in system["content"].lower()
 
