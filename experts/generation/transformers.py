@@ -48,7 +48,7 @@ from .base import (
     GenerationTimeout,
     GenerationUnavailable,
 )
-from .extractive import lead_sentence
+from .extractive import with_lead
 from .queue import GenerationQueue
 
 logger = logging.getLogger(__name__)
@@ -249,18 +249,15 @@ class TransformersGenerator:
         and named at the end of the reference material (``prompting.render_passages``).
         """
         passages = request.passages[: self.max_passages]
-        lead = lead_sentence(replace(request, passages=passages)) if self.lead_sentence and passages else None
-        shown = []
-        for i, p in enumerate(passages, start=1):
-            keep = lead[1] if lead is not None and lead[0] == i else ""
-            shown.append(replace(p, text=focus(p.text, request.question, self.passage_chars, keep=keep), lead=keep))
-        return shown
+        if self.lead_sentence:
+            passages = with_lead(replace(request, passages=passages))
+        return [replace(p, text=focus(p.text, request.question, self.passage_chars, keep=p.lead)) for p in passages]
 
-    def _inputs(self, request: GenerationRequest, max_new: int) -> dict[str, Any]:
+    def _inputs(self, request: GenerationRequest, shown: list[Passage], max_new: int) -> dict[str, Any]:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - max_new
         if limit <= 0:
             raise GenerationError(f"max_tokens {max_new} leaves no room for the prompt in this model's context")
-        example = Example(request.question, "", self.prompt_passages(request), request.system_prompt, request.citation_format)
+        example = Example(request.question, "", shown, request.system_prompt, request.citation_format)
         ids = torch_tensor([fit_prompt(self._tokenizer, example, limit, history=request.history)])
         return {"input_ids": ids.to(self._base.device), "attention_mask": ids.new_ones(ids.shape).to(self._base.device)}
 
@@ -327,11 +324,15 @@ class TransformersGenerator:
         return CitationStream(request.passages[: self.max_passages], request.citation_format, stops=STOPS,
                               stop_at_paragraph=self.stop_at_paragraph)
 
-    def _prepare(self, request: GenerationRequest, deadline: float, cancel: threading.Event):
-        """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue)."""
+    def _prepare(self, request: GenerationRequest, shown: list[Passage], deadline: float, cancel: threading.Event):
+        """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue).
+
+        ``shown``: ``prompt_passages(request)``, made before the queue is taken (finding the lead
+        sentence calls the sentence encoder, which need not hold up the model).
+        """
         from transformers import LogitsProcessorList
         model, context = self._model_for(request.adapter)
-        inputs = self._inputs(request, self._max_new(request))
+        inputs = self._inputs(request, shown, self._max_new(request))
         stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
                               STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
         kwargs = self._generate_kwargs(request, stop)
@@ -351,8 +352,9 @@ class TransformersGenerator:
             return Answer(text=NOT_FOUND, citations=[], grounded=False)
         budget = self._budget(request)
         deadline = time.monotonic() + budget
+        shown = self.prompt_passages(request)
         with self.queue.hold(budget):
-            model, context, inputs, stop, kwargs = self._prepare(request, deadline, threading.Event())
+            model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
             try:
                 with context, torch.no_grad():
                     output = model.generate(**inputs, **kwargs)
@@ -374,9 +376,10 @@ class TransformersGenerator:
         """
         import torch
 
+        shown = self.prompt_passages(request)
         with self.queue.hold():
             model, context = self._model_for(request.adapter)
-            inputs = self._inputs(request, 1)
+            inputs = self._inputs(request, shown, 1)
             with context, torch.no_grad():
                 return model(**inputs).logits[0, -1].float().cpu()
 
@@ -397,11 +400,12 @@ class TransformersGenerator:
             return
         budget = self._budget(request)
         deadline = time.monotonic() + budget
+        shown = self.prompt_passages(request)
         self.queue.acquire(budget)
         held_from = time.monotonic()
         cancel = threading.Event()
         try:
-            model, context, inputs, stop, kwargs = self._prepare(request, deadline, cancel)
+            model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, cancel)
         except BaseException:
             self.queue.release(time.monotonic() - held_from)
             raise
