@@ -432,12 +432,12 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
                    encoder_seconds: float, max_warmup: float, max_chunk_miss_rate: float, say: Callable[[str], None],
                    deployment: dict[str, str] | None = None) -> dict[str, Any]:
     """One backend's run: the encoder alone before and after, and the server under load in between."""
-    from sbcommon.encoders import SentenceTransformerEncoder
+    from sbcommon.encoders import make_encoder
 
     questions = held_out_questions()
     say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
     # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
-    bare = SentenceTransformerEncoder(settings.EMBEDDING_MODEL, threads=_serving_threads(), backend=backend)
+    bare = make_encoder(settings.EMBEDDING_MODEL, threads=_serving_threads(), backend=backend)
     encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
     port = _free_port()
     with Server(folder, port, workers=workers, env={"EMBEDDING_BACKEND": backend, **(deployment or {})}) as server:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
 
 from experts.models import Expert
 from jobs.models import Job
+from sbcommon.encoders import embedding_space
 
 from .models import Document, KnowledgeBase
 
@@ -39,7 +39,7 @@ class KnowledgeSummary:
 
     @property
     def model_mismatch(self) -> bool:
-        return self.knowledge_base is not None and self.knowledge_base.embedding_model != settings.EMBEDDING_MODEL
+        return self.knowledge_base is not None and self.knowledge_base.embedding_model != embedding_space()
 
     @property
     def chunking_changed(self) -> bool:

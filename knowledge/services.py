@@ -38,7 +38,7 @@ from experts.selectors import active_expert_slugs, active_experts, clear_serving
 from jobs.models import Job
 from jobs.services import JobReporter, enqueue_once
 from sbcommon import uploads
-from sbcommon.encoders import get_encoder, tokenizer_words
+from sbcommon.encoders import embedding_space, get_encoder, tokenizer_words
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
@@ -227,7 +227,7 @@ def sentence_vector_reader(payload: dict[str, Any]) -> Callable[[], Any] | None:
 def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
     encoder = get_encoder()
     size, overlap = chunk_settings(expert)
-    defaults: dict[str, Any] = {"embedding_model": encoder.name, "dimension": encoder.dimension, "chunk_size": size, "chunk_overlap": overlap}
+    defaults: dict[str, Any] = {"embedding_model": embedding_space(), "dimension": encoder.dimension, "chunk_size": size, "chunk_overlap": overlap}
     if built:
         defaults["built_at"] = timezone.now()
     kb, _ = KnowledgeBase.objects.update_or_create(expert=expert, defaults=defaults)
@@ -239,8 +239,8 @@ def model_mismatch(expert: Expert, kb: KnowledgeBase | None = None) -> str:
     kb = kb if kb is not None else KnowledgeBase.objects.filter(expert=expert).first()
     if kb is None:
         return ""
-    if kb.embedding_model != settings.EMBEDDING_MODEL:
-        return f"built with {kb.embedding_model}, but EMBEDDING_MODEL is {settings.EMBEDDING_MODEL}"
+    if kb.embedding_model != embedding_space():
+        return f"built with {kb.embedding_model}, but the encoder now makes {embedding_space()} vectors (EMBEDDING_MODEL, EMBEDDING_BACKEND)"
     return ""
 
 
@@ -400,7 +400,7 @@ def enqueue_rebuild(expert: Expert, user: Any = None) -> Job:
 
 def enqueue_reembed_stale(user: Any = None) -> list[Job]:
     """A rebuild job for every expert whose collection was built with another embedding model."""
-    return [enqueue_rebuild(kb.expert, user) for kb in KnowledgeBase.objects.select_related("expert").exclude(embedding_model=settings.EMBEDDING_MODEL)]
+    return [enqueue_rebuild(kb.expert, user) for kb in KnowledgeBase.objects.select_related("expert").exclude(embedding_model=embedding_space())]
 
 
 def enqueue_delete(document: Document, user: Any = None) -> Job:
@@ -586,7 +586,8 @@ def _query(question: str, query_vector: list[float] | None) -> tuple[list[float]
 
 def _method_for(expert_models: dict[int, str], experts: list[Expert], method: str) -> str:
     """Dense vectors of another model mean nothing: if any collection has them, fall back to keyword search."""
-    if method != "sparse" and any(expert_models.get(e.pk, settings.EMBEDDING_MODEL) != settings.EMBEDDING_MODEL for e in experts):
+    space = embedding_space()
+    if method != "sparse" and any(expert_models.get(e.pk, space) != space for e in experts):
         logger.warning("knowledge.search.model_mismatch", extra={"experts": [e.slug for e in experts]})
         return "sparse"
     return method
@@ -735,8 +736,9 @@ def evidence_lookup(slugs: list[str]) -> EvidenceLookup:
     """
     rows = experts_by_slug(slugs)
     models = _models(list(rows.values()))
+    space = embedding_space()
     names = [
-        collection_name(rows[s]) if s in rows and models.get(rows[s].pk, settings.EMBEDDING_MODEL) == settings.EMBEDDING_MODEL else None
+        collection_name(rows[s]) if s in rows and models.get(rows[s].pk, space) == space else None
         for s in slugs
     ]
     return collection_lookup(get_store, names)

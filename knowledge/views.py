@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -26,7 +25,7 @@ from django.views.generic import TemplateView
 from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
 from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
-from sbcommon.encoders import get_encoder
+from sbcommon.encoders import embedding_space, get_encoder
 from sbcommon.uploads import declared_over_limit
 
 from . import forms, selectors, services
@@ -52,7 +51,7 @@ class KnowledgeListView(LoginRequiredMixin, TemplateView):
         visible = visible_slugs(self.request.user)
         rows = [r for r in selectors.summaries() if r.expert.slug in visible]
         return {
-            **super().get_context_data(**kwargs), "rows": rows, "stale": [r for r in rows if r.model_mismatch], "embedding_model": settings.EMBEDDING_MODEL,
+            **super().get_context_data(**kwargs), "rows": rows, "stale": [r for r in rows if r.model_mismatch], "embedding_model": embedding_space(),
         }
 
 
@@ -61,7 +60,7 @@ def _expert_context(expert: Expert, **extra: Any) -> dict[str, Any]:
         "expert": expert, "summary": selectors.summary(expert), "documents": selectors.documents(expert),
         "jobs": selectors.expert_jobs(expert), "collection": services.collection_name(expert), "max_bytes": services.max_upload_bytes(),
         "upload_form": forms.UploadForm(), "chunking_form": forms.ChunkingForm(initial={"chunk_size": expert.chunk_size, "chunk_overlap": expert.chunk_overlap}),
-        "search_form": forms.SearchForm(), "embedding_model": settings.EMBEDDING_MODEL,
+        "search_form": forms.SearchForm(), "embedding_model": embedding_space(),
         "can_edit": True,  # the views that show the page to readers pass the real answer
     }
     context.update(extra)

@@ -22,7 +22,7 @@ from experts.models import Expert
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
 from sbcommon import uploads
-from sbcommon.encoders import get_encoder
+from sbcommon.encoders import embedding_space, get_encoder
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size
 
@@ -219,14 +219,14 @@ def encode_texts(texts: list[str], model: str | None = None) -> np.ndarray:
     """Embeddings of ``texts`` by the encoder the stored query embeddings come from (not stored: e.g. the router's typo copies)."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    encoder = get_encoder(model or settings.EMBEDDING_MODEL, settings.TORCH_THREADS)
+    encoder = get_encoder(model or embedding_space(), settings.TORCH_THREADS)
     return np.asarray(encoder.encode(list(texts), batch_size=settings.EMBEDDING_BATCH_SIZE), dtype=np.float32)
 
 
 def embed_missing(model: str | None = None, source: str | None = None, reporter: JobReporter | None = None) -> dict[str, int]:
     """Embed every query text that has no cached embedding for ``model`` yet (resumable)."""
     reporter = reporter or JobReporter()
-    model = model or settings.EMBEDDING_MODEL
+    model = model or embedding_space()
     queries = Query.objects.all()
     if source:
         queries = queries.filter(source=source)
@@ -271,7 +271,7 @@ def cluster_queries(
         grouping: one of ``labeling.ml.discovery.GROUPINGS``.
     """
     reporter = reporter or JobReporter()
-    model = settings.EMBEDDING_MODEL
+    model = embedding_space()
     queries = Query.objects.all().order_by("pk")
     if source:
         queries = queries.filter(source=source)

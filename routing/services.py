@@ -18,6 +18,7 @@ from experts.selectors import active_experts
 from jobs.services import JobFailed, JobReporter
 from labeling import selectors as labeling_selectors
 from labeling.services import embed_missing, encode_texts, load_embeddings
+from sbcommon.encoders import embedding_space
 
 from .ml.diagnostics import diagnose
 from .ml.router import RouterNet
@@ -133,7 +134,7 @@ def train_router_from_labels(
         # Defined behaviour: an expert without labelled queries is left out of the router (it cannot
         # be learned); it stays reachable by its slug and the console lists it here.
         reporter.log(f"experts without labelled queries are not routable: {', '.join(without)}")
-    fingerprint = hashlib.sha256(json.dumps([run.pk, [e.query_id for e in examples], experts, params, settings.EMBEDDING_MODEL], sort_keys=True).encode()).hexdigest()
+    fingerprint = hashlib.sha256(json.dumps([run.pk, [e.query_id for e in examples], experts, params, embedding_space()], sort_keys=True).encode()).hexdigest()
     active = RouterVersion.objects.filter(is_active=True).first()
     if active is not None and active.data_fingerprint == fingerprint:
         reporter.log(f"router v{active.version} was trained on the same data; nothing to do")
@@ -147,7 +148,7 @@ def train_router_from_labels(
     # The gate's questions are held out of training and validation for every version (see gate_split).
     examples = [e for e in every if e.split != "test" or e.expert in experts]
     gate_idx, gate_source = gate_split(examples)
-    x = load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL)
+    x = load_embeddings([e.query_id for e in examples], embedding_space())
     y = np.array([experts.index(e.expert) for e in examples])
     held = set(gate_idx)
     pool = [i for i, e in enumerate(examples) if i not in held and e.split != "test"]
@@ -331,7 +332,7 @@ def _save_version(result: Any, experts: list[str], fingerprint: str, params: dic
         if activate:
             RouterVersion.objects.filter(is_active=True).update(is_active=False)
         version = RouterVersion.objects.create(
-            version=number, path=str(final), experts=experts, embedding_model=settings.EMBEDDING_MODEL,
+            version=number, path=str(final), experts=experts, embedding_model=embedding_space(),
             data_fingerprint=fingerprint, metrics={k: v for k, v in result.metrics.items() if k != "diagnostics"}, is_active=activate,
         )
         TrainingRun.objects.create(

@@ -68,7 +68,10 @@ def tokenizer_words(name: str) -> frozenset[str]:
     return frozenset(w for w in vocab if w.isascii() and w.isalpha() and w.islower())
 
 
-BACKENDS = ("auto", "torch", "torch-bf16")
+BACKENDS = ("auto", "torch", "torch-bf16", "onnx", "onnx-int8")
+# Backends whose vectors agree with float32 torch's (minimum cosine >= 0.99 on a sample): one embedding
+# space, so switching between them re-embeds nothing. Any other backend is a space of its own.
+SAME_SPACE = frozenset({"torch", "torch-bf16", "onnx"})
 
 
 def bf16_native() -> bool:
@@ -82,22 +85,69 @@ def bf16_native() -> bool:
 
 
 def resolve_backend(backend: str | None = None) -> str:
-    """``EMBEDDING_BACKEND``: "torch" (float32), "torch-bf16" (bfloat16 weights), or "auto" (bfloat16 where native).
+    """``EMBEDDING_BACKEND``: how the sentence encoder runs.
 
-    Both give the same embedding space: on 256 demo questions bfloat16 vectors agreed with float32's
-    at cosine >= 0.9999 (min), and encoded 1.9x faster on this project's CPU (AMX), one thread. ONNX
-    was measured and left out: float32 ONNX Runtime was slower than torch (153 against 191
-    questions/s) and dynamic int8 no faster than bfloat16 (361/s) while moving vectors (cosine min
-    0.978 per channel, 0.882 per tensor), which would make it a new embedding space. float32 is the
-    default: a bfloat16 vector depends on the batch it was encoded in (padding changes the rounding;
-    up to ~1e-3 per component), so a question could route differently alone than under load.
+    - "torch": float32 torch (sentence-transformers);
+    - "torch-bf16": bfloat16 weights. On 256 demo questions its vectors agreed with float32's at
+      cosine >= 0.9999 (min), and encoded 1.9x faster on a CPU with AMX, one thread; but a bfloat16
+      vector depends on the batch it was encoded in (padding changes the rounding; up to ~1e-3 per
+      component), so a question could route differently alone than under load;
+    - "onnx": the model exported to ONNX and run by ONNX Runtime in float32 (``sbcommon.onnx_encoder``):
+      the same vectors (minimum cosine 1.00000 on MiniLM), 2.0x torch's speed on a CPU without AMX
+      (545 against 271 questions/s, one thread), 0.8x on one with AMX (153 against 191);
+    - "onnx-int8": the same export with int8 weights (dynamic quantisation), 4.5x torch's speed without
+      AMX (1,208/s) but vectors that move (minimum cosine 0.963): an embedding space of its own, see
+      ``embedding_space``;
+    - "auto": bfloat16 torch where the CPU multiplies it natively, else float32 ONNX.
     """
     backend = backend or str(_setting("EMBEDDING_BACKEND", "torch"))
     if backend not in BACKENDS:
         raise ValueError(f"EMBEDDING_BACKEND must be one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "auto":
-        return "torch-bf16" if bf16_native() else "torch"
+        return "torch-bf16" if bf16_native() else "onnx"
     return backend
+
+
+def embedding_space(name: str | None = None, backend: str | None = None) -> str:
+    """The name stored vectors are filed under: ``EMBEDDING_MODEL``, plus the backend when its vectors differ.
+
+    Embeddings, knowledge-base collections and router versions record it; a change of space marks
+    them stale, as a change of model does, and they are made again with the new encoder.
+    """
+    name = name or str(_setting("EMBEDDING_MODEL", DEFAULT_MODEL))
+    backend = resolve_backend(backend)
+    return name if backend in SAME_SPACE else f"{name}+{backend}"
+
+
+def model_name(space: str) -> str:
+    """The ``EMBEDDING_MODEL`` part of an ``embedding_space`` name."""
+    for backend in BACKENDS:
+        if backend not in SAME_SPACE and space.endswith(f"+{backend}"):
+            return space[: -len(backend) - 1]
+    return space
+
+
+def export_cache_dir() -> str:
+    """Where exported encoders are kept: ``ENCODER_EXPORT_DIR`` (``$VAR_DIR/models/encoders``), outside Django ~/.cache."""
+    return str(_setting("ENCODER_EXPORT_DIR", "") or os.path.join(os.path.expanduser("~"), ".cache", "switchboard", "encoders"))
+
+
+def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None,
+                 cache_dir: str | None = None) -> Encoder:
+    """A bare encoder (no batching, no cache) for ``name`` with ``backend`` (default: the setting)."""
+    backend = resolve_backend(backend)
+    if backend.startswith("onnx"):
+        from .onnx_encoder import OnnxEncoder
+
+        sub_batch = int(sub_batch if sub_batch is not None else _sub_batch_setting())
+        if backend == "onnx-int8":
+            # Dynamic quantisation scales activations per pass, so a text's int8 vector depends on the texts
+            # beside it (alone against in a pass of 8: cosine down to 0.982 on demo questions). One text a
+            # pass keeps a question's vector, and so its route, the same under load; int8 loses little
+            # by it (1,107 against 1,208 questions/s on this project's CPU).
+            sub_batch = 1
+        return OnnxEncoder(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads, sub_batch=sub_batch)
+    return SentenceTransformerEncoder(model_name(name), threads=threads, sub_batch=sub_batch, backend=backend)
 
 
 class SentenceTransformerEncoder:
@@ -114,6 +164,8 @@ class SentenceTransformerEncoder:
             torch.set_num_threads(threads)
         self.name = name
         self.backend = resolve_backend(backend)
+        if self.backend not in ("torch", "torch-bf16"):
+            raise ValueError(f"SentenceTransformerEncoder runs torch backends, not {self.backend!r} (see make_encoder)")
         kwargs = {"model_kwargs": {"dtype": torch.bfloat16}} if self.backend == "torch-bf16" else {}
         self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True, **kwargs)
         self.dimension = int(self._model.get_embedding_dimension())
@@ -186,7 +238,7 @@ def _next_pass(waiting: list[tuple[int, int, int, str]], size: int, pass_cost: f
     return taken
 
 
-def _pass_cost(encoder: SentenceTransformerEncoder, repeats: int = 3) -> float:
+def _pass_cost(encoder: Encoder, repeats: int = 3) -> float:
     """F/b of ``_next_pass`` for this encoder on this machine, in characters: timed on a few passes at start.
 
     From the fastest of ``repeats`` runs of one short text, eight short and eight long ones:
@@ -213,7 +265,8 @@ def _pass_cost(encoder: SentenceTransformerEncoder, repeats: int = 3) -> float:
     return float(min(10_000.0, max(0.0, fixed / per_char)))
 
 
-def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: float, sub_batch: int) -> None:  # pragma: no cover - child
+def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: float, sub_batch: int,  # pragma: no cover - child
+                   backend: str = "torch", cache_dir: str | None = None) -> None:
     """The child side of ``ProcessEncoder``: load the model, then encode what arrives, batched, until the pipe closes.
 
     Requests are ``(id, texts, batch_size)``; their texts join one waiting list. Before every forward
@@ -230,7 +283,7 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
     pass answers its requests ``("error", [ids], message)`` and drops their other texts; the rest go on.
     """
     try:
-        encoder = SentenceTransformerEncoder(name, threads=threads, sub_batch=sub_batch)
+        encoder = make_encoder(name, threads=threads, sub_batch=sub_batch, backend=backend, cache_dir=cache_dir)
     except BaseException as exc:  # the parent raises it with the child's message
         conn.send(("error", [], f"{type(exc).__name__}: {exc}"))
         return
@@ -288,7 +341,7 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
 
 
 class ProcessEncoder:
-    """A ``SentenceTransformerEncoder`` in a child process of its own, which also does the micro-batching.
+    """The sentence encoder (``make_encoder``) in a child process of its own, which also does the micro-batching.
 
     Why: a serving process runs each request on its own thread, and those threads keep the GIL
     busy (HTTP, Django, retrieval). An in-process forward pass needs the GIL back after every
@@ -306,8 +359,10 @@ class ProcessEncoder:
     a fresh one once (encoding is idempotent), then raise ``EncoderUnavailable``.
     """
 
-    def __init__(self, name: str, threads: int = 1, max_batch: int = 32, max_wait_ms: float = 2.0, start_timeout: float = 300.0):
+    def __init__(self, name: str, threads: int = 1, max_batch: int = 32, max_wait_ms: float = 2.0, start_timeout: float = 300.0,
+                 backend: str | None = None):
         self.name = name
+        self.backend = resolve_backend(backend)
         self.threads = int(threads)
         self.max_batch = max(1, int(max_batch))
         self.max_wait_ms = float(max_wait_ms)
@@ -330,7 +385,9 @@ class ProcessEncoder:
 
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=_serve_encoder, args=(child, self.name, self.threads, self.max_batch, self.max_wait_ms, _sub_batch_setting()),
+        # The backend and the export folder are resolved here: a spawned child has no Django settings.
+        process = ctx.Process(target=_serve_encoder, args=(child, self.name, self.threads, self.max_batch, self.max_wait_ms, _sub_batch_setting(),
+                                                          self.backend, export_cache_dir()),
                               name="switchboard-encoder", daemon=True)
         process.start()
         child.close()
@@ -673,7 +730,7 @@ def _build_encoder(name: str, threads: int) -> Encoder:
         cached = MicroBatchingEncoder(bare, max_batch=1, cache_size=cache_size)
         atexit.register(cached.close)
         return cached
-    bare = SentenceTransformerEncoder(name, threads=threads)
+    bare = make_encoder(name, threads=threads)
     if max_batch <= 1 and cache_size <= 0:
         return bare
     batched = MicroBatchingEncoder(bare, max_batch=max_batch, max_wait_ms=max_wait_ms, cache_size=cache_size,

@@ -21,6 +21,7 @@ from django.utils import timezone
 from experts.selectors import active_experts
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter
+from sbcommon.encoders import embedding_space
 
 from ..ml import drift as drift_ml
 from ..models import Feedback, RouterVersion, RoutingEvent
@@ -53,7 +54,7 @@ def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
     examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"][: limit * 20] if run else []
     if not examples:
         return [], np.zeros((0, 1), dtype=np.float32)
-    x = load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL)
+    x = load_embeddings([e.query_id for e in examples], embedding_space())
     slugs = sorted({e.expert for e in examples})
     rows = []
     for slug in slugs:
@@ -135,7 +136,7 @@ def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
     held = [e for e in held if e.expert in active.experts]
     if not held:
         return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
-    x = load_embeddings([e.query_id for e in held], settings.EMBEDDING_MODEL)
+    x = load_embeddings([e.query_id for e in held], embedding_space())
     chosen = TextRouter.load(active.path, with_fast=False).scores(x, [e.text for e in held])[0].argmax(axis=1)
     accuracy = float(np.mean([active.experts[c] == e.expert for c, e in zip(chosen, held, strict=True)]))
     return {"router_accuracy": accuracy, "router_heldout": len(held)}
@@ -178,7 +179,7 @@ def _reference_embeddings(limit: int, seed: int = 0) -> np.ndarray:
     if len(examples) > limit:
         idx = np.random.default_rng(seed).choice(len(examples), limit, replace=False)
         examples = [examples[i] for i in sorted(idx)]
-    return load_embeddings([e.query_id for e in examples], settings.EMBEDDING_MODEL) if examples else np.zeros((0, 1))
+    return load_embeddings([e.query_id for e in examples], embedding_space()) if examples else np.zeros((0, 1))
 
 
 def _training_abstain_rate(metrics: dict[str, Any]) -> float | None:

