@@ -79,14 +79,18 @@ def deployment_env(database_url: str | None = None, redis_url: str | None = None
     return env
 
 
-def prepare_demo(var_dir: Path, say: Callable[[str], None], deployment: dict[str, str] | None = None) -> float:
-    """Migrate and load the demo into ``var_dir`` (and ``deployment``'s database) unless a previous bench already did; returns seconds spent."""
+def prepare_demo(var_dir: Path, say: Callable[[str], None], deployment: dict[str, str] | None = None, backend: str | None = None) -> float:
+    """Migrate and load the demo into ``var_dir`` (and ``deployment``'s database) unless a previous bench already did; returns seconds spent.
+
+    ``backend`` (an ``EMBEDDING_BACKEND``; default: the configured one) embeds the demo's queries and documents.
+    """
     if (var_dir / READY_MARKER).exists():
         say(f"reusing the demo in {var_dir}")
         return 0.0
     t0 = time.monotonic()
     root = Path(settings.BASE_DIR)
-    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0", **(deployment or {}))
+    extra = {"EMBEDDING_BACKEND": backend} if backend else {}
+    env = _env(var_dir, CELERY_TASK_ALWAYS_EAGER="1", SWITCHBOARD_WARMUP="0", **(deployment or {}), **extra)
     for argv in (["migrate", "--noinput"], ["load_demo"]):
         say(f"running manage.py {' '.join(argv)} in {var_dir} ...")
         done = subprocess.run([sys.executable, str(root / "manage.py"), *argv], cwd=root, env=env, capture_output=True, text=True)
@@ -386,10 +390,11 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
 
     ``backends`` (``EMBEDDING_BACKEND`` values; default: the configured one, then float32 ``torch``
     when that differs) are measured one after another on the same demo data; the report's top-level
-    figures are the first's, and ``by_backend`` holds each one's. ``database_url`` and ``redis_url``
+    figures are the first's, and ``by_backend`` holds each one's (with the embedding space it serves in:
+    a backend of another space gets the demo loaded in a folder of its own). ``database_url`` and ``redis_url``
     run the servers (``workers`` of them) on a shared PostgreSQL and Redis, as a scaled-out deployment.
     """
-    from sbcommon.encoders import resolve_backend
+    from sbcommon.encoders import embedding_space, resolve_backend
 
     if concurrency < 1 or duration <= 0:
         raise ValueError("concurrency must be at least 1 and duration positive")
@@ -404,21 +409,30 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     deployment = deployment_env(database_url, redis_url)
-    demo_s = prepare_demo(folder, say, deployment)
+    # A backend of another embedding space (onnx-int8) serves a demo embedded and trained in its own space,
+    # in a folder of its own: the torch-space demo's collections and router would not fit its vectors.
+    home = embedding_space(settings.EMBEDDING_MODEL, "torch")
+    folders = {b: folder if embedding_space(settings.EMBEDDING_MODEL, b) == home else folder / f"space-{b}" for b in backends}
+    if database_url and len(set(folders.values())) > 1:
+        raise ValueError(f"with --database-url measure backends of one embedding space per run ({', '.join(backends)} are not)")
+    demo_s = 0.0
     runs = {}
     for backend in backends:
         say(f"--- encoder backend {backend} ---")
-        runs[backend] = _bench_backend(backend, folder, concurrency, duration, warmup, workers, model, encoder_seconds, max_warmup,
+        folders[backend].mkdir(parents=True, exist_ok=True)
+        demo_s += prepare_demo(folders[backend], say, deployment, backend=backend)
+        runs[backend] = _bench_backend(backend, folders[backend], concurrency, duration, warmup, workers, model, encoder_seconds, max_warmup,
                                        max_chunk_miss_rate, say, deployment)
     by_model = {model: runs[backends[0]]}
     for other in models[1:]:
         say(f"--- model {other} (encoder backend {backends[0]}) ---")
-        by_model[other] = _bench_backend(backends[0], folder, concurrency, duration, warmup, workers, other, encoder_seconds, max_warmup,
+        by_model[other] = _bench_backend(backends[0], folders[backends[0]], concurrency, duration, warmup, workers, other, encoder_seconds, max_warmup,
                                          max_chunk_miss_rate, say, deployment)
-    figures = ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched", "cpu_ms_per_request")
+    figures = ("rps", "p50_ms", "p95_ms", "p99_ms", "errors", "encoder_rps_single", "encoder_rps_batched", "cpu_ms_per_request", "stage_p50_ms",
+               "encoder_mean_pass_during_run")
     report = {**runs[backends[0]], "backend": backends[0]}
-    report["by_backend"] = {b: {k: r[k] for k in figures} for b, r in runs.items()}
-    report["by_model"] = {m: {**{k: r[k] for k in figures}, "encoder_texts_per_request": r["encoder_texts_per_request"]} for m, r in by_model.items()}
+    report["by_backend"] = {b: {**{k: r.get(k) for k in figures}, "embedding_space": embedding_space(settings.EMBEDDING_MODEL, b)} for b, r in runs.items()}
+    report["by_model"] = {m: {**{k: r.get(k) for k in figures}, "encoder_texts_per_request": r["encoder_texts_per_request"]} for m, r in by_model.items()}
     if "auto" in by_model and "auto:fast" in by_model:
         report["fast_tier_rps_ratio"] = round(by_model["auto:fast"]["rps"] / max(1e-9, by_model["auto"]["rps"]), 2)
     if "torch" in runs and backends[0] != "torch":

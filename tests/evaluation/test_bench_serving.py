@@ -70,6 +70,30 @@ def test_each_model_is_measured_in_turn_and_the_fast_tiers_ratio_reported(tmp_pa
     assert report["fast_tier_rps_ratio"] == 1.5
 
 
+def test_a_backend_of_another_embedding_space_serves_a_demo_of_its_own(tmp_path, monkeypatch):
+    from evaluation import bench_serving as bench
+
+    prepared, served = [], []
+
+    def fake_run(backend, folder, *rest):
+        served.append((backend, folder))
+        rps = {"onnx-int8": 300.0, "onnx": 200.0, "torch": 120.0}[backend]
+        return {"rps": rps, "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "errors": 0, "encoder_rps_single": 1.0, "encoder_rps_batched": 2.0,
+                "cpu_ms_per_request": {}, "encoder_texts_per_request": 1.0, "targets": {}}
+
+    monkeypatch.setattr(bench, "prepare_demo", lambda folder, say, deployment=None, backend=None: prepared.append((folder, backend)) or 0.0)
+    monkeypatch.setattr(bench, "_bench_backend", fake_run)
+    report = bench.bench_serving(var_dir=str(tmp_path), backends=["onnx-int8", "onnx", "torch"], say=lambda _: None)
+    # onnx keeps torch's space and shares its demo; int8's vectors differ, so its demo is embedded and trained apart.
+    assert served == [("onnx-int8", tmp_path / "space-onnx-int8"), ("onnx", tmp_path), ("torch", tmp_path)]
+    assert prepared == [(tmp_path / "space-onnx-int8", "onnx-int8"), (tmp_path, "onnx"), (tmp_path, "torch")]
+    assert report["by_backend"]["onnx-int8"]["embedding_space"].endswith("+onnx-int8")
+    assert report["by_backend"]["onnx"]["embedding_space"] == report["by_backend"]["torch"]["embedding_space"]
+    assert report["targets"]["rps >= 2 x torch's rps"] is True
+    with pytest.raises(ValueError, match="one embedding space per run"):
+        bench.bench_serving(var_dir=str(tmp_path), backends=["onnx-int8", "torch"], database_url="postgresql://x/y", say=lambda _: None)
+
+
 @pytest.mark.slow
 def test_a_short_real_run_reports_the_figures(tmp_path):
     report = bench_serving(concurrency=4, duration=5, warmup=1, var_dir=str(tmp_path), encoder_seconds=2, say=lambda _: None)

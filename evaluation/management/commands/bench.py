@@ -33,8 +33,9 @@ class Command(BaseCommand):
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
         serving.add_argument("--models", default="", help="comma-separated models to measure in turn, e.g. auto,auto:fast (by_model in the JSON; "
                                                           "overrides --model)")
-        serving.add_argument("--backends", default="", help="comma-separated EMBEDDING_BACKEND values to measure in turn "
-                             "(default: the configured one, then torch); by_backend holds each one's figures")
+        serving.add_argument("--backends", default="", help="comma-separated EMBEDDING_BACKEND values to measure in turn, e.g. onnx-int8,onnx,torch "
+                             "(default: the configured one, then torch); by_backend holds each one's figures. A backend of "
+                             "another embedding space (onnx-int8) serves a demo loaded in its own folder under --var-dir")
         serving.add_argument("--encoder-seconds", type=float, default=8.0, help="seconds for each encoder-alone measurement")
         serving.add_argument("--max-warmup", type=float, default=180.0,
                              help="seconds of warm-up at most: it goes on in 5 s windows until the chunk sentence cache is warm (default 180)")

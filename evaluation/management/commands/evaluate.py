@@ -32,7 +32,7 @@ class Command(BaseCommand):
         router.add_argument("--label", choices=["domain", "intent"], default="domain")
         router.add_argument("--noise", type=float, default=0.0, help="share of training labels flipped")
         router.add_argument("--train-per-label", type=int, default=None, help="at most N training questions per label (a small team's data; validation in proportion)")
-        router.add_argument("--backend", default=None, help="EMBEDDING_BACKEND to embed with (torch, torch-bf16, auto; default: the setting)")
+        router.add_argument("--backend", default=None, help="EMBEDDING_BACKEND to embed with (torch, torch-bf16, onnx, onnx-int8, auto; default: the setting)")
         router.add_argument("--knowledge", default=None, metavar="DIR",
                             help="a folder whose docs.jsonl holds each domain's documents: also score knowledge-aware routing (router_knowledge)")
         router.add_argument("--oos-from", default=None, metavar="FILE",
