@@ -18,6 +18,7 @@ from experts import selectors as expert_selectors
 from jobs.models import Job
 from jobs.services import enqueue_once
 from sbcommon.console import LoginRequiredMixin
+from sbcommon.encoders import embedding_space
 
 from . import selectors, services, tasks
 from .forms import TrainRouterForm
@@ -181,7 +182,12 @@ def robustness_report(report: Any) -> dict[str, Any] | None:
 
 
 def _training_list_context(form: TrainRouterForm | None = None) -> dict[str, Any]:
+    active = selectors.active_router()
     return {
+        # The live router was trained on another encoder's vectors (EMBEDDING_MODEL or an EMBEDDING_BACKEND of
+        # another embedding space changed since): it keeps serving, but its routes are only right after a new training.
+        "stale_router": active if active is not None and active.embedding_model != embedding_space() else None,
+        "embedding_space": embedding_space(),
         "runs": selectors.training_runs(),
         "form": form or TrainRouterForm(),
         "training_jobs": list(Job.objects.filter(kind="train_router").order_by("-created_at", "-id")[:5]),

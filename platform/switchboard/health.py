@@ -35,9 +35,11 @@ def _check_vector_store() -> None:
 
 
 def _check_embedding_model() -> None:
-    from sbcommon.encoders import resolve_model_path
+    from sbcommon.encoders import resolve_backend, resolve_model_path
 
     resolve_model_path(settings.EMBEDDING_MODEL)
+    if resolve_backend().startswith("onnx"):  # a bad EMBEDDING_BACKEND raises too
+        import onnxruntime  # noqa: F401  (the ONNX backends need it installed)
 
 
 CHECKS = {

