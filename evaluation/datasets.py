@@ -75,12 +75,13 @@ def embedding_cache_dir() -> Path:
 def embedding_cache_path(name: str, texts: list[str], model: str) -> Path:
     """``<cache>/<name>-<model>[-<backend>]-<fingerprint>.npy``; a ``/`` in the model's name (a local folder) becomes ``_``.
 
-    The encoder backend other than float32 torch is part of the name: an evaluation embeds as serving does.
+    A backend whose vectors differ from float32 torch's (bfloat16, int8) is part of the name: an
+    evaluation embeds as serving does. torch and ONNX float32 share one file: their vectors agree to ~1e-6.
     """
     from sbcommon.encoders import resolve_backend
 
     backend = resolve_backend()
-    suffix = "" if backend == "torch" else f"-{backend}"
+    suffix = "" if backend in ("torch", "onnx") else f"-{backend}"
     return embedding_cache_dir() / f"{name}-{model.replace('/', '_')}{suffix}-{texts_fingerprint(texts)}.npy"
 
 

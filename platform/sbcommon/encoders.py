@@ -184,7 +184,9 @@ class SentenceTransformerEncoder:
         self.name = name
         self.backend = resolve_backend(backend)
         if self.backend not in ("torch", "torch-bf16"):
-            raise ValueError(f"SentenceTransformerEncoder runs torch backends, not {self.backend!r} (see make_encoder)")
+            if backend is not None:
+                raise ValueError(f"SentenceTransformerEncoder runs torch backends, not {self.backend!r} (see make_encoder)")
+            self.backend = "torch"  # the configured backend is not a torch one: float32 torch
         kwargs = {"model_kwargs": {"dtype": torch.bfloat16}} if self.backend == "torch-bf16" else {}
         self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True, **kwargs)
         self.dimension = int(self._model.get_embedding_dimension())

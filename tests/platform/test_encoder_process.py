@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from sbcommon import encoders
-from sbcommon.encoders import EncoderUnavailable, ProcessEncoder, SentenceTransformerEncoder
+from sbcommon.encoders import EncoderUnavailable, ProcessEncoder, make_encoder
 
 TEXTS = [f"How do I renew my licence, question {i}?" for i in range(24)]
 
 
 @pytest.fixture(scope="module")
 def in_process():
-    return SentenceTransformerEncoder(encoders.DEFAULT_MODEL, threads=1)
+    return make_encoder(encoders.DEFAULT_MODEL, threads=1)  # the configured backend, as the child runs it
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_a_closed_encoder_refuses_calls_and_its_child_exits():
 
 
 def test_sub_batches_change_the_passes_not_the_vectors(in_process):
-    small = SentenceTransformerEncoder(encoders.DEFAULT_MODEL, threads=1, sub_batch=3)
+    small = make_encoder(encoders.DEFAULT_MODEL, threads=1, sub_batch=3)
     assert small.sub_batch == 3
     np.testing.assert_allclose(small.encode(TEXTS, batch_size=64), in_process.encode(TEXTS, batch_size=64), atol=1e-5)
 
