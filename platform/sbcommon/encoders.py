@@ -68,7 +68,7 @@ def _tokenizer_words(name: str) -> frozenset[str]:
             from transformers import AutoTokenizer
 
             vocab = AutoTokenizer.from_pretrained(folder).get_vocab()
-    except Exception as exc:
+    except Exception as exc:  # a tokenizer that cannot be read only narrows spelling correction
         logger.warning("encoder.tokenizer_words.unavailable", extra={"model": name, "error": str(exc)[:200]})
         return frozenset()
     return frozenset(w for w in vocab if w.isascii() and w.isalpha() and w.islower())

@@ -147,8 +147,9 @@ def _export(model_path: str, work: Path) -> dict[str, Any]:
             super().__init__()
             self.transformer = transformer
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
             if pooling == "cls":
                 pooled = hidden[:, 0]
             else:
@@ -157,11 +158,11 @@ def _export(model_path: str, work: Path) -> dict[str, Any]:
             return torch.nn.functional.normalize(pooled, dim=-1)
 
     features = model.tokenizer(list(SAMPLE_TEXTS[:2]), padding=True, return_tensors="pt")
-    dummy = tuple(features.get(name, torch.zeros_like(features["input_ids"])) for name in INPUTS)
-    axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS} | {"embedding": {0: "batch"}}
+    names = [name for name in INPUTS if name in features]  # models without token types take two inputs
+    axes = {name: {0: "batch", 1: "tokens"} for name in names} | {"embedding": {0: "batch"}}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Pooled(), dummy, str(work / FILES["onnx"]), input_names=list(INPUTS), output_names=["embedding"],
+        torch.onnx.export(Pooled(), tuple(features[name] for name in names), str(work / FILES["onnx"]), input_names=names, output_names=["embedding"],
                           dynamic_axes=axes, opset_version=17, dynamo=False)
     # Weights per output channel (per tensor, with the reduced range, moved MiniLM's vectors far more: minimum cosine 0.55); activations per pass.
     quantize_dynamic(str(work / FILES["onnx"]), str(work / FILES["onnx-int8"]), weight_type=QuantType.QInt8, per_channel=True,
