@@ -315,30 +315,58 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def process_tree_cpu(root_pid: int) -> dict[str, float]:
-    """CPU seconds per process of the tree under ``root_pid``, keyed ``"<pid> <command name>"``."""
+    """CPU seconds per process of the tree under ``root_pid``, keyed ``"<pid> <role>"``.
+
+    Roles: the root is the "web server"; a process started by multiprocessing below it is an
+    "encoder child", except where the root supervises several uvicorn workers (``--workers N``):
+    then the root is the "web supervisor", its spawned children that start children of their own
+    are each a "web server", and theirs are "encoder child"ren.
+    """
     stats = {int(entry.name): stat for entry in Path("/proc").iterdir() if entry.name.isdigit() and (stat := _stat(entry.name))}
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    found, todo = {}, [root_pid]
+    cmdlines: dict[int, bytes] = {}
+    depth, todo = {root_pid: 0}, [root_pid]
     while todo:
         pid = todo.pop()
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmdlines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        name = ("web server" if pid == root_pid else "resource tracker" if b"resource_tracker" in cmdline
-                else "encoder child" if b"spawn_main" in cmdline else "child")
+        for child in children.get(pid, []):
+            depth[child] = depth[pid] + 1
+            todo.append(child)
+
+    def spawned(pid: int) -> bool:
+        return b"spawn_main" in cmdlines.get(pid, b"")
+
+    workers = {pid for pid in cmdlines if depth[pid] == 1 and spawned(pid) and any(spawned(c) for c in children.get(pid, []))}
+    found = {}
+    for pid, cmdline in cmdlines.items():
+        if pid == root_pid:
+            name = "web supervisor" if workers else "web server"
+        elif pid in workers:
+            name = "web server"
+        else:
+            name = "resource tracker" if b"resource_tracker" in cmdline else "encoder child" if spawned(pid) else "child"
         found[f"{pid} {name}"] = stats[pid][1] if pid in stats else 0.0
-        todo.extend(children.get(pid, []))
     return found
 
 
 def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
-    """CPU milliseconds per served request of each process between two readings of ``process_tree_cpu``."""
+    """CPU milliseconds per served request of each role between two readings of ``process_tree_cpu``.
+
+    Processes of one role (two web workers, their two encoder children) are added up: the CPU a
+    request costs in that role, whatever the number of processes sharing it.
+    """
     if not requests:
         return {}
-    return {key.split(" ", 1)[1]: round((after[key] - before.get(key, 0.0)) * 1000 / requests, 2) for key in after}
+    totals: dict[str, float] = {}
+    for key in after:
+        role = key.split(" ", 1)[1]
+        totals[role] = totals.get(role, 0.0) + (after[key] - before.get(key, 0.0)) * 1000 / requests
+    return {role: round(value, 2) for role, value in totals.items()}
 
 
 def _percentile(values: list[float], q: float) -> float:

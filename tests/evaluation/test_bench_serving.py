@@ -182,6 +182,47 @@ def test_cpu_is_read_per_process_of_the_tree():
         parent.wait()
 
 
+def test_cpu_of_several_web_workers_and_their_encoder_children_is_added_up_by_role(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evaluation.bench_serving import cpu_ms_per_request, process_tree_cpu
+
+    # uvicorn --workers 2 in miniature: a supervisor whose multiprocessing-spawned workers each spawn a busy child.
+    script = """
+import multiprocessing as mp, time
+def encoder():
+    t = time.process_time()
+    while time.process_time() - t < 0.3: pass
+    time.sleep(30)
+def worker():
+    mp.get_context("spawn").Process(target=encoder).start(); time.sleep(30)
+if __name__ == "__main__":
+    for _ in range(2): mp.get_context("spawn").Process(target=worker).start()
+    time.sleep(30)
+"""
+    (tmp_path / "supervisor.py").write_text(script)  # spawn re-imports the main module: it must be a file
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "supervisor.py")], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            tree = process_tree_cpu(parent.pid)
+            if sum(key.endswith(" encoder child") for key in tree) == 2 and all(
+                    v >= 0.25 for k, v in tree.items() if k.endswith(" encoder child")):
+                break
+            time.sleep(0.5)
+        roles = sorted(key.split(" ", 1)[1] for key in tree if not key.endswith("resource tracker"))
+        assert roles == ["encoder child", "encoder child", "web server", "web server", "web supervisor"]
+        per_request = cpu_ms_per_request({}, tree, 1)
+        assert per_request["encoder child"] >= 500  # both busy children, added up (0.3 s each)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
 def test_a_scaled_out_bench_runs_the_demo_and_the_servers_on_the_shared_database_and_redis(tmp_path, monkeypatch):
     import subprocess
 
