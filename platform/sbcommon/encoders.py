@@ -722,6 +722,7 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
         name = name or settings.EMBEDDING_MODEL
         threads = settings.TORCH_THREADS if threads is None else threads
+    name = model_name(name)  # an embedding space's name loads its model: one encoder per model, not per alias
     key = (name, int(threads), resolve_backend())
     encoder = _encoders.get(key)
     if encoder is not None:
