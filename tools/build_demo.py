@@ -11,7 +11,8 @@ benefitsTransfer your unused ...") and an address's lines into each other ("Clai
 CenterPO Box 4444Janesville"). ``clean_text`` puts a space back at those joins (a lower-case
 letter or a digit touching a capitalised word, letters touching a long number, "!" touching the
 next sentence), leaving alone the product names that are written that way (``KEEP``), web and
-e-mail addresses, and removes the lines of the DMV pages' content-management template ("show
+e-mail addresses, puts back the apostrophes the extraction dropped ("you re", "don t", "the
+school s"), and removes the lines of the DMV pages' content-management template ("show
 mydmv button in megamenu:"). Each question keeps doc2dial's gold ``answer`` (the agent's reply, a
 span of the document, cleaned the same way). Each document's ``metadata.source`` says where it came from;
 doc2dial keeps no page addresses, so documents carry no ``url``.
@@ -43,6 +44,16 @@ KEEP = frozenset("""
 TEMPLATE_LINES = frozenset({'show mydmv button in megamenu:', 'show "do it online" button in megamenu:', "disable this transaction?:", "yes or no survey:"})
 _ADDRESS = re.compile(r"\S+@\S+|https?://\S+|\b[\w.-]+\.(?:gov|com|org|edu|net|us)\b\S*", re.I)
 _CAMEL = re.compile(r"[A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*")
+# doc2dial's text also lost its apostrophes ("you re", "don t", "the school s"): put them back where the
+# letters left can only be a contraction or a possessive.
+_APOSTROPHES = (
+    (re.compile(r"\b(do|does|did|is|are|was|were|have|has|had|wo|would|could|should|ca|must|need)n t\b", re.I), r"\1n't"),  # don t, can t, won t
+    (re.compile(r"\b(you|we|they|who|what) re\b", re.I), r"\1're"),
+    (re.compile(r"\b(I|you|we|they|who) (ve|ll|d)\b", re.I), r"\1'\2"),
+    (re.compile(r"\b(it|that|there) ll\b", re.I), r"\1'll"),
+    (re.compile(r"\b(I) m\b", re.I), r"\1'm"),
+    (re.compile(r"(?<=[A-Za-z]) s\b"), "'s"),  # it s, that s, the school s, Parkinson s
+)
 _JOINS = (
     (re.compile(r"(?<=\d)(?=[A-Z][a-z]{2,})"), " "),  # "Box 4444Janesville", "Suite 6Utica"
     (re.compile(r"(?<=[a-z]{3})(?=\d{3,}\b)"), " "),  # "Motor Vehicles207 Genesee Street"
@@ -78,7 +89,7 @@ def clean_text(text: str) -> str:
 
 def _clean_words(text: str) -> str:
     text = _CAMEL.sub(_split_camel, text)
-    for pattern, separator in _JOINS:
+    for pattern, separator in _JOINS + _APOSTROPHES:
         text = pattern.sub(separator, text)
     return text
 

@@ -29,6 +29,9 @@ def builder():
     ("we must suspend your driver license!We suspend 300,000", "we must suspend your driver license! We suspend 300,000"),
     ("Military OneSourceThis site helps", "Military OneSource This site helps"),
     ("Dental insurance through DentalMetLife", "Dental insurance through Dental MetLife"),
+    ("If you re preparing, you can t apply yet: it s the school s rule, and I m told we ll see.",
+     "If you're preparing, you can't apply yet: it's the school's rule, and I'm told we'll see."),
+    ("You don t need it if you ve got one; Parkinson s disease qualifies.", "You don't need it if you've got one; Parkinson's disease qualifies."),
 ])
 def test_run_together_elements_are_separated(raw, clean):
     assert builder().clean_text(raw) == clean
@@ -38,6 +41,7 @@ def test_run_together_elements_are_separated(raw, clean):
     "Sign in to eBenefits or My HealtheVet with your DoD ID, or watch us on YouTube.",
     "Email BorrowerDefense@ed.gov or go to StudentAid.gov/app/launchConsolidation.action today.",
     "Plates with the configuration \" TnnnnnC \" are taxis.",
+    "Renew within 5 s of the prompt, choose item(s) a or b, and pay the U S fee.",
 ])
 def test_names_written_in_camel_case_and_addresses_are_left_alone(text):
     assert builder().clean_text(text) == text
