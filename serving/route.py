@@ -22,7 +22,7 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import EncoderUnavailable, get_encoder, resolve_model_path
+from sbcommon.encoders import EncoderUnavailable, embedding_space, get_encoder, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,11 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
         if cached is None or (cached[0].pk, cached[0].path) != (version.pk, version.path):
             cached = (version, TextRouter.load(version.path, tokenizer_file=fast_tokenizer_file()), _arbiter_for(version))
             _router_cache[key] = cached
+            space = embedding_space()
+            if version.embedding_model != space:  # once per process and version: the Training page says it too
+                logger.warning("routing.router.other_embedding_space",
+                               extra={"router_version": version.version, "trained_on": version.embedding_model, "encoder": space,
+                                      "action": "train the router again: its routes do not fit the encoder's vectors"})
     return cached
 
 

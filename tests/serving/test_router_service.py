@@ -353,3 +353,14 @@ def test_odd_questions_route_or_abstain_with_the_real_evidence_lookup(router, qu
     decision = route.route(question)
     assert decision.abstained or decision.experts
     assert all(found == {"best_match": None, "keyword_score": None} for found in decision.views["knowledge"].values())
+
+
+def test_a_router_trained_in_another_embedding_space_is_logged_once_per_process(router, caplog):
+    # The fixture's router says it was trained on "fake" vectors: not what the encoder makes now.
+    with caplog.at_level("WARNING", logger="serving.route"):
+        route.route("how do I renew my licence", top_k=2)
+        route.route("how do I apply for benefits", top_k=2)
+    warned = [r for r in caplog.records if r.getMessage() == "routing.router.other_embedding_space"]
+    assert len(warned) == 1
+    assert (warned[0].router_version, warned[0].trained_on) == (1, "fake")
+    assert "train the router again" in warned[0].action
