@@ -61,6 +61,9 @@ def _env(var_dir: Path, **extra: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "switchboard.settings",
         "GENERATOR": "extractive",
         "PYTHONUNBUFFERED": "1",
+        # The encoder's ONNX export (keyed by the weights' checksum, never changed once made) is shared, not
+        # made again in every data folder and embedding space the bench loads.
+        "ENCODER_EXPORT_DIR": str(settings.ENCODER_EXPORT_DIR),
     })
     for name in ("DATABASE_URL", "QDRANT_URL", "QDRANT_PATH", "ROUTER_DIR", "CELERY_BROKER_URL"):
         env.pop(name, None)  # everything lives in the bench's own data folder

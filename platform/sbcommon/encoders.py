@@ -165,14 +165,15 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
             # pass keeps a question's vector, and so its route, the same under load; int8 loses little
             # by it (1,107 against 1,208 questions/s on this project's CPU).
             sub_batch = 1
-        return OnnxEncoder(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads, sub_batch=sub_batch)
+        return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads,
+                                    sub_batch=sub_batch)
     return SentenceTransformerEncoder(model_name(name), threads=threads, sub_batch=sub_batch, backend=backend)
 
 
 class SentenceTransformerEncoder:
-    """A sentence-transformers model from a local folder, on the CPU or a GPU (``backend``: see ``resolve_backend``)."""
+    """A sentence-transformers model from a local folder, on the CPU or a GPU (``backend``: "torch" or "torch-bf16", see ``resolve_backend``)."""
 
-    def __init__(self, name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None):
+    def __init__(self, name: str, threads: int = 1, sub_batch: int | None = None, backend: str = "torch"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
@@ -184,9 +185,7 @@ class SentenceTransformerEncoder:
         self.name = name
         self.backend = resolve_backend(backend)
         if self.backend not in ("torch", "torch-bf16"):
-            if backend is not None:
-                raise ValueError(f"SentenceTransformerEncoder runs torch backends, not {self.backend!r} (see make_encoder)")
-            self.backend = "torch"  # the configured backend is not a torch one: float32 torch
+            raise ValueError(f"SentenceTransformerEncoder runs torch backends, not {self.backend!r} (see make_encoder)")
         kwargs = {"model_kwargs": {"dtype": torch.bfloat16}} if self.backend == "torch-bf16" else {}
         self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True, **kwargs)
         self.dimension = int(self._model.get_embedding_dimension())

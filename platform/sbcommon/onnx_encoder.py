@@ -170,7 +170,7 @@ def _export(model_path: str, work: Path) -> dict[str, Any]:
     reference = model.encode(list(SAMPLE_TEXTS), batch_size=8, normalize_embeddings=True, convert_to_numpy=True)
     agreement = {}
     for backend, name in FILES.items():
-        vectors = OnnxEncoder.from_files(work / name, model_path, max_length, threads=1).encode(list(SAMPLE_TEXTS))
+        vectors = OnnxEncoder(work / name, model_path, max_length, name=str(model_path), backend=backend).encode(list(SAMPLE_TEXTS))
         cosines = (np.asarray(vectors) * reference).sum(axis=1)
         agreement[backend] = {"min_cosine": round(float(cosines.min()), 6), "mean_cosine": round(float(cosines.mean()), 6)}
     if agreement["onnx"]["min_cosine"] < SAME_SPACE_COSINE:
@@ -191,20 +191,8 @@ class OnnxEncoder:
     at the model's ``max_seq_length``.
     """
 
-    def __init__(self, name: str, model_path: str, backend: str, cache_dir: str | Path, threads: int = 1, sub_batch: int = 8):
-        folder = ensure_exported(model_path, cache_dir, label=name)
-        meta = json.loads((folder / "meta.json").read_text())
-        self._init(folder / meta["files"][backend], model_path, int(meta["max_length"]), threads, sub_batch)
-        self.name, self.backend, self.agreement = name, backend, meta["agreement_with_torch"][backend]
-
-    @classmethod
-    def from_files(cls, onnx_file: Path, model_path: str, max_length: int, threads: int = 1, sub_batch: int = 8) -> OnnxEncoder:
-        encoder = cls.__new__(cls)
-        encoder._init(onnx_file, model_path, max_length, threads, sub_batch)
-        encoder.name, encoder.backend, encoder.agreement = str(model_path), "onnx", {}
-        return encoder
-
-    def _init(self, onnx_file: Path, model_path: str, max_length: int, threads: int, sub_batch: int) -> None:
+    def __init__(self, onnx_file: Path, model_path: str, max_length: int, *, name: str, backend: str = "onnx",
+                 agreement: dict[str, float] | None = None, threads: int = 1, sub_batch: int = 8):
         import onnxruntime
         from transformers import AutoTokenizer
 
@@ -216,9 +204,18 @@ class OnnxEncoder:
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         self._max_length = max_length
+        self.name, self.backend, self.agreement = name, backend, agreement or {}
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
         self.sub_batch = max(1, int(sub_batch))
         self._lock = threading.Lock()
+
+    @classmethod
+    def exported(cls, name: str, model_path: str, backend: str, cache_dir: str | Path, threads: int = 1, sub_batch: int = 8) -> OnnxEncoder:
+        """The encoder for ``backend`` ("onnx" or "onnx-int8") from the model's export, made first if missing."""
+        folder = ensure_exported(model_path, cache_dir, label=name)
+        meta = json.loads((folder / "meta.json").read_text())
+        return cls(folder / meta["files"][backend], model_path, int(meta["max_length"]), name=name, backend=backend,
+                   agreement=meta["agreement_with_torch"][backend], threads=threads, sub_batch=sub_batch)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
