@@ -110,10 +110,10 @@ def resolve_backend(backend: str | None = None) -> str:
       vector depends on the batch it was encoded in (padding changes the rounding; up to ~1e-3 per
       component), so a question could route differently alone than under load;
     - "onnx": the model exported to ONNX and run by ONNX Runtime in float32 (``sbcommon.onnx_encoder``):
-      the same vectors (minimum cosine 1.00000 on MiniLM), 2.0x torch's speed on a CPU without AMX
-      (545 against 271 questions/s, one thread), 0.8x on one with AMX (153 against 191);
+      the same vectors (minimum cosine 1.00000 on MiniLM), 2.4x torch's speed on a CPU without AMX
+      (530-549 against 215-233 questions/s in passes of 8, one thread), 0.8x on one with AMX (153 against 191);
     - "onnx-int8": the same export with int8 weights (dynamic quantisation), one text a pass (see
-      ``make_encoder``): 4.1x torch's speed without AMX (1,107/s) but vectors that move (minimum cosine
+      ``make_encoder``): 3-4x torch's speed without AMX (668-828/s) but vectors that move (minimum cosine
       0.963): an embedding space of its own, see ``embedding_space``. Routing macro-F1 by domain
       (``evaluate router --backend``, test splits): clinc150 0.984 against torch's 0.984, hwu64 0.928
       against 0.932;
@@ -162,8 +162,8 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
         if backend == "onnx-int8":
             # Dynamic quantisation scales activations per pass, so a text's int8 vector depends on the texts
             # beside it (alone against in a pass of 8: cosine down to 0.982 on demo questions). One text a
-            # pass keeps a question's vector, and so its route, the same under load; int8 loses little
-            # by it (1,107 against 1,208 questions/s on this project's CPU).
+            # pass keeps a question's vector, and so its route, the same under load, at a cost in speed
+            # (622 against 999 questions/s in passes of 8 on this project's CPU, one thread).
             sub_batch = 1
         return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads,
                                     sub_batch=sub_batch)

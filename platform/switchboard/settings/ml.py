@@ -15,8 +15,8 @@ EMBEDDING_BATCH_SIZE = envint("EMBEDDING_BATCH_SIZE", 64)
 # Runtime, float32: the same vectors), "onnx-int8" (int8 weights: an embedding space of its own, so
 # switching to it re-embeds everything) or "auto" (bfloat16 torch where the CPU multiplies it natively, else onnx).
 # "onnx" by default: torch's vectors (minimum cosine 1.00000 on a sample, so nothing re-embeds and routes
-# do not change), twice torch's questions/s on this project's CPU (AMD EPYC, no AMX: 545 against 271
-# in passes of 8, one thread), and 1.3-1.5x the served chat requests/s (`bench serving --backends
+# do not change), 2.4x torch's questions/s on this project's CPU (AMD EPYC, no AMX: 530-549 against
+# 215-233 in passes of 8, one thread), and 1.3-1.5x the served chat requests/s (`bench serving --backends
 # onnx-int8,onnx,torch`: 131 and 112 rps against 87). On a CPU with AMX torch encodes faster (191
 # against 153/s): set "torch" there. "onnx-int8" served 89-121 rps in the same runs, no more than
 # onnx: the web process, not the encoder, limits one server here.
