@@ -20,6 +20,7 @@ query is to anything the router was trained on: the out-of-scope score behind ab
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -255,26 +256,46 @@ class NumpyScorer:
         self.layers = [(layer.weight.detach().cpu().numpy().T.copy(), layer.bias.detach().cpu().numpy().copy()) for layer in linears]
         self.n_experts, self.temperature, self.weight = model.n_experts, model.temperature, model.prototype_weight
         flat = model._prototypes_flat()
-        self.prototypes = None if flat is None else (flat[0].cpu().numpy().T.copy(), flat[1].cpu().numpy().copy())
-
-    @staticmethod
-    def _gelu(z: np.ndarray) -> np.ndarray:
         from scipy.special import erf
 
-        return 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
+        self._erf = erf
+        self.prototypes = None if flat is None else (flat[0].cpu().numpy().T.copy(), flat[1].cpu().numpy().copy())
 
     def __call__(self, vector: np.ndarray) -> tuple[np.ndarray, float]:
         """Calibrated probabilities (N,) and the in-scope score for one embedding (D,)."""
+        log_probs, score = self.log_scores(vector)
+        return np.exp(log_probs), score
+
+    def log_scores(self, vector: np.ndarray) -> tuple[np.ndarray, float]:
+        """``__call__``'s probabilities as log-probabilities (what the blend with the character view reads).
+
+        In-place arithmetic throughout: each array operation costs more than its arithmetic at these sizes.
+        """
         (w0, b0), (w1, b1), (w2, b2) = self.layers
-        h = self._gelu(vector @ w0 + b0)
-        h = self._gelu(h @ w1 + b1)
-        logits = (h @ w2 + b2).astype(np.float64)
+        h = vector @ w0
+        h += b0
+        h = self._gelu(h)
+        h = h @ w1
+        h += b1
+        h = self._gelu(h)
+        logits = (h @ w2).astype(np.float64)
+        logits += b2
         if self.prototypes is not None:
             protos, bias = self.prototypes
-            sims = ((vector @ protos).reshape(self.n_experts, -1) + bias).max(axis=1)
-            logits = logits + self.weight * sims
-            score = float(sims.max())
-        logits = logits / self.temperature
-        e = np.exp(logits - logits.max())
-        probs = e / e.sum()
-        return probs, (score if self.prototypes is not None else float(probs.max()))
+            sims = (vector @ protos).reshape(self.n_experts, -1)
+            sims += bias
+            best = sims.max(axis=1)
+            logits += self.weight * best
+            score = float(best.max())
+        logits /= self.temperature
+        logits -= logits.max()
+        logits -= math.log(np.exp(logits).sum())
+        return logits, (score if self.prototypes is not None else math.exp(float(logits.max())))
+
+    def _gelu(self, z: np.ndarray) -> np.ndarray:
+        """The exact (erf) GELU, in place: z * (1 + erf(z / sqrt 2)) / 2."""
+        t = self._erf(z * 0.7071067811865476)
+        t += 1.0
+        t *= z
+        t *= 0.5
+        return t
