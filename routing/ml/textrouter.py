@@ -9,9 +9,9 @@ router`` both call it):
 2. ``RouterNet`` trains on the questions and their copies (``train_router``: MLP, prototypes,
    prototype weight and temperature calibrated on the clean and noised validation questions);
 3. ``CharView`` (``TrainConfig.char_view``) fits on the same texts;
-4. on the clean and noised validation questions only: the blend weight ``w`` (within
-   ``CLEAN_TOLERANCE`` of the best accuracy on the questions as written, the best on their typo
-   copies), the blend's temperature (lowest NLL), and the in-scope score's abstain threshold.
+4. on the clean and noised validation questions only: the blend weight ``w`` (``BLEND_RULE``: NLL on the
+   questions as written, then on their typo copies), the blend's temperature (lowest NLL on both), and the
+   in-scope score's abstain threshold.
 
 Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``; the run's ``val``
 metrics are theirs on the validation questions as written (``val_network``: the network's alone). The in-scope score
@@ -42,11 +42,15 @@ from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
 
 BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-# How much validation accuracy on questions as written the blend may give up for typo robustness.
-# The rule (not the figure) was chosen on the validation splits of clinc150 and hwu64: weighing
-# typo copies as much as the questions themselves (the mean of the two) picked w=0.7 on hwu64, whose
-# clean validation accuracy was then below the best weight's.
-CLEAN_TOLERANCE = 0.005
+# How the blend weight is chosen (``fit_blend``). The rule, not a figure, was chosen on validation splits.
+# The earlier rule (the best accuracy on the typo copies within 0.005 of the best accuracy as written)
+# always took the largest weight the tolerance allowed. Accuracy on a thousand validation questions
+# moves in steps of 0.001, so that edge was noise: on hwu64's (domains) it picked 0.7, where the NLL as
+# written is 4% worse than at 0.5. NLL reads every question's probability, not only the top one, and
+# the one-standard-error rule says which weights the validation questions cannot tell apart; the typo
+# copies decide among those (on data the network already separates, all of them). Validation picks:
+# clinc150 0.4 (domains) / 0.5 (intents), hwu64 0.6 / 0.6.
+BLEND_RULE = "lowest validation NLL as written; within one standard error of it, lowest NLL on the typo copies"
 LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilities
 BLEND_FILE = "blend.json"
 CHAR_FOLDER = "charview"
@@ -311,18 +315,23 @@ def served_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y: np.ndarray, clean: int) -> dict[str, float]:
-    """Blend weight, temperature and in-scope score scale on validation rows (``clean`` first, then their typo copies)."""
+    """Blend weight, temperature and in-scope score scale on validation rows (``clean`` first, then their typo copies).
+
+    The weight (``BLEND_RULE``): each weight's negative log-likelihood per validation question as
+    written, at that weight's own fitted temperature; the weights within one standard error (of
+    the paired per-question differences) of the best are tied, and among them the lowest NLL on
+    the typo copies wins (ties: the smaller weight). The chosen weight's temperature is then
+    fitted on both, as is the in-scope score's scale.
+    """
     as_written, typos = slice(0, clean), slice(clean, len(y))
-    scored = []
+    clean_nll, typo_nll = {}, {}
     for weight in BLEND_WEIGHTS:
-        pred = blend_logits(probs, char_log_proba, weight).argmax(axis=1)
-        scored.append((float((pred[as_written] == y[as_written]).mean()), float((pred[typos] == y[typos]).mean()) if len(y) > clean else 0.0, weight))
-    # Most questions arrive as written: the weight keeps the validation accuracy on them within
-    # CLEAN_TOLERANCE of the best weight's, and among those it is the best on the typo copies
-    # (ties: the smaller weight).
-    best_clean = max(c for c, _, _ in scored)
-    _, smaller_first = max((t, -w) for c, t, w in scored if c >= best_clean - CLEAN_TOLERANCE)
-    weight = -smaller_first
+        logits = blend_logits(probs, char_log_proba, weight)
+        clean_nll[weight] = _per_question_nll(logits[as_written], y[as_written])
+        typo_nll[weight] = float(_per_question_nll(logits[typos], y[typos]).mean()) if len(y) > clean else 0.0
+    best = min(BLEND_WEIGHTS, key=lambda w: (float(clean_nll[w].mean()), w))
+    tied = [w for w in BLEND_WEIGHTS if _within_one_se(clean_nll[w] - clean_nll[best])]
+    weight = min(tied, key=lambda w: (typo_nll[w], w))
     logits = blend_logits(probs, char_log_proba, weight)
     temperature = fit_temperature(logits, y)
     confidence = np.exp(char_log_proba).max(axis=1)
@@ -331,6 +340,22 @@ def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y
     if not np.isfinite(nll(logits, y, temperature)):
         temperature = 1.0
     return {"weight": float(weight), "temperature": float(temperature), "score_scale": scale}
+
+
+def _per_question_nll(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each row's negative log-likelihood of its label under ``softmax(logits / T)``, T fitted on these rows."""
+    if not len(y):
+        return np.zeros(0)
+    z = logits / fit_temperature(logits, y)
+    z = z - z.max(axis=1, keepdims=True)
+    return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]
+
+
+def _within_one_se(differences: np.ndarray) -> bool:
+    """A mean paired difference no larger than its standard error (the one-standard-error rule)."""
+    if not len(differences):
+        return True
+    return float(differences.mean()) <= float(differences.std()) / math.sqrt(len(differences)) + 1e-12
 
 
 def _sample(n: int, share: float, seed: int) -> np.ndarray:

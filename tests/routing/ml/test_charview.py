@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from routing.ml.charview import CharView, add_typos, typo_copies
-from routing.ml.textrouter import BLEND_WEIGHTS, TextRouter, train_text_router
+from routing.ml.textrouter import BLEND_WEIGHTS, TextRouter, fit_blend, train_text_router
 from routing.ml.training import TrainConfig, train_router
 
 TOPICS = {
@@ -163,3 +163,37 @@ def test_the_validation_figures_are_the_served_routers_on_the_questions_as_writt
     assert metrics["val"]["accuracy"] == pytest.approx(metrics["char_view"]["val_accuracy_clean"])
     assert set(metrics["val"]) == {"loss", "accuracy", "top2_accuracy", "macro_f1"}
     assert metrics["val_network"]["accuracy"] != metrics["val"]["accuracy"]  # the network alone, typo copies included
+
+
+def views(n: int, net_margin: float, char_margin: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` questions of 3 experts: each view's logits are noise plus ``*_margin`` on the true expert."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(3, size=n)
+
+    def log_view(margin: float) -> np.ndarray:
+        logits = rng.normal(size=(n, 3))
+        logits[np.arange(n), y] += margin
+        return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+    return np.exp(log_view(net_margin)), log_view(char_margin), y
+
+
+def blend_for(clean: tuple, typos: tuple) -> float:
+    probs = np.vstack([clean[0], typos[0]])
+    char = np.vstack([clean[1], typos[1]])
+    y = np.concatenate([clean[2], typos[2]])
+    return fit_blend(probs, np.ones(len(y)), char, y, len(clean[2]))["weight"]
+
+
+def test_the_blend_weight_follows_the_questions_as_written_where_they_can_tell():
+    # As written, the spelling view knows nothing: the NLL rises with every step of weight, well
+    # beyond the noise, so the typo copies (which want all the weight) do not decide.
+    clean = views(600, net_margin=4.0, char_margin=0.0, seed=0)
+    typos = views(600, net_margin=0.5, char_margin=4.0, seed=1)
+    assert blend_for(clean, typos) <= 0.2
+
+
+def test_where_the_questions_as_written_cannot_tell_the_typo_copies_choose_the_weight():
+    clean = views(600, net_margin=40.0, char_margin=40.0, seed=2)  # both views right and sure: every weight fits
+    typos = views(600, net_margin=0.5, char_margin=4.0, seed=3)
+    assert blend_for(clean, typos) == max(BLEND_WEIGHTS)
