@@ -153,8 +153,10 @@ def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sam
 
     wrapped = MicroBatchingEncoder(CountingEncoder(), max_batch=8, max_wait_ms=50.0, cache_size=100)
     monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: wrapped)
-    out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v, t: None}, "fake-words", warmup=["oven bake"])
-    assert seen == ["oven bake", "bank loan", "flight hotel"]  # every timed text reached the encoder itself
+    out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v, t: None, "other": lambda v, t: None}, "fake-words", warmup=["oven bake"])
+    # every timed text reached the encoder itself, once before each method (as serving runs a method right after encoding)
+    assert seen == ["oven bake", "bank loan", "bank loan", "flight hotel", "flight hotel"]
+    assert set(out["noop"]) == {"route_p50_ms", "method_p50_ms", "embed_p50_ms"}
     assert (out["queries"], out["warmup"], out["encoder"]) == (2, 1, "CountingEncoder")
     assert out["embed_p50_ms"] < 50.0  # the batcher's 50 ms wait was never paid
     wrapped.close()
