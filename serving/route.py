@@ -59,6 +59,8 @@ class StreamInterrupted(Exception):
 NO_EXPERT_ANSWER = "No expert covers this question."
 
 _router_cache: dict[str, Any] = {}
+# RouterVersion pk -> the encoder's embedding space, for versions trained in another one (set as a version loads)
+_other_space: dict[int, str] = {}
 _router_lock = threading.Lock()
 
 
@@ -110,9 +112,13 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
             _router_cache[key] = cached
             space = embedding_space()
             if version.embedding_model != space:  # once per process and version: the Training page says it too
+                _other_space[version.pk] = space
                 logger.warning("routing.router.other_embedding_space",
                                extra={"router_version": version.version, "trained_on": version.embedding_model, "encoder": space,
-                                      "action": "train the router again: its routes do not fit the encoder's vectors"})
+                                      "action": "train the router again: its routes do not fit the encoder's vectors",
+                                      "routed_with": "fast tier" if cached[1].fast is not None else "the router as it is"})
+            else:
+                _other_space.pop(version.pk, None)
     return cached
 
 
@@ -158,7 +164,7 @@ class Decision:
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
     views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight"
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
-    degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed)
+    degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed, another embedding space)
 
 
 def clean_question(question: str) -> str:
@@ -201,6 +207,12 @@ def route(
     version, router, arbiter = _active_router(router_version)
     if fast and router.fast is not None:
         return _route_fast(version, router, arbiter, question, int(top_k), allowed)
+    if router.fast is not None and (space := _other_space.get(version.pk)) is not None:
+        # The network and its prototypes read another encoder's vectors (the backend or model changed
+        # since training); the fast tier reads its own encoder's, which did not change: it routes
+        # until the router is trained again.
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed,
+                           degraded=f"router trained on {version.embedding_model} vectors, the encoder now makes {space}: routed with the fast tier"[:200])
     t0 = time.perf_counter()
     encoder = get_encoder()
     try:

@@ -11,7 +11,7 @@ from routing import services
 from routing.ml.fast_encoder import StaticEncoder, distil, full_model_parts
 from routing.ml.textrouter import FAST_FOLDER, TextRouter, train_fast_tier
 from routing.models import RouterVersion
-from sbcommon.encoders import get_encoder, resolve_model_path
+from sbcommon.encoders import embedding_space, get_encoder, resolve_model_path
 from serving import route
 from tests.serving.test_failover import DIM, FakeEncoder, chat, encoder, generator, no_experiment, router, serving, store  # noqa: F401
 from tests.serving.test_router_service import labelled  # noqa: F401
@@ -207,6 +207,33 @@ def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving
     assert evidence["encoder"] == "fast"
     assert evidence["degraded"].startswith("sentence encoder unavailable")
     assert response.json()["switchboard"]["expert"] == "ssa"
+
+
+def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(serving, client, tmp_path, encoder):  # noqa: F811
+    version = serving["router"]
+    version.embedding_model = "another-model"  # e.g. trained before a switch to EMBEDDING_BACKEND=onnx-int8
+    version.save()
+    route._router_cache.clear()
+    decision = route.route("my pension")  # no fast tier: the router routes as it is (and the log says so)
+    assert decision.encoder == "full"
+    assert not decision.degraded
+
+    report = _fake_tier(tmp_path)
+    version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report, "abstain_threshold": 0.0}}
+    version.save()
+    route._router_cache.clear()
+    encoder.seen.clear()
+    response = chat(client, "when is my pension paid")
+    assert response.status_code == 200, response.content
+    evidence = response.json()["switchboard"]["routing_evidence"]
+    assert evidence["encoder"] == "fast"
+    assert evidence["degraded"].startswith("router trained on another-model vectors")
+    assert response.json()["switchboard"]["expert"] == "ssa"
+
+    version.embedding_model = embedding_space()  # trained again on today's vectors: the full router is back
+    version.save()
+    route._router_cache.clear()
+    assert route.route("my pension").encoder == "full"
 
 
 def test_document_sentences_are_distinct_sized_and_sampled():

