@@ -18,7 +18,7 @@ from experts import selectors as expert_selectors
 from jobs.models import Job
 from jobs.services import enqueue_once
 from sbcommon.console import LoginRequiredMixin
-from sbcommon.encoders import embedding_space
+from sbcommon.encoders import embedding_space, model_name
 
 from . import selectors, services, tasks
 from .forms import TrainRouterForm
@@ -182,12 +182,16 @@ def robustness_report(report: Any) -> dict[str, Any] | None:
 
 
 def _training_list_context(form: TrainRouterForm | None = None) -> dict[str, Any]:
-    active = selectors.active_router()
+    active, space = selectors.active_router(), embedding_space()
+    stale = active if active is not None and active.embedding_model != space else None
     return {
         # The live router was trained on another encoder's vectors (EMBEDDING_MODEL or an EMBEDDING_BACKEND of
-        # another embedding space changed since): it keeps serving, but its routes are only right after a new training.
-        "stale_router": active if active is not None and active.embedding_model != embedding_space() else None,
-        "embedding_space": embedding_space(),
+        # another embedding space changed since): its routes are only right after a new training. Meanwhile
+        # its fast tier routes where only the backend changed (serving.route), else the router as it is.
+        "stale_router": stale,
+        "stale_router_fast_tier": stale is not None and bool(((stale.metrics or {}).get("fast_tier") or {}).get("trained"))
+                                  and model_name(stale.embedding_model) == model_name(space),
+        "embedding_space": space,
         "runs": selectors.training_runs(),
         "form": form or TrainRouterForm(),
         "training_jobs": list(Job.objects.filter(kind="train_router").order_by("-created_at", "-id")[:5]),

@@ -22,7 +22,7 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import EncoderUnavailable, embedding_space, get_encoder, resolve_model_path
+from sbcommon.encoders import EncoderUnavailable, embedding_space, get_encoder, model_name, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +111,17 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
             cached = (version, TextRouter.load(version.path, tokenizer_file=fast_tokenizer_file()), _arbiter_for(version))
             _router_cache[key] = cached
             space = embedding_space()
+            _other_space.pop(version.pk, None)
             if version.embedding_model != space:  # once per process and version: the Training page says it too
-                _other_space[version.pk] = space
+                # Only the backend changed (same model, e.g. onnx -> onnx-int8): the fast tier's encoder, a
+                # table over that model's word pieces, is as it was trained and routes instead.
+                fast_routes = cached[1].fast is not None and model_name(version.embedding_model) == model_name(space)
+                if fast_routes:
+                    _other_space[version.pk] = space
                 logger.warning("routing.router.other_embedding_space",
                                extra={"router_version": version.version, "trained_on": version.embedding_model, "encoder": space,
                                       "action": "train the router again: its routes do not fit the encoder's vectors",
-                                      "routed_with": "fast tier" if cached[1].fast is not None else "the router as it is"})
-            else:
-                _other_space.pop(version.pk, None)
+                                      "routed_with": "fast tier" if fast_routes else "the router as it is"})
     return cached
 
 
@@ -208,9 +211,8 @@ def route(
     if fast and router.fast is not None:
         return _route_fast(version, router, arbiter, question, int(top_k), allowed)
     if router.fast is not None and (space := _other_space.get(version.pk)) is not None:
-        # The network and its prototypes read another encoder's vectors (the backend or model changed
-        # since training); the fast tier reads its own encoder's, which did not change: it routes
-        # until the router is trained again.
+        # The network and its prototypes read another backend's vectors; the fast tier reads its own
+        # encoder's, which did not change: it routes until the router is trained again.
         return _route_fast(version, router, arbiter, question, int(top_k), allowed,
                            degraded=f"router trained on {version.embedding_model} vectors, the encoder now makes {space}: routed with the fast tier"[:200])
     t0 = time.perf_counter()

@@ -211,7 +211,7 @@ def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving
 
 def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(serving, client, tmp_path, encoder):  # noqa: F811
     version = serving["router"]
-    version.embedding_model = "another-model"  # e.g. trained before a switch to EMBEDDING_BACKEND=onnx-int8
+    version.embedding_model = f"{embedding_space()}+onnx-int8"  # trained before a switch of EMBEDDING_BACKEND
     version.save()
     route._router_cache.clear()
     decision = route.route("my pension")  # no fast tier: the router routes as it is (and the log says so)
@@ -227,8 +227,13 @@ def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(s
     assert response.status_code == 200, response.content
     evidence = response.json()["switchboard"]["routing_evidence"]
     assert evidence["encoder"] == "fast"
-    assert evidence["degraded"].startswith("router trained on another-model vectors")
+    assert evidence["degraded"].startswith(f"router trained on {embedding_space()}+onnx-int8 vectors")
     assert response.json()["switchboard"]["expert"] == "ssa"
+
+    version.embedding_model = "another-model"  # another model: the fast tier's word pieces are that model's, so it cannot stand in
+    version.save()
+    route._router_cache.clear()
+    assert route.route("my pension").encoder == "full"
 
     version.embedding_model = embedding_space()  # trained again on today's vectors: the full router is back
     version.save()

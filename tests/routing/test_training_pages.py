@@ -105,6 +105,11 @@ def test_the_list_warns_when_the_live_router_was_trained_on_another_encoders_vec
     warning = client.get(reverse("console-training")).content.decode().split('id="stale-router">')[1].split("</p>")[0]
     assert "its fast tier, which has an encoder of its own, routes every question" in warning
 
+    live.embedding_model = "another-model"  # another model: its fast tier reads that model's word pieces and cannot stand in
+    live.save()
+    warning = client.get(reverse("console-training")).content.decode().split('id="stale-router">')[1].split("</p>")[0]
+    assert "may send questions to the wrong expert" in warning
+
 
 def test_the_list_has_an_empty_state(client, owner):
     client.force_login(owner)
