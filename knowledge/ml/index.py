@@ -177,8 +177,25 @@ class HybridIndex:
         if not len(self.ids):
             return 0.0, 0.0
         best_dense = float(self.dense_scores(dense).max())
-        scores, matched = self.sparse_scores(sparse_indices, sparse_values)
-        return best_dense, float(scores[matched].max()) if matched.size else 0.0
+        return best_dense, self._best_sparse(sparse_indices, sparse_values)
+
+    def _best_sparse(self, indices: Sequence[int], values: Sequence[float]) -> float:
+        """``sparse_scores``' best score over the matched rows without listing them (0 when none matched).
+
+        Every posting's weight is positive (query term counts x IDF x BM25 weights), so the best
+        matched row is the highest of all rows' sums; unmatched rows sum to 0.
+        """
+        if not len(indices) or not self.terms.size:
+            return 0.0
+        q_terms = np.asarray(indices, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.terms, q_terms), self.terms.size - 1)
+        known = self.terms[pos] == q_terms
+        if not known.any():
+            return 0.0
+        rows, row_weights = self._term_postings(pos[known], np.asarray(values, dtype=np.float32)[known])
+        if not rows.size:
+            return 0.0
+        return float(np.bincount(rows, weights=row_weights, minlength=len(self.ids)).astype(np.float32).max())
 
     def search(self, dense: Sequence[float] | np.ndarray, sparse_indices: Sequence[int], sparse_values: Sequence[float], limit: int = 5,
                method: str = "hybrid", prefetch: int | None = None, weights: tuple[float, float] = (1.0, 1.0)) -> list[IndexHit]:

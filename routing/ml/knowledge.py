@@ -126,10 +126,13 @@ class KnowledgeCombiner:
     candidates: int = CANDIDATES
     report: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._active = not np.allclose(self.weights, ROUTER_ALONE)  # read per question: decided once
+
     @property
     def active(self) -> bool:
         """Whether the evidence changes the ranking (False: validation kept the router alone)."""
-        return not np.allclose(self.weights, ROUTER_ALONE)
+        return self._active
 
     def combine(self, probs: np.ndarray, score: np.ndarray, dense: np.ndarray, keywords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probabilities (n, N), in-scope scores (n,)) with the evidence of each row's candidates."""
