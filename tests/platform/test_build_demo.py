@@ -32,6 +32,7 @@ def builder():
     ("If you re preparing, you can t apply yet: it s the school s rule, and I m told we ll see.",
      "If you're preparing, you can't apply yet: it's the school's rule, and I'm told we'll see."),
     ("You don t need it if you ve got one; Parkinson s disease qualifies.", "You don't need it if you've got one; Parkinson's disease qualifies."),
+    ('Select the " Replace, Renew, or Change my License " option, then " TnnnnnC ".', 'Select the "Replace, Renew, or Change my License" option, then "TnnnnnC".'),
 ])
 def test_run_together_elements_are_separated(raw, clean):
     assert builder().clean_text(raw) == clean
@@ -40,7 +41,8 @@ def test_run_together_elements_are_separated(raw, clean):
 @pytest.mark.parametrize("text", [
     "Sign in to eBenefits or My HealtheVet with your DoD ID, or watch us on YouTube.",
     "Email BorrowerDefense@ed.gov or go to StudentAid.gov/app/launchConsolidation.action today.",
-    "Plates with the configuration \" TnnnnnC \" are taxis.",
+    "Plates with the configuration \"TnnnnnC\" are taxis.",
+    'Choose "Hello" and "World", or "a b c" (quoted as written).',
     "Renew within 5 s of the prompt, choose item(s) a or b, and pay the U S fee.",
 ])
 def test_names_written_in_camel_case_and_addresses_are_left_alone(text):
