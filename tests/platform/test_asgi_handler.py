@@ -90,3 +90,60 @@ def test_the_thread_pool_keeps_at_most_its_limit_idle():
     pool.give(second)  # over the limit: shut down
     assert pool.take() is first
     assert second._shutdown
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/missing-page/"])
+def test_a_request_starts_runs_and_finishes_in_its_one_thread(path, settings):
+    import threading
+
+    from django.core import signals
+
+    settings.REQUEST_THREADS_KEEP = 4
+    seen: dict[str, int] = {}
+
+    def started(**kwargs):
+        seen["started"] = threading.get_ident()
+
+    def finished(**kwargs):
+        seen["finished"] = threading.get_ident()
+
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        handler = OneThreadASGIHandler()
+        status = _call("GET", path, handler=handler)[0]
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert status in (200, 404)
+    # request_started, the view and request_finished (the response's close, which closes the
+    # thread's database connection when it is old) ran in the thread the request borrowed
+    (executor,) = handler.threads._idle
+    (thread,) = executor._threads
+    assert seen == {"started": thread.ident, "finished": thread.ident}
+
+
+def test_a_complete_response_crosses_to_its_thread_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Counting(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, *args, **kwargs):
+            Counting.submitted += 1
+            return super().submit(*args, **kwargs)
+
+    handler = OneThreadASGIHandler()
+    handler.threads.take = lambda: Counting(max_workers=1)
+    handler.threads.give = lambda executor: executor.shutdown(wait=False)
+    assert _call("GET", "/healthz", handler=handler)[0] == 200
+    assert Counting.submitted == 1  # Django's own handler: 3 (request_started, the view, the close)
+
+
+def test_bench_handler_reports_each_handlers_cost_and_crossings():
+    from evaluation.bench_handler import bench_handler
+
+    report = bench_handler(requests=20, rounds=1, say=lambda *_: None)
+    assert report["switchboard"]["thread_crossings_per_request"] == 1
+    assert report["django_stock"]["thread_crossings_per_request"] == 3
+    assert all(report[h]["cpu_ms_per_request"] > 0 for h in ("switchboard", "django_stock"))

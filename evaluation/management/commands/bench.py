@@ -12,7 +12,7 @@ VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new te
 
 class Command(BaseCommand):
     help = ("Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, "
-            "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`.")
+            "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`, `bench handler --requests 1000 --json FILE`.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="target", required=True)
@@ -53,10 +53,13 @@ class Command(BaseCommand):
         generation.add_argument("--adapter-rounds", type=int, default=10, help="forward passes per adapter-switch measurement (default 10)")
         generation.add_argument("--skip-adapters", action="store_true", help="do not measure adapter switching")
         # Options of every benchmark (subparsers do not inherit BaseCommand's --skip-checks, which call_command passes).
+        handler = sub.add_parser("handler", help="the web process's own cost of a request through the ASGI handler, in process, against Django's stock handler")
+        handler.add_argument("--requests", type=int, default=1000, help="requests per round (default 1000)")
+        handler.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported (default 5)")
         for p in (serving, soak):
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
-        for p in (clustering, retrieval, serving, soak, generation):
+        for p in (clustering, retrieval, serving, soak, generation, handler):
             p.add_argument("--json", dest="json_path", default=None)
             p.add_argument("--skip-checks", action="store_true")
 
@@ -65,6 +68,10 @@ class Command(BaseCommand):
             from evaluation.clustering import bench_clustering
 
             report = bench_clustering(n=options["n"], datasets=options["datasets"], skip_baseline=options["skip_baseline"], say=self.stdout.write)
+        elif options["target"] == "handler":
+            from evaluation.bench_handler import bench_handler
+
+            report = bench_handler(requests=options["requests"], rounds=options["rounds"], say=self.stdout.write)
         elif options["target"] == "retrieval":
             from evaluation.bench_retrieval import bench_retrieval
 

@@ -1,0 +1,83 @@
+"""``manage.py bench handler``: the web process's own cost of one request through the ASGI handler, in process.
+
+``bench serving`` measures the whole path over HTTP, where identical runs on a shared 2-core machine
+differ by more than a change to the handler saves. This bench takes the network, the encoder and the
+view's work out: ``requests`` sequential ``GET /healthz`` (the middleware chain and a trivial view)
+through ``switchboard.asgi``'s handler and through Django's stock ``ASGIHandler``, driven by asgiref's
+``ApplicationCommunicator`` on one event loop. It reports the CPU and wall milliseconds per request,
+the best of ``rounds`` rounds (the least disturbed), and how many times a request crossed to a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+PATH = "/healthz"
+
+
+def _scope(path: str) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
+            "raw_path": path.encode(), "query_string": b"", "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"127.0.0.1")]}
+
+
+async def _requests(app: Any, n: int) -> None:
+    from asgiref.testing import ApplicationCommunicator
+
+    for _ in range(n):
+        communicator = ApplicationCommunicator(app, _scope(PATH))
+        await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+        start = await communicator.receive_output(10)
+        if start.get("status") != 200:
+            raise RuntimeError(f"{PATH} answered {start.get('status')} through {type(app).__name__}")
+        while (await communicator.receive_output(10)).get("more_body"):
+            pass
+        await communicator.wait(5)
+
+
+def _crossings(make: Callable[[], Any]) -> int:
+    """Thread crossings of one request: every sync_to_async hop submits to an executor."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    submitted = 0
+    original = ThreadPoolExecutor.submit
+
+    def counting(self, *args, **kwargs):
+        nonlocal submitted
+        submitted += 1
+        return original(self, *args, **kwargs)
+
+    app = make()
+    asyncio.run(_requests(app, 5))
+    ThreadPoolExecutor.submit = counting  # type: ignore[method-assign]
+    try:
+        asyncio.run(_requests(app, 1))
+    finally:
+        ThreadPoolExecutor.submit = original  # type: ignore[method-assign]
+    return submitted
+
+
+def bench_handler(requests: int = 1000, rounds: int = 5, say: Callable[[str], None] = print) -> dict[str, Any]:
+    from django.core.handlers.asgi import ASGIHandler
+
+    from switchboard.asgi import OneThreadASGIHandler
+
+    handlers: dict[str, Callable[[], Any]] = {"switchboard": OneThreadASGIHandler, "django_stock": ASGIHandler}
+    report: dict[str, Any] = {"path": PATH, "requests": requests, "rounds": rounds,
+                              "how": "sequential requests in process through each handler; best round of CPU and wall time per request"}
+    for name, make in handlers.items():
+        app = make()
+        asyncio.run(_requests(app, min(200, requests)))  # warm-up: imports, the URL resolver, threads kept
+        cpu, wall = [], []
+        for _ in range(rounds):
+            c0, t0 = time.process_time(), time.perf_counter()
+            asyncio.run(_requests(app, requests))
+            cpu.append((time.process_time() - c0) * 1000 / requests)
+            wall.append((time.perf_counter() - t0) * 1000 / requests)
+        report[name] = {"cpu_ms_per_request": round(min(cpu), 4), "wall_ms_per_request": round(min(wall), 4),
+                        "thread_crossings_per_request": _crossings(make)}
+        say(f"{name}: {report[name]['cpu_ms_per_request']:.3f} ms CPU a request, {report[name]['thread_crossings_per_request']} thread crossings")
+    return report
