@@ -3,7 +3,7 @@
 ``bench serving`` measures the whole path over HTTP, where identical runs on a shared 2-core machine
 differ by more than a change to the handler saves. This bench takes the network, the encoder and the
 view's work out: ``requests`` sequential ``GET /healthz`` (the middleware chain and a trivial view)
-through ``switchboard.asgi``'s handler and through Django's stock ``ASGIHandler``, driven by asgiref's
+through the served application (``ASGI_APPLICATION``: ``switchboard.asgi``) and through Django's stock ``ASGIHandler``, driven by asgiref's
 ``ApplicationCommunicator`` on one event loop. It reports the CPU and wall milliseconds per request,
 the best of ``rounds`` rounds (the least disturbed), and how many times a request crossed to a thread.
 """
@@ -61,11 +61,12 @@ def _crossings(make: Callable[[], Any]) -> int:
 
 
 def bench_handler(requests: int = 1000, rounds: int = 5, say: Callable[[str], None] = print) -> dict[str, Any]:
+    from django.conf import settings
     from django.core.handlers.asgi import ASGIHandler
+    from django.utils.module_loading import import_string
 
-    from switchboard.asgi import OneThreadASGIHandler
-
-    handlers: dict[str, Callable[[], Any]] = {"switchboard": OneThreadASGIHandler, "django_stock": ASGIHandler}
+    served = import_string(settings.ASGI_APPLICATION)  # what uvicorn serves (switchboard.asgi.application)
+    handlers: dict[str, Callable[[], Any]] = {"switchboard": lambda: served, "django_stock": ASGIHandler}
     report: dict[str, Any] = {"path": PATH, "requests": requests, "rounds": rounds,
                               "how": "sequential requests in process through each handler; best round of CPU and wall time per request"}
     for name, make in handlers.items():
