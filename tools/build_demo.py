@@ -57,6 +57,12 @@ _APOSTROPHES = (
 # ... and wrote quoted words with a space inside each quote mark (" Replace, Renew ... Enhanced "): close them
 # up where the marks open after a space and close before one, so a quote's words never join another's.
 _QUOTES = ((re.compile(r'(?<![^\s(\[])"[ \t]+([^"\n]*?[^"\s])[ \t]+"(?=[\s.,;:!?)\]]|$)'), r'"\1"'),)
+# ... and a space before every comma, semicolon and colon ("retire , you"), and around the hyphens of
+# numbers ("1 - 800 - 772 - 1213").
+_SPACING = (
+    (re.compile(r"(?<=[A-Za-z0-9)\"'%]) (?=[,;:](?:\s|$))"), ""),
+    (re.compile(r"(?<=\d) - (?=\d)"), "-"),
+)
 _JOINS = (
     (re.compile(r"(?<=\d)(?=[A-Z][a-z]{2,})"), " "),  # "Box 4444Janesville", "Suite 6Utica"
     (re.compile(r"(?<=[a-z]{3})(?=\d{3,}\b)"), " "),  # "Motor Vehicles207 Genesee Street"
@@ -92,7 +98,7 @@ def clean_text(text: str) -> str:
 
 def _clean_words(text: str) -> str:
     text = _CAMEL.sub(_split_camel, text)
-    for pattern, separator in _JOINS + _APOSTROPHES + _QUOTES:
+    for pattern, separator in _JOINS + _APOSTROPHES + _QUOTES + _SPACING:
         text = pattern.sub(separator, text)
     return text
 

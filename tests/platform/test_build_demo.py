@@ -24,7 +24,7 @@ def builder():
 
 @pytest.mark.parametrize(("raw", "clean"), [
     ("Transfer Post-9/11 GI Bill benefitsTransfer your unused benefits.", "Transfer Post-9/11 GI Bill benefits Transfer your unused benefits."),
-    ("Claims Intake CenterPO Box 4444Janesville , WI", "Claims Intake Center PO Box 4444 Janesville , WI"),
+    ("Claims Intake CenterPO Box 4444Janesville , WI", "Claims Intake Center PO Box 4444 Janesville, WI"),
     ("Department of Motor Vehicles207 Genesee Street, Suite 6Utica, NY", "Department of Motor Vehicles 207 Genesee Street, Suite 6 Utica, NY"),
     ("we must suspend your driver license!We suspend 300,000", "we must suspend your driver license! We suspend 300,000"),
     ("Military OneSourceThis site helps", "Military OneSource This site helps"),
@@ -33,6 +33,7 @@ def builder():
      "If you're preparing, you can't apply yet: it's the school's rule, and I'm told we'll see."),
     ("You don t need it if you ve got one; Parkinson s disease qualifies.", "You don't need it if you've got one; Parkinson's disease qualifies."),
     ('Select the " Replace, Renew, or Change my License " option, then " TnnnnnC ".', 'Select the "Replace, Renew, or Change my License" option, then "TnnnnnC".'),
+    ("If you are not ready to retire , call 1 - 800 - 772 - 1213 ; Note : ages 5 - 10 .", "If you are not ready to retire, call 1-800-772-1213; Note: ages 5-10 ."),
 ])
 def test_run_together_elements_are_separated(raw, clean):
     assert builder().clean_text(raw) == clean
