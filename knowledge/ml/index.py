@@ -141,18 +141,22 @@ class HybridIndex:
     def sparse_scores(self, indices: Sequence[int], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
         """(scores of every row, rows with at least one query term) for a BM25 query with the collection's IDF."""
         n = len(self.ids)
-        if not len(indices) or not n:
+        rows, row_weights = self._query_postings(indices, values)
+        if not rows.size:
             return np.zeros(n, dtype=np.float32), np.zeros(0, dtype=np.int64)
-        q_terms = np.asarray(indices, dtype=np.int64)
-        q_values = np.asarray(values, dtype=np.float32)
-        pos = np.searchsorted(self.terms, q_terms)
-        pos = np.minimum(pos, max(self.terms.size - 1, 0))
-        known = (self.terms.size > 0) & (self.terms[pos] == q_terms) if self.terms.size else np.zeros(q_terms.size, dtype=bool)
-        if not np.any(known):
-            return np.zeros(n, dtype=np.float32), np.zeros(0, dtype=np.int64)
-        rows, row_weights = self._term_postings(pos[known], q_values[known])
         scores = np.bincount(rows, weights=row_weights, minlength=n).astype(np.float32)
         return scores, np.unique(rows)
+
+    def _query_postings(self, indices: Sequence[int], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+        """``_term_postings`` of the query's terms this collection knows (none: two empty arrays)."""
+        if not len(indices) or not len(self.ids) or not self.terms.size:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        q_terms = np.asarray(indices, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.terms, q_terms), self.terms.size - 1)
+        known = self.terms[pos] == q_terms
+        if not known.any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return self._term_postings(pos[known], np.asarray(values, dtype=np.float32)[known])
 
     def _term_postings(self, cols: np.ndarray, q_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row, weight) of every posting of the query's term columns ``cols``: query value x IDF x the row's BM25 weight.
@@ -185,14 +189,7 @@ class HybridIndex:
         Every posting's weight is positive (query term counts x IDF x BM25 weights), so the best
         matched row is the highest of all rows' sums; unmatched rows sum to 0.
         """
-        if not len(indices) or not self.terms.size:
-            return 0.0
-        q_terms = np.asarray(indices, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(self.terms, q_terms), self.terms.size - 1)
-        known = self.terms[pos] == q_terms
-        if not known.any():
-            return 0.0
-        rows, row_weights = self._term_postings(pos[known], np.asarray(values, dtype=np.float32)[known])
+        rows, row_weights = self._query_postings(indices, values)
         if not rows.size:
             return 0.0
         return float(np.bincount(rows, weights=row_weights, minlength=len(self.ids)).astype(np.float32).max())
