@@ -11,6 +11,14 @@ spans of them. ``copy_bias`` adds a constant to the logit of every token of each
 (its passages, its question, the markers and layout the prompt uses), so that among near-ties the
 model prefers to copy. The end-of-text token is always among them: a bias must not keep an answer
 going.
+
+``span_copy`` is the strict form: the answer is a run of spans copied from its prompt. Once it has
+started copying at some place, its next token must continue one of the places it could be copying
+from; it may jump to a new place only at its start and after a token that ends a sentence or a
+citation (". ", "]"). A citation marker's opening and the end-of-text token are always allowed, so
+it can cite or stop anywhere. The model still chooses where to start, what to leave out, when to cite
+and when to stop, and the abstention sentence is in the prompt's rules; what it can no longer do is
+change the passages' words ("the title is not revamped") or state what no passage says.
 """
 
 from __future__ import annotations
@@ -59,6 +67,94 @@ def copy_bias(prompts: Sequence[Sequence[int]], bias: float, always: Iterable[in
             return scores
 
     return CopyBias()
+
+
+_SENTENCE_END = (".", "!", "?", ":", ";", "]", ")")
+_SPACE_MARKS = ("\u0120", "\u2581")  # how byte-level BPE ("Ġ") and sentencepiece ("▁") spell a leading space
+
+
+def _unspaced(tokenizer: Any, token_id: int) -> int | None:
+    """The id of ``token_id``'s token without its leading space mark, when the vocabulary has one (an answer's first word has none)."""
+    token = tokenizer.convert_ids_to_tokens(int(token_id))
+    if not isinstance(token, str) or len(token) < 2 or token[0] not in _SPACE_MARKS:
+        return None
+    other = tokenizer.convert_tokens_to_ids(token[1:])
+    return None if other is None or other == tokenizer.unk_token_id else int(other)
+
+
+def span_copy(prompts: Sequence[Sequence[int]], start: int, tokenizer: Any, always: Iterable[int | None] = ()) -> Any:
+    """A transformers LogitsProcessor letting row r write only spans of ``prompts[r]`` (see the module's text).
+
+    Args:
+        prompts: each row's prompt token ids (what it may copy from).
+        start: where the answers begin in ``input_ids`` (the padded prompt width).
+        tokenizer: the model's tokenizer (to tell which tokens end a sentence).
+        always: ids allowed at every step (the end-of-text token, a citation marker's opening); None is skipped.
+    """
+    import torch
+    from transformers import LogitsProcessor
+
+    extra = sorted({int(t) for t in always if t is not None})
+    ends: dict[int, bool] = {}
+
+    def ends_sentence(token_id: int) -> bool:
+        if token_id not in ends:
+            text = tokenizer.decode([token_id]).strip()
+            ends[token_id] = bool(text) and (text.endswith(_SENTENCE_END) or "\n" in tokenizer.decode([token_id]))
+        return ends[token_id]
+
+    class Row:
+        def __init__(self, prompt: Sequence[int]) -> None:
+            self.prompt = [int(t) for t in prompt]
+            self.where: dict[int, list[int]] = {}
+            for p, t in enumerate(self.prompt):
+                self.where.setdefault(t, []).append(p)
+            for t in list(self.where):  # an answer's first word is written without its leading space
+                other = _unspaced(tokenizer, t)
+                if other is not None and other not in self.where:
+                    self.where[other] = self.where[t]
+            self.anywhere = torch.tensor(sorted(set(self.where) | set(extra)), dtype=torch.long)
+            self.at: list[int] = []  # positions of the prompt the answer may be copying from
+            self.free = True  # may jump to any place of the prompt
+            self.seen = 0
+
+        def step(self, token: int) -> None:
+            followed = [p + 1 for p in self.at if p + 1 < len(self.prompt) and self.prompt[p + 1] == token]
+            self.at = followed or list(self.where.get(token, ()))
+            self.free = ends_sentence(token)
+
+        def allowed(self) -> Any:
+            if self.free:
+                return self.anywhere
+            nexts = {self.prompt[p + 1] for p in self.at if p + 1 < len(self.prompt)}
+            return torch.tensor(sorted(nexts | set(extra)), dtype=torch.long)
+
+    rows = [Row(prompt) for prompt in prompts]
+
+    class SpanCopy(LogitsProcessor):
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+            written = input_ids.shape[1] - start
+            for r, row in enumerate(rows):
+                for token in input_ids[r, start + row.seen : start + written].tolist():
+                    row.step(int(token))
+                row.seen = written
+                keep = row.allowed()
+                masked = torch.full_like(scores[r], float("-inf"))
+                masked[keep] = scores[r, keep]
+                scores[r] = masked
+            return scores
+
+    return SpanCopy()
+
+
+def marker_openings(tokenizer: Any, marker: str) -> list[int]:
+    """The first token of ``marker`` (e.g. "[1]") as written after a space and straight after a word: always allowed by ``span_copy``."""
+    firsts = set()
+    for text in (f" {marker}", marker):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if ids:
+            firsts.add(int(ids[0]))
+    return sorted(firsts)
 
 
 def processors(*items: Any) -> list[Any]:

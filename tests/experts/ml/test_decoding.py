@@ -60,3 +60,75 @@ def test_with_a_large_copy_bias_a_model_writes_only_its_prompts_tokens(tiny_lm_d
     written = tokenizer(copying.text, add_special_tokens=False)["input_ids"]
     assert set(written) <= prompt
     assert plain.text != copying.text
+
+
+def _spans_of(written: list[int], prompt: list[int]) -> bool:
+    """Whether ``written`` splits into runs each found contiguously in ``prompt`` (greedy longest runs)."""
+    i = 0
+    while i < len(written):
+        best = 0
+        for p in range(len(prompt)):
+            n = 0
+            while i + n < len(written) and p + n < len(prompt) and prompt[p + n] == written[i + n]:
+                n += 1
+            best = max(best, n)
+        if best == 0:
+            return False
+        i += best
+    return True
+
+
+def test_span_copy_allows_only_continuations_except_after_a_sentence_end():
+    from experts.ml.decoding import span_copy
+
+    class Tok:  # ids 1-6 are words, 7 is ".", 9 is a word not in the prompt
+        unk_token_id = None
+
+        def decode(self, ids):
+            return {7: "."}.get(ids[0], f" w{ids[0]}")
+
+        def convert_ids_to_tokens(self, i):
+            return f"w{i}"
+
+        def convert_tokens_to_ids(self, t):
+            return None
+
+    prompt = [1, 2, 3, 7, 4, 5, 2, 6]
+    processor = span_copy([prompt], start=8, tokenizer=Tok(), always=[0])
+
+    def allowed(answer):
+        ids = torch.tensor([prompt + answer])
+        scores = processor(ids, torch.zeros((1, 10)))
+        return set(torch.isfinite(scores[0]).nonzero().flatten().tolist())
+
+    assert allowed([]) == {0, 1, 2, 3, 4, 5, 6, 7}  # the start: anywhere in the prompt
+    assert allowed([2]) == {0, 3, 6}  # "2" is followed by 3 and by 6 in the prompt
+    assert allowed([2, 6]) == {0}  # the prompt ends after "2 6": only the end (or a marker) is left
+    processor = span_copy([prompt], start=8, tokenizer=Tok(), always=[0])
+    allowed([])
+    allowed([1])
+    assert allowed([1, 2]) == {0, 3}
+    assert allowed([1, 2, 3]) == {0, 7}
+    assert allowed([1, 2, 3, 7]) == {0, 1, 2, 3, 4, 5, 6, 7}  # after a sentence's end it may jump
+
+
+def test_with_span_copy_a_model_writes_spans_of_its_prompt(tiny_lm_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from experts.ml.batch_generation import BatchItem, fit_prompt, generate_batch
+    from experts.ml.extractive import Passage
+    from experts.ml.lora import Example
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_lm_dir)
+    items = [BatchItem(Example(q, "", [Passage(text=t, title="Fees", score=0.9)]), None)
+             for q, t in (("how much is the fee", "The renewal fee is 64 dollars. Pay it online or by mail."),
+                          ("when does it open", "The office opens at nine on weekdays."))]
+    plain = generate_batch(model, tokenizer, items, max_new_tokens=16, prompt_tokens=200)
+    copied = generate_batch(model, tokenizer, items, max_new_tokens=16, prompt_tokens=200, copy_spans=True)
+    assert [g.text for g in plain] != [g.text for g in copied]
+    for item, g in zip(items, copied, strict=True):
+        prompt = fit_prompt(tokenizer, item.example, 200)
+        written = tokenizer(g.text, add_special_tokens=False)["input_ids"]
+        assert g.new_tokens > 0
+        assert _spans_of(written, prompt), g.text
