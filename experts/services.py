@@ -329,7 +329,8 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     stops = STOPS + (("\n\n",) if getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True) else ())
     kwargs: dict[str, Any] = {"max_new_tokens": int(settings.GENERATOR_MAX_TOKENS), "stop_strings": stops,
                               "no_repeat_ngram": int(getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0)),
-                              "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0))}
+                              "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
+                              "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False))}
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

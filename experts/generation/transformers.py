@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
-from experts.ml.decoding import answer_no_repeat, copy_bias, processors
+from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, processors, span_copy
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
-from experts.ml.prompting import STOPS, build_messages, focus
+from experts.ml.prompting import STOPS, build_messages, focus, render_citation
 
 from .base import (
     AdapterError,
@@ -67,7 +67,7 @@ class TransformersGenerator:
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
-                 copy_bias: float = 0.0, lead_sentence: bool = False) -> None:
+                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -83,6 +83,7 @@ class TransformersGenerator:
         self.no_repeat_ngram = int(no_repeat_ngram)
         self.copy_bias = float(copy_bias)
         self.lead_sentence = bool(lead_sentence)
+        self.copy_spans = bool(copy_spans)
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -112,6 +113,7 @@ class TransformersGenerator:
             no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
             copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
             lead_sentence=getattr(settings, "GENERATION_LEAD_SENTENCE", False),
+            copy_spans=getattr(settings, "GENERATION_COPY_SPANS", False),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -336,8 +338,12 @@ class TransformersGenerator:
         stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
                               STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
         kwargs = self._generate_kwargs(request, stop)
-        chosen = processors(answer_no_repeat(int(inputs["input_ids"].shape[1]), self.no_repeat_ngram),
-                            copy_bias([inputs["input_ids"][0].tolist()], self.copy_bias, [self._tokenizer.eos_token_id]))
+        width, prompt = int(inputs["input_ids"].shape[1]), inputs["input_ids"][0].tolist()
+        chosen = processors(answer_no_repeat(width, self.no_repeat_ngram),
+                            copy_bias([prompt], self.copy_bias, [self._tokenizer.eos_token_id]))
+        if self.copy_spans:
+            openings = marker_openings(self._tokenizer, render_citation(1, request.citation_format))
+            chosen.append(span_copy([prompt], width, self._tokenizer, [self._tokenizer.eos_token_id, *openings]))
         if chosen:
             kwargs["logits_processor"] = LogitsProcessorList(chosen)
         prefix = self._prefix_cache(model, context, request, inputs["input_ids"][0].tolist())

@@ -99,6 +99,7 @@ def generate_batch(
     stats: BatchStats | None = None,
     no_repeat_ngram: int = 0,
     copy_bias: float = 0.0,
+    copy_spans: bool = False,
 ) -> list[Generated]:
     """Greedy answers to ``items``, in their order.
 
@@ -115,11 +116,13 @@ def generate_batch(
         stats: accumulates wall time and token counts when given.
         no_repeat_ngram: forbid an answer to repeat an n-gram of its own (``decoding.answer_no_repeat``; 0: off).
         copy_bias: added to the logits of each prompt's own tokens (``decoding.copy_bias``; 0: off).
+        copy_spans: answers are runs of spans of their own prompts (``decoding.span_copy``).
     """
     import torch
 
-    from .decoding import answer_no_repeat, processors
+    from .decoding import answer_no_repeat, marker_openings, processors, span_copy
     from .decoding import copy_bias as copy_bias_processor
+    from .prompting import render_citation
 
     stats = stats if stats is not None else BatchStats()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -143,6 +146,9 @@ def generate_batch(
             t0 = time.perf_counter()
             chosen = processors(answer_no_repeat(width, no_repeat_ngram),  # left-padded: every answer starts at ``width``
                                 copy_bias_processor([prompts[i] for i in chunk], copy_bias, [tokenizer.eos_token_id]))
+            if copy_spans:
+                openings = {t for i in chunk for t in marker_openings(tokenizer, render_citation(1, items[i].example.citation_format))}
+                chosen.append(span_copy([prompts[i] for i in chunk], width, tokenizer, [tokenizer.eos_token_id, *openings]))
             extra = {"logits_processor": chosen} if chosen else {}
             with _context(model, adapter), torch.no_grad():
                 output = model.generate(
@@ -171,7 +177,8 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
 
 
 def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
-                stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0) -> float | None:
+                stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
+                copy_spans: bool = False) -> float | None:
     """Mean token F1 (``answer_metrics.token_f1``) of greedy answers to ``examples`` against their answers.
 
     The activation gate compares an adapter's figure with the bare base model's (``adapter=None``) on
@@ -184,6 +191,7 @@ def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter
     room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
-                               stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias)
+                               stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
+                               copy_spans=copy_spans)
     scores = [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
     return sum(scores) / len(scores)

@@ -53,6 +53,10 @@ GENERATION_COPY_BIAS = envfloat("GENERATION_COPY_BIAS", 0.0)
 # run was in bfloat16 on a CPU with AMX, this one in float32 on one without); pooled held-out loss
 # 0.555 against 0.579. The bare model: 0.093 with it (0.076 in an earlier run without).
 GENERATION_LEAD_SENTENCE = envbool("GENERATION_LEAD_SENTENCE", True)
+# The answer is written only with spans copied from its prompt (experts.ml.decoding.span_copy): the model
+# picks where to start, what to leave out, where to cite and stop, but cannot change the passages' words.
+# (vLLM has no such rule: its answers decode freely.)
+GENERATION_COPY_SPANS = envbool("GENERATION_COPY_SPANS", False)
 
 # --- the extractive backend -------------------------------------------------------------------
 EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
