@@ -15,10 +15,12 @@ going.
 ``span_copy`` is the strict form: the answer is a run of spans copied from its prompt. Once it has
 started copying at some place, its next token must continue one of the places it could be copying
 from; it may jump to a new place only at its start and after a token that ends a sentence or a
-citation (". ", "]"). A citation marker's opening and the end-of-text token are always allowed, so
-it can cite or stop anywhere. The model still chooses where to start, what to leave out, when to cite
-and when to stop, and the abstention sentence is in the prompt's rules; what it can no longer do is
-change the passages' words ("the title is not revamped") or state what no passage says.
+citation (". ", "]"). A citation marker's opening and the end-of-text token are allowed there too, and
+where its source runs out, but not inside a copied span: measured on doc2dial's validation split, a
+rule that let it cite or stop anywhere cut answers short ("The [1]"; routed LoRA F1 0.176 against
+0.226 decoding freely). The model still chooses where to start, what to leave out, when to cite and
+when to stop, and the abstention sentence is in the prompt's rules; what it can no longer do is change
+the passages' words ("the title is not revamped") or state what no passage says.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def span_copy(prompts: Sequence[Sequence[int]], start: int, tokenizer: Any, alwa
         prompts: each row's prompt token ids (what it may copy from).
         start: where the answers begin in ``input_ids`` (the padded prompt width).
         tokenizer: the model's tokenizer (to tell which tokens end a sentence).
-        always: ids allowed at every step (the end-of-text token, a citation marker's opening); None is skipped.
+        always: ids allowed wherever a jump is (the end-of-text token, a citation marker's opening); None is skipped.
     """
     import torch
     from transformers import LogitsProcessor
@@ -127,7 +129,9 @@ def span_copy(prompts: Sequence[Sequence[int]], start: int, tokenizer: Any, alwa
             if self.free:
                 return self.anywhere
             nexts = {self.prompt[p + 1] for p in self.at if p + 1 < len(self.prompt)}
-            return torch.tensor(sorted(nexts | set(extra)), dtype=torch.long)
+            if not nexts:  # its source ran out (or it wrote a marker the prompt lacks): cite or stop
+                return torch.tensor(extra, dtype=torch.long)
+            return torch.tensor(sorted(nexts), dtype=torch.long)
 
     rows = [Row(prompt) for prompt in prompts]
 
@@ -148,7 +152,7 @@ def span_copy(prompts: Sequence[Sequence[int]], start: int, tokenizer: Any, alwa
 
 
 def marker_openings(tokenizer: Any, marker: str) -> list[int]:
-    """The first token of ``marker`` (e.g. "[1]") as written after a space and straight after a word: always allowed by ``span_copy``."""
+    """The first token of ``marker`` (e.g. "[1]") as written after a space and straight after a word: allowed by ``span_copy`` wherever it may jump."""
     firsts = set()
     for text in (f" {marker}", marker):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -78,7 +78,7 @@ def _spans_of(written: list[int], prompt: list[int]) -> bool:
     return True
 
 
-def test_span_copy_allows_only_continuations_except_after_a_sentence_end():
+def test_span_copy_allows_only_continuations_except_after_a_sentence_end_or_its_sources_end():
     from experts.ml.decoding import span_copy
 
     class Tok:  # ids 1-6 are words, 7 is ".", 9 is a word not in the prompt
@@ -102,13 +102,13 @@ def test_span_copy_allows_only_continuations_except_after_a_sentence_end():
         return set(torch.isfinite(scores[0]).nonzero().flatten().tolist())
 
     assert allowed([]) == {0, 1, 2, 3, 4, 5, 6, 7}  # the start: anywhere in the prompt
-    assert allowed([2]) == {0, 3, 6}  # "2" is followed by 3 and by 6 in the prompt
+    assert allowed([2]) == {3, 6}  # "2" is followed by 3 and by 6 in the prompt; no stopping inside a span
     assert allowed([2, 6]) == {0}  # the prompt ends after "2 6": only the end (or a marker) is left
     processor = span_copy([prompt], start=8, tokenizer=Tok(), always=[0])
     allowed([])
     allowed([1])
-    assert allowed([1, 2]) == {0, 3}
-    assert allowed([1, 2, 3]) == {0, 7}
+    assert allowed([1, 2]) == {3}
+    assert allowed([1, 2, 3]) == {7}
     assert allowed([1, 2, 3, 7]) == {0, 1, 2, 3, 4, 5, 6, 7}  # after a sentence's end it may jump
 
 
