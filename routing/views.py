@@ -87,6 +87,17 @@ def _spelling(metrics: dict[str, Any]) -> dict[str, Any] | None:
             "accuracy_clean": selectors.as_number(view.get("val_accuracy_clean")), "rate_percent": round(100 * rate) if rate is not None else None}
 
 
+def _out_of_scope(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """What the router compares a question with before it says no expert covers it (routing.ml.inscope)."""
+    found = metrics.get("in_scope")
+    if not isinstance(found, dict) or not isinstance(found.get("candidates"), list):
+        return None
+    mix, scale = selectors.as_number(found.get("nearest_mix")) or 0.0, selectors.as_number(found.get("char_scale")) or 0.0
+    chosen = [c for c in found["candidates"] if isinstance(c, dict) and c.get("mix") == found.get("nearest_mix") and c.get("char_scale") == found.get("char_scale")]
+    return {"summaries": mix < 1.0, "questions": int(found.get("bank") or 0) if mix > 0 else 0, "spelling": scale > 0,
+            "auroc": selectors.as_number(chosen[0].get("auroc")) if chosen else None}
+
+
 def _knowledge(metrics: dict[str, Any]) -> dict[str, Any] | None:
     """Whether the experts' documents take part in routing for this run, and what validation said (routing.ml.knowledge)."""
     found = metrics.get("knowledge")
@@ -140,6 +151,7 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "robustness": robustness_report(metrics.get("noise_report")),
         "spelling": _spelling(metrics),
         "knowledge": _knowledge(metrics),
+        "out_of_scope": _out_of_scope(metrics),
         "fast_tier": _fast_tier(metrics),
         "serving_top_k": settings.ROUTER_TOP_K,
     }

@@ -10,14 +10,15 @@ router`` both call it):
    prototype weight and temperature calibrated on the clean and noised validation questions);
 3. ``CharView`` (``TrainConfig.char_view``) fits on the same texts;
 4. on the clean and noised validation questions only: the blend weight ``w`` (``BLEND_RULE``: NLL on the
-   questions as written, then on their typo copies), the blend's temperature (lowest NLL on both), and the
-   in-scope score's abstain threshold.
+   questions as written, then on their typo copies), the blend's temperature (lowest NLL on both), the
+   in-scope score (``routing.ml.inscope``: on the questions as written) and its abstain threshold (on both).
 
 Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``; the run's ``val``
 metrics are theirs on the validation questions as written (``val_network``: the network's alone). The in-scope score
-is the network's (similarity to the nearest prototype) plus the character view's confidence (its
-highest probability) scaled to the same spread on the validation questions: a question that is
-like no training question in meaning *and* in spelling scores low.
+mixes the network's (similarity to the nearest prototype), the nearest training questions' and the
+character view's confidence (its highest probability), in the proportions that tell each held-out
+expert's validation questions from the others' best: a question that is like no training question
+in meaning *and* in spelling scores low.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from . import fast_encoder
 from .charview import CharView, typo_copies
 from .diagnostics import fit_temperature, nll
 from .fast_encoder import StaticEncoder, distil
+from .inscope import InScope, fit_in_scope, nearest_bank
 from .knowledge import KnowledgeCombiner
 from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
@@ -53,6 +55,7 @@ BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 BLEND_RULE = "lowest validation NLL as written; within one standard error of it, lowest NLL on the typo copies"
 LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilities
 BLEND_FILE = "blend.json"
+BANK_FILE = "nearest.npz"  # the training questions the in-scope score's nearest-example evidence reads
 CHAR_FOLDER = "charview"
 FAST_FOLDER = "fast"
 
@@ -77,12 +80,17 @@ class TextRouter:
     char_view: CharView | None = None
     weight: float = 0.0
     temperature: float = 1.0
-    score_scale: float = 0.0
+    in_scope: InScope = field(default_factory=InScope)  # how the in-scope score is made (``routing.ml.inscope``)
     knowledge: KnowledgeCombiner | None = None  # the experts' documents as evidence (fitted by routing.services when they all have some)
     fast: FastTier | None = None  # the fast tier (``auto:fast``): its own encoder and its own router, trained beside this one
 
     def __post_init__(self) -> None:
         self.scorer: NumpyScorer | None = self.model.numpy_scorer()
+
+    @property
+    def score_scale(self) -> float:
+        """The character view's confidence's weight in the in-scope score."""
+        return self.in_scope.char_scale
 
     @property
     def context_dim(self) -> int:
@@ -92,8 +100,8 @@ class TextRouter:
         """Calibrated probabilities (n, N) and in-scope scores (n,) for embeddings ``x`` of ``texts``."""
         probs, score = route_scores(self.model, x, context)
         if self.char_view is None or not len(texts):
-            return probs, score
-        return self.combine(probs, score, self.char_view.log_proba(texts))
+            return probs, self.in_scope.combine(score, x, None)
+        return self.combine(probs, score, self.char_view.log_proba(texts), x)
 
     def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> tuple[np.ndarray, float]:
         """The same for one question: the numpy path where the network has one (serving)."""
@@ -115,7 +123,7 @@ class TextRouter:
             meaning, score = p[0].numpy().astype(np.float64), float(s[0])
             log_net = np.log(np.clip(meaning, 1e-12, None))
         if self.char_view is None:
-            return Scored(meaning, score, meaning, None)
+            return Scored(meaning, self.in_scope.combine_one(score, vector, None), meaning, None)
         char = self.char_view.log_proba_one(text)
         # blend_logits and _softmax on one row (log_net floored as blend_logits clips the probabilities)
         logits = np.maximum(log_net, LOG_FLOOR)
@@ -124,11 +132,24 @@ class TextRouter:
         logits -= logits.max()
         probs = np.exp(logits)
         probs /= probs.sum()
-        return Scored(probs, score + self.score_scale * math.exp(float(char.max())), meaning, np.exp(char))
+        return Scored(probs, self.in_scope.combine_one(score, vector, math.exp(float(char.max()))), meaning, np.exp(char))
 
-    def combine(self, probs: np.ndarray, score: np.ndarray, char_log_proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, probs: np.ndarray, score: np.ndarray, char_log_proba: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The blended probabilities and the in-scope scores, from the network's and the character view's."""
         logits = blend_logits(probs, char_log_proba, self.weight) / self.temperature
-        return _softmax(logits), score + self.score_scale * np.exp(char_log_proba).max(axis=1)
+        return _softmax(logits), self.in_scope.combine(score, x, np.exp(char_log_proba).max(axis=1))
+
+    def held_out_scores(self, x: np.ndarray, texts: list[str], y: np.ndarray, context: Context | None = None) -> np.ndarray:
+        """(n,) each question's in-scope score as if its expert ``y[i]`` did not exist (``InScope.held_out``):
+        what evidence added to the score on top (``routing.ml.knowledge``) is weighed on."""
+        probs, _ = route_scores(self.model, x, context)
+        if self.model.has_prototypes:
+            with torch.no_grad():
+                network, kind = self.model.prototype_similarity(torch.as_tensor(x, dtype=torch.float32)).numpy(), "prototypes"
+        else:
+            network, kind = probs, "probabilities"
+        char = np.exp(self.char_view.log_proba(texts)) if self.char_view is not None and len(texts) else None
+        return self.in_scope.held_out(network, kind, x, y, char)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -137,7 +158,11 @@ class TextRouter:
             self.knowledge.save(path)
         if self.char_view is not None:
             self.char_view.save(path / CHAR_FOLDER)
-            (path / BLEND_FILE).write_text(json.dumps({"weight": self.weight, "temperature": self.temperature, "score_scale": self.score_scale}))
+            (path / BLEND_FILE).write_text(json.dumps({"weight": self.weight, "temperature": self.temperature, "score_scale": self.score_scale,
+                                                       "nearest_mix": self.in_scope.mix}))
+        if self.in_scope.bank is not None:
+            experts = self.in_scope.bank_y if self.in_scope.bank_y is not None else np.full(len(self.in_scope.bank), -1)
+            np.savez(path / BANK_FILE, vectors=self.in_scope.bank, experts=experts)
         if self.fast is not None:
             self.fast.save(path / FAST_FOLDER)
 
@@ -158,8 +183,14 @@ class TextRouter:
         if not (path / BLEND_FILE).exists():
             return cls(model, knowledge=knowledge, fast=fast)
         blend = json.loads((path / BLEND_FILE).read_text())
-        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), float(blend["score_scale"]),
-                   knowledge, fast)
+        # Routers saved before the nearest-example evidence have no mix and no bank: their score is unchanged.
+        mix = float(blend.get("nearest_mix") or 0.0)
+        bank, bank_y = None, None
+        if mix and (path / BANK_FILE).exists():
+            with np.load(path / BANK_FILE) as saved:
+                bank, bank_y = np.ascontiguousarray(saved["vectors"], dtype=np.float32), saved["experts"]
+        in_scope = InScope(mix if bank is not None else 0.0, float(blend["score_scale"]), bank, bank_y=bank_y)
+        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), in_scope, knowledge, fast)
 
 
 @dataclass
@@ -256,7 +287,7 @@ def train_text_router(
     if len(texts_train) != len(x_train) or len(texts_val) != len(x_val):
         raise ValueError("each training and validation question needs its text and its embedding")
     started = time.perf_counter()
-    clean_val, copies = len(texts_val), 0
+    clean_train, clean_val, copies = len(texts_train), len(texts_val), 0
     if config.typo_rate > 0:
         # Copies of at most typo_copies_max questions (a seeded sample, train and val in proportion):
         # each copy is one more encoder call in the training job.
@@ -281,12 +312,17 @@ def train_text_router(
         t = time.perf_counter()
         view = CharView.fit(list(texts_train), np.asarray(y_train), n_experts, seed=config.seed)
         char = view.log_proba(list(texts_val))
-        router = TextRouter(result.model, view, **fit_blend(probs, sims, char, np.asarray(y_val), clean_val))
-        blended, scores = router.combine(probs, sims, char)
+        blend = fit_blend(probs, sims, char, np.asarray(y_val), clean_val)
+        in_scope = _fit_in_scope(result.model, x_train[:clean_train], y_train[:clean_train], x_val[:clean_val], y_val[:clean_val],
+                                 probs[:clean_val], np.exp(char[:clean_val]), blend.pop("char_spread_ratio"), n_experts, config)
+        router = TextRouter(result.model, view, **blend, in_scope=in_scope)
+        blended, scores = router.combine(probs, sims, char, x_val)
         threshold = abstain_threshold(scores, config.target_recall)
         result.metrics.update({
             "abstain_threshold": threshold,
-            "abstain_score": "prototype_similarity+char_confidence",
+            "abstain_score": ("prototype_similarity" if result.model.has_prototypes else "max_probability")
+            + ("+nearest_questions" if in_scope.mix else "") + ("+char_confidence" if in_scope.char_scale else ""),
+            "in_scope": {"nearest_mix": in_scope.mix, "char_scale": in_scope.char_scale, **in_scope.report},
             "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
                           "features": len(view.vocabulary), "fit_s": round(time.perf_counter() - t, 2),
                           "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
@@ -315,13 +351,14 @@ def served_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y: np.ndarray, clean: int) -> dict[str, float]:
-    """Blend weight, temperature and in-scope score scale on validation rows (``clean`` first, then their typo copies).
+    """Blend weight, temperature and the confidence's spread ratio on validation rows (``clean`` first, then their typo copies).
 
     The weight (``BLEND_RULE``): each weight's negative log-likelihood per validation question as
     written, at that weight's own fitted temperature; the weights within one standard error (of
     the paired per-question differences) of the best are tied, and among them the lowest NLL on
     the typo copies wins (ties: the smaller weight). The chosen weight's temperature is then
-    fitted on both, as is the in-scope score's scale.
+    fitted on both, as is ``char_spread_ratio`` (the network's in-scope score's spread over the
+    character view's confidence's: the unit of the confidence's weight in the in-scope score).
     """
     as_written, typos = slice(0, clean), slice(clean, len(y))
     clean_nll, typo_nll = {}, {}
@@ -336,10 +373,23 @@ def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y
     temperature = fit_temperature(logits, y)
     confidence = np.exp(char_log_proba).max(axis=1)
     spread = float(confidence.std())
-    scale = float(sims.std()) / spread if spread > 1e-9 else 0.0
+    ratio = float(sims.std()) / spread if spread > 1e-9 else 0.0
     if not np.isfinite(nll(logits, y, temperature)):
         temperature = 1.0
-    return {"weight": float(weight), "temperature": float(temperature), "score_scale": scale}
+    return {"weight": float(weight), "temperature": float(temperature), "char_spread_ratio": ratio}
+
+
+def _fit_in_scope(model: RouterNet, x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
+                  probs_val: np.ndarray, char_probs_val: np.ndarray, char_spread_ratio: float, n_experts: int, config: TrainConfig) -> InScope:
+    """The in-scope score (``routing.ml.inscope.fit_in_scope``) on the training questions and the validation questions as written."""
+    bank, bank_y = nearest_bank(x_train, np.asarray(y_train), n_experts, config.nearest_bank_max, config.seed)
+    if model.has_prototypes:
+        with torch.no_grad():
+            network = model.prototype_similarity(torch.as_tensor(x_val, dtype=torch.float32)).numpy()
+        kind = "prototypes"
+    else:
+        network, kind = probs_val, "probabilities"
+    return fit_in_scope(network, kind, x_val, np.asarray(y_val), bank, bank_y, char_probs_val, char_spread_ratio)
 
 
 def _per_question_nll(logits: np.ndarray, y: np.ndarray) -> np.ndarray:

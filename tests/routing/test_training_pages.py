@@ -219,6 +219,26 @@ def test_a_run_page_shows_the_fast_tier_beside_the_router(client, owner, fast, e
         assert text in section
 
 
+@pytest.mark.parametrize(("in_scope", "expected", "absent"), [
+    ({"nearest_mix": 0.5, "char_scale": 0.0, "bank": 2379, "candidates": [{"mix": 0.0, "char_scale": 0.0, "auroc": 0.749},
+                                                                          {"mix": 0.5, "char_scale": 0.0, "auroc": 0.763}]},
+     ["a summary of each expert's questions, 2379 of the training questions themselves:", "AUROC)</dt><dd>0.763"], ["spelling"]),
+    ({"nearest_mix": 0.0, "char_scale": 0.41, "bank": 4096, "candidates": [{"mix": 0.0, "char_scale": 0.41, "auroc": 0.959}]},
+     ["a summary of each expert's questions and how its spelling matches theirs:", "0.959"], ["training questions themselves"]),
+    ({"nearest_mix": 1.0, "char_scale": 0.2, "bank": 800, "candidates": []},
+     ["with\n      800 of the training questions themselves and how its spelling"], ["summary", "AUROC"]),
+])
+def test_a_run_page_says_what_tells_out_of_scope_questions(client, owner, in_scope, expected, absent):
+    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "in_scope": in_scope})
+    client.force_login(owner)
+    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    section = html.split('id="out-of-scope"')[1].split("</dl>")[0].split("<h3>")[0]
+    for text in expected:
+        assert text in section
+    for text in absent:
+        assert text not in section
+
+
 def test_a_run_without_history_or_metrics_still_renders(client, owner):
     run = TrainingRun.objects.create(params={}, history=[], metrics={})
     client.force_login(owner)
@@ -231,6 +251,7 @@ def test_a_run_without_history_or_metrics_still_renders(client, owner):
     assert 'id="confusion"' not in html
     assert 'id="spelling"' not in html
     assert 'id="knowledge"' not in html
+    assert 'id="out-of-scope"' not in html
     assert 'id="activate"' not in html
 
 
