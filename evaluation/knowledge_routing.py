@@ -44,7 +44,9 @@ class KnowledgeRouting:
         x_val, texts_val = split.part("val")
         probs, score = router.scores(x_val, texts_val)
         dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val)
-        self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, split.y[split.idx["val"]], split.classes, seed=seed)
+        y_val = split.y[split.idx["val"]]
+        self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, split.classes, seed=seed,
+                                              held_out_score=router.held_out_scores(x_val, texts_val, y_val))
         # As training does: a combiner validation did not keep is not served, and the router's own threshold stands.
         kept = self.combiner.active
         self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall) if kept else router_threshold

@@ -221,7 +221,8 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
         router = result.router
         probs, score = router.scores(x_val, texts_val, context_val)
         dense, keywords = evidence_matrix(evidence_lookup(experts), probs, x_val, texts_val)
-        combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, experts, seed=config.seed)
+        combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, experts, seed=config.seed,
+                                         held_out_score=router.held_out_scores(x_val, texts_val, y_val, context_val))
     except (MissingKnowledge, StoreUnavailable) as exc:
         result.metrics["knowledge"] = {"fitted": False, "reason": str(exc)}
         reporter.log(f"routing without the experts' documents as evidence: {exc}")

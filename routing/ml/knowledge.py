@@ -27,10 +27,18 @@ that split beats the router's: evidence that does not help is switched off, on v
 The candidates' probability mass is redistributed by the combined softmax; the other experts keep
 the router's probabilities.
 
-In-scope score: the router's own score plus the best candidate cosine scaled to the same spread on
-validation (``score_scale``), so a question whose words strongly match one expert's documents
-scores high even where it is unlike every training question, and a question that matches no
-collection and no training question scores low. The caller calibrates its abstain threshold on it.
+In-scope score: the router's own score plus the best candidate cosine times ``score_scale``, so a
+question whose words strongly match one expert's documents scores high even where it is unlike every
+training question, and a question that matches no collection and no training question scores low.
+The caller calibrates its abstain threshold on it. The scale is a multiple (``SCALES``) of the
+router score's spread over the cosine's, chosen as the router's own score is
+(``routing.ml.inscope``): each expert in turn plays the out-of-scope one, its validation questions
+scored as if it did not exist (the router's held-out score, the best cosine among the other
+candidates), and the multiple that tells them from the others' questions best wins. On doc2dial's
+validation split that is the full ratio (held-out AUROC 0.767 without the cosine, 0.795 with it): a
+question from a domain without an expert matches the other domains' documents poorly. Clinc150's
+out-of-scope questions (small talk, other services) are not such questions: with the documents,
+doc2dial's out-of-scope AUROC against them is 0.967, the router's own 0.979.
 """
 
 from __future__ import annotations
@@ -42,12 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
+from .inscope import IN_SCOPE_RULE, held_out_auroc
+
 FEATURES = ("router_log_prob", "dense_top", "keyword_share")
 CANDIDATES = 3
 L2 = 1e-3  # per validation question; keeps the weights finite when the evidence separates val perfectly
 FOLDS = 5
 FILE = "knowledge.json"
 ROUTER_ALONE = (1.0, 0.0, 0.0)
+SCALES = (0.0, 0.25, 0.5, 1.0)  # the cosine's weight in the in-scope score, times the spreads' ratio on validation
 
 
 class MissingKnowledge(ValueError):
@@ -146,8 +157,13 @@ class KnowledgeCombiner:
 
     @classmethod
     def fit(cls, probs: np.ndarray, score: np.ndarray, dense: np.ndarray, keywords: np.ndarray, y: np.ndarray,
-            experts: list[str] | None = None, l2: float = L2, seed: int = 0, candidates: int = CANDIDATES) -> KnowledgeCombiner:
+            experts: list[str] | None = None, l2: float = L2, seed: int = 0, candidates: int = CANDIDATES,
+            held_out_score: np.ndarray | None = None) -> KnowledgeCombiner:
         """Fit on validation rows: router probabilities and scores, each expert's evidence (NaN: not searched), gold ``y``.
+
+        ``held_out_score``: the router's in-scope score of each row as if its gold expert did not
+        exist (``TextRouter.held_out_scores``); the cosine's weight is chosen on it (see the
+        module). Without it the cosine gets the full spreads' ratio.
 
         Raises:
             MissingKnowledge: an expert's collection gave no evidence for any row (no documents).
@@ -172,12 +188,23 @@ class KnowledgeCombiner:
         kept = cv_acc is not None and cv_acc > router_acc
         best_dense = np.nan_to_num(at_candidates, nan=0.0).max(axis=1)
         spread = float(best_dense.std())
-        scale = float(np.std(score)) / spread if spread > 1e-9 else 0.0
+        ratio = float(np.std(score)) / spread if spread > 1e-9 else 0.0
+        scale, scale_report = ratio, {}
+        if held_out_score is not None:
+            if len(held_out_score) != n:
+                raise ValueError("the held-out scores must cover the same questions")
+            # The best cosine among the other candidates: the evidence a question has where its expert does not exist.
+            others = np.nan_to_num(np.where(cand == y[:, None], np.nan, at_candidates), nan=0.0).max(axis=1)
+            tried = [{"factor": f, "auroc": held_out_auroc(np.asarray(score) + f * ratio * best_dense, np.asarray(held_out_score) + f * ratio * others, y)}
+                     for f in SCALES]
+            best = max(tried, key=lambda t: t["auroc"])  # ties: the smaller weight
+            scale, scale_report = best["factor"] * ratio, {"score_scale_rule": IN_SCOPE_RULE, "score_scale_tried": tried}
         report = {
             "features": list(FEATURES), "fitted_weights": [round(float(w), 4) for w in weights],
             "val_questions": int(n), "gold_among_candidates": round(float(usable.mean()), 4) if n else None,
             "val_accuracy_router": round(router_acc, 4), "val_accuracy_cv": None if cv_acc is None else round(cv_acc, 4),
             "kept": bool(kept), "rule": f"kept when its {FOLDS}-fold cross-validated accuracy on validation beats the router's",
+            **scale_report,
         }
         return cls(weights if kept else np.asarray(ROUTER_ALONE), scale, candidates, report)
 

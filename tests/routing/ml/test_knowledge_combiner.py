@@ -111,3 +111,24 @@ def test_evidence_matrix_asks_only_for_each_questions_candidates():
     assert keywords[0, 1] == 1.0
     assert np.isnan(dense[0, 2])
     assert np.isnan(dense[1, 3])
+
+
+def test_the_cosine_weighs_in_the_in_scope_score_only_where_it_tells_an_unknown_experts_questions_apart():
+    probs, score, dense, keywords, y = questions(seed=5)
+    rng = np.random.default_rng(6)
+    # The router's score drops for a question whose expert is gone; the best cosine does not (every
+    # collection matches every question as well): adding it can only blur the router's score.
+    held_out = score - 0.3 + rng.normal(0, 0.02, len(y))
+    flat = rng.normal(0.5, 0.05, dense.shape)
+    blurred = KnowledgeCombiner.fit(probs, score, flat, keywords, y, held_out_score=held_out)
+    assert blurred.score_scale == 0.0
+    assert [t["factor"] for t in blurred.report["score_scale_tried"]] == [0.0, 0.25, 0.5, 1.0]
+    # The router's score says nothing of it; the gold collection's cosine does.
+    telling = dense.copy()
+    telling[np.arange(len(y)), y] += 0.3
+    kept = KnowledgeCombiner.fit(probs, score, telling, keywords, y, held_out_score=score + rng.normal(0, 0.01, len(y)))
+    assert kept.score_scale > 0
+    # Without held-out scores: the earlier rule, the full spreads' ratio.
+    assert KnowledgeCombiner.fit(probs, score, flat, keywords, y).score_scale > 0
+    with pytest.raises(ValueError, match="same questions"):
+        KnowledgeCombiner.fit(probs, score, flat, keywords, y, held_out_score=score[:10])
