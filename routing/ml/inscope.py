@@ -48,6 +48,11 @@ class InScope:
     report: dict[str, Any] = field(default_factory=dict)
     bank_y: np.ndarray | None = None  # (M,) the bank rows' experts (to score a question as if its expert did not exist)
 
+    def describe(self, network: str) -> str:
+        """What the score reads, e.g. ``prototype_similarity+nearest_questions`` (``network``: the network's score's name)."""
+        parts = ([network] if self.mix < 1.0 else []) + (["nearest_questions"] if self.mix else []) + (["char_confidence"] if self.char_scale else [])
+        return "+".join(parts)
+
     def nearest(self, x: np.ndarray) -> np.ndarray:
         """(n,) mean cosine of each row of ``x`` with its ``NEAREST_K`` nearest bank rows."""
         if self.bank is None:

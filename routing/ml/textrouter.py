@@ -320,8 +320,7 @@ def train_text_router(
         threshold = abstain_threshold(scores, config.target_recall)
         result.metrics.update({
             "abstain_threshold": threshold,
-            "abstain_score": ("prototype_similarity" if result.model.has_prototypes else "max_probability")
-            + ("+nearest_questions" if in_scope.mix else "") + ("+char_confidence" if in_scope.char_scale else ""),
+            "abstain_score": in_scope.describe("prototype_similarity" if result.model.has_prototypes else "max_probability"),
             "in_scope": {"nearest_mix": in_scope.mix, "char_scale": in_scope.char_scale, **in_scope.report},
             "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
                           "features": len(view.vocabulary), "fit_s": round(time.perf_counter() - t, 2),

@@ -210,6 +210,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     page.goto(f"{base}/training/{run.pk}/")
     expect(page.locator("#active-marker")).to_be_visible()
     expect(page.locator("#loss-chart[data-ready='true'] canvas")).to_be_visible()
+    expect(page.locator("#out-of-scope")).to_contain_text("turns a question away when it is like nothing the experts were trained on")
     shot(page, "07-training-run")
     page.goto(f"{base}/jobs/")
     shot(page, "08-jobs")
@@ -220,7 +221,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("h1")).to_have_text("Overview")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     shot(page, "09-overview-phone")
-    for path in ("/traces/", "/traces/chatcmpl-misroute/"):
+    for path in ("/traces/", "/traces/chatcmpl-misroute/", f"/training/{run.pk}/"):
         page.goto(f"{base}{path}")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1, path
     shot(page, "09b-trace-phone")

@@ -164,3 +164,9 @@ def test_a_question_scored_as_if_its_expert_did_not_exist_loses_its_experts_evid
     router.in_scope.bank_y = None
     with pytest.raises(ValueError, match="bank rows' experts"):
         router.held_out_scores(x, texts, y)
+
+
+def test_the_score_says_what_it_reads():
+    assert InScope(0.0, 0.3).describe("prototype_similarity") == "prototype_similarity+char_confidence"
+    assert InScope(1.0, 0.0, np.zeros((1, 2), np.float32)).describe("prototype_similarity") == "nearest_questions"
+    assert InScope(0.5, 0.0, np.zeros((1, 2), np.float32)).describe("max_probability") == "max_probability+nearest_questions"
