@@ -422,7 +422,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     router = dict(reports[DEFAULT_VARIANT])
     router.update({
         "variant": DEFAULT_VARIANT,
-        "calibration": {k: router_method.result_.metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score", "in_scope", "char_view", "typos")},
+        "calibration": {k: router_method.result_.metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score", "in_scope", "nearest", "char_view", "typos")},
         "epochs_run": router_method.result_.metrics["epochs_run"],
         "arbiter": simulate_arbiter(router_method, x_test, texts_test, y_test, n, seed),
         "val_diagnostics": _compact(diagnose(predict_logits(router_method.model_, x_val), _noisy_train_val(split, noise, seed)[3], n, split.classes)),

@@ -165,7 +165,7 @@ class Decision:
     fallback: str | None = None
     context_turns: int = 0
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
-    views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight"
+    views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight", "examples" (nearest training questions)
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
     degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed, another embedding space)
 
@@ -329,6 +329,11 @@ def _views(experts: list[str], scored: Any, weight: float, reachable: set[str], 
     views: dict[str, Any] = {}
     if scored.spelling is not None:
         views = {"meaning": best(scored.meaning), "spelling": best(scored.spelling), "spelling_weight": weight}
+    if scored.examples is not None:
+        # The nearest training questions' favourite, by its mean cosine (routing.ml.nearest).
+        similar = [(float(c), slug) for slug, c in zip(experts, scored.examples.tolist(), strict=True) if slug in reachable]
+        c, slug = max(similar)
+        views["examples"] = {"expert": slug, "similarity": round(c, 4)}
     if evidence is not None:
         # Only the experts this request may reach: a key scoped to some experts learns nothing of the others' documents.
         views["knowledge"] = {slug: e for slug, e in evidence.items() if slug in reachable} if "unavailable" not in evidence else evidence

@@ -38,8 +38,9 @@ from . import fast_encoder
 from .charview import CharView, typo_copies
 from .diagnostics import fit_temperature, nll
 from .fast_encoder import StaticEncoder, distil
-from .inscope import InScope, fit_in_scope, nearest_bank
+from .inscope import InScope, fit_in_scope
 from .knowledge import KnowledgeCombiner
+from .nearest import NearestBank
 from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
 
@@ -54,8 +55,14 @@ BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 # clinc150 0.4 (domains) / 0.5 (intents), hwu64 0.6 / 0.6.
 BLEND_RULE = "lowest validation NLL as written; within one standard error of it, lowest NLL on the typo copies"
 LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilities
+# The nearest training questions' weight in the logits (``fit_nearest_weight``), each expert's evidence a
+# mean cosine (0-1). The rule, not a figure, is the blend's; the grid spans "none" to "the nearest
+# questions decide" (a cosine gap of 0.05 at 40 is a factor of e^2). Validation picks, and what test
+# then said, are in the README's evaluate-router paragraph.
+NEAREST_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0)
+NEAREST_RULE = ("lowest validation NLL as written; within one standard error of it, the smallest weight within one standard error "
+                "of the lowest NLL on the typo copies")
 BLEND_FILE = "blend.json"
-BANK_FILE = "nearest.npz"  # the training questions the in-scope score's nearest-example evidence reads
 CHAR_FOLDER = "charview"
 FAST_FOLDER = "fast"
 
@@ -70,6 +77,7 @@ class Scored:
     score: float
     meaning: np.ndarray
     spelling: np.ndarray | None
+    examples: np.ndarray | None = None  # each expert's nearest-question cosine, where the router weighs them
 
 
 @dataclass
@@ -83,6 +91,9 @@ class TextRouter:
     in_scope: InScope = field(default_factory=InScope)  # how the in-scope score is made (``routing.ml.inscope``)
     knowledge: KnowledgeCombiner | None = None  # the experts' documents as evidence (fitted by routing.services when they all have some)
     fast: FastTier | None = None  # the fast tier (``auto:fast``): its own encoder and its own router, trained beside this one
+    bank: NearestBank | None = None  # training questions (``routing.ml.nearest``): routing and in-scope evidence, where validation chose it
+    nearest_weight: float = 0.0  # the nearest questions' per-expert evidence in the logits (``fit_nearest_weight``)
+    nearest_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         self.scorer: NumpyScorer | None = self.model.numpy_scorer()
@@ -99,9 +110,8 @@ class TextRouter:
     def scores(self, x: np.ndarray, texts: list[str], context: Context | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Calibrated probabilities (n, N) and in-scope scores (n,) for embeddings ``x`` of ``texts``."""
         probs, score = route_scores(self.model, x, context)
-        if self.char_view is None or not len(texts):
-            return probs, self.in_scope.combine(score, x, None)
-        return self.combine(probs, score, self.char_view.log_proba(texts), x)
+        char = self.char_view.log_proba(texts) if self.char_view is not None and len(texts) else None
+        return self.combine(probs, score, char, x)
 
     def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> tuple[np.ndarray, float]:
         """The same for one question: the numpy path where the network has one (serving)."""
@@ -122,8 +132,11 @@ class TextRouter:
                 p, s = self.model.route_scores(torch.from_numpy(np.asarray(vector, dtype=np.float32)[None, :]), context, lengths)
             meaning, score = p[0].numpy().astype(np.float64), float(s[0])
             log_net = np.log(np.clip(meaning, 1e-12, None))
+        sims = self.bank.similarities(vector) if self.bank is not None else None  # (1, M): one product for both uses
+        nearest = float(self.bank.overall(sims)[0]) if sims is not None and self.in_scope.mix else None  # type: ignore[union-attr]
+        examples = self.bank.per_expert(sims)[0] if sims is not None and self.nearest_weight else None  # type: ignore[union-attr]
         if self.char_view is None:
-            return Scored(meaning, self.in_scope.combine_one(score, vector, None), meaning, None)
+            return Scored(self._with_nearest(meaning, examples), self.in_scope.combine_one(score, nearest, None), meaning, None, examples)
         char = self.char_view.log_proba_one(text)
         # blend_logits and _softmax on one row (log_net floored as blend_logits clips the probabilities)
         logits = np.maximum(log_net, LOG_FLOOR)
@@ -132,12 +145,28 @@ class TextRouter:
         logits -= logits.max()
         probs = np.exp(logits)
         probs /= probs.sum()
-        return Scored(probs, self.in_scope.combine_one(score, vector, math.exp(float(char.max()))), meaning, np.exp(char))
+        return Scored(self._with_nearest(probs, examples), self.in_scope.combine_one(score, nearest, math.exp(float(char.max()))), meaning,
+                      np.exp(char), examples)
 
-    def combine(self, probs: np.ndarray, score: np.ndarray, char_log_proba: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The blended probabilities and the in-scope scores, from the network's and the character view's."""
-        logits = blend_logits(probs, char_log_proba, self.weight) / self.temperature
-        return _softmax(logits), self.in_scope.combine(score, x, np.exp(char_log_proba).max(axis=1))
+    def _with_nearest(self, probs: np.ndarray, examples: np.ndarray | None) -> np.ndarray:
+        """One question's probabilities with the nearest questions' per-expert evidence, where the router weighs it."""
+        if examples is None:
+            return probs
+        logits = nearest_logits(probs[None, :], examples[None, :], self.nearest_weight)[0] / self.nearest_temperature
+        logits -= logits.max()
+        out = np.exp(logits)
+        return out / out.sum()
+
+    def combine(self, probs: np.ndarray, score: np.ndarray, char_log_proba: np.ndarray | None, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The served probabilities and in-scope scores, from the network's, the character view's (None: none) and the bank's."""
+        sims = self.bank.similarities(x) if self.bank is not None else None
+        if char_log_proba is not None:
+            probs = _softmax(blend_logits(probs, char_log_proba, self.weight) / self.temperature)
+        if self.nearest_weight and sims is not None:
+            probs = _softmax(nearest_logits(probs, self.bank.per_expert(sims), self.nearest_weight) / self.nearest_temperature)  # type: ignore[union-attr]
+        nearest = self.bank.overall(sims) if sims is not None and self.in_scope.mix else None  # type: ignore[union-attr]
+        confidence = np.exp(char_log_proba).max(axis=1) if char_log_proba is not None else None
+        return probs, self.in_scope.combine(score, nearest, confidence)
 
     def held_out_scores(self, x: np.ndarray, texts: list[str], y: np.ndarray, context: Context | None = None) -> np.ndarray:
         """(n,) each question's in-scope score as if its expert ``y[i]`` did not exist (``InScope.held_out``):
@@ -149,7 +178,7 @@ class TextRouter:
         else:
             network, kind = probs, "probabilities"
         char = np.exp(self.char_view.log_proba(texts)) if self.char_view is not None and len(texts) else None
-        return self.in_scope.held_out(network, kind, x, y, char)
+        return self.in_scope.held_out(network, kind, self.bank, x, y, char)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -159,10 +188,10 @@ class TextRouter:
         if self.char_view is not None:
             self.char_view.save(path / CHAR_FOLDER)
             (path / BLEND_FILE).write_text(json.dumps({"weight": self.weight, "temperature": self.temperature, "score_scale": self.score_scale,
-                                                       "nearest_mix": self.in_scope.mix}))
-        if self.in_scope.bank is not None:
-            experts = self.in_scope.bank_y if self.in_scope.bank_y is not None else np.full(len(self.in_scope.bank), -1)
-            np.savez(path / BANK_FILE, vectors=self.in_scope.bank, experts=experts)
+                                                       "nearest_mix": self.in_scope.mix, "nearest_weight": self.nearest_weight,
+                                                       "nearest_temperature": self.nearest_temperature}))
+        if self.bank is not None:
+            self.bank.save(path)
         if self.fast is not None:
             self.fast.save(path / FAST_FOLDER)
 
@@ -183,14 +212,12 @@ class TextRouter:
         if not (path / BLEND_FILE).exists():
             return cls(model, knowledge=knowledge, fast=fast)
         blend = json.loads((path / BLEND_FILE).read_text())
-        # Routers saved before the nearest-example evidence have no mix and no bank: their score is unchanged.
-        mix = float(blend.get("nearest_mix") or 0.0)
-        bank, bank_y = None, None
-        if mix and (path / BANK_FILE).exists():
-            with np.load(path / BANK_FILE) as saved:
-                bank, bank_y = np.ascontiguousarray(saved["vectors"], dtype=np.float32), saved["experts"]
-        in_scope = InScope(mix if bank is not None else 0.0, float(blend["score_scale"]), bank, bank_y=bank_y)
-        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), in_scope, knowledge, fast)
+        # Routers saved before the bank of training questions have none: their figures are unchanged.
+        bank = NearestBank.load(path)
+        in_scope = InScope(float(blend.get("nearest_mix") or 0.0) if bank is not None else 0.0, float(blend["score_scale"]))
+        return cls(model, CharView.load(path / CHAR_FOLDER), float(blend["weight"]), float(blend["temperature"]), in_scope, knowledge, fast,
+                   bank=bank, nearest_weight=float(blend.get("nearest_weight") or 0.0) if bank is not None else 0.0,
+                   nearest_temperature=float(blend.get("nearest_temperature") or 1.0))
 
 
 @dataclass
@@ -313,15 +340,21 @@ def train_text_router(
         view = CharView.fit(list(texts_train), np.asarray(y_train), n_experts, seed=config.seed)
         char = view.log_proba(list(texts_val))
         blend = fit_blend(probs, sims, char, np.asarray(y_val), clean_val)
-        in_scope = _fit_in_scope(result.model, x_train[:clean_train], y_train[:clean_train], x_val[:clean_val], y_val[:clean_val],
-                                 probs[:clean_val], np.exp(char[:clean_val]), blend.pop("char_spread_ratio"), n_experts, config)
-        router = TextRouter(result.model, view, **blend, in_scope=in_scope)
+        ratio = blend.pop("char_spread_ratio")
+        bank = NearestBank.sample(x_train[:clean_train], np.asarray(y_train[:clean_train]), n_experts, config.nearest_bank_max, config.seed)
+        evidence = bank.per_expert(bank.similarities(x_val))
+        nearest = fit_nearest_weight(_softmax(blend_logits(probs, char, blend["weight"]) / blend["temperature"]), evidence, np.asarray(y_val), clean_val)
+        in_scope = _fit_in_scope(result.model, bank, x_val[:clean_val], y_val[:clean_val], probs[:clean_val], np.exp(char[:clean_val]), ratio)
+        keep = bool(nearest["weight"] or in_scope.mix)
+        router = TextRouter(result.model, view, **blend, in_scope=in_scope, bank=bank if keep else None,
+                            nearest_weight=nearest["weight"], nearest_temperature=nearest["temperature"])
         blended, scores = router.combine(probs, sims, char, x_val)
         threshold = abstain_threshold(scores, config.target_recall)
         result.metrics.update({
             "abstain_threshold": threshold,
             "abstain_score": in_scope.describe("prototype_similarity" if result.model.has_prototypes else "max_probability"),
             "in_scope": {"nearest_mix": in_scope.mix, "char_scale": in_scope.char_scale, **in_scope.report},
+            "nearest": {**nearest, "bank": len(bank), "kept": keep},
             "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
                           "features": len(view.vocabulary), "fit_s": round(time.perf_counter() - t, 2),
                           "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
@@ -378,17 +411,53 @@ def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y
     return {"weight": float(weight), "temperature": float(temperature), "char_spread_ratio": ratio}
 
 
-def _fit_in_scope(model: RouterNet, x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
-                  probs_val: np.ndarray, char_probs_val: np.ndarray, char_spread_ratio: float, n_experts: int, config: TrainConfig) -> InScope:
-    """The in-scope score (``routing.ml.inscope.fit_in_scope``) on the training questions and the validation questions as written."""
-    bank, bank_y = nearest_bank(x_train, np.asarray(y_train), n_experts, config.nearest_bank_max, config.seed)
+def fit_nearest_weight(probs: np.ndarray, evidence: np.ndarray, y: np.ndarray, clean: int) -> dict[str, Any]:
+    """The nearest questions' weight in the logits, on validation rows (``clean`` first, then their typo copies).
+
+    Served probabilities become ``softmax((log p + b * evidence) / T)`` (``evidence``: each
+    expert's ``NearestBank.per_expert``). ``b`` follows ``NEAREST_RULE``: each weight's NLL per
+    question as written at its own fitted temperature; the weights within one standard error of the
+    best are tied; among them the typo copies' lowest NLL, or the smallest weight within one standard
+    error of it (evidence that measurably helps neither stays out).
+    ``T`` is then fitted on both (1 where ``b`` is 0: the router's probabilities as they were).
+    """
+    as_written, typos = slice(0, clean), slice(clean, len(y))
+    clean_nll, typo_nll, tried = {}, {}, []
+    for weight in NEAREST_WEIGHTS:
+        logits = nearest_logits(probs, evidence, weight)
+        temperature = fit_temperature(logits[as_written], y[as_written])
+        clean_nll[weight] = _per_question_nll(logits[as_written] / temperature, y[as_written])
+        typo_nll[weight] = _per_question_nll(logits[typos] / temperature, y[typos]) if len(y) > clean else np.zeros(1)
+        tried.append({"weight": weight, "val_nll": round(float(clean_nll[weight].mean()), 5), "val_nll_typos": round(float(typo_nll[weight].mean()), 5),
+                      "val_accuracy": round(float((logits[as_written].argmax(axis=1) == y[as_written]).mean()), 4)})
+    best = min(NEAREST_WEIGHTS, key=lambda w: (float(clean_nll[w].mean()), w))
+    tied = [w for w in NEAREST_WEIGHTS if _within_one_se(clean_nll[w] - clean_nll[best])]
+    # Among those, the typo copies' best, or the smallest weight they cannot tell from it (evidence
+    # that helps no one's NLL measurably stays out).
+    typo_best = min(tied, key=lambda w: (float(typo_nll[w].mean()), w))
+    weight = min(w for w in tied if w == typo_best or _within_one_se(typo_nll[w] - typo_nll[typo_best]))
+    temperature = fit_temperature(nearest_logits(probs, evidence, weight), y) if weight else 1.0
+    if not np.isfinite(temperature) or temperature <= 0:
+        temperature = 1.0
+    return {"weight": float(weight), "temperature": float(temperature), "rule": NEAREST_RULE, "tried": tried}
+
+
+def nearest_logits(probs: np.ndarray, evidence: np.ndarray, weight: float) -> np.ndarray:
+    """Log-probabilities (floored) plus ``weight`` x each expert's nearest-question evidence."""
+    logits = np.log(np.clip(probs, 1e-12, None))
+    return logits + weight * evidence if weight else logits
+
+
+def _fit_in_scope(model: RouterNet, bank: NearestBank, x_val: np.ndarray, y_val: np.ndarray,
+                  probs_val: np.ndarray, char_probs_val: np.ndarray, char_spread_ratio: float) -> InScope:
+    """The in-scope score (``routing.ml.inscope.fit_in_scope``) on the validation questions as written."""
     if model.has_prototypes:
         with torch.no_grad():
             network = model.prototype_similarity(torch.as_tensor(x_val, dtype=torch.float32)).numpy()
         kind = "prototypes"
     else:
         network, kind = probs_val, "probabilities"
-    return fit_in_scope(network, kind, x_val, np.asarray(y_val), bank, bank_y, char_probs_val, char_spread_ratio)
+    return fit_in_scope(network, kind, x_val, np.asarray(y_val), bank, char_probs_val, char_spread_ratio)
 
 
 def _per_question_nll(logits: np.ndarray, y: np.ndarray) -> np.ndarray:

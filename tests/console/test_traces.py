@@ -90,6 +90,26 @@ def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_w
     assert "What is the weather?" in page
 
 
+@pytest.mark.parametrize(("examples", "expected"), [
+    ({"expert": "ssa", "similarity": 0.8312}, "the training questions most like it were <strong>ssa</strong>'s (similarity 0.83)."),
+    (None, "by its words' spelling, <strong>dmv</strong> (0.70)."),
+])
+def test_a_trace_says_what_each_view_of_the_question_favoured(client, world, examples, expected):
+    _, staff = world
+    views = {"meaning": {"expert": "dmv", "probability": 0.6}, "spelling": {"expert": "dmv", "probability": 0.7}, "spelling_weight": 0.4}
+    if examples:
+        views["examples"] = examples
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.6}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
+                        raw_scores={"dmv": 0.6, "ssa": 0.3}, score=0.9, threshold=0.3, views=views)
+    event("r-views", "dmv", question="renew my licence", trace=traces.build(decision, None))
+    client.force_login(staff)
+    page = client.get(reverse("console-trace", args=["r-views"])).content.decode()
+    found = page.split('id="router-views"')[1].split("</p>")[0]
+    assert "By meaning it looked like <strong>dmv</strong> (0.60)" in found
+    assert expected in found
+    assert ("training questions most like it" in found) == bool(examples)
+
+
 def test_a_trace_keeps_the_passages_with_what_was_cited_and_the_answer_only_when_text_is_stored(settings):
     from serving.chat import ChatResult
 
