@@ -219,12 +219,12 @@ def _train_router(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int]
 def _train_text_router(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, name: str,
                        say: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """The product's question-only router (``train_text_router``: typo copies, spelling view): (probabilities, in-scope scores, metrics) of every row, cached."""
-    from routing.ml import charview, textrouter
+    from routing.ml import charview, inscope, nearest, textrouter
     from routing.ml.training import DEFAULT_MODEL_KWARGS, TrainConfig
 
     model_kwargs, config = dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=SEED)
     texts = [str(q.get("text") or "") for q in queries]
-    digest = router_cache_key(x, y, train, val, n, "text_router:" + code_fingerprint(textrouter, charview), model_kwargs, config)
+    digest = router_cache_key(x, y, train, val, n, "text_router:" + code_fingerprint(textrouter, charview, nearest, inscope), model_kwargs, config)
     path = embedding_cache_dir().parent / "retrieval" / f"text-router-{digest}.npz"
     if path.exists():
         cached = np.load(path, allow_pickle=False)
