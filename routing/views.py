@@ -87,6 +87,15 @@ def _spelling(metrics: dict[str, Any]) -> dict[str, Any] | None:
             "accuracy_clean": selectors.as_number(view.get("val_accuracy_clean")), "rate_percent": round(100 * rate) if rate is not None else None}
 
 
+def _similar_questions(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether the router's choice also reads the training questions most like the question (routing.ml.nearest)."""
+    found = metrics.get("nearest")
+    if not isinstance(found, dict):
+        return None
+    weight = selectors.as_number(found.get("weight")) or 0.0
+    return {"used": weight > 0, "weight": weight, "bank": int(found.get("bank") or 0)}
+
+
 def _out_of_scope(metrics: dict[str, Any]) -> dict[str, Any] | None:
     """What the router compares a question with before it says no expert covers it (routing.ml.inscope)."""
     found = metrics.get("in_scope")
@@ -152,6 +161,7 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "spelling": _spelling(metrics),
         "knowledge": _knowledge(metrics),
         "out_of_scope": _out_of_scope(metrics),
+        "similar_questions": _similar_questions(metrics),
         "fast_tier": _fast_tier(metrics),
         "serving_top_k": settings.ROUTER_TOP_K,
     }

@@ -211,6 +211,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("#active-marker")).to_be_visible()
     expect(page.locator("#loss-chart[data-ready='true'] canvas")).to_be_visible()
     expect(page.locator("#out-of-scope")).to_contain_text("turns a question away when it is like nothing the experts were trained on")
+    expect(page.locator("#similar-questions")).to_contain_text("training questions most like each question")
     shot(page, "07-training-run")
     page.goto(f"{base}/jobs/")
     shot(page, "08-jobs")

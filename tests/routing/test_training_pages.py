@@ -239,6 +239,17 @@ def test_a_run_page_says_what_tells_out_of_scope_questions(client, owner, in_sco
         assert text not in section
 
 
+@pytest.mark.parametrize(("nearest", "expected"), [
+    ({"weight": 10.0, "bank": 2379, "kept": True}, "looks up the 2379 training questions most like each question and leans towards their experts (weight 10)"),
+    ({"weight": 0.0, "bank": 4096, "kept": False}, "left them out"),
+])
+def test_a_run_page_says_whether_similar_past_questions_weigh_in(client, owner, nearest, expected):
+    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "nearest": nearest})
+    client.force_login(owner)
+    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    assert expected in html.split('id="similar-questions"')[1].split("</p>")[0]
+
+
 def test_a_run_without_history_or_metrics_still_renders(client, owner):
     run = TrainingRun.objects.create(params={}, history=[], metrics={})
     client.force_login(owner)
@@ -252,6 +263,7 @@ def test_a_run_without_history_or_metrics_still_renders(client, owner):
     assert 'id="spelling"' not in html
     assert 'id="knowledge"' not in html
     assert 'id="out-of-scope"' not in html
+    assert 'id="similar-questions"' not in html
     assert 'id="activate"' not in html
 
 
