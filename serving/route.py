@@ -319,11 +319,13 @@ def _rounded(value: float, digits: int) -> float | None:
 
 def _views(experts: list[str], scored: Any, weight: float, reachable: set[str], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each view's favourite among the experts this request may reach, with its probability, and the knowledge evidence."""
+    def favourite(values: np.ndarray) -> tuple[float, str]:
+        return max((float(v), slug) for slug, v in zip(experts, values.tolist(), strict=True) if slug in reachable)
+
     def best(probs: np.ndarray | None) -> dict[str, Any] | None:
         if probs is None:
             return None
-        ranked = [(float(p), slug) for slug, p in zip(experts, probs.tolist(), strict=True) if slug in reachable]
-        p, slug = max(ranked)
+        p, slug = favourite(probs)
         return {"expert": slug, "probability": round(p, 4)}
 
     views: dict[str, Any] = {}
@@ -331,8 +333,7 @@ def _views(experts: list[str], scored: Any, weight: float, reachable: set[str], 
         views = {"meaning": best(scored.meaning), "spelling": best(scored.spelling), "spelling_weight": weight}
     if scored.examples is not None:
         # The nearest training questions' favourite, by its mean cosine (routing.ml.nearest).
-        similar = [(float(c), slug) for slug, c in zip(experts, scored.examples.tolist(), strict=True) if slug in reachable]
-        c, slug = max(similar)
+        c, slug = favourite(scored.examples)
         views["examples"] = {"expert": slug, "similarity": round(c, 4)}
     if evidence is not None:
         # Only the experts this request may reach: a key scoped to some experts learns nothing of the others' documents.

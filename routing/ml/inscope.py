@@ -79,7 +79,7 @@ class InScope:
         if self.mix and bank is None:
             raise ValueError("this in-scope score reads nearest questions: it needs the router's bank")
         per_expert = bank.per_expert_top(bank.similarities(x)) if self.mix and bank is not None else None
-        return _score(_parts(network, kind, per_expert, char_probs, np.asarray(y)), self.mix, self.char_scale)
+        return self.combine(*_parts(network, kind, per_expert, char_probs, np.asarray(y)))
 
 
 def fit_in_scope(
@@ -111,9 +111,9 @@ def fit_in_scope(
     candidates = []
     for mix in NEAREST_MIXES:
         for factor in scales:
-            scale = factor * char_spread_ratio
-            candidates.append({"mix": mix, "char_scale_factor": factor, "char_scale": scale,
-                               "auroc": held_out_auroc(_score(served, mix, scale), _score(without, mix, scale), y)})
+            candidate = InScope(mix, factor * char_spread_ratio)
+            candidates.append({"mix": mix, "char_scale_factor": factor, "char_scale": candidate.char_scale,
+                               "auroc": held_out_auroc(candidate.combine(*served), candidate.combine(*without), y)})
     best = max(candidates, key=lambda c: c["auroc"])  # ties: the first (less nearest-question evidence, less confidence)
     report = {"rule": IN_SCOPE_RULE, "held_out_experts": len(held), "bank": len(bank), "k": K, "candidates": candidates}
     return InScope(float(best["mix"]), float(best["char_scale"]), report)
@@ -122,8 +122,11 @@ def fit_in_scope(
 def held_out_auroc(served: np.ndarray, without: np.ndarray, y: np.ndarray) -> float:
     """Mean over experts of the AUROC of the others' questions (``served`` scores) against the expert's
     own questions scored as if it did not exist (``without``): ``IN_SCOPE_RULE``'s figure."""
+    from sklearn.metrics import roc_auc_score
+
     held = [i for i in np.unique(y) if (y != i).any()]
-    return float(np.mean([_auroc(served[y != i], without[y == i]) for i in held])) if held else float("nan")
+    aurocs = [roc_auc_score(np.r_[np.ones((y != i).sum()), np.zeros((y == i).sum())], np.r_[served[y != i], without[y == i]]) for i in held]
+    return float(np.mean(aurocs)) if held else float("nan")
 
 
 Parts = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # network score, nearest-question score, confidence (n,) each
@@ -155,19 +158,3 @@ def _parts(network: np.ndarray, kind: str, per_expert: np.ndarray | None, char_p
         nearest = np.nanmean(np.where(np.isfinite(best), best, np.nan), axis=1)
     return net.max(axis=1), nearest, None if char is None else char.max(axis=1)
 
-
-def _score(parts: Parts, mix: float, scale: float) -> np.ndarray:
-    network, nearest, confidence = parts
-    score = (1.0 - mix) * network + mix * nearest if mix else network.copy()
-    if confidence is not None and scale:
-        score = score + scale * confidence
-    return score
-
-
-def _auroc(positive: np.ndarray, negative: np.ndarray) -> float:
-    """P(a positive scores above a negative), ties counting half (the Mann-Whitney statistic)."""
-    from scipy.stats import rankdata
-
-    ranks = rankdata(np.r_[positive, negative])
-    n_pos, n_neg = len(positive), len(negative)
-    return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

@@ -171,14 +171,9 @@ class TextRouter:
     def held_out_scores(self, x: np.ndarray, texts: list[str], y: np.ndarray, context: Context | None = None) -> np.ndarray:
         """(n,) each question's in-scope score as if its expert ``y[i]`` did not exist (``InScope.held_out``):
         what evidence added to the score on top (``routing.ml.knowledge``) is weighed on."""
-        probs, _ = route_scores(self.model, x, context)
-        if self.model.has_prototypes:
-            with torch.no_grad():
-                network, kind = self.model.prototype_similarity(torch.as_tensor(x, dtype=torch.float32)).numpy(), "prototypes"
-        else:
-            network, kind = probs, "probabilities"
+        probs = None if self.model.has_prototypes else route_scores(self.model, x, context)[0]
         char = np.exp(self.char_view.log_proba(texts)) if self.char_view is not None and len(texts) else None
-        return self.in_scope.held_out(network, kind, self.bank, x, y, char)
+        return self.in_scope.held_out(*_network_evidence(self.model, x, probs), self.bank, x, y, char)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -344,7 +339,8 @@ def train_text_router(
         bank = NearestBank.sample(x_train[:clean_train], np.asarray(y_train[:clean_train]), n_experts, config.nearest_bank_max, config.seed)
         evidence = bank.per_expert(bank.similarities(x_val))
         nearest = fit_nearest_weight(_softmax(blend_logits(probs, char, blend["weight"]) / blend["temperature"]), evidence, np.asarray(y_val), clean_val)
-        in_scope = _fit_in_scope(result.model, bank, x_val[:clean_val], y_val[:clean_val], probs[:clean_val], np.exp(char[:clean_val]), ratio)
+        in_scope = fit_in_scope(*_network_evidence(result.model, x_val[:clean_val], probs[:clean_val]), x_val[:clean_val], np.asarray(y_val[:clean_val]),
+                                bank, np.exp(char[:clean_val]), ratio)
         keep = bool(nearest["weight"] or in_scope.mix)
         router = TextRouter(result.model, view, **blend, in_scope=in_scope, bank=bank if keep else None,
                             nearest_weight=nearest["weight"], nearest_temperature=nearest["temperature"])
@@ -448,16 +444,15 @@ def nearest_logits(probs: np.ndarray, evidence: np.ndarray, weight: float) -> np
     return logits + weight * evidence if weight else logits
 
 
-def _fit_in_scope(model: RouterNet, bank: NearestBank, x_val: np.ndarray, y_val: np.ndarray,
-                  probs_val: np.ndarray, char_probs_val: np.ndarray, char_spread_ratio: float) -> InScope:
-    """The in-scope score (``routing.ml.inscope.fit_in_scope``) on the validation questions as written."""
+def _network_evidence(model: RouterNet, x: np.ndarray, probs: np.ndarray | None) -> tuple[np.ndarray, str]:
+    """The network's per-expert in-scope evidence for ``x`` and its kind (``routing.ml.inscope``): the
+    prototype similarities where the router has prototypes, else its probabilities ``probs``."""
     if model.has_prototypes:
         with torch.no_grad():
-            network = model.prototype_similarity(torch.as_tensor(x_val, dtype=torch.float32)).numpy()
-        kind = "prototypes"
-    else:
-        network, kind = probs_val, "probabilities"
-    return fit_in_scope(network, kind, x_val, np.asarray(y_val), bank, char_probs_val, char_spread_ratio)
+            return model.prototype_similarity(torch.as_tensor(x, dtype=torch.float32)).numpy(), "prototypes"
+    if probs is None:
+        raise ValueError("a router without prototypes reads its probabilities as in-scope evidence: pass them")
+    return probs, "probabilities"
 
 
 def _per_question_nll(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
