@@ -24,10 +24,11 @@ Generators: ``extractive`` (``experts.ml.extractive``, no LM), ``base`` (the bar
 and ``lora`` (the mode's adapter). The LM generators do what the serving backend does around the
 model (``experts.generation.transformers``, read through its ``from_settings``): a weak retrieval
 is answered "not found" without calling the model, the model sees the best ``GENERATION_PASSAGES``
-passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, decodes greedily up to
-``GENERATOR_MAX_TOKENS`` stopping at serving's stops, and its output goes through the same
-``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches,
-where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
+passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, answers as
+``GENERATION_DECODING`` says (``select``: the passage sentence the model rates best; ``free``: greedy
+decoding up to ``GENERATOR_MAX_TOKENS``, stopping at serving's stops), and its output goes through the
+same ``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches
+for free decoding, where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
 bfloat16 where the hardware multiplies it natively, as training uses). The conversation's earlier turns
 are not in the prompt (the retrieval evaluation searches with the user's own words too).
 
@@ -484,7 +485,7 @@ def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[Question]
     generated = generate_batch(lm, tokenizer, items, max_new_tokens=serving.max_new_tokens, prompt_tokens=room,
                                batch_size=config.batch_size, stop_strings=serving.stops, stats=stats,
                                no_repeat_ngram=serving.generator.no_repeat_ngram, copy_bias=serving.generator.copy_bias,
-                               copy_spans=serving.generator.copy_spans)
+                               copy_spans=serving.generator.copy_spans, select=serving.generator.decoding == "select")
     say(f"    {stats.new_tokens} tokens in {stats.wall_s:.0f} s ({stats.tokens_per_s:.1f} tokens/s)")
     out: dict[str, list[_Answered]] = {}
     for mode in modes:
@@ -624,7 +625,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
             "no_repeat_ngram": serving.generator.no_repeat_ngram, "copy_bias": serving.generator.copy_bias,
-            "copy_spans": serving.generator.copy_spans, "lead_sentence": serving.generator.lead_sentence,
+            "copy_spans": serving.generator.copy_spans, "decoding": serving.generator.decoding, "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
         },
     }

@@ -10,7 +10,7 @@ scores below ``EXTRACTIVE_MIN_SCORE`` are skipped: the product answers those wit
 Reported, per concurrency level (1, then ``--concurrency``, requests streamed from that many threads):
 ``first_token_p50_ms`` / ``p90`` (request to the first non-empty delta, queue wait included),
 ``tokens_per_s`` (each answer's tokens after its first, over its streaming time: the decode speed a
-reader sees), ``throughput_tokens_per_s`` (all answer tokens over the level's wall time) and the answers'
+reader sees; None with ``select`` decoding, whose answer arrives whole), ``throughput_tokens_per_s`` (all answer tokens over the level's wall time) and the answers'
 length in tokens. The queue is widened to the concurrency for the run (``queue_max_used``): with the
 default ``GENERATION_QUEUE_MAX`` the requests beyond it would get 503 instead of a measurement. A
 request still waiting when its ``GENERATION_TIMEOUT_S`` runs out is counted in ``timed_out`` (the
@@ -133,7 +133,8 @@ def _level(gen: TransformersGenerator, requests: list[GenerationRequest], concur
         t.join()
     wall = time.perf_counter() - t0
     firsts = [r["first_s"] * 1000 for r in results]
-    rates = [r["decode_tokens_per_s"] for r in results if r["decode_tokens_per_s"]]
+    # a chosen answer (``select`` decoding) arrives whole: there is no decoding speed to report
+    rates = [r["decode_tokens_per_s"] for r in results if r["decode_tokens_per_s"]] if gen.decoding != "select" else []
     tokens = [r["tokens"] for r in results]
     report = {
         "concurrency": concurrency, "requests": len(requests), "answered": len(results), "timed_out": timed_out, "errors": errors,
@@ -237,7 +238,7 @@ def bench_generation(requests: int = 10, concurrency: int = 8, adapter_rounds: i
         levels.append(_level(gen, asked[: max(requests, level)], level, say))
     report: dict[str, Any] = {
         "base_model": gen.base_model, "max_tokens": gen.max_tokens, "passages": gen.max_passages, "passage_chars": gen.passage_chars,
-        "torch_threads": gen.threads, "timeout_s": gen.timeout_s, "queue_max_setting": int(settings.GENERATION_QUEUE_MAX),
+        "decoding": gen.decoding, "torch_threads": gen.threads, "timeout_s": gen.timeout_s, "queue_max_setting": int(settings.GENERATION_QUEUE_MAX),
         "queue_max_used": max(int(settings.GENERATION_QUEUE_MAX), concurrency), "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in load_before], "warm_up_s": round(load_s, 1), "levels": levels,
         "first_token_p50_ms": levels[0]["first_token_p50_ms"], "tokens_per_s": levels[0]["tokens_per_s"],

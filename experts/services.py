@@ -311,8 +311,8 @@ def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = N
 def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | None, base_eval_loss: float | None) -> dict[str, Any]:
     """Whether an adapter answers its expert's held-out questions better than the bare base model.
 
-    Both answer every held-out question the way serving does (greedy, ``GENERATOR_MAX_TOKENS``,
-    the same stops); their mean token F1 against the held-out answers is compared
+    Both answer every held-out question the way serving does (``GENERATION_DECODING``: the passage
+    sentence each rates best, or greedy up to ``GENERATOR_MAX_TOKENS`` with the same stops); their mean token F1 against the held-out answers is compared
     (``answer_metrics.token_f1``). ``beats_base`` needs a higher F1 *and* a lower held-out loss; it
     is None without held-out examples (then nothing is activated automatically).
     """
@@ -330,7 +330,9 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     kwargs: dict[str, Any] = {"max_new_tokens": int(settings.GENERATOR_MAX_TOKENS), "stop_strings": stops,
                               "no_repeat_ngram": int(getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0)),
                               "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
-                              "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False))}
+                              "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
+                              # as the serving backend will answer: vLLM decodes freely
+                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select" and settings.GENERATOR != "vllm"}
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

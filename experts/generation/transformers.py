@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 import queue
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -57,6 +58,10 @@ AdapterMismatchError = AdapterMismatch  # the name this module used to define
 BROKEN_ADAPTER_RETRY_S = 300.0  # a broken adapter folder is looked at again after this long (it may have been fixed)
 PREFIX_CACHE_SIZE = 16  # (adapter, system prompt) pairs whose prompt prefix state is kept (~6 MB each for a 135M model)
 MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a cache entry
+# "free": the model writes its answer token by token; "select": it chooses the passage sentence it
+# rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
+DECODINGS = ("free", "select")
+_WORDS = re.compile(r"\S+\s*")  # a chosen answer is streamed a word at a time
 
 
 class TransformersGenerator:
@@ -67,7 +72,7 @@ class TransformersGenerator:
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
-                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False) -> None:
+                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free") -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -84,6 +89,9 @@ class TransformersGenerator:
         self.copy_bias = float(copy_bias)
         self.lead_sentence = bool(lead_sentence)
         self.copy_spans = bool(copy_spans)
+        if decoding not in DECODINGS:
+            raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
+        self.decoding = decoding
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -114,6 +122,7 @@ class TransformersGenerator:
             copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
             lead_sentence=getattr(settings, "GENERATION_LEAD_SENTENCE", False),
             copy_spans=getattr(settings, "GENERATION_COPY_SPANS", False),
+            decoding=getattr(settings, "GENERATION_DECODING", "free"),
         )
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
@@ -223,7 +232,7 @@ class TransformersGenerator:
         if adapter is None:
             if self._peft is None:
                 return self._base, nullcontext()
-            return self._peft, self._peft.disable_adapter()
+            return self._peft, _Reusable(self._peft.disable_adapter)
         self._ensure_adapter(adapter)
         self._peft.set_adapter(adapter.name)
         return self._peft, nullcontext()
@@ -359,6 +368,10 @@ class TransformersGenerator:
         budget = self._budget(request)
         deadline = time.monotonic() + budget
         shown = self.prompt_passages(request)
+        if self._selects(request):
+            with self.queue.hold(budget):
+                text = self._select(request, shown, deadline, budget)
+            return self._parse(request, text)
         with self.queue.hold(budget):
             model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
             try:
@@ -369,11 +382,37 @@ class TransformersGenerator:
         if stop.timed_out:
             raise GenerationTimeout(f"the answer took longer than its budget of {budget:.0f} s")
         new = output[0, inputs["input_ids"].shape[1] :]
-        text = self._tokenizer.decode(new, skip_special_tokens=True)
-        answer = parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score,
-                              question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
+        answer = self._parse(request, self._tokenizer.decode(new, skip_special_tokens=True))
         answer.finish_reason = "length" if len(new) >= kwargs["max_new_tokens"] and not stop.stopped_by_text else "stop"
         return answer
+
+    def _parse(self, request: GenerationRequest, text: str) -> Answer:
+        return parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score,
+                            question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
+
+    def _selects(self, request: GenerationRequest) -> bool:
+        """Whether this request's answer is chosen (``select`` decoding) rather than written: sampling asks the model to write."""
+        return self.decoding == "select" and not (request.temperature and request.temperature > 0)
+
+    def _select(self, request: GenerationRequest, shown: list[Passage], deadline: float, budget: float) -> str:
+        """The candidate answer the request's model rates best, marker included (caller holds the queue)."""
+        import torch
+
+        from experts.ml.selection import select
+
+        model, context = self._model_for(request.adapter)
+        limit = getattr(self._base.config, "max_position_embeddings", 2048) - self._max_new(request)
+        example = Example(request.question, "", shown, request.system_prompt, request.citation_format)
+        try:
+            # the state after the system message, as free decoding reuses it (computed outside ``context``, which enters once)
+            prefix = self._prefix_cache(model, context, request, fit_prompt(self._tokenizer, example, limit, history=request.history))
+            with context, torch.no_grad():
+                chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix)
+        except (RuntimeError, ValueError) as exc:
+            raise GenerationError(f"generation failed: {exc}") from None
+        if time.monotonic() > deadline:
+            raise GenerationTimeout(f"the answer took longer than its budget of {budget:.0f} s")
+        return chosen.text
 
     def next_token_logits(self, request: GenerationRequest) -> Any:
         """The model's logits for the first answer token (a float tensor): shows which adapter answered.
@@ -407,6 +446,11 @@ class TransformersGenerator:
         budget = self._budget(request)
         deadline = time.monotonic() + budget
         shown = self.prompt_passages(request)
+        if self._selects(request):
+            with self.queue.hold(budget):
+                text = self._select(request, shown, deadline, budget)
+            yield from self._stream_text(request, text)
+            return
         self.queue.acquire(budget)
         held_from = time.monotonic()
         cancel = threading.Event()
@@ -458,6 +502,40 @@ class TransformersGenerator:
             yield answer
         finally:
             cancel.set()  # the consumer went away (or we are done): the model stops at its next token
+
+    def _stream_text(self, request: GenerationRequest, text: str) -> Iterator[str | Answer]:
+        """A chosen answer streamed as a written one is: word by word through the citation stream, then the answer."""
+        citations = self._citations(request)
+        for piece in _WORDS.findall(text):
+            shown = citations.feed(piece)
+            if shown:
+                yield shown
+            if citations.stopped:
+                break
+        tail, answer = citations.finish(request.question, min_score=self.min_score, streamed=True)
+        if tail:
+            yield tail
+        yield answer
+
+
+class _Reusable:
+    """A context manager making a new ``factory()`` context at each entry.
+
+    peft's ``disable_adapter()`` is a single-use context; the bare model's context is entered once
+    for the prompt prefix state and again for the answer.
+    """
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+        self._open: list[Any] = []
+
+    def __enter__(self) -> Any:
+        context = self.factory()
+        self._open.append(context)
+        return context.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._open.pop().__exit__(*exc)
 
 
 def _stop_criteria(deadline: float, cancel: threading.Event, tokenizer: Any, prompt_len: int, stops: tuple[str, ...]) -> Any:

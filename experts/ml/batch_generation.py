@@ -100,8 +100,9 @@ def generate_batch(
     no_repeat_ngram: int = 0,
     copy_bias: float = 0.0,
     copy_spans: bool = False,
+    select: bool = False,
 ) -> list[Generated]:
-    """Greedy answers to ``items``, in their order.
+    """Greedy answers to ``items``, in their order (with ``select``: the candidates each adapter rates best, ``select_batch``).
 
     Args:
         model: the base model, or the PeftModel from ``attach_adapters``.
@@ -117,8 +118,13 @@ def generate_batch(
         no_repeat_ngram: forbid an answer to repeat an n-gram of its own (``decoding.answer_no_repeat``; 0: off).
         copy_bias: added to the logits of each prompt's own tokens (``decoding.copy_bias``; 0: off).
         copy_spans: answers are runs of spans of their own prompts (``decoding.span_copy``).
+        select: each answer is the passage sentence its adapter scores best (``selection``); the
+            decoding options above do not apply.
     """
     import torch
+
+    if select:
+        return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, stats=stats)
 
     from .decoding import answer_no_repeat, marker_openings, processors, span_copy
     from .decoding import copy_bias as copy_bias_processor
@@ -170,6 +176,41 @@ def generate_batch(
     return [g for g in out if g is not None]
 
 
+def select_batch(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[BatchItem],
+    *,
+    prompt_tokens: int,
+    stats: BatchStats | None = None,
+    length_power: float = 1.0,
+) -> list[Generated]:
+    """``selection``'s answers to ``items``, in their order: each the candidate its adapter scores best.
+
+    One item at a time: its candidates share its prompt's cache (``selection.score_continuations``).
+
+    Args:
+        model, tokenizer, items, prompt_tokens, stats: as for ``generate_batch``.
+        length_power: a candidate's score is its summed log-probability over its length to this power
+            (``selection.choose``).
+    """
+    from .selection import select
+
+    stats = stats if stats is not None else BatchStats()
+    out: list[Generated] = []
+    for item in items:
+        t0 = time.perf_counter()
+        with _context(model, item.adapter):
+            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history, length_power=length_power)
+        wall = time.perf_counter() - t0
+        stats.wall_s += wall
+        stats.batches += 1
+        stats.new_tokens += chosen.answer_tokens
+        stats.prompt_tokens += chosen.prompt_tokens
+        out.append(Generated(chosen.text, chosen.prompt_tokens, chosen.answer_tokens, wall * 1000))
+    return out
+
+
 def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
     """``text`` up to the first of ``stop_strings`` (a streamed answer stops there)."""
     cut = min((i for i in (text.find(s) for s in stop_strings if s) if i >= 0), default=len(text))
@@ -178,7 +219,7 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
 
 def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
                 stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
-                copy_spans: bool = False) -> float | None:
+                copy_spans: bool = False, select: bool = False) -> float | None:
     """Mean token F1 (``answer_metrics.token_f1``) of greedy answers to ``examples`` against their answers.
 
     The activation gate compares an adapter's figure with the bare base model's (``adapter=None``) on
@@ -192,6 +233,6 @@ def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
                                stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
-                               copy_spans=copy_spans)
+                               copy_spans=copy_spans, select=select)
     scores = [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
     return sum(scores) / len(scores)

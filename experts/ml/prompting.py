@@ -20,7 +20,7 @@ from .citations import DEFAULT_CITATION_FORMAT, content_stems, marker_pattern, p
 from .extractive import FOOTNOTE as _FOOTNOTE
 from .extractive import NOT_FOUND, Passage, split_sentences
 
-__all__ = ["DEFAULT_CITATION_FORMAT", "NOT_FOUND", "RULES", "STOPS", "build_messages", "focus", "parse_answer", "render_citation",
+__all__ = ["DEFAULT_CITATION_FORMAT", "NOT_FOUND", "RULES", "STOPS", "build_messages", "clean_passage_text", "focus", "parse_answer", "render_citation",
            "render_passages", "validate_citation_format"]
 
 RULES = (
@@ -56,7 +56,8 @@ def render_citation(index: int, citation_format: str = DEFAULT_CITATION_FORMAT) 
     return citation_format.format(index=index)
 
 
-def _clean(text: str, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
+def clean_passage_text(text: str, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
+    """A passage's text as the prompt shows it: no delimiter look-alikes, footnote numbers or citation markers."""
     text = _FOOTNOTE.sub("", _DELIMITER_LIKE.sub(" ", text))
     return marker_pattern(citation_format).sub("", text).strip()
 
@@ -96,14 +97,14 @@ def render_passages(passages: Sequence[Passage], citation_format: str = DEFAULT_
     """
     lines = [_OPEN]
     for i, p in enumerate(passages, start=1):
-        title = _clean(p.title, citation_format).replace("\n", " ")
+        title = clean_passage_text(p.title, citation_format).replace("\n", " ")
         lines.append(f"[passage {i}] cite as {render_citation(i, citation_format)}" + (f" | {title}" if title else ""))
-        lines.append(_clean(p.text, citation_format))
+        lines.append(clean_passage_text(p.text, citation_format))
         lines.append("")
     lead = next(((i, p.lead) for i, p in enumerate(passages, start=1) if p.lead.strip()), None)
     if lead is not None:  # inside the block: it is document text like the rest
         i, sentence = lead
-        lines.append(f"Best matching sentence (passage {i}, cite as {render_citation(i, citation_format)}): {_clean(sentence, citation_format)}")
+        lines.append(f"Best matching sentence (passage {i}, cite as {render_citation(i, citation_format)}): {clean_passage_text(sentence, citation_format)}")
         lines.append("")
     lines.append(_CLOSE)
     return "\n".join(lines)

@@ -33,6 +33,15 @@ def test_a_level_reports_first_token_speed_and_length_for_every_request(tiny):
     assert sum(report["finish_reasons"].values()) == 4
 
 
+def test_a_chosen_answer_arrives_whole_so_no_decoding_speed_is_claimed(tiny):
+    chooser = TransformersGenerator(tiny.base_model, max_tokens=5, stop_at_paragraph=False, threads=1, decoding="select")
+    report = bench_generation._level(chooser, requests(2), concurrency=1, say=lambda _: None)
+    assert report["answered"] == 2
+    assert report["first_token_p50_ms"] > 0
+    assert report["tokens_per_s"] is None
+    assert bench_generation._level(tiny, requests(2), concurrency=1, say=lambda _: None)["tokens_per_s"] is not None  # written: it has one
+
+
 def test_the_adapter_switch_is_timed_on_two_adapters_made_with_peft(tiny, settings):
     settings.LORA_TARGET_MODULES = ["q_proj", "v_proj"]
     report = bench_generation._adapter_switch(tiny, requests(1)[0], rounds=2, say=lambda _: None)

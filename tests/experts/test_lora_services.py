@@ -207,6 +207,7 @@ def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest
 
 def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_activated(expert, lora_settings, train):
     lora_settings.GENERATOR_MAX_TOKENS = 12
+    lora_settings.GENERATION_DECODING = "free"  # the examples carry no passages: only a written answer can say it
     # Every answer is the same sentence: an adapter can learn it, the random base model cannot say it.
     rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 2 else "train"} for i in range(10)]
     services.import_examples(expert, _jsonl(rows))
