@@ -50,7 +50,8 @@ citing any, where qrels exist), ``abstained`` (share answering "not found"), and
 gold answer is in none of the retrieved passages (``absent``) and those where it is, the share that
 abstained (``abstained_when_absent``: honest; ``abstained_when_present``: lost). ``p50_ms`` is the
 median time per answer (a batch's wall time divided by its size for the LMs) and ``tokens_per_s``
-the generated tokens per second of generation.
+the generated tokens per second of generation. ``paired`` holds the targets' comparisons as mean
+per-question F1 differences with their standard errors (``paired_differences``).
 """
 
 from __future__ import annotations
@@ -607,6 +608,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         "train_s_this_run": adapters_report.get("train_s_this_run", 0.0),
         "wall_s": round(time.perf_counter() - started, 1),
         "targets": _targets(results),
+        "paired": paired_differences({key: [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)] for key, rows in answers.items()}),
         "samples": [
             {"question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
              "answers": {f"{mode}/{generator}": rows[k].raw or rows[k].text for (mode, generator), rows in answers.items()}}
@@ -662,6 +664,30 @@ def _score(questions: list[Question], mode: str, rows: list[_Answered], units: l
         "abstained_when_present": share(abstained, [not a for a in absent]),
         "f1_when_present": round(float(np.mean([f for f, a in zip(f1, absent, strict=True) if not a])), 4) if not all(absent) else None,
     }
+
+
+# The targets' comparisons, as (better, worse) answers to the same questions.
+PAIRS = ((("auto", "lora"), ("auto", "extractive")), (("auto", "lora"), ("flat", "lora")), (("auto", "lora"), ("auto", "base")),
+         (("auto", "lora"), ("oracle", "lora")), (("auto", "extractive"), ("flat", "extractive")))
+
+
+def paired_differences(f1: dict[tuple[str, str], list[float]]) -> dict[str, dict[str, float]]:
+    """Each of ``PAIRS`` present: the mean per-question F1 difference, its standard error and n.
+
+    Both answers are to the same questions, so the paired difference's standard error (the spread of
+    the per-question differences over the square root of their number) says whether a gap between two
+    figures of ``results`` is more than the luck of which questions were drawn.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for a, b in PAIRS:
+        if a not in f1 or b not in f1:
+            continue
+        if len(f1[a]) != len(f1[b]):
+            raise ValueError(f"{a} and {b} answered {len(f1[a])} and {len(f1[b])} questions: they cannot be paired")
+        diff = np.asarray(f1[a], dtype=float) - np.asarray(f1[b], dtype=float)
+        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None
+        out[f"{'/'.join(a)} - {'/'.join(b)}"] = {"mean": round(float(diff.mean()), 4), "se": _r(se), "n": len(diff)}
+    return out
 
 
 def _targets(results: dict[str, dict[str, Any]]) -> dict[str, Any]:

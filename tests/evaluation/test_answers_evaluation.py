@@ -107,6 +107,10 @@ def test_the_answers_evaluation_reports_every_mode_and_generator_and_reuses_its_
     assert records["generalist"]["started_from"].startswith("pooled-")
     assert report["setup"]["split"] == "test"
     assert any("lora" in line for line in lines)
+    paired = report["paired"]["auto/lora - flat/lora"]
+    assert paired["n"] == 16
+    assert paired["mean"] == pytest.approx(report["results"]["auto"]["lora"]["f1"] - report["results"]["flat"]["lora"]["f1"], abs=2e-4)
+    assert paired["se"] >= 0.0
 
     # A second run trains nothing: every adapter is found by its data fingerprint.
     again = evaluate_answers(folder, config, say=lambda line: None)
@@ -160,6 +164,18 @@ def test_on_doc2dial_lora_answers_beat_the_base_model_and_the_extractive_answer(
     assert auto["lora"]["f1"] >= 1.25 * auto["base"]["f1"]
     assert auto["lora"]["f1"] >= auto["extractive"]["f1"]
     assert auto["lora"]["f1"] >= 0.8 * report["results"]["oracle"]["lora"]["f1"]
+
+
+def test_paired_differences_are_the_mean_gap_and_its_standard_error_over_the_same_questions():
+    from evaluation.answers import paired_differences
+
+    f1 = {("auto", "lora"): [1.0, 0.5, 0.0, 0.5], ("auto", "extractive"): [0.5, 0.5, 0.5, 0.5], ("flat", "lora"): [1.0, 0.5, 0.0, 0.0]}
+    got = paired_differences(f1)
+    assert got["auto/lora - flat/lora"]["mean"] == 0.125
+    assert got["auto/lora - auto/extractive"] == {"mean": 0.0, "se": round(float(np.std([0.5, 0, -0.5, 0], ddof=1) / 2), 4), "n": 4}
+    assert "auto/lora - auto/base" not in got  # a generator not run is not compared
+    with pytest.raises(ValueError, match="cannot be paired"):  # answers to other questions
+        paired_differences({("auto", "lora"): [1.0, 0.5], ("flat", "lora"): [1.0]})
 
 
 @pytest.mark.django_db
