@@ -608,7 +608,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         "train_s_this_run": adapters_report.get("train_s_this_run", 0.0),
         "wall_s": round(time.perf_counter() - started, 1),
         "targets": _targets(results),
-        "paired": paired_differences({key: [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)] for key, rows in answers.items()}),
+        "paired": paired_differences({key: _f1s(questions, rows) for key, rows in answers.items()}),
         "samples": [
             {"question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
              "answers": {f"{mode}/{generator}": rows[k].raw or rows[k].text for (mode, generator), rows in answers.items()}}
@@ -635,8 +635,13 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     return report
 
 
+def _f1s(questions: list[Question], rows: list[_Answered]) -> list[float]:
+    """Each answer's token F1 against its question's gold answer."""
+    return [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
+
+
 def _score(questions: list[Question], mode: str, rows: list[_Answered], units: list[dict[str, Any]]) -> dict[str, Any]:
-    f1 = [token_f1(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
+    f1 = _f1s(questions, rows)
     rl = [rouge_l(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
     abstained = [not a.text for a in rows]
     absent = [all(support(q.gold, p.text) < MIN_SUPPORT for p in q.passages[mode]) for q in questions]

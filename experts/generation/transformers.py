@@ -404,7 +404,8 @@ class TransformersGenerator:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - self._max_new(request)
         example = Example(request.question, "", shown, request.system_prompt, request.citation_format)
         try:
-            # the state after the system message, as free decoding reuses it (computed outside ``context``, which enters once)
+            # the state after the system message, as free decoding reuses it; computed before ``context`` is entered
+            # (entered inside it, the bare model's disable_adapter() would re-enable the adapter on its way out)
             prefix = self._prefix_cache(model, context, request, fit_prompt(self._tokenizer, example, limit, history=request.history))
             with context, torch.no_grad():
                 chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix)

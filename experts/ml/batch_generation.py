@@ -183,7 +183,6 @@ def select_batch(
     *,
     prompt_tokens: int,
     stats: BatchStats | None = None,
-    length_power: float = 1.0,
 ) -> list[Generated]:
     """``selection``'s answers to ``items``, in their order: each the candidate its adapter scores best.
 
@@ -191,8 +190,6 @@ def select_batch(
 
     Args:
         model, tokenizer, items, prompt_tokens, stats: as for ``generate_batch``.
-        length_power: a candidate's score is its summed log-probability over its length to this power
-            (``selection.choose``).
     """
     from .selection import select
 
@@ -201,7 +198,7 @@ def select_batch(
     for item in items:
         t0 = time.perf_counter()
         with _context(model, item.adapter):
-            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history, length_power=length_power)
+            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history)
         wall = time.perf_counter() - t0
         stats.wall_s += wall
         stats.batches += 1

@@ -1,4 +1,4 @@
-"""Answers the adapter chooses rather than writes: each passage sentence, and each pair of neighbours, scored as the answer. Pure: no Django.
+"""Answers the adapter chooses rather than writes: each passage sentence scored as the answer. Pure: no Django.
 
 A small model fine-tuned on gold answers learns *which* part of the reference material answers a
 question better than it learns to write that part out: decoding freely, it drifts, repeats and
@@ -139,10 +139,8 @@ class Selected:
     """What ``select`` chose: the answer as the model would have written it (marker included) and what it cost."""
 
     text: str
-    candidate: Candidate
     prompt_tokens: int
     answer_tokens: int
-    candidates: int
 
 
 def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
@@ -159,4 +157,4 @@ def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: 
     scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
                                  prefix=prefix(prompt) if prefix is not None else None)
     best = choose(scores, length_power)
-    return Selected(options[best].target(example.citation_format), options[best], len(prompt), scores[best][1], len(options))
+    return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
