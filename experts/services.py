@@ -333,6 +333,10 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
                               # as the serving backend will answer: vLLM decodes freely
                               "select": getattr(settings, "GENERATION_DECODING", "free") == "select" and settings.GENERATOR != "vllm"}
+    if kwargs["select"]:
+        from .generation.transformers import TransformersGenerator
+
+        kwargs["scorer"] = TransformersGenerator.from_settings().sentence_scorer()
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

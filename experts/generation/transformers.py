@@ -39,6 +39,7 @@ from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, pr
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, focus, render_citation
+from experts.ml.selection import SentenceScorer
 
 from .base import (
     AdapterError,
@@ -72,7 +73,8 @@ class TransformersGenerator:
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
-                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free") -> None:
+                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free",
+                 select_shortlist: int = 0, sentence_weights: dict[str, float] | None = None) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -92,6 +94,10 @@ class TransformersGenerator:
         if decoding not in DECODINGS:
             raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
         self.decoding = decoding
+        if select_shortlist < 0:
+            raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
+        self.select_shortlist = int(select_shortlist)
+        self.sentence_weights = sentence_weights
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -123,7 +129,18 @@ class TransformersGenerator:
             lead_sentence=getattr(settings, "GENERATION_LEAD_SENTENCE", False),
             copy_spans=getattr(settings, "GENERATION_COPY_SPANS", False),
             decoding=getattr(settings, "GENERATION_DECODING", "free"),
+            select_shortlist=getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
+            sentence_weights=getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None),
         )
+
+    def sentence_scorer(self) -> SentenceScorer | None:
+        """The scorer whose shortlist a chosen answer is picked from (``selection.SentenceScorer``, the
+        extractive answer's, on the process's sentence encoder); None: the model judges every sentence alone."""
+        if not self.select_shortlist:
+            return None
+        from sbcommon.encoders import get_encoder
+
+        return SentenceScorer(get_encoder().encode, self.sentence_weights, shortlist=self.select_shortlist)
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
 
@@ -240,8 +257,12 @@ class TransformersGenerator:
     def warm_up(self, adapters: list[AdapterRef]) -> list[str]:
         """Load the base model and up to ``cache_size`` of ``adapters`` (hottest first); returns those loaded.
 
-        A broken adapter is logged and skipped: warming up never stops the server from starting.
+        A broken adapter is logged and skipped: warming up never stops the server from starting. The
+        sentence encoder that shortlists chosen answers is loaded too.
         """
+        scorer = self.sentence_scorer() if self.decoding == "select" else None
+        if scorer is not None:
+            scorer.embed(["warm-up"])
         with self.queue.hold():
             self._ensure_base()
             for adapter in adapters[: self.cache_size]:
@@ -408,7 +429,8 @@ class TransformersGenerator:
             # (entered inside it, the bare model's disable_adapter() would re-enable the adapter on its way out)
             prefix = self._prefix_cache(model, context, request, fit_prompt(self._tokenizer, example, limit, history=request.history))
             with context, torch.no_grad():
-                chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix)
+                chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix,
+                                scorer=self.sentence_scorer())
         except (RuntimeError, ValueError) as exc:
             raise GenerationError(f"generation failed: {exc}") from None
         if time.monotonic() > deadline:

@@ -101,6 +101,7 @@ def generate_batch(
     copy_bias: float = 0.0,
     copy_spans: bool = False,
     select: bool = False,
+    scorer: Any = None,
 ) -> list[Generated]:
     """Greedy answers to ``items``, in their order (with ``select``: the candidates each adapter rates best, ``select_batch``).
 
@@ -120,11 +121,13 @@ def generate_batch(
         copy_spans: answers are runs of spans of their own prompts (``decoding.span_copy``).
         select: each answer is the passage sentence its adapter scores best (``selection``); the
             decoding options above do not apply.
+        scorer: with ``select``, the sentence scorer whose shortlist the adapter judges (``selection.sentence_scorer``;
+            None: the adapter judges every sentence alone).
     """
     import torch
 
     if select:
-        return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, stats=stats)
+        return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, stats=stats, scorer=scorer)
 
     from .decoding import answer_no_repeat, marker_openings, processors, span_copy
     from .decoding import copy_bias as copy_bias_processor
@@ -183,13 +186,14 @@ def select_batch(
     *,
     prompt_tokens: int,
     stats: BatchStats | None = None,
+    scorer: Any = None,
 ) -> list[Generated]:
     """``selection``'s answers to ``items``, in their order: each the candidate its adapter scores best.
 
     One item at a time: its candidates share its prompt's cache (``selection.score_continuations``).
 
     Args:
-        model, tokenizer, items, prompt_tokens, stats: as for ``generate_batch``.
+        model, tokenizer, items, prompt_tokens, stats, scorer: as for ``generate_batch``.
     """
     from .selection import select
 
@@ -198,7 +202,7 @@ def select_batch(
     for item in items:
         t0 = time.perf_counter()
         with _context(model, item.adapter):
-            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history)
+            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history, scorer=scorer)
         wall = time.perf_counter() - t0
         stats.wall_s += wall
         stats.batches += 1
@@ -216,7 +220,7 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
 
 def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
                 stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
-                copy_spans: bool = False, select: bool = False) -> float | None:
+                copy_spans: bool = False, select: bool = False, scorer: Any = None) -> float | None:
     """Mean token F1 (``answer_metrics.token_f1``) of greedy answers to ``examples`` against their answers.
 
     The activation gate compares an adapter's figure with the bare base model's (``adapter=None``) on
@@ -230,6 +234,6 @@ def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
                                stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
-                               copy_spans=copy_spans, select=select)
+                               copy_spans=copy_spans, select=select, scorer=scorer)
     scores = [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
     return sum(scores) / len(scores)

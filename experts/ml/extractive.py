@@ -72,7 +72,8 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in parts if len(p) >= 20 or len(parts) == 1]
 
 
-def _tokens(text: str) -> set[str]:
+def word_set(text: str) -> set[str]:
+    """The content words of ``text`` (lower-cased, stop words dropped): what the sentence scorer's overlap counts."""
     return {t for t in _WORD.findall(text.lower()) if t not in _STOP}
 
 
@@ -165,7 +166,7 @@ def _passage_sentences(question: str, top: list[Passage], embed: Callable[[list[
             if block.shape[1] != dim:  # made by another encoder than the question's
                 block = np.asarray(embed(sentences), dtype=np.float32).reshape(len(sentences), dim)
         block.setflags(write=False)
-        item = _ChunkSentences(sentences=sentences, tokens=[_tokens(s) for s in sentences], vectors=block)
+        item = _ChunkSentences(sentences=sentences, tokens=[word_set(s) for s in sentences], vectors=block)
         found[i] = item
         if cache is not None:
             cache.put(top[i], item)
@@ -180,7 +181,7 @@ def candidate_sentences(question: str, top: list[Passage], embed: Callable[[list
     if prepared is None:
         return None
     q_vector, per_passage = prepared
-    q_tokens = _tokens(question)
+    q_tokens = word_set(question)
     candidates = [(pi, si, sentence) for pi, item in enumerate(per_passage) for si, sentence in enumerate(item.sentences)]
     if not candidates:
         return None

@@ -82,11 +82,12 @@ def test_candidate_ids_end_with_the_end_token_as_training_targets_do(tiny):
 def _select_request(**kw):
     from experts.generation.base import GenerationRequest
 
-    passages = [
+    kw.setdefault("passages", [
         Passage("Renew your license online at the DMV website. The fee is 64 dollars.", "Renewals", score=0.8),
         Passage("Offices close at five on Fridays.", "Hours", score=0.6),
-    ]
-    return GenerationRequest(question="How do I renew my license?", expert="dmv", passages=passages, **kw)
+    ])
+    kw.setdefault("question", "How do I renew my license?")
+    return GenerationRequest(expert="dmv", **kw)
 
 
 def test_the_serving_backend_answers_with_a_candidate_verbatim_and_cites_its_passage(tiny_lm_dir):
@@ -175,3 +176,101 @@ def test_the_serving_backend_chooses_the_same_with_adapters_loaded_and_its_prefi
     free = TransformersGenerator(str(tiny_lm_dir), max_tokens=4)  # free decoding walks the same path
     free.generate(_select_request(adapter=ref))
     assert free.generate(_select_request()).text is not None
+
+
+def _bag_of_words(texts: list[str]):
+    """Deterministic L2-normalised vectors: hashed word counts (enough for a scorer's cosines)."""
+    import zlib
+
+    import numpy as np
+
+    out = np.zeros((len(texts), 64))
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            out[row, zlib.crc32(word.strip(".,?!").encode()) % 64] += 1.0
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+_SCORED = [
+    Passage("Renew your license online at the DMV website. The renewal fee is 64 dollars. Bring your old license.", "Renewals", score=0.8),
+    Passage("Offices close at five on Fridays. Can I renew by mail? Yes, mail the renewal form.", "Hours", score=0.6),
+]
+
+
+def test_the_sentence_scorer_scores_candidates_as_the_extractive_answer_scores_its_sentences():
+    """The shortlist comes from the very scorer the extractive answer quotes with: same features, same weights."""
+    from experts.ml.extractive import candidate_sentences
+    from experts.ml.selection import SentenceScorer
+    from experts.ml.sentence_scorer import weight_vector
+
+    question = "how much does it cost to renew my license"
+    options = candidates(_SCORED, abstain=False)
+    scores = SentenceScorer(_bag_of_words)(question, options)
+    listed, features = candidate_sentences(question, _SCORED, _bag_of_words)
+    assert [text for _p, _s, text in listed] == [c.text for c in options]
+    assert scores == pytest.approx((features @ weight_vector(None)).tolist())
+    with pytest.raises(ValueError, match="at least one"):
+        SentenceScorer(_bag_of_words, shortlist=0)
+
+
+def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_lets_it_abstain():
+    from experts.ml.selection import shortlist_choice
+
+    options = [Candidate("A.", 1), Candidate("B.", 2), Candidate(NOT_FOUND, 0)]
+    scorer = [1.0, 0.8, 0.0]
+    lm = [(-4.0, 2), (-1.0, 2), (-3.0, 3)]  # per token: -2.0, -0.5, -1.0
+    assert shortlist_choice(options, scorer, lm, weight=0.0) == 0  # the scorer alone
+    assert shortlist_choice(options, scorer, lm, weight=0.5) == 1  # 0.8 - 0.25 beats 1.0 - 1.0
+    assert shortlist_choice(options, scorer, lm, weight=0.1) == 0  # 1.0 - 0.2 beats 0.8 - 0.05
+    abstaining = [(-4.0, 2), (-3.0, 2), (-1.0, 1)]  # the model rates "not found" above both sentences
+    assert shortlist_choice(options, scorer, abstaining, weight=0.5) == 2
+    assert shortlist_choice(options[2:], [0.0], [(-1.0, 1)]) == 0  # nothing but the abstention
+
+
+def test_with_a_scorer_the_model_scores_only_its_shortlist_and_the_abstention(tiny, monkeypatch):
+    from experts.ml import selection
+    from experts.ml.lora import Example
+
+    model, tokenizer = tiny
+    seen: list[int] = []
+    real = selection.score_continuations
+
+    def spy(model, prompt, continuations, **kw):
+        seen.append(len(continuations))
+        return real(model, prompt, continuations, **kw)
+
+    monkeypatch.setattr(selection, "score_continuations", spy)
+    example = Example("how much does it cost to renew my license", "", _SCORED)
+    scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
+    options = candidates(_SCORED, abstain=False)
+    ranked = sorted(zip(scorer(example.question, options), [c.text for c in options], strict=True), reverse=True)
+    chosen = selection.select(model, tokenizer, example, 1000, scorer=scorer)
+    assert seen == [3]  # two sentences and the abstention, not all six sentences
+    assert chosen.text.rsplit(" [", 1)[0] in {ranked[0][1], ranked[1][1], NOT_FOUND}
+    selection.select(model, tokenizer, example, 1000)
+    assert seen[-1] == len(candidates(_SCORED))  # without a scorer: every sentence
+
+
+def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monkeypatch):
+    from experts.generation import transformers as backend
+
+    class Encoder:
+        name = "bag-of-words"
+
+        @staticmethod
+        def encode(texts):
+            return _bag_of_words(list(texts))
+
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: Encoder())
+    request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
+    gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=1)
+    scorer = gen.sentence_scorer()
+    assert scorer is not None
+    assert scorer.shortlist == 1
+    options = candidates(_SCORED, abstain=False)
+    best = max(zip(scorer(request.question, options), [c.text for c in options], strict=True))[1]
+    answer = gen.generate(request)
+    assert answer.text == NOT_FOUND or answer.text.rsplit(" [", 1)[0] == best
+    assert backend.TransformersGenerator(str(tiny_lm_dir), decoding="select").sentence_scorer() is None  # 0: the model alone
+    with pytest.raises(ValueError, match="GENERATION_SELECT_SHORTLIST"):
+        backend.TransformersGenerator(str(tiny_lm_dir), decoding="select", select_shortlist=-1)
