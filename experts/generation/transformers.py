@@ -96,8 +96,7 @@ class TransformersGenerator:
         self.decoding = decoding
         if select_shortlist < 0:
             raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
-        self.select_shortlist = int(select_shortlist)
-        self.sentence_weights = sentence_weights
+        self.select_shortlist, self.sentence_weights = int(select_shortlist), sentence_weights
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -260,8 +259,7 @@ class TransformersGenerator:
         A broken adapter is logged and skipped: warming up never stops the server from starting. The
         sentence encoder that shortlists chosen answers is loaded too.
         """
-        scorer = self.sentence_scorer() if self.decoding == "select" else None
-        if scorer is not None:
+        if self.decoding == "select" and (scorer := self.sentence_scorer()) is not None:
             scorer.embed(["warm-up"])
         with self.queue.hold():
             self._ensure_base()
