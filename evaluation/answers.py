@@ -124,6 +124,7 @@ class AnswerConfig:
     max_new_tokens: int | None = None  # None: GENERATOR_MAX_TOKENS, as serving
     batch_size: int = BATCH_SIZE
     dtype: str = "auto"  # auto: serving's (GENERATION_DTYPE)
+    answers_path: str | None = None  # where to write every question's answers (JSON lines, ``answer_rows``)
 
 
 @dataclass
@@ -634,7 +635,37 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         },
     }
     _say_table(results, say)
+    if config.answers_path:
+        write_jsonl_atomic(Path(config.answers_path), answer_rows(questions, answers, queries, corpus))
+        say(f"  every answer written to {config.answers_path}")
     return report
+
+
+def answer_rows(questions: list[Question], answers: dict[tuple[str, str], list[_Answered]], queries: list[dict[str, Any]],
+                corpus: Corpus) -> list[dict[str, Any]]:
+    """One row per question: its id, text, gold answer and domain, and under ``answers`` each "mode/generator"'s
+    answer as scored (``text``: "" when it abstained), what the model gave before parsing (``raw``), its ``f1``
+    and its cited ``documents``: the material for comparing two runs question by question."""
+    rows = []
+    for k, q in enumerate(questions):
+        given = {}
+        for (mode, generator), answered in sorted(answers.items()):
+            a = answered[k]
+            given[f"{mode}/{generator}"] = {"text": a.text, "raw": a.raw or a.text, "f1": round(token_f1(a.text, q.gold), 4),
+                                            "documents": [corpus.units[p.document_id]["doc_id"] for p in a.citations if p.document_id is not None]}
+        rows.append({"query_id": queries[q.row].get("query_id"), "question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
+                     "adapter": q.adapter.get("auto"), "answers": given})
+    return rows
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as JSON lines at ``path``, written to a temporary file beside it and renamed: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
 
 
 def _f1s(questions: list[Question], rows: list[_Answered]) -> list[float]:

@@ -192,6 +192,18 @@ def test_the_answers_command_writes_its_json(tiny_setup):
     report = json.loads(out_file.read_text())
     assert report["n_questions"] == 6
     assert list(report["results"]) == ["oracle"]
+
+    rows_file = folder / "out" / "answers.jsonl"
+    call_command("evaluate", "answers", "--dataset", str(folder), "--generators", "extractive", "--modes", "flat,oracle", "--limit", "6",
+                 "--answers", str(rows_file), "--json", str(out_file), stdout=StringIO())
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    report = json.loads(out_file.read_text())
+    assert len(rows) == 6
+    assert not list(rows_file.parent.glob(".*.tmp"))  # written whole, then renamed
+    for mode in ("flat", "oracle"):  # every question's answers, scored as the report scores them
+        f1s = [row["answers"][f"{mode}/extractive"]["f1"] for row in rows]
+        assert sum(f1s) / len(f1s) == pytest.approx(report["results"][mode]["extractive"]["f1"], abs=1e-3)
+    assert all(row["question"] and row["gold"] and row["domain"] for row in rows)
     with pytest.raises(CommandError, match="unknown generators"):
         call_command("evaluate", "answers", "--dataset", str(folder), "--generators", "gpt", stdout=StringIO())
     with pytest.raises(CommandError, match="must be JSON"):

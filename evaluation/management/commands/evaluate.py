@@ -56,6 +56,8 @@ class Command(BaseCommand):
         answers.add_argument("--max-new-tokens", type=int, default=None, help="answer length limit (default: GENERATOR_MAX_TOKENS)")
         answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the LORA_* settings, e.g. learning_rate=1e-3")
         answers.add_argument("--json", dest="json_path", default=None)
+        answers.add_argument("--answers", dest="answers_path", default=None, metavar="FILE",
+                             help="also write every question's answers, per mode and generator, with their F1 (JSON lines)")
         answers.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         sentences = sub.add_parser("sentences", help="the extractive answer's sentence scorer: hand-set, shipped and refitted weights on val and test")
         sentences.add_argument("--dataset", required=True, help="folder with docs.jsonl and queries.jsonl whose rows carry 'answer'")
@@ -158,7 +160,7 @@ class Command(BaseCommand):
         config = AnswerConfig(limit=limit, train_limit=options["train_limit"], split=options["split"],
                               generators=tuple(g.strip() for g in options["generators"].split(",") if g.strip()),
                               modes=tuple(m.strip() for m in options["modes"].split(",") if m.strip()),
-                              max_new_tokens=options["max_new_tokens"], lora=overrides)
+                              max_new_tokens=options["max_new_tokens"], lora=overrides, answers_path=options["answers_path"])
         if options["pooled_steps"] is not None:
             config.pooled_steps = options["pooled_steps"]
         if options["expert_steps"] is not None:
