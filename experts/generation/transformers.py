@@ -39,7 +39,7 @@ from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, pr
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, focus, render_citation
-from experts.ml.selection import SentenceScorer
+from experts.ml.selection import Selected, SentenceScorer
 
 from .base import (
     AdapterError,
@@ -81,16 +81,12 @@ class TransformersGenerator:
         self.min_score = min_score
         self.timeout_s = timeout_s
         self.max_passages = max(1, max_passages)
-        self.passage_chars = passage_chars
-        self.stop_at_paragraph = stop_at_paragraph
-        self.threads = threads
+        self.passage_chars, self.stop_at_paragraph, self.threads = passage_chars, stop_at_paragraph, threads
         if dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
         self.dtype = dtype
-        self.no_repeat_ngram = int(no_repeat_ngram)
-        self.copy_bias = float(copy_bias)
-        self.lead_sentence = bool(lead_sentence)
-        self.copy_spans = bool(copy_spans)
+        self.no_repeat_ngram, self.copy_bias = int(no_repeat_ngram), float(copy_bias)
+        self.lead_sentence, self.copy_spans = bool(lead_sentence), bool(copy_spans)
         if decoding not in DECODINGS:
             raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
         self.decoding = decoding
@@ -389,8 +385,10 @@ class TransformersGenerator:
         shown = self.prompt_passages(request)
         if self._selects(request):
             with self.queue.hold(budget):
-                text = self._select(request, shown, deadline, budget)
-            return self._parse(request, text)
+                chosen = self._select(request, shown, deadline, budget)
+            answer = self._parse(request, chosen.text)
+            answer.selection = chosen.choice if answer.grounded else None  # why this sentence, as the extractive answer says
+            return answer
         with self.queue.hold(budget):
             model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
             try:
@@ -413,8 +411,8 @@ class TransformersGenerator:
         """Whether this request's answer is chosen (``select`` decoding) rather than written: sampling asks the model to write."""
         return self.decoding == "select" and not (request.temperature and request.temperature > 0)
 
-    def _select(self, request: GenerationRequest, shown: list[Passage], deadline: float, budget: float) -> str:
-        """The candidate answer the request's model rates best, marker included (caller holds the queue)."""
+    def _select(self, request: GenerationRequest, shown: list[Passage], deadline: float, budget: float) -> Selected:
+        """The candidate answer the request's model rates best, marker included, and why (caller holds the queue)."""
         import torch
 
         from experts.ml.selection import select
@@ -433,7 +431,7 @@ class TransformersGenerator:
             raise GenerationError(f"generation failed: {exc}") from None
         if time.monotonic() > deadline:
             raise GenerationTimeout(f"the answer took longer than its budget of {budget:.0f} s")
-        return chosen.text
+        return chosen
 
     def next_token_logits(self, request: GenerationRequest) -> Any:
         """The model's logits for the first answer token (a float tensor): shows which adapter answered.
@@ -469,8 +467,8 @@ class TransformersGenerator:
         shown = self.prompt_passages(request)
         if self._selects(request):
             with self.queue.hold(budget):
-                text = self._select(request, shown, deadline, budget)
-            yield from self._stream_text(request, text)
+                chosen = self._select(request, shown, deadline, budget)
+            yield from self._stream_chosen(request, chosen)
             return
         self.queue.acquire(budget)
         held_from = time.monotonic()
@@ -524,10 +522,10 @@ class TransformersGenerator:
         finally:
             cancel.set()  # the consumer went away (or we are done): the model stops at its next token
 
-    def _stream_text(self, request: GenerationRequest, text: str) -> Iterator[str | Answer]:
+    def _stream_chosen(self, request: GenerationRequest, chosen: Selected) -> Iterator[str | Answer]:
         """A chosen answer streamed as a written one is: word by word through the citation stream, then the answer."""
         citations = self._citations(request)
-        for piece in _WORDS.findall(text):
+        for piece in _WORDS.findall(chosen.text):
             shown = citations.feed(piece)
             if shown:
                 yield shown
@@ -536,6 +534,7 @@ class TransformersGenerator:
         tail, answer = citations.finish(request.question, min_score=self.min_score, streamed=True)
         if tail:
             yield tail
+        answer.selection = chosen.choice if answer.grounded else None
         yield answer
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ import numpy as np
 from .extractive import NOT_FOUND, Passage, split_sentences, word_set
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
-from .sentence_scorer import sentence_features, weight_vector
+from .sentence_scorer import reasons, sentence_features, weight_vector
 
 # How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
 # sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
@@ -59,6 +59,7 @@ class Candidate:
 
     text: str
     passage: int
+    sentence: int = field(default=0, compare=False)  # its first sentence's 1-based place in the passage (0: the abstention)
 
     def target(self, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
         """As a training target is written: the text, then its passage's marker."""
@@ -80,7 +81,7 @@ def candidates(passages: Sequence[Passage], *, max_span: int = MAX_SPAN, abstain
                 joined = " ".join(sentences[start : start + span]).strip()
                 if joined and (joined, number) not in seen:
                     seen.add((joined, number))
-                    out.append(Candidate(joined, number))
+                    out.append(Candidate(joined, number, start + 1))
     if abstain:
         out.append(Candidate(NOT_FOUND, 0))
     return out
@@ -161,6 +162,9 @@ class Selected:
     text: str
     prompt_tokens: int
     answer_tokens: int
+    # With a scorer, the choice as the extractive answer reports its own (``extractive.Answer.selection``):
+    # the chosen sentence with why, the runner-up, how many sentences were scored. None: no scorer, or the abstention won.
+    choice: dict[str, Any] | None = None
 
 
 class SentenceScorer:
@@ -188,20 +192,23 @@ class SentenceScorer:
 
     def __call__(self, question: str, options: Sequence[Candidate]) -> list[float]:
         """The scorer's score of each option (sentences of passages; no abstention)."""
+        return (self.features(question, options) @ self.weights).tolist() if options else []
+
+    def features(self, question: str, options: Sequence[Candidate]) -> np.ndarray:
+        """Each option's ``sentence_scorer.FEATURES`` (one row each)."""
+        out = np.zeros((len(options), len(self.weights)))
         if not options:
-            return []
+            return out
         vectors = np.asarray(self.embed([question, *(c.text for c in options)]), dtype=np.float64)
         cosines = vectors[1:] @ vectors[0]
         words = word_set(question)
-        out = np.zeros(len(options))
         by_passage: dict[int, list[int]] = {}
         for k, c in enumerate(options):
             by_passage.setdefault(c.passage, []).append(k)
         for passage, rows in by_passage.items():
             texts = [options[k].text for k in rows]
-            features = sentence_features(words, texts, [word_set(t) for t in texts], cosines[rows], passage_rank=max(0, passage - 1))
-            out[rows] = features @ self.weights
-        return out.tolist()
+            out[rows] = sentence_features(words, texts, [word_set(t) for t in texts], cosines[rows], passage_rank=max(0, passage - 1))
+        return out
 
 
 def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float], lm_scores: Sequence[tuple[float, int]],
@@ -233,14 +240,31 @@ def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: 
     prompt = fit_prompt(tokenizer, example, room, history=history)
     shown = list(example.passages)[: fitted_passages(tokenizer, example, room, history=history)]
     options = candidates(shown, max_span=max_span, citation_format=example.citation_format)
-    rated: list[float] = []
-    if scorer is not None:
-        answers = [c for c in options if c.passage]
-        rated = list(scorer(example.question, answers))
-        keep = sorted(np.argsort(-np.asarray(rated), kind="stable")[: scorer.shortlist].tolist())
-        options = [answers[k] for k in keep] + [c for c in options if not c.passage]
-        rated = [rated[k] for k in keep] + [0.0] * (len(options) - len(keep))
+    if scorer is None:
+        scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
+                                     prefix=prefix(prompt) if prefix is not None else None)
+        best = choose(scores, length_power)
+        return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
+    answers = [c for c in options if c.passage]
+    features = scorer.features(example.question, answers)
+    rated = (features @ scorer.weights).tolist()
+    keep = sorted(np.argsort(-np.asarray(rated), kind="stable")[: scorer.shortlist].tolist())
+    options = [answers[k] for k in keep] + [c for c in options if not c.passage]
     scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
                                  prefix=prefix(prompt) if prefix is not None else None)
-    best = shortlist_choice(options, rated, scores, scorer.weight) if scorer is not None and rated else choose(scores, length_power)
-    return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
+    shortlisted = [rated[k] for k in keep] + [0.0] * (len(options) - len(keep))
+    best = shortlist_choice(options, shortlisted, scores, scorer.weight)
+    choice = None
+    if options[best].passage:  # the chosen sentence and the runner-up, as the extractive answer reports its choice
+        combined = [shortlisted[k] + scorer.weight * scores[k][0] / max(1, scores[k][1]) for k in range(len(keep))]
+        scorer_top = best == int(np.argmax([rated[k] for k in keep]))
+
+        def where(k: int) -> dict[str, Any]:
+            return {"passage": options[k].passage, "sentence": options[k].sentence, "score": round(combined[k], 3), "text": options[k].text}
+
+        why = reasons(features, keep[best], scorer.weights)
+        why.append("the expert's model agreed" if scorer_top else "the expert's model preferred it to the scorer's first choice")
+        others = sorted((k for k in range(len(keep)) if k != best), key=lambda k: -combined[k])
+        choice = {"quoted": [{**where(best), "reasons": why}], "runner_up": where(others[0]) if others else None,
+                  "candidates": len(answers), "decoding": "select", "shortlist": len(keep)}
+    return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1], choice)

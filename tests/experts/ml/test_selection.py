@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experts.ml.extractive import NOT_FOUND, Passage
+from experts.ml.extractive import NOT_FOUND, Passage, split_sentences
 from experts.ml.selection import Candidate, candidate_ids, candidates, score_continuations
 
 
@@ -274,3 +274,43 @@ def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monke
     assert backend.TransformersGenerator(str(tiny_lm_dir), decoding="select").sentence_scorer() is None  # 0: the model alone
     with pytest.raises(ValueError, match="GENERATION_SELECT_SHORTLIST"):
         backend.TransformersGenerator(str(tiny_lm_dir), decoding="select", select_shortlist=-1)
+
+
+def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir, monkeypatch):
+    """The API's answer_selection and the trace show the chosen sentence, its reasons and the runner-up."""
+    from experts.generation import transformers as backend
+
+    class Encoder:
+        name = "bag-of-words"
+
+        @staticmethod
+        def encode(texts):
+            return _bag_of_words(list(texts))
+
+    from experts.ml import selection
+
+    def model_prefers_any_sentence(model, prompt, continuations, **kw):  # the abstention (scored last) rated lowest
+        return [(-0.5 * len(c), len(c)) for c in continuations[:-1]] + [(-9.0 * len(continuations[-1]), len(continuations[-1]))]
+
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: Encoder())
+    monkeypatch.setattr(selection, "score_continuations", model_prefers_any_sentence)
+    request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
+    gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=2)
+    answer = gen.generate(request)
+    assert answer.grounded
+    choice = answer.selection
+    quoted = choice["quoted"][0]
+    assert answer.text.rsplit(" [", 1)[0] == quoted["text"]
+    sentences = [s for p in _SCORED for s in split_sentences(p.text)]
+    assert split_sentences(_SCORED[quoted["passage"] - 1].text)[quoted["sentence"] - 1] == quoted["text"]
+    assert quoted["reasons"][-1] == "the expert's model agreed"  # the model rates both alike: the scorer's first choice stands
+    assert choice["runner_up"]["text"] in sentences
+    assert choice["runner_up"]["text"] != quoted["text"]
+    assert choice["runner_up"]["score"] <= quoted["score"]
+    assert (choice["candidates"], choice["shortlist"], choice["decoding"]) == (len(sentences), 2, "select")
+    final = list(gen.stream(request))[-1]
+    assert final.selection == choice  # streamed: the same choice on the final answer
+    monkeypatch.setattr(selection, "score_continuations", lambda model, prompt, continuations, **kw: [(-9.0, 1)] * (len(continuations) - 1) + [(-0.1, 1)])
+    abstained = gen.generate(request)
+    assert abstained.text == NOT_FOUND
+    assert abstained.selection is None  # nothing quoted, nothing to explain
