@@ -191,6 +191,16 @@ def _bag_of_words(texts: list[str]):
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
+class _BagOfWordsEncoder:
+    """Stands in for the process's sentence encoder (``sbcommon.encoders.get_encoder``)."""
+
+    name = "bag-of-words"
+
+    @staticmethod
+    def encode(texts):
+        return _bag_of_words(list(texts))
+
+
 _SCORED = [
     Passage("Renew your license online at the DMV website. The renewal fee is 64 dollars. Bring your old license.", "Renewals", score=0.8),
     Passage("Offices close at five on Fridays. Can I renew by mail? Yes, mail the renewal form.", "Hours", score=0.6),
@@ -254,14 +264,7 @@ def test_with_a_scorer_the_model_scores_only_its_shortlist_and_the_abstention(ti
 def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monkeypatch):
     from experts.generation import transformers as backend
 
-    class Encoder:
-        name = "bag-of-words"
-
-        @staticmethod
-        def encode(texts):
-            return _bag_of_words(list(texts))
-
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: Encoder())
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
     gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=1)
     scorer = gen.sentence_scorer()
@@ -279,20 +282,12 @@ def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monke
 def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir, monkeypatch):
     """The API's answer_selection and the trace show the chosen sentence, its reasons and the runner-up."""
     from experts.generation import transformers as backend
-
-    class Encoder:
-        name = "bag-of-words"
-
-        @staticmethod
-        def encode(texts):
-            return _bag_of_words(list(texts))
-
     from experts.ml import selection
 
     def model_prefers_any_sentence(model, prompt, continuations, **kw):  # the abstention (scored last) rated lowest
         return [(-0.5 * len(c), len(c)) for c in continuations[:-1]] + [(-9.0 * len(continuations[-1]), len(continuations[-1]))]
 
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: Encoder())
+    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     monkeypatch.setattr(selection, "score_continuations", model_prefers_any_sentence)
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
     gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=2)
