@@ -426,7 +426,7 @@ class TransformersGenerator:
             prefix = self._prefix_cache(model, context, request, fit_prompt(self._tokenizer, example, limit, history=request.history))
             with context, torch.no_grad():
                 chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix,
-                                scorer=self.sentence_scorer())
+                                scorer=self.sentence_scorer(), scorer_question=request.search_question)
         except (RuntimeError, ValueError) as exc:
             raise GenerationError(f"generation failed: {exc}") from None
         if time.monotonic() > deadline:

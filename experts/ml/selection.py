@@ -228,14 +228,15 @@ def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float
 
 def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
            max_span: int = MAX_SPAN, length_power: float = 1.0, prefix: Callable[[list[int]], Any] | None = None,
-           scorer: SentenceScorer | None = None) -> Selected:
+           scorer: SentenceScorer | None = None, scorer_question: str = "") -> Selected:
     """The candidate ``model`` (with its active adapter) rates best as the answer to ``example``'s prompt.
 
     The prompt is built as generation builds it (``lora.fit_prompt`` in ``room`` tokens); the
     candidates come from the passages that prompt holds. ``prefix``, given the prompt's ids, returns
     a copy of the model's state after its first tokens (the serving backend's prompt prefix cache), or None.
     With ``scorer``, the model judges only its shortlist (and the abstention), by ``shortlist_choice``;
-    without, every sentence, by its mean log-probability alone (``choose``).
+    without, every sentence, by its mean log-probability alone (``choose``). The scorer reads
+    ``scorer_question`` where given (the question as searched, its spelling corrected), as the extractive answer does.
     """
     prompt = fit_prompt(tokenizer, example, room, history=history)
     shown = list(example.passages)[: fitted_passages(tokenizer, example, room, history=history)]
@@ -246,7 +247,7 @@ def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: 
         best = choose(scores, length_power)
         return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
     answers = [c for c in options if c.passage]
-    features = scorer.features(example.question, answers)
+    features = scorer.features(scorer_question or example.question, answers)
     rated = (features @ scorer.weights).tolist()
     keep = sorted(np.argsort(-np.asarray(rated), kind="stable")[: scorer.shortlist].tolist())
     options = [answers[k] for k in keep] + [c for c in options if not c.passage]

@@ -309,3 +309,8 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     abstained = gen.generate(request)
     assert abstained.text == NOT_FOUND
     assert abstained.selection is None  # nothing quoted, nothing to explain
+    read: list[str] = []
+    features = selection.SentenceScorer.features
+    monkeypatch.setattr(selection.SentenceScorer, "features", lambda self, question, options: read.append(question) or features(self, question, options))
+    gen.generate(_select_request(passages=_SCORED, question="how much does it cost to renw my licnse", search_question="how much does it cost to renew my license"))
+    assert read == ["how much does it cost to renew my license"]  # the scorer reads the question as searched, as the extractive answer does
