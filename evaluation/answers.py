@@ -78,6 +78,7 @@ from evaluation.datasets import (
     read_jsonl,
     stratified_sample,
     user_turns,
+    write_jsonl,
 )
 from experts.ml.answer_metrics import is_abstention, rouge_l, support, token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
@@ -636,7 +637,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     }
     _say_table(results, say)
     if config.answers_path:
-        write_jsonl_atomic(Path(config.answers_path), answer_rows(questions, answers, queries, corpus))
+        write_jsonl(Path(config.answers_path), answer_rows(questions, answers, queries, corpus))
         say(f"  every answer written to {config.answers_path}")
     return report
 
@@ -656,16 +657,6 @@ def answer_rows(questions: list[Question], answers: dict[tuple[str, str], list[_
         rows.append({"query_id": queries[q.row].get("query_id"), "question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
                      "adapter": q.adapter.get("auto"), "answers": given})
     return rows
-
-
-def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """``rows`` as JSON lines at ``path``, written to a temporary file beside it and renamed: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def _f1s(questions: list[Question], rows: list[_Answered]) -> list[float]:

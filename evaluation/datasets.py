@@ -45,6 +45,17 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a JSON-lines file, written beside ``path`` and renamed into place: never half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
 def read_queries(path: Path) -> list[dict]:
     """Every JSON object of a ``queries.jsonl`` file (or of ``<folder>/queries.jsonl``), in order."""
     path = Path(path)

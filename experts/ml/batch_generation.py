@@ -121,7 +121,7 @@ def generate_batch(
         copy_spans: answers are runs of spans of their own prompts (``decoding.span_copy``).
         select: each answer is the passage sentence its adapter scores best (``selection``); the
             decoding options above do not apply.
-        scorer: with ``select``, the sentence scorer whose shortlist the adapter judges (``selection.sentence_scorer``;
+        scorer: with ``select``, the sentence scorer whose shortlist the adapter judges (``selection.SentenceScorer``;
             None: the adapter judges every sentence alone).
     """
     import torch

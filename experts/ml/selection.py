@@ -241,31 +241,36 @@ def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: 
     prompt = fit_prompt(tokenizer, example, room, history=history)
     shown = list(example.passages)[: fitted_passages(tokenizer, example, room, history=history)]
     options = candidates(shown, max_span=max_span, citation_format=example.citation_format)
-    if scorer is None:
-        scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
-                                     prefix=prefix(prompt) if prefix is not None else None)
-        best = choose(scores, length_power)
-        return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
-    answers = [c for c in options if c.passage]
-    features = scorer.features(scorer_question or example.question, answers)
-    rated = (features @ scorer.weights).tolist()
-    keep = sorted(np.argsort(-np.asarray(rated), kind="stable")[: scorer.shortlist].tolist())
-    options = [answers[k] for k in keep] + [c for c in options if not c.passage]
+    if scorer is not None:  # the model judges the scorer's best sentences and the abstention
+        answers = [c for c in options if c.passage]
+        features = scorer.features(scorer_question or example.question, answers)
+        rated = features @ scorer.weights
+        keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
+        options = [answers[k] for k in keep] + [c for c in options if not c.passage]
     scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
                                  prefix=prefix(prompt) if prefix is not None else None)
-    shortlisted = [rated[k] for k in keep] + [0.0] * (len(options) - len(keep))
+    if scorer is None:
+        best = choose(scores, length_power)
+        return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
+    shortlisted = [float(rated[k]) for k in keep] + [0.0] * (len(options) - len(keep))
     best = shortlist_choice(options, shortlisted, scores, scorer.weight)
     choice = None
-    if options[best].passage:  # the chosen sentence and the runner-up, as the extractive answer reports its choice
-        combined = [shortlisted[k] + scorer.weight * scores[k][0] / max(1, scores[k][1]) for k in range(len(keep))]
-        scorer_top = best == int(np.argmax([rated[k] for k in keep]))
-
-        def where(k: int) -> dict[str, Any]:
-            return {"passage": options[k].passage, "sentence": options[k].sentence, "score": round(combined[k], 3), "text": options[k].text}
-
+    if options[best].passage:
         why = reasons(features, keep[best], scorer.weights)
-        why.append("the expert's model agreed" if scorer_top else "the expert's model preferred it to the scorer's first choice")
-        others = sorted((k for k in range(len(keep)) if k != best), key=lambda k: -combined[k])
-        choice = {"quoted": [{**where(best), "reasons": why}], "runner_up": where(others[0]) if others else None,
-                  "candidates": len(answers), "decoding": "select", "shortlist": len(keep)}
+        choice = _choice(options[: len(keep)], shortlisted, scores, best, scorer.weight, why, len(answers))
     return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1], choice)
+
+
+def _choice(shortlist: Sequence[Candidate], rated: Sequence[float], scores: Sequence[tuple[float, int]], best: int, weight: float,
+            why: list[str], scored: int) -> dict[str, Any]:
+    """The choice among ``shortlist`` as the extractive answer reports its own (``extractive.Answer.selection``): the chosen
+    sentence with ``why`` and whether the model agreed with the scorer, the runner-up, how many sentences the scorer read."""
+    combined = [rated[k] + weight * scores[k][0] / max(1, scores[k][1]) for k in range(len(shortlist))]
+
+    def where(k: int) -> dict[str, Any]:
+        return {"passage": shortlist[k].passage, "sentence": shortlist[k].sentence, "score": round(combined[k], 3), "text": shortlist[k].text}
+
+    agreed = best == max(range(len(shortlist)), key=lambda k: rated[k])
+    others = sorted((k for k in range(len(shortlist)) if k != best), key=lambda k: -combined[k])
+    return {"quoted": [{**where(best), "reasons": [*why, "the expert's model agreed" if agreed else "the expert's model preferred it to the scorer's first choice"]}],
+            "runner_up": where(others[0]) if others else None, "candidates": scored, "decoding": "select", "shortlist": len(shortlist)}
