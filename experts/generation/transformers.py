@@ -24,13 +24,11 @@ from __future__ import annotations
 import copy
 import logging
 import queue
-import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_an
 from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, processors, span_copy
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
-from experts.ml.prompting import STOPS, build_messages, focus, render_citation
+from experts.ml.prompting import STOPS, build_messages, render_citation
 from experts.ml.selection import Selected, SentenceScorer
 
 from .base import (
@@ -50,8 +48,17 @@ from .base import (
     GenerationTimeout,
     GenerationUnavailable,
 )
-from .extractive import with_lead
 from .queue import GenerationQueue
+from .selecting import (
+    check_decoding,
+    chosen_answer,
+    citation_stream,
+    select_settings,
+    selects,
+    sentence_scorer,
+    shown_passages,
+    stream_chosen,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +66,6 @@ AdapterMismatchError = AdapterMismatch  # the name this module used to define
 BROKEN_ADAPTER_RETRY_S = 300.0  # a broken adapter folder is looked at again after this long (it may have been fixed)
 PREFIX_CACHE_SIZE = 16  # (adapter, system prompt) pairs whose prompt prefix state is kept (~6 MB each for a 135M model)
 MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a cache entry
-# "free": the model writes its answer token by token; "select": it chooses the passage sentence it
-# rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
-DECODINGS = ("free", "select")
-_WORDS = re.compile(r"\S+\s*")  # a chosen answer is streamed a word at a time
 
 
 class TransformersGenerator:
@@ -87,9 +90,7 @@ class TransformersGenerator:
         self.dtype = dtype
         self.no_repeat_ngram, self.copy_bias = int(no_repeat_ngram), float(copy_bias)
         self.lead_sentence, self.copy_spans = bool(lead_sentence), bool(copy_spans)
-        if decoding not in DECODINGS:
-            raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
-        self.decoding = decoding
+        self.decoding = check_decoding(decoding)
         if select_shortlist < 0:
             raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
         self.select_shortlist, self.sentence_weights = int(select_shortlist), sentence_weights
@@ -112,8 +113,6 @@ class TransformersGenerator:
             min_score=settings.EXTRACTIVE_MIN_SCORE,
             queue_max=settings.GENERATION_QUEUE_MAX,
             timeout_s=settings.GENERATION_TIMEOUT_S,
-            max_passages=settings.GENERATION_PASSAGES,
-            passage_chars=settings.GENERATION_PASSAGE_CHARS,
             stop_at_paragraph=settings.GENERATION_STOP_AT_PARAGRAPH,
             # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
             # cores were ~5x slower than one: they spin waiting for each other).
@@ -121,21 +120,14 @@ class TransformersGenerator:
             dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
             no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
             copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
-            lead_sentence=getattr(settings, "GENERATION_LEAD_SENTENCE", False),
             copy_spans=getattr(settings, "GENERATION_COPY_SPANS", False),
-            decoding=getattr(settings, "GENERATION_DECODING", "free"),
-            select_shortlist=getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
-            sentence_weights=getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None),
+            **select_settings(settings),
         )
 
     def sentence_scorer(self) -> SentenceScorer | None:
         """The scorer whose shortlist a chosen answer is picked from (``selection.SentenceScorer``, the
         extractive answer's, on the process's sentence encoder); None: the model judges every sentence alone."""
-        if not self.select_shortlist:
-            return None
-        from sbcommon.encoders import get_encoder
-
-        return SentenceScorer(get_encoder().encode, self.sentence_weights, shortlist=self.select_shortlist)
+        return sentence_scorer(self.select_shortlist, self.sentence_weights)
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
 
@@ -274,10 +266,7 @@ class TransformersGenerator:
         With ``lead_sentence`` the sentence the extractive answer would quote is kept in its passage
         and named at the end of the reference material (``prompting.render_passages``).
         """
-        passages = request.passages[: self.max_passages]
-        if self.lead_sentence:
-            passages = with_lead(replace(request, passages=passages))
-        return [replace(p, text=focus(p.text, request.question, self.passage_chars, keep=p.lead)) for p in passages]
+        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence)
 
     def _inputs(self, request: GenerationRequest, shown: list[Passage], max_new: int) -> dict[str, Any]:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - max_new
@@ -347,8 +336,7 @@ class TransformersGenerator:
         return not request.passages or max(p.score for p in request.passages) < self.min_score
 
     def _citations(self, request: GenerationRequest) -> CitationStream:
-        return CitationStream(request.passages[: self.max_passages], request.citation_format, stops=STOPS,
-                              stop_at_paragraph=self.stop_at_paragraph)
+        return citation_stream(request, self.max_passages, self.stop_at_paragraph)
 
     def _prepare(self, request: GenerationRequest, shown: list[Passage], deadline: float, cancel: threading.Event):
         """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue).
@@ -386,9 +374,7 @@ class TransformersGenerator:
         if self._selects(request):
             with self.queue.hold(budget):
                 chosen = self._select(request, shown, deadline, budget)
-            answer = self._parse(request, chosen.text)
-            answer.selection = chosen.choice if answer.grounded else None  # why this sentence, as the extractive answer says
-            return answer
+            return chosen_answer(request, chosen, max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph, min_score=self.min_score)
         with self.queue.hold(budget):
             model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
             try:
@@ -408,8 +394,7 @@ class TransformersGenerator:
                             question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
 
     def _selects(self, request: GenerationRequest) -> bool:
-        """Whether this request's answer is chosen (``select`` decoding) rather than written: sampling asks the model to write."""
-        return self.decoding == "select" and not (request.temperature and request.temperature > 0)
+        return selects(self.decoding, request)
 
     def _select(self, request: GenerationRequest, shown: list[Passage], deadline: float, budget: float) -> Selected:
         """The candidate answer the request's model rates best, marker included, and why (caller holds the queue)."""
@@ -468,7 +453,7 @@ class TransformersGenerator:
         if self._selects(request):
             with self.queue.hold(budget):
                 chosen = self._select(request, shown, deadline, budget)
-            yield from self._stream_chosen(request, chosen)
+            yield from stream_chosen(request, chosen, max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph, min_score=self.min_score)
             return
         self.queue.acquire(budget)
         held_from = time.monotonic()
@@ -521,21 +506,6 @@ class TransformersGenerator:
             yield answer
         finally:
             cancel.set()  # the consumer went away (or we are done): the model stops at its next token
-
-    def _stream_chosen(self, request: GenerationRequest, chosen: Selected) -> Iterator[str | Answer]:
-        """A chosen answer streamed as a written one is: word by word through the citation stream, then the answer."""
-        citations = self._citations(request)
-        for piece in _WORDS.findall(chosen.text):
-            shown = citations.feed(piece)
-            if shown:
-                yield shown
-            if citations.stopped:
-                break
-        tail, answer = citations.finish(request.question, min_score=self.min_score, streamed=True)
-        if tail:
-            yield tail
-        answer.selection = chosen.choice if answer.grounded else None
-        yield answer
 
 
 class _Reusable:

@@ -226,39 +226,79 @@ def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float
     return max(answers, key=lambda k: scorer_scores[k] + weight * per_token[k])
 
 
-def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
-           max_span: int = MAX_SPAN, length_power: float = 1.0, prefix: Callable[[list[int]], Any] | None = None,
-           scorer: SentenceScorer | None = None, scorer_question: str = "") -> Selected:
-    """The candidate ``model`` (with its active adapter) rates best as the answer to ``example``'s prompt.
+@dataclass(frozen=True)
+class SelectionPlan:
+    """What a model must score to ``select`` an answer: the prompt's ids and each option's continuation ids.
 
-    The prompt is built as generation builds it (``lora.fit_prompt`` in ``room`` tokens); the
-    candidates come from the passages that prompt holds. ``prefix``, given the prompt's ids, returns
-    a copy of the model's state after its first tokens (the serving backend's prompt prefix cache), or None.
-    With ``scorer``, the model judges only its shortlist (and the abstention), by ``shortlist_choice``;
-    without, every sentence, by its mean log-probability alone (``choose``). The scorer reads
-    ``scorer_question`` where given (the question as searched, its spelling corrected), as the extractive answer does.
+    Built by ``plan_selection`` without the model, so any backend that can score continuations (the
+    in-process model, ``score_continuations``; a vLLM server's prompt log-probabilities) chooses the
+    same way: ``decide`` turns its scores into the answer.
     """
+
+    prompt: list[int]
+    options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention
+    continuations: list[list[int]]  # each option's tokens as the model would write them (``candidate_ids``)
+    citation_format: str = DEFAULT_CITATION_FORMAT
+    rated: list[float] | None = None  # the scorer's score of each shortlisted option (None: no scorer)
+    features: np.ndarray | None = None  # the scorer's features of every sentence it read
+    keep: list[int] = field(default_factory=list)  # the shortlisted options' rows in ``features``
+    weight: float = LM_WEIGHT  # of the model's mean log-probability against the scorer's score
+    weights: np.ndarray | None = None  # the scorer's weights (for the reasons a choice gives)
+
+
+def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
+                   scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
+    """The prompt (built as generation builds it, ``lora.fit_prompt`` in ``room`` tokens) and the options the model
+    scores: the sentences of the passages that prompt holds, or with ``scorer`` its shortlist, and the abstention.
+    The scorer reads ``scorer_question`` where given (the question as searched, its spelling corrected), as the
+    extractive answer does."""
     prompt = fit_prompt(tokenizer, example, room, history=history)
     shown = list(example.passages)[: fitted_passages(tokenizer, example, room, history=history)]
     options = candidates(shown, max_span=max_span, citation_format=example.citation_format)
-    if scorer is not None:  # the model judges the scorer's best sentences and the abstention
-        answers = [c for c in options if c.passage]
-        features = scorer.features(scorer_question or example.question, answers)
-        rated = features @ scorer.weights
-        keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
-        options = [answers[k] for k in keep] + [c for c in options if not c.passage]
-    scores = score_continuations(model, prompt, [candidate_ids(tokenizer, c, example.citation_format) for c in options],
-                                 prefix=prefix(prompt) if prefix is not None else None)
+    fmt = example.citation_format
     if scorer is None:
+        return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt)
+    answers = [c for c in options if c.passage]  # the model judges the scorer's best sentences and the abstention
+    features = scorer.features(scorer_question or example.question, answers)
+    rated = features @ scorer.weights
+    keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
+    options = [answers[k] for k in keep] + [c for c in options if not c.passage]
+    return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, [float(rated[k]) for k in keep],
+                         features, keep, scorer.weight, scorer.weights)
+
+
+def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_power: float = 1.0) -> Selected:
+    """The answer ``plan``'s options and the model's ``scores`` of them (summed log-probability, tokens) give:
+    without a scorer the best mean log-probability (``choose``), with one ``shortlist_choice``, and why."""
+    if len(scores) != len(plan.options):
+        raise ValueError(f"{len(scores)} scores for {len(plan.options)} options")
+    options = plan.options
+    if plan.rated is None:
         best = choose(scores, length_power)
-        return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1])
-    shortlisted = [float(rated[k]) for k in keep] + [0.0] * (len(options) - len(keep))
-    best = shortlist_choice(options, shortlisted, scores, scorer.weight)
+        return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1])
+    shortlisted = plan.rated + [0.0] * (len(options) - len(plan.rated))
+    best = shortlist_choice(options, shortlisted, scores, plan.weight)
     choice = None
     if options[best].passage:
-        why = reasons(features, keep[best], scorer.weights)
-        choice = _choice(options[: len(keep)], shortlisted, scores, best, scorer.weight, why, len(answers))
-    return Selected(options[best].target(example.citation_format), len(prompt), scores[best][1], choice)
+        why = reasons(plan.features, plan.keep[best], plan.weights)
+        n = len(plan.rated)
+        choice = _choice(options[:n], shortlisted, scores, best, plan.weight, why, len(plan.features))
+    return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1], choice)
+
+
+def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
+           max_span: int = MAX_SPAN, length_power: float = 1.0, prefix: Callable[[list[int]], Any] | None = None,
+           scorer: SentenceScorer | None = None, scorer_question: str = "") -> Selected:
+    """The candidate ``model`` (with its active adapter) rates best as the answer to ``example``'s prompt
+    (``plan_selection``, ``score_continuations``, ``decide``).
+
+    ``prefix``, given the prompt's ids, returns a copy of the model's state after its first tokens (the
+    serving backend's prompt prefix cache), or None. With ``scorer``, the model judges only its shortlist
+    (and the abstention), by ``shortlist_choice``; without, every sentence, by its mean log-probability alone.
+    """
+    plan = plan_selection(tokenizer, example, room, history=history, max_span=max_span, scorer=scorer, scorer_question=scorer_question)
+    scores = score_continuations(model, plan.prompt, plan.continuations, prefix=prefix(plan.prompt) if prefix is not None else None)
+    return decide(plan, scores, length_power)
 
 
 def _choice(shortlist: Sequence[Candidate], rated: Sequence[float], scores: Sequence[tuple[float, int]], best: int, weight: float,

@@ -1,0 +1,112 @@
+"""Select decoding as both language-model backends serve it (``GENERATION_DECODING=select``).
+
+A chosen answer is a passage sentence the expert's model rates best (``experts.ml.selection``). The
+in-process backend scores the options with its own model (``selection.score_continuations``); the
+vLLM backend asks its server for the same numbers (``/v1/completions`` with the prompt and each
+option as token ids, ``prompt_logprobs``). Everything around the scores is shared, so an expert
+answers a question the same way on a laptop and on a GPU server:
+
+* ``shown_passages``: what the model is shown, the best ``GENERATION_PASSAGES`` passages each cut to
+  its ``GENERATION_PASSAGE_CHARS`` most relevant characters with the lead sentence kept; the adapters
+  learn from prompts of the same shape (``experts.services.prompt_passages``);
+* ``sentence_scorer``: the extractive answer's scorer, whose shortlist the model judges;
+* ``chosen_answer`` and ``stream_chosen``: the chosen text read as a written answer is (its marker
+  mapped to its passage), whole or streamed word by word, with why it was chosen.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from experts.ml.citations import CitationStream, parse_answer
+from experts.ml.extractive import Answer, Passage
+from experts.ml.prompting import STOPS, focus
+from experts.ml.selection import Selected, SentenceScorer
+
+from .base import GenerationRequest
+from .extractive import with_lead
+
+# "free": the model writes its answer token by token; "select": it chooses the passage sentence it
+# rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
+DECODINGS = ("free", "select")
+_WORDS = re.compile(r"\S+\s*")  # a chosen answer is streamed a word at a time
+
+
+def check_decoding(decoding: str) -> str:
+    if decoding not in DECODINGS:
+        raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
+    return decoding
+
+
+def selects(decoding: str, request: GenerationRequest) -> bool:
+    """Whether ``request``'s answer is chosen rather than written: sampling (temperature > 0) asks the model to write."""
+    return decoding == "select" and not (request.temperature and request.temperature > 0)
+
+
+def shown_passages(request: GenerationRequest, *, max_passages: int, passage_chars: int, lead_sentence: bool) -> list[Passage]:
+    """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters.
+
+    With ``lead_sentence`` the sentence the extractive answer would quote is kept in its passage and named
+    at the end of the reference material (``prompting.render_passages``).
+    """
+    passages = request.passages[:max_passages]
+    if lead_sentence:
+        passages = with_lead(replace(request, passages=passages))
+    return [replace(p, text=focus(p.text, request.question, passage_chars, keep=p.lead)) for p in passages]
+
+
+def sentence_scorer(shortlist: int, weights: dict[str, float] | None) -> SentenceScorer | None:
+    """The scorer whose ``shortlist`` best sentences the model judges (the extractive answer's, on the process's
+    sentence encoder); None when ``shortlist`` is 0: the model judges every sentence alone."""
+    if shortlist < 0:
+        raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {shortlist}")
+    if not shortlist:
+        return None
+    from sbcommon.encoders import get_encoder
+
+    return SentenceScorer(get_encoder().encode, weights, shortlist=shortlist)
+
+
+def citation_stream(request: GenerationRequest, max_passages: int, stop_at_paragraph: bool) -> CitationStream:
+    """Reads the model's text as the shown passages number them (``[n]`` is ``request.passages[n - 1]``)."""
+    return CitationStream(request.passages[:max_passages], request.citation_format, stops=STOPS, stop_at_paragraph=stop_at_paragraph)
+
+
+def chosen_answer(request: GenerationRequest, chosen: Selected, *, max_passages: int, stop_at_paragraph: bool, min_score: float) -> Answer:
+    """``chosen`` read as a written answer is (its marker mapped to its passage), with why it was chosen."""
+    answer = parse_answer(chosen.text, request.passages[:max_passages], citation_format=request.citation_format, min_score=min_score,
+                          question=request.question, stops=STOPS, stop_at_paragraph=stop_at_paragraph)
+    answer.selection = chosen.choice if answer.grounded else None  # why this sentence, as the extractive answer says
+    return answer
+
+
+def stream_chosen(request: GenerationRequest, chosen: Selected, *, max_passages: int, stop_at_paragraph: bool,
+                  min_score: float) -> Iterator[str | Answer]:
+    """A chosen answer streamed as a written one is: word by word through the citation stream, then the answer."""
+    citations = citation_stream(request, max_passages, stop_at_paragraph)
+    for piece in _WORDS.findall(chosen.text):
+        shown = citations.feed(piece)
+        if shown:
+            yield shown
+        if citations.stopped:
+            break
+    tail, answer = citations.finish(request.question, min_score=min_score, streamed=True)
+    if tail:
+        yield tail
+    answer.selection = chosen.choice if answer.grounded else None
+    yield answer
+
+
+def select_settings(settings: Any) -> dict[str, Any]:
+    """The select-decoding options both backends read from settings."""
+    return {
+        "max_passages": settings.GENERATION_PASSAGES,
+        "passage_chars": settings.GENERATION_PASSAGE_CHARS,
+        "lead_sentence": getattr(settings, "GENERATION_LEAD_SENTENCE", False),
+        "decoding": getattr(settings, "GENERATION_DECODING", "free"),
+        "select_shortlist": getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
+        "sentence_weights": getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None),
+    }
