@@ -249,15 +249,15 @@ def current_prompt(expert: Expert) -> tuple[str, str]:
 
 
 def prompt_passages() -> Callable[[str, list[Passage]], list[Passage]]:
-    """``(question, passages) -> the passages the in-process model is shown`` (``TransformersGenerator.prompt_passages``).
+    """``(question, passages) -> the passages a served model is shown`` (``generation.selecting.shown_passages``).
 
     Training examples get the same, so an adapter learns from prompts shaped like the ones it answers.
     """
     from .generation.base import GenerationRequest
-    from .generation.transformers import TransformersGenerator
+    from .generation.selecting import select_settings, shown_passages
 
-    generator = TransformersGenerator.from_settings()
-    return lambda question, passages: generator.prompt_passages(GenerationRequest(question=question, expert="", passages=passages))
+    shape = {k: v for k, v in select_settings(settings).items() if k in ("max_passages", "passage_chars", "lead_sentence")}
+    return lambda question, passages: shown_passages(GenerationRequest(question=question, expert="", passages=passages), **shape)
 
 
 def training_examples(expert: Expert) -> tuple[list[Example], list[Example]]:
@@ -331,12 +331,12 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               "no_repeat_ngram": int(getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0)),
                               "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
                               "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
-                              # as the serving backend will answer: vLLM decodes freely
-                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select" and settings.GENERATOR != "vllm"}
+                              # as the serving backend will answer (in-process or vLLM, it chooses the same way)
+                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select"}
     if kwargs["select"]:
-        from .generation.transformers import TransformersGenerator
+        from .generation.selecting import sentence_scorer
 
-        kwargs["scorer"] = TransformersGenerator.from_settings().sentence_scorer()
+        kwargs["scorer"] = sentence_scorer(int(getattr(settings, "GENERATION_SELECT_SHORTLIST", 0)), getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None))
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

@@ -12,6 +12,12 @@ only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stay
 - Anything unusable becomes a ``GenerationError`` (or ``GenerationTimeout``/``GenerationUnavailable``)
   with a message that says what happened, so the serving path records it on the expert's circuit
   breaker and fails over to the next expert.
+- Answers are chosen as the in-process backend chooses them where ``GENERATION_DECODING=select``
+  (``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
+  (the base model's tokenizer, read from ``BASE_MODEL`` on this host) with ``prompt_logprobs``, and the
+  options' log-probabilities decide as the in-process model's do (``selection.decide``). Without the
+  tokenizer here the answers are written freely (logged once). Either way the model is shown the
+  passages the adapters learned from (``selecting.shown_passages``).
 - Adapters are added to a running server with ``register`` (``POST /v1/load_lora_adapter``), which
   vLLM only allows when started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (serve_experts sets
   it). Registering never unloads anything: the previous version keeps serving until it is
@@ -30,11 +36,13 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from experts.ml.extractive import NOT_FOUND, Answer
+from experts.ml.extractive import NOT_FOUND, Answer, Passage
+from experts.ml.lora import Example
 from experts.ml.prompting import build_messages, parse_answer
+from experts.ml.selection import Selected, SelectionPlan, decide, plan_selection
 
 from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
-from .extractive import with_lead
+from .selecting import check_decoding, chosen_answer, select_settings, selects, sentence_scorer, shown_passages, stream_chosen
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +67,8 @@ class VllmGenerator:
         backoff_s: float = 0.25,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        decoding: str | None = None,
+        tokenizer: Any = None,
     ):
         self.base_url = (base_url or settings.VLLM_URL).rstrip("/")
         self.timeout_s = float(timeout_s if timeout_s is not None else settings.VLLM_TIMEOUT_S)
@@ -69,6 +79,15 @@ class VllmGenerator:
         self.min_score = float(min_score if min_score is not None else settings.EXTRACTIVE_MIN_SCORE)
         self.backoff_s = backoff_s
         self._sleep = sleep
+        # What the model is shown and how answers are chosen: as the in-process backend (generation.selecting)
+        shape = select_settings(settings)
+        self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"])
+        self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
+        self.select_shortlist, self.sentence_weights = int(shape["select_shortlist"]), shape["sentence_weights"]
+        self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))
+        self._tokenizer = tokenizer  # the base model's, for chosen answers; loaded on first use when None
+        self._no_tokenizer = False  # set once loading it failed: answers are written freely
+        self._max_len: dict[str, int] = {}  # served model -> its max_model_len (from /v1/models)
         key = api_key if api_key is not None else settings.VLLM_API_KEY
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         # A short connect timeout: a server that is down should fail over in well under a second.
@@ -80,10 +99,13 @@ class VllmGenerator:
     def generate(self, request: GenerationRequest) -> Answer:
         if self._weak(request):
             return Answer(text=NOT_FOUND, citations=[], grounded=False)
+        if self._selects(request):
+            return chosen_answer(request, self.select(request), max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph,
+                                 min_score=self.min_score)
         response = self._send("POST", "/v1/chat/completions", json=self.payload(request, stream=False), what=self._what(request))
         body = _json(response, "the chat completion")
         text = _content(body)
-        return parse_answer(text, request.passages, citation_format=request.citation_format, min_score=self.min_score)
+        return parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score)
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
         """Text deltas from vLLM's server-sent events, then the parsed ``Answer``.
@@ -96,9 +118,14 @@ class VllmGenerator:
             yield NOT_FOUND
             yield Answer(text=NOT_FOUND, citations=[], grounded=False)
             return
+        if self._selects(request):
+            yield from stream_chosen(request, self.select(request), max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph,
+                                     min_score=self.min_score)
+            return
         payload = self.payload(request, stream=True)
         parts: list[str] = []
-        markers = MarkerRenumberer(len(request.passages), request.citation_format)
+        shown = min(len(request.passages), self.max_passages)
+        markers = MarkerRenumberer(shown, request.citation_format)
         for attempt in range(self.retries + 1):
             try:
                 with self._client.stream("POST", "/v1/chat/completions", json=payload) as response:
@@ -128,7 +155,7 @@ class VllmGenerator:
         rest = markers.flush()
         if rest:
             yield rest
-        yield parse_answer(text, request.passages, citation_format=request.citation_format, min_score=self.min_score)
+        yield parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score)
 
     # --- the request -----------------------------------------------------------------------------
 
@@ -147,7 +174,7 @@ class VllmGenerator:
         """The body of ``POST /v1/chat/completions`` (OpenAI's shape)."""
         messages = build_messages(
             request.question,
-            with_lead(request) if getattr(settings, "GENERATION_LEAD_SENTENCE", False) else request.passages,
+            self.shown(request),
             history=request.history,
             system_prompt=request.system_prompt,
             citation_format=request.citation_format,
@@ -159,6 +186,66 @@ class VllmGenerator:
             "temperature": float(request.temperature),
             "stream": stream,
         }
+
+    def shown(self, request: GenerationRequest) -> list[Passage]:
+        """The passages the model is shown, as the in-process backend shows them and the adapters learned from."""
+        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence)
+
+    # --- chosen answers ----------------------------------------------------------------------------
+
+    def _selects(self, request: GenerationRequest) -> bool:
+        return selects(self.decoding, request) and self.tokenizer() is not None
+
+    def tokenizer(self) -> Any:
+        """The base model's tokenizer (``BASE_MODEL`` on this host), or None where it cannot be read (logged once)."""
+        if self._tokenizer is None and not self._no_tokenizer:
+            from experts.ml.lora import LoraError, resolve_base_model
+
+            base = getattr(settings, "BASE_MODEL", "")
+            try:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(resolve_base_model(base), local_files_only=True)
+            except (LoraError, OSError, ValueError) as exc:
+                self._no_tokenizer = True
+                logger.warning("vllm.select_unavailable base_model=%s why=%s: answers are written freely (GENERATION_DECODING=select "
+                               "needs the base model's tokenizer on this host)", base, exc)
+        return self._tokenizer
+
+    def select(self, request: GenerationRequest) -> Selected:
+        """The option the served model rates best (``selection.plan_selection`` / ``decide``), scored by the server.
+
+        One ``POST /v1/completions`` (``select_body``) holds the prompt followed by each option, as token
+        ids; vLLM's ``prompt_logprobs`` give each option's tokens' log-probabilities.
+        """
+        plan, body = self.select_body(request)
+        response = _json(self._send("POST", "/v1/completions", json=body, what=self._what(request)), "the completion")
+        return decide(plan, _option_logprobs(response, len(plan.prompt), plan.continuations))
+
+    def select_body(self, request: GenerationRequest) -> tuple[SelectionPlan, dict[str, Any]]:
+        """The options to score (``selection.plan_selection``) and the completion request that scores them."""
+        model = self.model_for(request)
+        context = self._max_model_len(model)
+        limit = context - int(request.max_tokens or self.max_tokens)
+        if limit <= 0:
+            raise GenerationError(f"max_tokens leaves no room for the prompt in the served model's context ({context} tokens)")
+        example = Example(request.question, "", self.shown(request), request.system_prompt, request.citation_format)
+        plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.sentence_weights),
+                              scorer_question=request.search_question)
+        prompts = [plan.prompt + c for c in plan.continuations]
+        longest = max(len(p) for p in prompts)
+        if longest > context:
+            raise GenerationError(f"an answer option does not fit the served model's context ({longest} > {context} tokens)")
+        return plan, {"model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+
+    def _max_model_len(self, model: str) -> int:
+        """The served model's context length, from its ``/v1/models`` card (2,048 when the card does not say)."""
+        if model not in self._max_len:
+            for card in self._models():
+                if isinstance(card.get("max_model_len"), int):
+                    self._max_len[card["id"]] = card["max_model_len"]
+            self._max_len.setdefault(model, 2048)
+        return self._max_len[model]
 
     def _weak(self, request: GenerationRequest) -> bool:
         return not request.passages or max(p.score for p in request.passages) < self.min_score
@@ -350,6 +437,35 @@ def _content(body: Any) -> str:
     if not content.strip():
         raise GenerationError("the vLLM server returned an empty answer")
     return content
+
+
+def _option_logprobs(body: Any, start: int, continuations: list[list[int]]) -> list[tuple[float, int]]:
+    """Each option's summed log-probability and length, read from a completion's ``prompt_logprobs``.
+
+    Choice ``i`` holds prompt + option ``i``; its ``prompt_logprobs`` has one entry per prompt token
+    (None for the first), mapping token ids (as strings in JSON) to ``{"logprob": ...}``.
+    """
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or len(choices) != len(continuations):
+        raise GenerationError(f"the vLLM server scored {len(choices) if isinstance(choices, list) else 'no'} of {len(continuations)} answer options")
+    out: list[tuple[float, int] | None] = [None] * len(continuations)
+    for position, choice in enumerate(choices):
+        i = choice.get("index", position) if isinstance(choice, dict) else position
+        entries = choice.get("prompt_logprobs") if isinstance(choice, dict) else None
+        if not isinstance(i, int) or not 0 <= i < len(continuations) or not isinstance(entries, list) or len(entries) != start + len(continuations[i]):
+            raise GenerationError("the vLLM server's completion has no usable prompt_logprobs (is it vLLM, and does it allow prompt_logprobs?): "
+                                  f"{_excerpt(json.dumps(choice))}")
+        total = 0.0
+        for token, entry in zip(continuations[i], entries[start:], strict=True):
+            value = entry.get(str(token), entry.get(token)) if isinstance(entry, dict) else None
+            value = value.get("logprob") if isinstance(value, dict) else value
+            if not isinstance(value, int | float):
+                raise GenerationError(f"the vLLM server gave no log-probability for token {token} of answer option {i + 1}: {_excerpt(json.dumps(entry))}")
+            total += float(value)
+        out[i] = (total, len(continuations[i]))
+    if any(o is None for o in out):
+        raise GenerationError("the vLLM server scored one answer option twice and another not at all")
+    return [o for o in out if o is not None]
 
 
 def _sse_deltas(lines: Iterator[str]) -> Iterator[str]:

@@ -49,9 +49,10 @@ def test_weak_passages_have_no_lead():
 def test_the_vllm_payload_names_the_lead_when_the_setting_is_on(settings):
     from experts.generation.vllm import VllmGenerator
 
-    gen = VllmGenerator("http://vllm.invalid", base_model_name="base")
     settings.GENERATION_LEAD_SENTENCE = False
+    gen = VllmGenerator("http://vllm.invalid", base_model_name="base")
     assert "Best matching sentence" not in gen.payload(_request(), stream=False)["messages"][-1]["content"]
-    settings.GENERATION_LEAD_SENTENCE = True
+    settings.GENERATION_LEAD_SENTENCE = True  # read when the backend is made, as the in-process one reads it
+    gen = VllmGenerator("http://vllm.invalid", base_model_name="base")
     user = gen.payload(_request(), stream=False)["messages"][-1]["content"]
     assert "Best matching sentence (passage 1, cite as [1]): You can renew your driver license online" in user

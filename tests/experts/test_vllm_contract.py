@@ -64,6 +64,7 @@ def generator(server: Server, **kwargs) -> tuple[VllmGenerator, list[float]]:
     sleeps: list[float] = []
     kwargs.setdefault("base_model_name", "base")
     kwargs.setdefault("retries", 2)
+    kwargs.setdefault("decoding", "free")  # chat completions: the recorded contract (chosen answers: test_vllm_select.py)
     gen = VllmGenerator(URL, transport=httpx.MockTransport(server), sleep=sleeps.append, timeout_s=5, min_score=0.25, **kwargs)
     return gen, sleeps
 

@@ -127,6 +127,9 @@ def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps:
             assert all(isinstance(d, str) for d in streamed[:-1])
             assert streamed[-1].text.strip()
 
+        if not random_weights:  # a chosen answer is the one the in-process model chooses with the same adapter
+            _same_choice_in_process(generator, refs, base, settings)
+
         figures = {"base": base, "startup_s": round(startup_s, 1), "train": adapters, **measure(generator, refs, rounds=6, concurrency=6)}
         print("\nvLLM live figures:", json.dumps(figures, indent=2))
     finally:
@@ -135,6 +138,21 @@ def _serve_and_check(tmp_path, settings, django_user_model, base: str, *, steps:
         generator.generate(request_for("dmv", refs["dmv"]))
     response = staff.post("/api/v1/experts/va/adapter/register")
     assert response.status_code == 503
+
+
+def _same_choice_in_process(generator: VllmGenerator, refs: dict, base: str, settings) -> None:
+    """vLLM's prompt log-probabilities choose what the in-process model's choose (both in float32)."""
+    from experts.generation.transformers import TransformersGenerator
+
+    assert generator.decoding == "select"
+    assert generator.tokenizer() is not None
+    local = TransformersGenerator(base, dtype="float32", decoding="select", select_shortlist=settings.GENERATION_SELECT_SHORTLIST,
+                                  lead_sentence=settings.GENERATION_LEAD_SENTENCE, max_passages=settings.GENERATION_PASSAGES,
+                                  passage_chars=settings.GENERATION_PASSAGE_CHARS, max_tokens=16)
+    for slug, ref in refs.items():
+        request = request_for(slug, ref, max_tokens=16)
+        remote, here = generator.generate(request), local.generate(request)
+        assert (remote.text, remote.selection) == (here.text, here.selection), slug
 
 
 def _unless_empty(call, random_weights: bool):

@@ -61,10 +61,11 @@ GENERATION_LEAD_SENTENCE = envbool("GENERATION_LEAD_SENTENCE", True)
 # extractive,lora`, 120 questions, adapters of 80 + 20 steps, float32) routed LoRA token F1 is 0.198 with
 # it (0.176 when it could also cite or stop inside a span) against 0.226 decoding freely; extractive 0.289.
 GENERATION_COPY_SPANS = envbool("GENERATION_COPY_SPANS", False)
-# How the in-process model answers (experts.ml.selection): "select" scores each sentence of the passages
+# How the model answers, in-process or through vLLM (experts.generation.selecting): "select" scores each sentence of the passages
 # it is shown, followed by its marker, as its answer (mean log-probability per token, one prompt pass
 # shared by all) and gives the likeliest verbatim, cited; "free" lets it write token by token. A request
-# asking for sampling (temperature > 0) is written. (vLLM decodes freely.) "select" chosen on doc2dial's
+# asking for sampling (temperature > 0) is written. vLLM scores the same options through its
+# /v1/completions prompt_logprobs (it needs BASE_MODEL's tokenizer on the web host, else it writes). "select" chosen on doc2dial's
 # validation split (`GENERATION_DECODING=... manage.py evaluate answers --split val --modes auto --generators
 # extractive,lora`, 120 questions, the same adapters of 80 + 20 steps, bfloat16): routed LoRA token F1
 # 0.263 against 0.220 decoding freely (paired difference 0.043, standard error 0.020); extractive 0.289.
