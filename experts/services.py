@@ -331,8 +331,9 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               "no_repeat_ngram": int(getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0)),
                               "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
                               "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
-                              # as the serving backend will answer (in-process or vLLM, it chooses the same way)
-                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select"}
+                              # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
+                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select"
+                              and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:
         from .generation.selecting import sentence_scorer
 

