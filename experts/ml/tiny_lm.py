@@ -54,6 +54,7 @@ def build_tiny_lm(
     layers: int = 2,
     heads: int = 4,
     seed: int = 0,
+    max_positions: int = 512,
 ) -> Path:
     """Build and save a random-weight LlamaForCausalLM with a tokenizer trained on ``texts``.
 
@@ -63,6 +64,7 @@ def build_tiny_lm(
         vocab_size: the BPE vocabulary's target size (smaller when the texts are short).
         hidden_size, layers, heads: the model's shape (~0.3M parameters by default).
         seed: the same seed and texts give the same weights and tokenizer.
+        max_positions: the longest sequence it takes (prompt and answer).
 
     Returns:
         ``out_dir`` as a Path, loadable with ``from_pretrained``.
@@ -83,7 +85,7 @@ def build_tiny_lm(
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=heads,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
