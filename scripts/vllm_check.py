@@ -255,7 +255,7 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
     client = generator._client
     written: list[str] = []
 
-    def save(name: str, method: str, path: str, body: Any, response: httpx.Response) -> None:
+    def save(name: str, method: str, path: str, body: Any, response: httpx.Response, compact: bool = False) -> None:
         try:
             parsed: Any = response.json()
         except ValueError:
@@ -264,7 +264,7 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
             "request": {"method": method, "path": path, "json": body},
             "response": {"status": response.status_code, "content_type": response.headers.get("content-type", ""), "json": parsed, "text": None if parsed is not None else response.text},
         }
-        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=None if compact else 2, ensure_ascii=False) + "\n")
         written.append(name)
 
     expert, ref = next(iter(adapters.items()))
@@ -277,7 +277,7 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
     too_long = {**chat, "max_tokens": 100_000}
     save("chat_max_tokens_too_large", "POST", "/v1/chat/completions", too_long, client.post("/v1/chat/completions", json=too_long))
     _plan, select = generator.select_body(request_for(expert, ref))  # a chosen answer's scoring (select decoding)
-    save("completion_prompt_logprobs", "POST", "/v1/completions", select, client.post("/v1/completions", json=select))
+    save("completion_prompt_logprobs", "POST", "/v1/completions", select, client.post("/v1/completions", json=select), compact=True)  # ~1,000 token entries
     save("models", "GET", "/v1/models", None, client.get("/v1/models"))
     save("health", "GET", "/health", None, client.get("/health"))
     load = {"lora_name": spare.name, "lora_path": spare.path}
