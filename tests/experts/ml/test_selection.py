@@ -314,3 +314,21 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     monkeypatch.setattr(selection.SentenceScorer, "features", lambda self, question, options: read.append(question) or features(self, question, options))
     gen.generate(_select_request(passages=_SCORED, question="how much does it cost to renw my licnse", search_question="how much does it cost to renew my license"))
     assert read == ["how much does it cost to renew my license"]  # the scorer reads the question as searched, as the extractive answer does
+
+
+def test_any_backends_scores_decide_as_the_in_process_model_does(tiny):
+    """plan_selection needs no model and decide any backend's scores: select is the two around score_continuations."""
+    from experts.ml import selection
+    from experts.ml.lora import Example
+
+    model, tokenizer = tiny
+    example = Example("how much does it cost to renew my license", "", _SCORED)
+    scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
+    plan = selection.plan_selection(tokenizer, example, 1000, scorer=scorer)
+    assert [c.passage for c in plan.options][-1] == 0
+    assert len(plan.options) == 3
+    assert plan.continuations == [candidate_ids(tokenizer, c) for c in plan.options]
+    scores = score_continuations(model, plan.prompt, plan.continuations)
+    assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=scorer)
+    with pytest.raises(ValueError, match="2 scores for 3 options"):
+        selection.decide(plan, scores[:2])
