@@ -2,9 +2,9 @@
 
 A chosen answer is a passage sentence the expert's model rates best (``experts.ml.selection``). The
 in-process backend scores the options with its own model (``selection.score_continuations``); the
-vLLM backend asks its server for the same numbers (``/v1/completions`` with the prompt and each
-option as token ids, ``prompt_logprobs``). Everything around the scores is shared, so an expert
-answers a question the same way on a laptop and on a GPU server:
+vLLM backend, with ``VLLM_SELECT``, asks its server for the same numbers (``/v1/completions`` with the
+prompt and each option as token ids, ``prompt_logprobs``). Everything around the scores is shared, so
+an expert answers a question the same way on a laptop and on a GPU server:
 
 * ``shown_passages``: what the model is shown, the best ``GENERATION_PASSAGES`` passages each cut to
   its ``GENERATION_PASSAGE_CHARS`` most relevant characters with the lead sentence kept; the adapters
