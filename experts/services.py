@@ -316,6 +316,7 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     (``answer_metrics.token_f1``). ``beats_base`` needs a higher F1 *and* a lower held-out loss; it
     is None without held-out examples (then nothing is activated automatically).
     """
+    from .generation.selecting import select_settings, sentence_scorer
     from .ml.batch_generation import attach_adapters, held_out_f1
     from .ml.lora import bf16_native, load_base
     from .ml.prompting import STOPS
@@ -324,6 +325,7 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
         return {"held_out_f1": None, "base_held_out_f1": None, "beats_base": None}
     import torch
 
+    shape = select_settings(settings)
     tokenizer, base = load_base(settings.BASE_MODEL, dtype=torch.bfloat16 if bf16_native() else None)
     model = attach_adapters(base, {"candidate": str(adapter_path)}, settings.BASE_MODEL)
     stops = STOPS + (("\n\n",) if getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True) else ())
@@ -332,12 +334,9 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
                               "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
                               # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
-                              "select": getattr(settings, "GENERATION_DECODING", "free") == "select"
-                              and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
+                              "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:
-        from .generation.selecting import sentence_scorer
-
-        kwargs["scorer"] = sentence_scorer(int(getattr(settings, "GENERATION_SELECT_SHORTLIST", 0)), getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None))
+        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["sentence_weights"])
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

@@ -400,18 +400,19 @@ class TransformersGenerator:
         """The candidate answer the request's model rates best, marker included, and why (caller holds the queue)."""
         import torch
 
-        from experts.ml.selection import select
+        from experts.ml.selection import decide, plan_selection, score_continuations
 
         model, context = self._model_for(request.adapter)
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - self._max_new(request)
         example = Example(request.question, "", shown, request.system_prompt, request.citation_format)
         try:
+            plan = plan_selection(self._tokenizer, example, limit, history=request.history, scorer=self.sentence_scorer(),
+                                  scorer_question=request.search_question)
             # the state after the system message, as free decoding reuses it; computed before ``context`` is entered
             # (entered inside it, the bare model's disable_adapter() would re-enable the adapter on its way out)
-            prefix = self._prefix_cache(model, context, request, fit_prompt(self._tokenizer, example, limit, history=request.history))
+            prefix = self._prefix_cache(model, context, request, plan.prompt)
             with context, torch.no_grad():
-                chosen = select(model, self._tokenizer, example, limit, history=request.history, prefix=lambda _ids: prefix,
-                                scorer=self.sentence_scorer(), scorer_question=request.search_question)
+                chosen = decide(plan, score_continuations(model, plan.prompt, plan.continuations, prefix=prefix))
         except (RuntimeError, ValueError) as exc:
             raise GenerationError(f"generation failed: {exc}") from None
         if time.monotonic() > deadline:

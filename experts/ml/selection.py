@@ -239,11 +239,10 @@ class SelectionPlan:
     options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention
     continuations: list[list[int]]  # each option's tokens as the model would write them (``candidate_ids``)
     citation_format: str = DEFAULT_CITATION_FORMAT
-    rated: list[float] | None = None  # the scorer's score of each shortlisted option (None: no scorer)
+    scorer: SentenceScorer | None = None  # whose shortlist the options are (None: every sentence)
+    rated: list[float] = field(default_factory=list)  # the scorer's score of each shortlisted option
     features: np.ndarray | None = None  # the scorer's features of every sentence it read
     keep: list[int] = field(default_factory=list)  # the shortlisted options' rows in ``features``
-    weight: float = LM_WEIGHT  # of the model's mean log-probability against the scorer's score
-    weights: np.ndarray | None = None  # the scorer's weights (for the reasons a choice gives)
 
 
 def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
@@ -263,8 +262,8 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
     rated = features @ scorer.weights
     keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
     options = [answers[k] for k in keep] + [c for c in options if not c.passage]
-    return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, [float(rated[k]) for k in keep],
-                         features, keep, scorer.weight, scorer.weights)
+    return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [float(rated[k]) for k in keep],
+                         features, keep)
 
 
 def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_power: float = 1.0) -> Selected:
@@ -272,17 +271,16 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_powe
     without a scorer the best mean log-probability (``choose``), with one ``shortlist_choice``, and why."""
     if len(scores) != len(plan.options):
         raise ValueError(f"{len(scores)} scores for {len(plan.options)} options")
-    options = plan.options
-    if plan.rated is None:
+    options, scorer = plan.options, plan.scorer
+    if scorer is None:
         best = choose(scores, length_power)
         return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1])
     shortlisted = plan.rated + [0.0] * (len(options) - len(plan.rated))
-    best = shortlist_choice(options, shortlisted, scores, plan.weight)
+    best = shortlist_choice(options, shortlisted, scores, scorer.weight)
     choice = None
     if options[best].passage:
-        why = reasons(plan.features, plan.keep[best], plan.weights)
-        n = len(plan.rated)
-        choice = _choice(options[:n], shortlisted, scores, best, plan.weight, why, len(plan.features))
+        why = reasons(plan.features, plan.keep[best], scorer.weights)
+        choice = _choice(options[: len(plan.rated)], shortlisted, scores, best, scorer.weight, why, len(plan.features))
     return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1], choice)
 
 
