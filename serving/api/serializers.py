@@ -9,6 +9,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from sbcommon.api import LeanSerializer
+
 from ..conversations import ID_PATTERN
 
 FEEDBACK_COMMENT_MAX = 2000
@@ -58,7 +60,7 @@ class MessageSerializer(serializers.Serializer):
         return attrs
 
 
-class ChatCompletionRequestSerializer(serializers.Serializer):
+class ChatCompletionRequestSerializer(LeanSerializer):
     """The subset of OpenAI's chat-completions request that Switchboard uses; other keys are ignored.
 
     Switchboard's extension: ``conversation_id`` (or ``metadata.conversation_id``) continues a
@@ -113,7 +115,7 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class RouteRequestSerializer(serializers.Serializer):
+class RouteRequestSerializer(LeanSerializer):
     question = serializers.CharField(max_length=8000, trim_whitespace=True)
     top_k = serializers.IntegerField(default=2, min_value=1, max_value=3)
     # The router's fast tier (auto:fast's), where the active version has one; else the full router.
@@ -136,7 +138,7 @@ class RatingField(serializers.Field):
         return "up" if value > 0 else "down"
 
 
-class FeedbackRequestSerializer(serializers.Serializer):
+class FeedbackRequestSerializer(LeanSerializer):
     response_id = serializers.CharField(max_length=64, help_text="The `id` of the chat completion.")
     rating = RatingField(help_text="'up', 'down', 1 or -1.")
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=FEEDBACK_COMMENT_MAX, trim_whitespace=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rest_framework import serializers
 
 from serving.api.serializers import ChatCompletionRequestSerializer, FeedbackRequestSerializer, RouteRequestSerializer
 
@@ -55,3 +58,44 @@ def test_route_and_feedback_payloads_are_valid_or_have_field_errors(payload):
     for serializer_class in (RouteRequestSerializer, FeedbackRequestSerializer):
         serializer = serializer_class(data=payload)
         assert serializer.is_valid() or serializer.errors
+
+
+class _DeepCopied(ChatCompletionRequestSerializer):
+    """DRF's own behaviour: every instance gets deep copies of the declared fields."""
+
+    def get_fields(self):
+        return serializers.Serializer.get_fields(self)
+
+
+@FAST
+@given(payload=st.one_of(PAYLOAD, JSON))
+def test_shallow_copied_fields_validate_as_drfs_deep_copies_do(payload):
+    lean, deep = ChatCompletionRequestSerializer(data=payload), _DeepCopied(data=payload)
+    assert lean.is_valid() == deep.is_valid()
+    assert lean.errors == deep.errors
+    if not lean.errors:
+        assert lean.validated_data == deep.validated_data
+
+
+def test_each_instance_binds_its_own_fields_and_leaves_the_declared_ones_unbound():
+    first, second = ChatCompletionRequestSerializer(data={}), ChatCompletionRequestSerializer(data={})
+    assert first.fields["model"] is not second.fields["model"]
+    assert first.fields["model"].parent is first
+    assert second.fields["model"].parent is second
+    declared = ChatCompletionRequestSerializer._declared_fields["model"]
+    assert getattr(declared, "parent", None) is None
+    assert declared.source is None
+
+
+def test_concurrent_validations_keep_their_own_data_and_errors():
+    def check(i: int) -> None:
+        good = ChatCompletionRequestSerializer(data={"messages": [{"role": "user", "content": f"question {i}"}], "conversation_id": f"c{i}"})
+        assert good.is_valid(), good.errors
+        assert good.validated_data["question"] == f"question {i}"
+        assert good.validated_data["conversation_id"] == f"c{i}"
+        bad = ChatCompletionRequestSerializer(data={"messages": [{"role": "robot", "content": "x"}], "temperature": i + 3})
+        assert not bad.is_valid()
+        assert set(bad.errors) == {"messages", "temperature"}
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(check, range(400)))
