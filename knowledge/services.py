@@ -752,7 +752,7 @@ def collection_lookup(store: Callable[[], VectorStore], names: list[str | None])
         if not wanted:
             return [None] * len(positions)
         indices, values = bm25_vector(question, query=True)
-        found = store().evidence(wanted, [float(v) for v in vector], indices, values)
+        found = store().evidence(wanted, np.asarray(vector, dtype=np.float32), indices, values)
         return [found.get(names[j]) if names[j] else None for j in positions]
 
     return lookup

@@ -285,7 +285,8 @@ def search_indexes(indexes: Sequence[HybridIndex], dense: Sequence[float] | np.n
     owner = np.concatenate([np.full(len(ix), k, dtype=np.int64) for k, (_, ix, _) in enumerate(live)])
     local = np.concatenate([np.arange(len(ix), dtype=np.int64) for _, ix, _ in live])
     row_weight = np.asarray([w for _, _, w in live], dtype=np.float64)[owner]
-    d_scores = np.concatenate([ix.dense_scores(dense) for _, ix, _ in live])
+    query = np.asarray(dense, dtype=np.float32)  # once, not once per index (the caller may hold a list)
+    d_scores = np.concatenate([ix.dense_scores(query) for _, ix, _ in live])
     s_scores = np.zeros_like(d_scores)
     matched = np.zeros(0, dtype=np.int64)
     if len(sparse_indices):  # computed for the dense method too, so every hit carries both scores
@@ -300,7 +301,8 @@ def search_indexes(indexes: Sequence[HybridIndex], dense: Sequence[float] | np.n
         q_values = np.asarray(sparse_values, dtype=np.float32) * idf
         parts, hits, offset = [], [], 0
         for _, ix, _ in live:
-            ratio = np.divide(q_values, ix.idf_of(q_terms), out=np.zeros_like(q_values), where=ix.idf_of(q_terms) > 0)
+            own = ix.idf_of(q_terms)
+            ratio = np.divide(q_values, own, out=np.zeros_like(q_values), where=own > 0)
             scores, rows = ix.sparse_scores(q_terms, ratio)  # the index applies its own IDF; the ratio swaps it for the global one
             parts.append(scores)
             hits.append(rows + offset)

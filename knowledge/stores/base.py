@@ -54,7 +54,10 @@ class VectorStore(Protocol):
         """One search over several collections with global ranks, each collection's hits scaled by its weight (0: skipped)."""
 
     def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
-        """Each collection's (best dense cosine, best BM25 score) for one question; None for a collection that is missing or empty."""
+        """Each collection's (best dense cosine, best BM25 score) for one question; None for a collection that is missing or empty.
+
+        ``dense`` may be a numpy vector (the serving path passes the encoder's own, saving a conversion per lookup).
+        """
 
     def count(self, name: str) -> int: ...
 

@@ -296,6 +296,7 @@ class ServerQdrantStore:
     @_server_errors
     def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
         sparse = models.SparseVector(indices=sparse_indices, values=sparse_values)
+        dense = [float(v) for v in dense]  # the caller may pass a numpy vector; the client sends JSON
         out: dict[str, tuple[float, float] | None] = {}
         for name in names:
             _inject_faults([name])
