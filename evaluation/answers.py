@@ -83,7 +83,7 @@ from evaluation.datasets import (
 from experts.ml.answer_metrics import is_abstention, rouge_l, support, token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
 from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
-from experts.ml.targets import MIN_SUPPORT, gold_target
+from experts.ml.targets import MIN_SUPPORT, training_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.sparse import bm25_vector
@@ -353,8 +353,11 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
     The prompt holds the passages serving would show for that search (``_Serving.shown``); the
     target cites the one holding the gold answer among those that fit ``max_length``.
     """
+    from django.conf import settings
+
     from experts.ml.lora import Example, fitted_passages
 
+    params_target = settings.LORA_TARGET  # the gold answer, or the passage sentence closest to it
     out: dict[int, list[Any]] = defaultdict(list)
     counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
     for i in rows:
@@ -369,7 +372,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
         shown = serving.shown(question, passages)
         answer_room = len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 6  # the marker and the end token
         fit = fitted_passages(tokenizer, Example(question, answer, shown), params.max_length - answer_room)
-        target = gold_target(answer, shown[:fit])
+        target = training_target(params_target, answer, shown[:fit])
         if target is None:
             counts["unsupported"] += 1
             continue

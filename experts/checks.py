@@ -24,3 +24,14 @@ def sentence_weights_check(app_configs: Any = None, **kwargs: Any) -> list[check
     except ValueError as exc:
         return [checks.Error(f"EXTRACTIVE_SENTENCE_WEIGHTS: {exc}", id="experts.E002")]
     return []
+
+
+@checks.register(checks.Tags.compatibility)
+def lora_target_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``LORA_TARGET`` must name a kind of training target (``experts.ml.targets.TARGET_KINDS``)."""
+    from experts.ml.targets import TARGET_KINDS
+
+    kind = getattr(settings, "LORA_TARGET", "answer")
+    if kind not in TARGET_KINDS:
+        return [checks.Error(f"LORA_TARGET is {kind!r}; use one of {', '.join(TARGET_KINDS)}", id="experts.E003")]
+    return []

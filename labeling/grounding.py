@@ -19,7 +19,7 @@ from django.conf import settings
 
 from experts.choices import ExampleSource
 from experts.ml.extractive import Passage, extractive_answer
-from experts.ml.targets import gold_target
+from experts.ml.targets import training_target
 from experts.models import Expert
 from experts.services import TrainingDataError, add_example, current_prompt, prompt_passages
 from jobs.services import JobFailed, JobReporter
@@ -104,7 +104,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
         if gold:
             # Kept in retrieval order: the marker numbers the passage as serving's prompt will.
             weak = not passages or max(p.score for p in passages) < settings.EXTRACTIVE_MIN_SCORE
-            target = None if weak else gold_target(gold, shown(question, passages), citation_format=citation_format)
+            target = None if weak else training_target(settings.LORA_TARGET, gold, shown(question, passages), citation_format=citation_format)
             if target is None:
                 report.weak += weak
                 report.unsupported += not weak

@@ -153,6 +153,9 @@ LORA_TARGET_MODULES = envlist("LORA_TARGET_MODULES", ["q_proj", "k_proj", "v_pro
 LORA_TOP_LAYERS = envint("LORA_TOP_LAYERS", 10)  # 0: every layer
 LORA_EPOCHS = envfloat("LORA_EPOCHS", 3.0)
 LORA_LEARNING_RATE = envfloat("LORA_LEARNING_RATE", 1e-3)
+# What adapters learn to give for a question with a gold answer: "answer" (the gold answer as written, cited) or
+# "sentence" (the shown passages' sentence closest to it, as select decoding answers; experts.ml.targets).
+LORA_TARGET = envstr("LORA_TARGET", "answer")
 LORA_BATCH_SIZE = envint("LORA_BATCH_SIZE", 4)
 # Holds what serving shows the model (GENERATION_PASSAGES passages of GENERATION_PASSAGE_CHARS: ~470
 # prompt tokens, p90 ~530 with SmolLM2's tokenizer) and the answer, so no training prompt loses a passage.
