@@ -6,13 +6,23 @@ view's work out: ``requests`` sequential ``GET /healthz`` (the middleware chain 
 through the served application (``ASGI_APPLICATION``: ``switchboard.asgi``) and through Django's stock ``ASGIHandler``, driven by asgiref's
 ``ApplicationCommunicator`` on one event loop. It reports the CPU and wall milliseconds per request,
 the best of ``rounds`` rounds (the least disturbed), and how many times a request crossed to a thread.
+
+``--chat`` measures a chat request instead (``bench_chat``): the demo's questions through the served
+application in a child process on the demo's data (``evaluation.chat_probe``), the encoder in its own
+child as served, so the figure is the web process's CPU a chat request without uvicorn's HTTP
+parsing: the part of ``bench serving``'s ``cpu_ms_per_request["web server"]`` that the code controls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PATH = "/healthz"
@@ -82,3 +92,27 @@ def bench_handler(requests: int = 1000, rounds: int = 5, say: Callable[[str], No
                         "thread_crossings_per_request": _crossings(make)}
         say(f"{name}: {report[name]['cpu_ms_per_request']:.3f} ms CPU a request, {report[name]['thread_crossings_per_request']} thread crossings")
     return report
+
+
+def bench_chat(requests: int = 600, rounds: int = 3, concurrency: int = 8, var_dir: str | None = None,
+               say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The web process's CPU a chat request, in process (see the module docstring); the demo is loaded into ``var_dir`` first if needed."""
+    from django.conf import settings
+
+    from evaluation.bench_serving import _env, prepare_demo
+
+    if requests < 1 or rounds < 1 or concurrency < 1:
+        raise ValueError("requests, rounds and concurrency must be at least 1")
+    folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    prepare_demo(folder, say)
+    say(f"posting {rounds} x {requests} chat questions, {concurrency} at a time, through the served application in {folder} ...")
+    done = subprocess.run([sys.executable, "-m", "evaluation.chat_probe", str(requests), str(rounds), str(concurrency)], cwd=settings.BASE_DIR,
+                          env=_env(folder, ENCODER_PROCESS="1", SWITCHBOARD_WARMUP="0"), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the chat probe failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    say(f"chat: {figures['cpu_ms_per_request']:.3f} ms of the web process's CPU a request (best of {rounds} rounds)")
+    return {"path": "/v1/chat/completions", "requests": requests, "rounds": rounds, "concurrency": concurrency, "var_dir": str(folder), **figures,
+            "how": "the demo's held-out questions, made unique, through the served ASGI application in a child process on the demo's data; "
+                   "that process's CPU (the encoder's child not counted), best round"}

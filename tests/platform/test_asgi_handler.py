@@ -147,3 +147,42 @@ def test_bench_handler_reports_each_handlers_cost_and_crossings():
     assert report["switchboard"]["thread_crossings_per_request"] == 1
     assert report["django_stock"]["thread_crossings_per_request"] == 3
     assert all(report[h]["cpu_ms_per_request"] > 0 for h in ("switchboard", "django_stock"))
+
+
+def test_bench_chat_runs_the_probe_on_the_demos_data_and_reports_its_best_round(tmp_path, monkeypatch):
+    import subprocess
+
+    from evaluation import bench_handler, bench_serving
+
+    prepared, runs = [], []
+    monkeypatch.setattr(bench_serving, "prepare_demo", lambda folder, say: prepared.append(folder) or 0.0)
+
+    def probe(argv, cwd, env, capture_output, text):
+        runs.append((argv, env))
+        line = '{"cpu_ms_per_request": 4.5, "wall_ms_per_request": 9.0, "cpu_ms_by_round": [4.9, 4.5]}'
+        return subprocess.CompletedProcess(argv, 0, stdout=f"log line\n{line}\n", stderr="")
+
+    monkeypatch.setattr(bench_handler.subprocess, "run", probe)
+    report = bench_handler.bench_chat(requests=50, rounds=2, concurrency=4, var_dir=str(tmp_path), say=lambda *_: None)
+    assert prepared == [tmp_path]
+    (argv, env), = runs
+    assert argv[1:] == ["-m", "evaluation.chat_probe", "50", "2", "4"]
+    assert env["VAR_DIR"] == str(tmp_path)
+    assert env["ENCODER_PROCESS"] == "1"  # the encoder in its own child, as served: its CPU is not the web process's
+    assert report["cpu_ms_per_request"] == 4.5
+    assert report["cpu_ms_by_round"] == [4.9, 4.5]
+
+
+def test_bench_chat_refuses_nonsense_and_reports_a_failed_probe(tmp_path, monkeypatch):
+    import subprocess
+
+    import pytest
+
+    from evaluation import bench_handler, bench_serving
+
+    with pytest.raises(ValueError, match="at least 1"):
+        bench_handler.bench_chat(requests=0, var_dir=str(tmp_path))
+    monkeypatch.setattr(bench_serving, "prepare_demo", lambda folder, say: 0.0)
+    monkeypatch.setattr(bench_handler.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, stdout="", stderr="no router"))
+    with pytest.raises(RuntimeError, match="no router"):
+        bench_handler.bench_chat(requests=5, rounds=1, var_dir=str(tmp_path), say=lambda *_: None)

@@ -56,6 +56,9 @@ class Command(BaseCommand):
         handler = sub.add_parser("handler", help="the web process's own cost of a request through the ASGI handler, in process, against Django's stock handler")
         handler.add_argument("--requests", type=int, default=1000, help="requests per round (default 1000)")
         handler.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported (default 5)")
+        handler.add_argument("--chat", action="store_true", help="measure chat requests on the demo's data instead (the chat view's own CPU, encoder excluded)")
+        handler.add_argument("--concurrency", type=int, default=8, help="with --chat: requests in flight at once (default 8)")
+        handler.add_argument("--var-dir", default=None, help="with --chat: the demo's data folder (loaded first if empty; default: a new one)")
         for p in (serving, soak):
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
@@ -69,9 +72,13 @@ class Command(BaseCommand):
 
             report = bench_clustering(n=options["n"], datasets=options["datasets"], skip_baseline=options["skip_baseline"], say=self.stdout.write)
         elif options["target"] == "handler":
-            from evaluation.bench_handler import bench_handler
+            from evaluation.bench_handler import bench_chat, bench_handler
 
-            report = bench_handler(requests=options["requests"], rounds=options["rounds"], say=self.stdout.write)
+            if options["chat"]:
+                report = bench_chat(requests=options["requests"], rounds=options["rounds"], concurrency=options["concurrency"],
+                                    var_dir=options["var_dir"], say=self.stdout.write)
+            else:
+                report = bench_handler(requests=options["requests"], rounds=options["rounds"], say=self.stdout.write)
         elif options["target"] == "retrieval":
             from evaluation.bench_retrieval import bench_retrieval
 

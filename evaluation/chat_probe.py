@@ -1,0 +1,80 @@
+"""The chat view's own CPU in process: ``bench handler --chat`` runs this module in a child with the demo's data.
+
+``python -m evaluation.chat_probe REQUESTS ROUNDS CONCURRENCY`` (``VAR_DIR`` and the bench's
+environment set by the caller) posts unique demo questions to ``/v1/chat/completions`` through the
+served ASGI application (``switchboard.asgi``: the encoder in its child process, as uvicorn serves
+it), ``CONCURRENCY`` at a time on one event loop, and prints one JSON line: this process's CPU and
+wall milliseconds per request, the best of ``ROUNDS`` rounds. The encoder child's CPU is not
+counted, nor uvicorn's HTTP parsing: what is left is the web process's share of a chat request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+PATH = "/v1/chat/completions"
+
+
+def _scope(body: bytes) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": PATH,
+            "raw_path": PATH.encode(), "query_string": b"", "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+
+async def _one(app: Any, question: str) -> None:
+    from asgiref.testing import ApplicationCommunicator
+
+    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": question}]}).encode()
+    communicator = ApplicationCommunicator(app, _scope(body))
+    await communicator.send_input({"type": "http.request", "body": body, "more_body": False})
+    start = await communicator.receive_output(60)
+    if start.get("status") != 200:
+        raise RuntimeError(f"{PATH} answered {start.get('status')}")
+    while (await communicator.receive_output(60)).get("more_body"):
+        pass
+    await communicator.wait(5)
+
+
+async def _round(app: Any, questions: list[str], n: int, concurrency: int, run: str) -> None:
+    from evaluation.bench_serving import unique_question
+
+    numbers = iter(range(n))
+
+    async def client() -> None:
+        for i in numbers:
+            await _one(app, unique_question(questions, i, run))
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+
+
+def main(argv: list[str]) -> None:
+    requests, rounds, concurrency = (int(a) for a in argv)
+    os.environ.setdefault("ENCODER_PROCESS", "1")  # as switchboard.asgi sets it for servers, before the settings load
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    from evaluation.bench_serving import held_out_questions
+
+    app = import_string(settings.ASGI_APPLICATION)
+    questions = held_out_questions()
+    asyncio.run(_round(app, questions, max(200, requests // 2), concurrency, "warm"))  # imports, caches, the encoder child, threads
+    cpu, wall = [], []
+    for r in range(rounds):
+        c0, t0 = time.process_time(), time.perf_counter()
+        asyncio.run(_round(app, questions, requests, concurrency, f"round{r}"))
+        cpu.append((time.process_time() - c0) * 1000 / requests)
+        wall.append((time.perf_counter() - t0) * 1000 / requests)
+    print(json.dumps({"cpu_ms_per_request": round(min(cpu), 4), "wall_ms_per_request": round(min(wall), 4),
+                      "cpu_ms_by_round": [round(c, 4) for c in cpu]}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
