@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from experts.ml.extractive import Passage
 import pytest
 
+from experts.ml.extractive import Passage
 from experts.ml.targets import gold_target, sentence_target, supporting_passage, training_target
 
 PASSAGES = [
