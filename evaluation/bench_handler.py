@@ -28,24 +28,33 @@ from typing import Any
 PATH = "/healthz"
 
 
-def _scope(path: str) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
-            "raw_path": path.encode(), "query_string": b"", "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000),
-            "headers": [(b"host", b"127.0.0.1")]}
+def scope(path: str, body: bytes | None = None) -> dict[str, Any]:
+    """An ASGI HTTP scope: ``GET path``, or with ``body`` a JSON ``POST``."""
+    headers = [(b"host", b"127.0.0.1")]
+    if body is not None:
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET" if body is None else "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "server": ("127.0.0.1", 80),
+            "client": ("127.0.0.1", 5000), "headers": headers}
+
+
+async def request(app: Any, path: str, body: bytes | None = None, timeout: float = 10) -> None:
+    """One request through ``app`` in process (asgiref's ``ApplicationCommunicator``); anything but a 200 raises."""
+    from asgiref.testing import ApplicationCommunicator
+
+    communicator = ApplicationCommunicator(app, scope(path, body))
+    await communicator.send_input({"type": "http.request", "body": body or b"", "more_body": False})
+    start = await communicator.receive_output(timeout)
+    if start.get("status") != 200:
+        raise RuntimeError(f"{path} answered {start.get('status')} through {type(app).__name__}")
+    while (await communicator.receive_output(timeout)).get("more_body"):
+        pass
+    await communicator.wait(5)
 
 
 async def _requests(app: Any, n: int) -> None:
-    from asgiref.testing import ApplicationCommunicator
-
     for _ in range(n):
-        communicator = ApplicationCommunicator(app, _scope(PATH))
-        await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
-        start = await communicator.receive_output(10)
-        if start.get("status") != 200:
-            raise RuntimeError(f"{PATH} answered {start.get('status')} through {type(app).__name__}")
-        while (await communicator.receive_output(10)).get("more_body"):
-            pass
-        await communicator.wait(5)
+        await request(app, PATH)
 
 
 def _crossings(make: Callable[[], Any]) -> int:

@@ -20,24 +20,10 @@ from typing import Any
 PATH = "/v1/chat/completions"
 
 
-def _scope(body: bytes) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": PATH,
-            "raw_path": PATH.encode(), "query_string": b"", "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000),
-            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
-
-
 async def _one(app: Any, question: str) -> None:
-    from asgiref.testing import ApplicationCommunicator
+    from evaluation.bench_handler import request
 
-    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": question}]}).encode()
-    communicator = ApplicationCommunicator(app, _scope(body))
-    await communicator.send_input({"type": "http.request", "body": body, "more_body": False})
-    start = await communicator.receive_output(60)
-    if start.get("status") != 200:
-        raise RuntimeError(f"{PATH} answered {start.get('status')}")
-    while (await communicator.receive_output(60)).get("more_body"):
-        pass
-    await communicator.wait(5)
+    await request(app, PATH, json.dumps({"model": "auto", "messages": [{"role": "user", "content": question}]}).encode(), timeout=60)
 
 
 async def _round(app: Any, questions: list[str], n: int, concurrency: int, run: str) -> None:
