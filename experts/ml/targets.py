@@ -71,8 +71,8 @@ def sentence_target(answer: str, passages: Sequence[Passage], *, citation_format
     options = candidates(passages, abstain=False, citation_format=citation_format)
     if not options:
         return None
-    best = max(options, key=lambda c: (token_f1(c.text, answer), -options.index(c)))
-    return best.target(citation_format)
+    best = max(range(len(options)), key=lambda i: (token_f1(options[i].text, answer), -i))
+    return options[best].target(citation_format)
 
 
 def training_target(kind: str, answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT) -> str | None:
