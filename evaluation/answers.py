@@ -636,6 +636,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "copy_spans": serving.generator.copy_spans, "decoding": serving.generator.decoding,
             "select_shortlist": serving.generator.select_shortlist if serving.generator.decoding == "select" else None, "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
+            "lora_target": settings.LORA_TARGET,
         },
     }
     _say_table(results, say)
