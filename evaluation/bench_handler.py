@@ -11,6 +11,8 @@ the best of ``rounds`` rounds (the least disturbed), and how many times a reques
 application in a child process on the demo's data (``evaluation.chat_probe``), the encoder in its own
 child as served, so the figure is the web process's CPU a chat request without uvicorn's HTTP
 parsing: the part of ``bench serving``'s ``cpu_ms_per_request["web server"]`` that the code controls.
+It moves with how many questions the encoder child batches per pass (by a millisecond or more between
+identical runs here): compare versions by alternating runs, and a component in isolation.
 """
 
 from __future__ import annotations
