@@ -357,7 +357,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
 
     from experts.ml.lora import Example, fitted_passages
 
-    params_target = settings.LORA_TARGET  # the gold answer, or the passage sentence closest to it
+    target_kind = settings.LORA_TARGET  # the gold answer, or the passage sentence closest to it
     out: dict[int, list[Any]] = defaultdict(list)
     counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
     for i in rows:
@@ -372,7 +372,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
         shown = serving.shown(question, passages)
         answer_room = len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 6  # the marker and the end token
         fit = fitted_passages(tokenizer, Example(question, answer, shown), params.max_length - answer_room)
-        target = training_target(params_target, answer, shown[:fit])
+        target = training_target(target_kind, answer, shown[:fit])
         if target is None:
             counts["unsupported"] += 1
             continue

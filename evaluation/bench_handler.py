@@ -110,7 +110,7 @@ def bench_chat(requests: int = 600, rounds: int = 3, concurrency: int = 8, var_d
     """The web process's CPU a chat request, in process (see the module docstring); the demo is loaded into ``var_dir`` first if needed."""
     from django.conf import settings
 
-    from evaluation.bench_serving import _env, prepare_demo
+    from evaluation.bench_serving import prepare_demo, served_env
 
     if requests < 1 or rounds < 1 or concurrency < 1:
         raise ValueError("requests, rounds and concurrency must be at least 1")
@@ -119,7 +119,7 @@ def bench_chat(requests: int = 600, rounds: int = 3, concurrency: int = 8, var_d
     prepare_demo(folder, say)
     say(f"posting {rounds} x {requests} chat questions, {concurrency} at a time, through the served application in {folder} ...")
     done = subprocess.run([sys.executable, "-m", "evaluation.chat_probe", str(requests), str(rounds), str(concurrency)], cwd=settings.BASE_DIR,
-                          env=_env(folder, ENCODER_PROCESS="1", SWITCHBOARD_WARMUP="0"), capture_output=True, text=True)
+                          env=served_env(folder, ENCODER_PROCESS="1", SWITCHBOARD_WARMUP="0"), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the chat probe failed ({done.returncode}):\n{done.stderr[-3000:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])

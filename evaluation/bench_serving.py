@@ -71,6 +71,11 @@ def _env(var_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def served_env(var_dir: Path, **extra: str) -> dict[str, str]:
+    """``_env`` as a bench's server runs: events written behind the request, no eager Celery, the chat API open."""
+    return _env(var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0", **extra)
+
+
 def deployment_env(database_url: str | None = None, redis_url: str | None = None) -> dict[str, str]:
     """The servers a scaled-out deployment shares, as environment: PostgreSQL (``DATABASE_URL``) and Redis
     (``REDIS_URL``: the cache behind rate limits, breakers and serving state). Empty: the bench's own files."""
@@ -120,7 +125,7 @@ class Server:
         if self.workers > 1:
             argv += ["--workers", str(self.workers)]
         self._log = self.log_path.open("w")
-        env = _env(self.var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0", **self.extra_env)
+        env = served_env(self.var_dir, **self.extra_env)
         self.proc = subprocess.Popen(argv, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
