@@ -80,6 +80,7 @@ from evaluation.datasets import (
     user_turns,
     write_jsonl,
 )
+from experts.generation.extractive import scorer_spec
 from experts.ml.answer_metrics import is_abstention, rouge_l, support, token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
 from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
@@ -456,7 +457,7 @@ def _extractive(questions: list[Question], modes: list[str], known: dict[str, di
         for q in questions:
             t0 = time.perf_counter()
             answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], max_sentences=ctx["max_sentences"], cache=cache,
-                                       weights=ctx["sentence_weights"])
+                                       scorer=ctx["scorer_spec"])
             rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000, raw=answer.text))
         out[mode] = rows
     return out
@@ -538,7 +539,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     probs, train_rows, val_rows, router_report = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
     ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
            "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
-           "sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS, "model": model, "threads": encoding["threads"]}
+           "scorer_spec": scorer_spec(settings), "model": model, "threads": encoding["threads"]}
 
     wanted = set(val_rows) if config.split == "val" else None
     candidates = [i for i, q in enumerate(queries) if q.get("split") == config.split and y[i] >= 0 and q.get("answer") is not None and q.get("text")
@@ -629,6 +630,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
             "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
+            "extractive_sentence_scorer": settings.EXTRACTIVE_SENTENCE_SCORER if settings.EXTRACTIVE_SENTENCE_WEIGHTS is None else "linear (EXTRACTIVE_SENTENCE_WEIGHTS)",
             "widen_below": threshold, "weight_power": weight_power(), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,

@@ -27,6 +27,22 @@ def sentence_weights_check(app_configs: Any = None, **kwargs: Any) -> list[check
 
 
 @checks.register(checks.Tags.compatibility)
+def sentence_scorer_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``EXTRACTIVE_SENTENCE_SCORER`` must be ``default``, ``linear`` or a readable scorer file (unused while weights are set)."""
+    from experts.ml.sentence_scorer import load_scorer
+
+    if getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None) is not None:
+        return []
+    spec = getattr(settings, "EXTRACTIVE_SENTENCE_SCORER", "default")
+    try:
+        load_scorer(spec)
+    except ValueError as exc:
+        return [checks.Error(f"EXTRACTIVE_SENTENCE_SCORER={spec!r}: {exc}",
+                             hint='use "default", "linear", or a file written by `manage.py evaluate sentences --save-scorer FILE`', id="experts.E004")]
+    return []
+
+
+@checks.register(checks.Tags.compatibility)
 def lora_target_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """``LORA_TARGET`` must name a kind of training target (``experts.ml.targets.TARGET_KINDS``)."""
     from experts.ml.targets import TARGET_KINDS

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from experts.choices import ExampleSource
+from experts.generation.extractive import scorer_spec
 from experts.ml.extractive import Passage, extractive_answer
 from experts.ml.targets import training_target
 from experts.models import Expert
@@ -113,7 +114,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
             report.gold += 1
         else:
             answer = extractive_answer(question, passages, encoder.encode, min_score=settings.EXTRACTIVE_MIN_SCORE,
-                                       max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, weights=settings.EXTRACTIVE_SENTENCE_WEIGHTS)
+                                       max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, scorer=scorer_spec(settings))
             if not answer.grounded:
                 report.weak += 1
                 continue

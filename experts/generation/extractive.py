@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -39,6 +40,13 @@ def clear_chunk_caches() -> None:
         _caches.clear()
 
 
+def scorer_spec(config: Any = settings) -> str | dict[str, Any] | None:
+    """The sentence scorer the settings name (``sentence_scorer.load_scorer``): ``EXTRACTIVE_SENTENCE_WEIGHTS``
+    (linear weights) where set, else ``EXTRACTIVE_SENTENCE_SCORER`` (the shipped network by default)."""
+    weights = getattr(config, "EXTRACTIVE_SENTENCE_WEIGHTS", None)
+    return weights if weights is not None else getattr(config, "EXTRACTIVE_SENTENCE_SCORER", "default")
+
+
 class ExtractiveGenerator:
     """Assembles the answer from the passages' best sentences (see ``experts.ml.extractive``)."""
 
@@ -58,7 +66,7 @@ class ExtractiveGenerator:
 
         return extractive_answer(
             question, request.passages, embed, min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, weights=settings.EXTRACTIVE_SENTENCE_WEIGHTS,
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name),
         )
 

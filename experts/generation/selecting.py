@@ -27,7 +27,7 @@ from experts.ml.prompting import STOPS, focus
 from experts.ml.selection import Selected, SentenceScorer
 
 from .base import GenerationRequest
-from .extractive import with_lead
+from .extractive import scorer_spec, with_lead
 
 # "free": the model writes its answer token by token; "select": it chooses the passage sentence it
 # rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
@@ -58,7 +58,7 @@ def shown_passages(request: GenerationRequest, *, max_passages: int, passage_cha
     return [replace(p, text=focus(p.text, request.question, passage_chars, keep=p.lead)) for p in passages]
 
 
-def sentence_scorer(shortlist: int, weights: dict[str, float] | None) -> SentenceScorer | None:
+def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> SentenceScorer | None:
     """The scorer whose ``shortlist`` best sentences the model judges (the extractive answer's, on the process's
     sentence encoder); None when ``shortlist`` is 0: the model judges every sentence alone."""
     if shortlist < 0:
@@ -67,7 +67,7 @@ def sentence_scorer(shortlist: int, weights: dict[str, float] | None) -> Sentenc
         return None
     from sbcommon.encoders import get_encoder
 
-    return SentenceScorer(get_encoder().encode, weights, shortlist=shortlist)
+    return SentenceScorer(get_encoder().encode, spec, shortlist=shortlist)
 
 
 def citation_stream(request: GenerationRequest, max_passages: int, stop_at_paragraph: bool) -> CitationStream:
@@ -108,5 +108,5 @@ def select_settings(settings: Any) -> dict[str, Any]:
         "lead_sentence": getattr(settings, "GENERATION_LEAD_SENTENCE", False),
         "decoding": getattr(settings, "GENERATION_DECODING", "free"),
         "select_shortlist": getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
-        "sentence_weights": getattr(settings, "EXTRACTIVE_SENTENCE_WEIGHTS", None),
+        "scorer_spec": scorer_spec(settings),
     }

@@ -84,7 +84,7 @@ class VllmGenerator:
         # chosen answers only where the server's LoRA path gives prompt log-probabilities (VLLM_SELECT)
         self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"] if getattr(settings, "VLLM_SELECT", False) else "free")
         self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
-        self.select_shortlist, self.sentence_weights = int(shape["select_shortlist"]), shape["sentence_weights"]
+        self.select_shortlist, self.scorer_spec = int(shape["select_shortlist"]), shape["scorer_spec"]
         self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))
         self._tokenizer = tokenizer  # the base model's, for chosen answers; loaded on first use when None
         self._no_tokenizer = False  # set once loading it failed: answers are written freely
@@ -231,7 +231,7 @@ class VllmGenerator:
         if limit <= 0:
             raise GenerationError(f"max_tokens leaves no room for the prompt in the served model's context ({context} tokens)")
         example = Example(request.question, "", self.shown(request), request.system_prompt, request.citation_format)
-        plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.sentence_weights),
+        plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.scorer_spec),
                               scorer_question=request.search_question)
         prompts = [plan.prompt + c for c in plan.continuations]
         longest = max(len(p) for p in prompts)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .sentence_scorer import reasons, sentence_features, weight_vector
+from .sentence_scorer import SentenceModel, load_scorer, reasons, sentence_features
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -198,7 +198,7 @@ def extractive_answer(
     max_passages: int = 3,
     min_score: float = 0.25,
     cache: ChunkSentenceCache | None = None,
-    weights: dict[str, float] | None = None,
+    scorer: SentenceModel | str | dict[str, Any] | None = None,
 ) -> Answer:
     """Pick the sentences that best answer ``question`` from the top passages.
 
@@ -211,7 +211,7 @@ def extractive_answer(
         min_score: below this best-passage similarity the answer is an honest "not found".
         cache: sentences and their vectors of chunks seen before, by chunk id (passages without a
             ``chunk_id`` are split and encoded every time).
-        weights: the sentence scorer's weights by feature (default: ``sentence_scorer.DEFAULT_WEIGHTS``).
+        scorer: the sentence scorer, or a ``sentence_scorer.load_scorer`` spec (default: the shipped one).
     """
     places = [i for i, p in enumerate(passages[:max_passages]) if p.text.strip()]
     top = [passages[i] for i in places]
@@ -221,8 +221,8 @@ def extractive_answer(
     if found is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     candidates, features = found
-    w = weight_vector(weights)
-    scores = features @ w
+    model = scorer if hasattr(scorer, "score") else load_scorer(scorer)  # type: ignore[arg-type]
+    scores = model.score(features)
     ranked = np.argsort(scores)[::-1].tolist()
     chosen = sorted(ranked[:max_sentences], key=lambda i: (candidates[i][0], candidates[i][1]))
     cited: list[int] = []
@@ -238,7 +238,7 @@ def extractive_answer(
         return {"passage": places[pi] + 1, "sentence": si + 1, "score": round(float(scores[i]), 3), "text": FOOTNOTE.sub("", sentence)}
 
     selection = {
-        "quoted": [{**where(i), "reasons": reasons(features, i, w)} for i in ranked[:max_sentences]],
+        "quoted": [{**where(i), "reasons": reasons(features, i, model.local_weights(features, i))} for i in ranked[:max_sentences]],
         "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
         "candidates": len(candidates),
     }

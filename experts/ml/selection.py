@@ -32,7 +32,7 @@ import numpy as np
 from .extractive import NOT_FOUND, Passage, split_sentences, word_set
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
-from .sentence_scorer import reasons, sentence_features, weight_vector
+from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons, sentence_features
 
 # How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
 # sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
@@ -168,7 +168,7 @@ class Selected:
 
 
 class SentenceScorer:
-    """The extractive answer's sentence scorer over candidates (``sentence_scorer.sentence_features`` @ weights),
+    """The extractive answer's sentence scorer over candidates (``sentence_scorer``'s model of their features),
     and how ``select`` uses it: the adapter judges its ``shortlist`` best, with its log-probability weighing ``weight``.
 
     Each passage's candidates are its sentences in order (as ``candidates`` lists them), so the features
@@ -176,27 +176,27 @@ class SentenceScorer:
 
     Args:
         embed: L2-normalised vectors for a list of texts (the question first).
-        weights: the scorer's weights by feature (None: ``sentence_scorer.DEFAULT_WEIGHTS``).
+        scorer: the sentence model, or a ``sentence_scorer.load_scorer`` spec (None: the shipped one).
         shortlist: sentences the adapter judges (at least 1).
         weight: of the adapter's mean log-probability per token against the scorer's score.
     """
 
-    def __init__(self, embed: Callable[[list[str]], Any], weights: dict[str, float] | None = None, *, shortlist: int = SHORTLIST,
+    def __init__(self, embed: Callable[[list[str]], Any], scorer: SentenceModel | str | dict[str, Any] | None = None, *, shortlist: int = SHORTLIST,
                  weight: float = LM_WEIGHT) -> None:
         if shortlist < 1:
             raise ValueError(f"the shortlist holds at least one sentence, not {shortlist}")
         self.embed = embed
-        self.weights = weight_vector(weights)
+        self.model: SentenceModel = scorer if hasattr(scorer, "score") else load_scorer(scorer)  # type: ignore[arg-type,assignment]
         self.shortlist = int(shortlist)
         self.weight = float(weight)
 
     def __call__(self, question: str, options: Sequence[Candidate]) -> list[float]:
         """The scorer's score of each option (sentences of passages; no abstention)."""
-        return (self.features(question, options) @ self.weights).tolist() if options else []
+        return self.model.score(self.features(question, options)).tolist() if options else []
 
     def features(self, question: str, options: Sequence[Candidate]) -> np.ndarray:
         """Each option's ``sentence_scorer.FEATURES`` (one row each)."""
-        out = np.zeros((len(options), len(self.weights)))
+        out = np.zeros((len(options), len(FEATURES)))
         if not options:
             return out
         vectors = np.asarray(self.embed([question, *(c.text for c in options)]), dtype=np.float64)
@@ -259,7 +259,7 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
         return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt)
     answers = [c for c in options if c.passage]  # the model judges the scorer's best sentences and the abstention
     features = scorer.features(scorer_question or example.question, answers)
-    rated = features @ scorer.weights
+    rated = scorer.model.score(features)
     keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
     options = [answers[k] for k in keep] + [c for c in options if not c.passage]
     return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [float(rated[k]) for k in keep],
@@ -279,7 +279,8 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_powe
     best = shortlist_choice(options, shortlisted, scores, scorer.weight)
     choice = None
     if options[best].passage:
-        why = reasons(plan.features, plan.keep[best], scorer.weights)
+        row = plan.keep[best]
+        why = reasons(plan.features, row, scorer.model.local_weights(plan.features, row))
         choice = _choice(options[: len(plan.rated)], shortlisted, scores, best, scorer.weight, why, len(plan.features))
     return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1], choice)
 

@@ -88,9 +88,15 @@ EXTRACTIVE_MIN_SCORE = envfloat("EXTRACTIVE_MIN_SCORE", 0.25)
 # within 0.03 (0.08) of the best gave 0.242 (0.236), no better than one. With the fitted sentence
 # scorer (experts.ml.sentence_scorer) and tempered routed search again: 0.280 with 1, 0.244 with 2.
 EXTRACTIVE_MAX_SENTENCES = envint("EXTRACTIVE_MAX_SENTENCES", 1)
-# How the extractive answer weighs a sentence's features (experts.ml.sentence_scorer.FEATURES), as a
-# JSON object, e.g. the "refit" weights `manage.py evaluate sentences --dataset YOUR_DATA` prints.
-# Unset: the weights fitted on doc2dial's train split (sentence_scorer.DEFAULT_WEIGHTS).
+# Which sentence the extractive answer quotes (and select decoding shortlists): the sentence scorer over
+# experts.ml.sentence_scorer.FEATURES. "default": the small network shipped in
+# experts/ml/sentence_scorer.json, fitted on doc2dial's train split and chosen over the linear weights
+# on its validation split (first choice's token F1 0.306 against 0.295: `manage.py evaluate sentences`);
+# "linear": the linear weights fitted there (sentence_scorer.DEFAULT_WEIGHTS); or the path of a network
+# `manage.py evaluate sentences --dataset YOUR_DATA --save-scorer FILE` fitted on your answered questions.
+EXTRACTIVE_SENTENCE_SCORER = envstr("EXTRACTIVE_SENTENCE_SCORER", "default")
+# Linear weights by feature as a JSON object (e.g. the "refit" weights `evaluate sentences` prints); when
+# set they are the scorer, whatever EXTRACTIVE_SENTENCE_SCORER says.
 EXTRACTIVE_SENTENCE_WEIGHTS = envjson("EXTRACTIVE_SENTENCE_WEIGHTS", None)
 # Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
 EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)

@@ -208,17 +208,17 @@ _SCORED = [
 
 
 def test_the_sentence_scorer_scores_candidates_as_the_extractive_answer_scores_its_sentences():
-    """The shortlist comes from the very scorer the extractive answer quotes with: same features, same weights."""
+    """The shortlist comes from the very scorer the extractive answer quotes with: same features, same model."""
     from experts.ml.extractive import candidate_sentences
     from experts.ml.selection import SentenceScorer
-    from experts.ml.sentence_scorer import weight_vector
+    from experts.ml.sentence_scorer import load_scorer, weight_vector
 
     question = "how much does it cost to renew my license"
     options = candidates(_SCORED, abstain=False)
-    scores = SentenceScorer(_bag_of_words)(question, options)
     listed, features = candidate_sentences(question, _SCORED, _bag_of_words)
     assert [text for _p, _s, text in listed] == [c.text for c in options]
-    assert scores == pytest.approx((features @ weight_vector(None)).tolist())
+    assert SentenceScorer(_bag_of_words)(question, options) == pytest.approx(load_scorer(None).score(features).tolist())  # the shipped one
+    assert SentenceScorer(_bag_of_words, "linear")(question, options) == pytest.approx((features @ weight_vector(None)).tolist())
     with pytest.raises(ValueError, match="at least one"):
         SentenceScorer(_bag_of_words, shortlist=0)
 

@@ -1,4 +1,5 @@
-"""The extractive answer's sentence scorer: its features, its fit, and the FAQ pattern its default weights learned."""
+"""The extractive answer's sentence scorer: its features, its fits (linear and network), the FAQ pattern the shipped
+scorer learned, and the specs settings may name."""
 
 from __future__ import annotations
 
@@ -6,7 +7,20 @@ import numpy as np
 import pytest
 
 from experts.ml.extractive import Passage, extractive_answer
-from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, FEATURES, HAND_SET, fit_weights, picked_f1, sentence_features, weight_vector
+from experts.ml.sentence_scorer import (
+    DEFAULT_SCORER_FILE,
+    DEFAULT_WEIGHTS,
+    FEATURES,
+    HAND_SET,
+    LinearScorer,
+    MlpScorer,
+    fit_mlp,
+    fit_weights,
+    load_scorer,
+    picked_f1,
+    sentence_features,
+    weight_vector,
+)
 
 COL = {name: i for i, name in enumerate(FEATURES)}
 
@@ -74,10 +88,10 @@ def test_the_default_weights_answer_an_faq_with_its_answer_not_its_question(enco
     faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes. "
                        "Offices are open on weekdays from nine to five.", title="Renewals", score=0.7)
     question = "Can I renew my driver license online?"
-    hand_set = extractive_answer(question, [faq], encoder.encode, max_sentences=1, weights=HAND_SET)
-    default = extractive_answer(question, [faq], encoder.encode, max_sentences=1)
+    hand_set = extractive_answer(question, [faq], encoder.encode, max_sentences=1, scorer=HAND_SET)
     assert hand_set.text.startswith("Can I renew")  # the question quoted back to the user
-    assert default.text.startswith("Yes, most drivers can renew online")
+    for scorer in (None, "linear"):  # the shipped network, and the linear weights before it
+        assert extractive_answer(question, [faq], encoder.encode, max_sentences=1, scorer=scorer).text.startswith("Yes, most drivers can renew online")
 
 
 def test_the_setting_is_checked_and_reaches_the_extractive_generator(settings, encoder, monkeypatch):
@@ -120,3 +134,90 @@ def test_the_answer_records_the_sentence_it_quoted_why_and_the_runner_up(encoder
     x[0, COL["question"]] = 1.0  # the other candidate asks; the chosen one does not
     assert reasons(x, 1, weight_vector(None)) == ["answers rather than asks"]
     assert reasons(x[:1], 0, weight_vector(None)) == []  # nothing to stand out from
+
+
+def _xor_groups(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two candidates per question: the answer is the heading when the page's first sentence asks, else the other one.
+    No weights over the raw features can tell which is which; a network can."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for _ in range(n):
+        x = np.zeros((2, len(FEATURES)))
+        x[:, COL["cosine"]] = rng.uniform(0.4, 0.6, size=2)
+        asks = bool(rng.integers(0, 2))
+        x[0, COL["heading"]] = 1.0
+        x[:, COL["question"]] = float(asks)
+        f1 = np.array([1.0, 0.0]) if asks else np.array([0.0, 1.0])
+        groups.append((x, f1))
+    return groups
+
+
+def test_the_network_learns_an_interaction_that_no_linear_weights_can():
+    train, held_out = _xor_groups(400, 0), _xor_groups(200, 1)
+    network = fit_mlp(train, members=2, epochs=30, seed=0)
+    linear = fit_weights(train)
+    assert picked_f1(held_out, network) > 0.95
+    assert picked_f1(held_out, linear) < 0.7
+    again = fit_mlp(train, members=2, epochs=30, seed=0)
+    assert np.array_equal(again.w1, network.w1)
+    assert again.b2 == network.b2
+
+
+def test_the_network_is_one_function_of_the_raw_features_and_its_local_weights_are_its_gradient():
+    rng = np.random.default_rng(3)
+    network = MlpScorer(rng.normal(size=(len(FEATURES), 6)), rng.normal(size=6), rng.normal(size=6), 0.3)
+    x = rng.normal(size=(4, len(FEATURES)))
+    assert network.score(x).shape == (4,)
+    assert network.score(x[1:2])[0] == pytest.approx(network.score(x)[1])  # a row's score does not depend on the others
+    local = network.local_weights(x, 2)
+    eps = 1e-6
+    for j in range(len(FEATURES)):
+        bumped = x.copy()
+        bumped[2, j] += eps
+        assert (network.score(bumped)[2] - network.score(x)[2]) / eps == pytest.approx(local[j], rel=1e-3, abs=1e-5)
+    restored = MlpScorer.from_dict(network.to_dict())
+    assert np.allclose(restored.score(x), network.score(x), atol=1e-5)
+    assert np.array_equal(LinearScorer(weight_vector(None)).local_weights(x, 0), weight_vector(None))
+
+
+def test_scorer_specs_and_what_is_refused(tmp_path):
+    shipped = load_scorer(None)
+    assert isinstance(shipped, MlpScorer)
+    assert load_scorer("default") is shipped
+    assert shipped.report["dataset"] == "doc2dial"
+    assert shipped.report["picked_f1"]["val"]["network"] > shipped.report["picked_f1"]["val"]["linear"]
+    assert np.array_equal(load_scorer("linear").weights, weight_vector(None))
+    assert np.array_equal(load_scorer({"cosine": 2.0}).weights, weight_vector({"cosine": 2.0}))
+    saved = tmp_path / "mine.json"
+    saved.write_text(DEFAULT_SCORER_FILE.read_text())
+    assert np.allclose(load_scorer(str(saved)).w1, shipped.w1)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_scorer(str(tmp_path / "missing.json"))
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read"):
+        load_scorer(str(tmp_path / "broken.json"))
+    other = shipped.to_dict() | {"features": ["cosine"]}
+    with pytest.raises(ValueError, match="fit it again"):
+        load_scorer(other)
+    with pytest.raises(ValueError, match="finite"):
+        load_scorer(shipped.to_dict() | {"b2": float("nan")})
+    with pytest.raises(ValueError, match="w1"):
+        load_scorer(shipped.to_dict() | {"w2": [1.0]})
+    with pytest.raises(ValueError, match="a sentence scorer is"):
+        load_scorer({"cosine": "high"})
+
+
+def test_the_scorer_setting_is_checked(settings, tmp_path):
+    from experts.checks import sentence_scorer_check
+    from experts.generation.extractive import scorer_spec
+
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
+    for ok in ("default", "linear", str(DEFAULT_SCORER_FILE)):
+        settings.EXTRACTIVE_SENTENCE_SCORER = ok
+        assert sentence_scorer_check() == []
+        assert scorer_spec() == ok
+    settings.EXTRACTIVE_SENTENCE_SCORER = str(tmp_path / "nowhere.json")
+    assert [e.id for e in sentence_scorer_check()] == ["experts.E004"]
+    settings.EXTRACTIVE_SENTENCE_WEIGHTS = HAND_SET  # weights win: the scorer setting is not read
+    assert sentence_scorer_check() == []
+    assert scorer_spec() == HAND_SET
