@@ -9,12 +9,16 @@ index, router and serving search), the top three with text (``extractive_answer`
 sentence's token F1 against the gold answer (SQuAD normalisation, the document's own footnote
 numbers dropped as the answer drops them).
 
-It then fits the scorer's weights on a sample of the train split (``fit_weights``; the pull
-towards the hand-set scorer chosen among ``PULLS`` on the validation split) and reports, on
-validation and test, the F1 of the sentence each scorer ranks first: ``hand_set`` (what the
-product used before), ``default`` (``DEFAULT_WEIGHTS``, what it ships), ``refit`` (fitted here)
-and ``best_possible`` (the best candidate: what retrieval leaves within reach). It does not score
-abstention or multi-sentence answers (``evaluate answers`` does, with the default weights).
+It then fits the scorer on a sample of the train split, linear (``fit_weights``; the pull towards
+the hand-set scorer chosen among ``PULLS`` on the validation split) and as the small network the
+product ships (``fit_mlp`` with its defaults), and reports, on validation and test, the F1 of the
+sentence each scorer ranks first: ``hand_set`` (what the product used before the fit),
+``linear_default`` (``DEFAULT_WEIGHTS``), ``default`` (the scorer the product ships,
+``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
+candidate: what retrieval leaves within reach). ``save_scorer`` writes ``refit_mlp`` with this
+report's figures: the shipped file is ``evaluate sentences --dataset doc2dial --save-scorer
+experts/ml/sentence_scorer.json``. It does not score abstention or multi-sentence answers
+(``evaluate answers`` does, with the shipped scorer).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 from evaluation.datasets import dataset_embeddings, read_jsonl, stratified_sample
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import FOOTNOTE, ChunkSentenceCache, candidate_sentences
-from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_weights, picked_f1
+from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_mlp, fit_weights, load_scorer, picked_f1
 
 Say = Callable[[str], None]
 PULLS = (0.0, 0.01, 0.1)
@@ -40,8 +44,8 @@ SEED = 0
 Group = tuple[np.ndarray, np.ndarray]
 
 
-def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LIMIT, say: Say = print) -> dict[str, Any]:
-    """The report (see the module docstring)."""
+def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LIMIT, say: Say = print, save_scorer: Path | None = None) -> dict[str, Any]:
+    """The report (see the module docstring); with ``save_scorer``, the refitted network written there (atomically)."""
     from django.conf import settings
 
     from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
@@ -101,7 +105,8 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     val_f1 = {pull: picked_f1(groups["val"], w) or 0.0 for pull, w in fits.items()}
     pull = max(PULLS, key=lambda p: (val_f1[p], p))  # ties: the stronger pull
     refit = fits[pull]
-    scorers = {"hand_set": HAND_SET, "default": DEFAULT_WEIGHTS, "refit": refit}
+    network = fit_mlp(groups["train"], seed=SEED)
+    scorers = {"hand_set": HAND_SET, "linear_default": DEFAULT_WEIGHTS, "default": load_scorer(None), "refit": refit, "refit_mlp": network}
     picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
     for split in picked:
         picked[split]["best_possible"] = _r(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
@@ -111,18 +116,57 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "picked_f1": picked,
         "pull_chosen_on_val": pull,
         "val_f1_by_pull": {str(p): _r(v) for p, v in val_f1.items()},
-        "weights": {"default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
+        "weights": {"linear_default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
+        "network": network.report,
+        "paired_val": {name: _paired(groups["val"], scorers[name], scorers["linear_default"]) for name in ("default", "refit_mlp")},
         "targets": {
             "default_beats_hand_set_on_test": _gt(picked["test"]["default"], picked["test"]["hand_set"]),
+            # the shipped scorer against the better of the two refitted here: is it still as good as a fresh fit?
             "default_within_0.01_of_refit_on_test": None if picked["test"]["refit"] is None or picked["test"]["default"] is None
-            else picked["test"]["default"] >= picked["test"]["refit"] - 0.01,
+            else picked["test"]["default"] >= max(picked["test"]["refit"], picked["test"]["refit_mlp"] or 0.0) - 0.01,
+            "network_beats_linear_on_val": _gt(picked["val"]["refit_mlp"], picked["val"]["refit"]),
         },
         "seconds": round(time.perf_counter() - started, 1),
     }
     for split in ("val", "test"):
         say(f"  {split}: " + ", ".join(f"{name} {value}" for name, value in picked[split].items()))
     say(f"  refit (pull {pull}, chosen on val): {refit}")
+    if save_scorer is not None:
+        save_network(network, Path(save_scorer), {"dataset": dataset.name, "fitted_on": f"train split, {len(groups['train'])} questions",
+                                                   "picked_f1": {split: {"network": picked[split]["refit_mlp"], "linear": picked[split]["refit"],
+                                                                         "best_possible": picked[split]["best_possible"]} for split in picked},
+                                                   "command": f"manage.py evaluate sentences --dataset {dataset} --save-scorer {save_scorer}"})
+        say(f"  the refitted network written to {save_scorer}")
     return report
+
+
+def save_network(network: Any, path: Path, provenance: dict[str, Any]) -> None:
+    """``network`` (an ``MlpScorer``) as JSON in ``path``, with where it came from; written whole or not at all."""
+    import json
+
+    data = network.to_dict()
+    data["report"] = {**data["report"], **provenance}
+    # One line per key (the first layer one line per feature), so a refit reads as a diff of its numbers.
+    lines = []
+    for key, value in data.items():
+        if key == "w1":
+            rows = ",\n  ".join(json.dumps(row) for row in value)
+            lines.append(f' "w1": [\n  {rows}\n ]')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    tmp.replace(path)
+
+
+def _paired(groups: list[Group], scorer: Any, against: Any) -> dict[str, float] | None:
+    """The mean and standard error of each question's F1 under ``scorer`` minus under ``against``."""
+    a = load_scorer(scorer) if not hasattr(scorer, "score") else scorer
+    b = load_scorer(against) if not hasattr(against, "score") else against
+    diff = np.array([f[int(np.argmax(a.score(x)))] - f[int(np.argmax(b.score(x)))] for x, f in groups if len(f)])
+    if len(diff) < 2:
+        return None
+    return {"mean": _r(float(diff.mean())), "se": _r(float(diff.std(ddof=1) / np.sqrt(len(diff)))), "n": len(diff)}
 
 
 def _r(value: float | None) -> float | None:

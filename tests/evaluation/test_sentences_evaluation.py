@@ -9,6 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from evaluation.sentences import evaluate_sentences
+from experts.ml.sentence_scorer import load_scorer
 from tests.evaluation.test_answers_evaluation import DOC2DIAL, write_dataset
 from tests.evaluation.test_retrieval_evaluation import hashing  # noqa: F401  (the hashing encoder everywhere, embeddings cached in tmp_path)
 
@@ -28,12 +29,14 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
     assert report["n_questions"] == {"train": 24, "val": 8, "test": 16}
     for split in ("val", "test"):
         figures = report["picked_f1"][split]
-        assert set(figures) == {"hand_set", "default", "refit", "best_possible"}
+        assert set(figures) == {"hand_set", "linear_default", "default", "refit", "refit_mlp", "best_possible"}
         # Every answer is one of the documents' sentences, and the gold domain's passages are retrieved.
         assert figures["best_possible"] == 1.0
-        assert all(0.0 <= figures[name] <= figures["best_possible"] for name in ("hand_set", "default", "refit"))
+        assert all(0.0 <= figures[name] <= figures["best_possible"] for name in ("hand_set", "linear_default", "default", "refit", "refit_mlp"))
     assert report["pull_chosen_on_val"] in (0.0, 0.01, 0.1)
-    assert set(report["weights"]["refit"]) == set(report["weights"]["default"])
+    assert set(report["weights"]["refit"]) == set(report["weights"]["linear_default"])
+    assert report["network"]["members"] >= 1
+    assert set(report["paired_val"]) == {"default", "refit_mlp"}
     assert isinstance(report["targets"]["default_beats_hand_set_on_test"], bool)
     assert any(line.strip().startswith("test:") for line in lines)
 
@@ -41,8 +44,15 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
 @pytest.mark.django_db
 def test_the_command_writes_json_and_refuses_a_dataset_without_answers_or_documents(tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "sentences.json"
-    call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--json", str(out), "--skip-checks", stdout=io.StringIO())
-    assert json.loads(out.read_text())["picked_f1"]["test"]["best_possible"] == 1.0
+    scorer = out.with_name("scorer.json")
+    call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--json", str(out), "--save-scorer", str(scorer), "--skip-checks",
+                 stdout=io.StringIO())
+    report = json.loads(out.read_text())
+    assert report["picked_f1"]["test"]["best_possible"] == 1.0
+    saved = load_scorer(str(scorer))  # what EXTRACTIVE_SENTENCE_SCORER=<file> serves: the network fitted here, with its figures
+    assert saved.report["picked_f1"]["test"]["network"] == report["picked_f1"]["test"]["refit_mlp"]
+    assert "--save-scorer" in saved.report["command"]
+    assert not list(scorer.parent.glob("*.partial"))
 
     rows = [json.loads(line) for line in (tiny_dataset / "queries.jsonl").read_text().splitlines()]
     (tiny_dataset / "queries.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer"}) for r in rows) + "\n")
@@ -62,3 +72,4 @@ def test_on_doc2dial_the_shipped_weights_beat_the_hand_set_scorer_on_test():
     assert report["targets"]["default_beats_hand_set_on_test"] is True
     assert report["targets"]["default_within_0.01_of_refit_on_test"] is True
     assert report["picked_f1"]["test"]["default"] >= report["picked_f1"]["test"]["hand_set"] + 0.02
+    assert report["targets"]["network_beats_linear_on_val"] is True

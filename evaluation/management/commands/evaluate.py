@@ -62,6 +62,7 @@ class Command(BaseCommand):
         sentences = sub.add_parser("sentences", help="the extractive answer's sentence scorer: hand-set, shipped and refitted weights on val and test")
         sentences.add_argument("--dataset", required=True, help="folder with docs.jsonl and queries.jsonl whose rows carry 'answer'")
         sentences.add_argument("--train-limit", type=int, default=None, help="train questions the weights are fitted on (stratified; default 3000, 0: all)")
+        sentences.add_argument("--save-scorer", default=None, help="write the refitted sentence network here (JSON; EXTRACTIVE_SENTENCE_SCORER reads it)")
         sentences.add_argument("--json", dest="json_path", default=None)
         sentences.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         cache = sub.add_parser("cache", help="the semantic answer cache's cosine threshold: chosen on val, read on test and out-of-scope questions")
@@ -108,7 +109,8 @@ class Command(BaseCommand):
                 raise CommandError(f"{dataset} has no docs.jsonl (one row per document: doc_id, domain, title, text)")
             limit = DEFAULT_TRAIN_LIMIT if options["train_limit"] is None else (options["train_limit"] or None)
             try:
-                report = evaluate_sentences(dataset, train_limit=limit, say=self.stdout.write)
+                report = evaluate_sentences(dataset, train_limit=limit, say=self.stdout.write,
+                                            save_scorer=Path(options["save_scorer"]) if options["save_scorer"] else None)
             except ValueError as exc:
                 raise CommandError(str(exc)) from exc
         elif options["target"] == "retrieval":
