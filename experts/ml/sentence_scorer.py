@@ -114,9 +114,9 @@ _REASONS = {
 
 
 def reasons(features: np.ndarray, chosen: int, w: np.ndarray, limit: int = 3) -> list[str]:
-    """Why candidate ``chosen`` scored above the others under weights ``w`` (``weight_vector``): the
-    features that lifted it most against their mean over every candidate (weight x difference), as
-    plain phrases, strongest first."""
+    """Why candidate ``chosen`` scored above the others under weights ``w`` (a linear scorer's, or a
+    network's ``local_weights`` at ``chosen``): the features that lifted it most against their mean
+    over every candidate (weight x difference), as plain phrases, strongest first."""
     x = np.asarray(features, dtype=np.float64)
     if len(x) < 2:
         return []
