@@ -15,7 +15,9 @@ product ships (``fit_mlp`` with its defaults), and reports, on validation and te
 sentence each scorer ranks first: ``hand_set`` (what the product used before the fit),
 ``linear_default`` (``DEFAULT_WEIGHTS``), ``default`` (the scorer the product ships,
 ``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
-candidate: what retrieval leaves within reach). ``save_scorer`` writes ``refit_mlp`` with this
+candidate: what retrieval leaves within reach). ``held_out_domains`` asks whether the network carries
+over to a domain it never saw: fitted without each domain in turn, both scorers on that domain's test
+questions. ``save_scorer`` writes ``refit_mlp`` with this
 report's figures: the shipped file is ``evaluate sentences --dataset doc2dial --save-scorer
 experts/ml/sentence_scorer.json``. It does not score abstention or multi-sentence answers
 (``evaluate answers`` does, with the shipped scorer).
@@ -44,8 +46,10 @@ SEED = 0
 Group = tuple[np.ndarray, np.ndarray]
 
 
-def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LIMIT, say: Say = print, save_scorer: Path | None = None) -> dict[str, Any]:
-    """The report (see the module docstring); with ``save_scorer``, the refitted network written there (atomically)."""
+def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LIMIT, say: Say = print, save_scorer: Path | None = None,
+                       held_out: bool = True) -> dict[str, Any]:
+    """The report (see the module docstring); with ``save_scorer``, the refitted network written there (atomically);
+    ``held_out``: also ``held_out_domains``."""
     from django.conf import settings
 
     from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
@@ -78,8 +82,9 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         threshold = widen_below()
         top_k = int(settings.RETRIEVAL_TOP_K)
         groups: dict[str, list[Group]] = {}
+        group_domains: dict[str, list[str]] = {}
         for split, chosen in rows.items():
-            groups[split] = []
+            groups[split], group_domains[split] = [], []
             for i in chosen:
                 q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
                 plan, _ = mode_plans(q, probs[i], corpus, threshold)["auto"]
@@ -97,6 +102,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
                 candidates, features = found
                 f1 = np.array([token_f1(FOOTNOTE.sub("", sentence), q.gold) for _, _, sentence in candidates])
                 groups[split].append((features, f1))
+                group_domains[split].append(corpus.domains[int(y[i])])
             say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
     finally:
         corpus.close()
@@ -106,6 +112,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     pull = max(PULLS, key=lambda p: (val_f1[p], p))  # ties: the stronger pull
     refit = fits[pull]
     network = fit_mlp(groups["train"], seed=SEED)
+    report_held_out = held_out_domains(groups, group_domains, say) if held_out else None
     scorers = {"hand_set": HAND_SET, "linear_default": DEFAULT_WEIGHTS, "default": load_scorer(None), "refit": refit, "refit_mlp": network}
     picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
     for split in picked:
@@ -119,12 +126,14 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "weights": {"linear_default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
         "network": network.report,
         "paired_val": {name: _paired(groups["val"], scorers[name], scorers["linear_default"]) for name in ("default", "refit_mlp")},
+        "held_out_domains": report_held_out,
         "targets": {
             "default_beats_hand_set_on_test": _gt(picked["test"]["default"], picked["test"]["hand_set"]),
             # the shipped scorer against the better of the two refitted here: is it still as good as a fresh fit?
             "default_within_0.01_of_refit_on_test": None if picked["test"]["refit"] is None or picked["test"]["default"] is None
             else picked["test"]["default"] >= max(picked["test"]["refit"], picked["test"]["refit_mlp"] or 0.0) - 0.01,
             "network_beats_linear_on_val": _gt(picked["val"]["refit_mlp"], picked["val"]["refit"]),
+            "network_beats_linear_on_held_out_domains": None if not held_out or report_held_out["paired"] is None else report_held_out["paired"]["mean"] > 0,
         },
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -138,6 +147,30 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
                                                    "command": f"manage.py evaluate sentences --dataset {dataset} --save-scorer {save_scorer}"})
         say(f"  the refitted network written to {save_scorer}")
     return report
+
+
+def held_out_domains(groups: dict[str, list[Group]], domains: dict[str, list[str]], say: Say) -> dict[str, Any]:
+    """Does the network carry over to a domain it never saw? For each domain, the linear weights and the network
+    fitted (with the shipped settings) on the other domains' train questions, scored on that domain's test
+    questions; paired per question over all of them."""
+    per_domain: dict[str, Any] = {}
+    diffs = []
+    for domain in sorted(set(domains["train"])):
+        train = [g for g, d in zip(groups["train"], domains["train"], strict=True) if d != domain]
+        test = [g for g, d in zip(groups["test"], domains["test"], strict=True) if d == domain and len(g[1])]
+        if not test or not train:
+            continue
+        linear, network = load_scorer(fit_weights(train)), fit_mlp(train, seed=SEED)
+        diff = np.array([f[int(np.argmax(network.score(x)))] - f[int(np.argmax(linear.score(x)))] for x, f in test])
+        diffs.append(diff)
+        per_domain[domain] = {"n": len(test), "network": _r(picked_f1(test, network)), "linear": _r(picked_f1(test, linear))}
+        say(f"  held out {domain}: network {per_domain[domain]['network']}, linear {per_domain[domain]['linear']} ({len(test)} test questions)")
+    if not diffs:
+        return {"domains": per_domain, "paired": None}
+    every = np.concatenate(diffs)
+    paired = {"mean": _r(float(every.mean())), "se": _r(float(every.std(ddof=1) / np.sqrt(len(every)))) if len(every) > 1 else None, "n": len(every)}
+    return {"domains": per_domain, "paired": paired,
+            "how": "each domain's test questions, scored by the linear weights and the network fitted on the other domains' train questions"}
 
 
 def save_network(network: Any, path: Path, provenance: dict[str, Any]) -> None:

@@ -37,6 +37,10 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
     assert set(report["weights"]["refit"]) == set(report["weights"]["linear_default"])
     assert report["network"]["members"] >= 1
     assert set(report["paired_val"]) == {"default", "refit_mlp"}
+    held_out = report["held_out_domains"]  # every domain in turn unseen by both fits
+    assert held_out["domains"]
+    assert sum(d["n"] for d in held_out["domains"].values()) == report["n_questions"]["test"] == held_out["paired"]["n"]
+    assert isinstance(report["targets"]["network_beats_linear_on_held_out_domains"], bool)
     assert isinstance(report["targets"]["default_beats_hand_set_on_test"], bool)
     assert any(line.strip().startswith("test:") for line in lines)
 
@@ -73,3 +77,4 @@ def test_on_doc2dial_the_shipped_weights_beat_the_hand_set_scorer_on_test():
     assert report["targets"]["default_within_0.01_of_refit_on_test"] is True
     assert report["picked_f1"]["test"]["default"] >= report["picked_f1"]["test"]["hand_set"] + 0.02
     assert report["targets"]["network_beats_linear_on_val"] is True
+    assert report["targets"]["network_beats_linear_on_held_out_domains"] is True
