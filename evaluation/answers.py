@@ -630,7 +630,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
             "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
-            "extractive_sentence_scorer": settings.EXTRACTIVE_SENTENCE_SCORER if settings.EXTRACTIVE_SENTENCE_WEIGHTS is None else "linear (EXTRACTIVE_SENTENCE_WEIGHTS)",
+            "extractive_sentence_scorer": ctx["scorer_spec"],
             "widen_below": threshold, "weight_power": weight_power(), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,

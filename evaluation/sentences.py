@@ -194,8 +194,7 @@ def save_network(network: Any, path: Path, provenance: dict[str, Any]) -> None:
 
 def _paired(groups: list[Group], scorer: Any, against: Any) -> dict[str, float] | None:
     """The mean and standard error of each question's F1 under ``scorer`` minus under ``against``."""
-    a = load_scorer(scorer) if not hasattr(scorer, "score") else scorer
-    b = load_scorer(against) if not hasattr(against, "score") else against
+    a, b = load_scorer(scorer), load_scorer(against)
     diff = np.array([f[int(np.argmax(a.score(x)))] - f[int(np.argmax(b.score(x)))] for x, f in groups if len(f)])
     if len(diff) < 2:
         return None

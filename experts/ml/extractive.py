@@ -221,7 +221,7 @@ def extractive_answer(
     if found is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     candidates, features = found
-    model = scorer if hasattr(scorer, "score") else load_scorer(scorer)  # type: ignore[arg-type]
+    model = load_scorer(scorer)
     scores = model.score(features)
     ranked = np.argsort(scores)[::-1].tolist()
     chosen = sorted(ranked[:max_sentences], key=lambda i: (candidates[i][0], candidates[i][1]))

@@ -186,7 +186,7 @@ class SentenceScorer:
         if shortlist < 1:
             raise ValueError(f"the shortlist holds at least one sentence, not {shortlist}")
         self.embed = embed
-        self.model: SentenceModel = scorer if hasattr(scorer, "score") else load_scorer(scorer)  # type: ignore[arg-type,assignment]
+        self.model = load_scorer(scorer)
         self.shortlist = int(shortlist)
         self.weight = float(weight)
 

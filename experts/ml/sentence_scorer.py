@@ -172,7 +172,7 @@ def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], prior: dict[str
 def picked_f1(groups: Sequence[tuple[np.ndarray, np.ndarray]], scorer: Any) -> float | None:
     """The mean F1 of the sentence ``scorer`` (any ``load_scorer`` spec, or a ``SentenceModel``) ranks first,
     over the questions with candidates."""
-    model = scorer if hasattr(scorer, "score") else load_scorer(scorer)
+    model = load_scorer(scorer)
     scores = [float(np.asarray(f)[int(np.argmax(model.score(np.asarray(x))))]) for x, f in groups if len(f)]
     return float(np.mean(scores)) if scores else None
 
@@ -312,7 +312,10 @@ def fit_mlp(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, hidden: int = ML
 
 
 @functools.lru_cache(maxsize=8)
-def _scorer_file(path: str, mtime_ns: int) -> MlpScorer:
+def scorer_file(path: str | Path) -> MlpScorer:
+    """The scorer saved in ``path``, read once per process (as settings are: a new file needs a restart).
+
+    Every answer asks for its scorer: a file system call per answer cost ~28 us of it."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -322,21 +325,13 @@ def _scorer_file(path: str, mtime_ns: int) -> MlpScorer:
     return MlpScorer.from_dict(data)
 
 
-def scorer_file(path: str | Path) -> MlpScorer:
-    """The scorer saved in ``path`` (read once per change of the file)."""
-    path = Path(path)
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise ValueError(f"cannot read the sentence scorer {path}: {exc}") from None
-    return _scorer_file(str(path.resolve()), mtime)
-
-
-def load_scorer(spec: str | dict[str, Any] | None = None) -> SentenceModel:
-    """The sentence scorer ``spec`` names: None or ``"default"`` the shipped network (``DEFAULT_SCORER_FILE``),
+def load_scorer(spec: SentenceModel | str | dict[str, Any] | None = None) -> SentenceModel:
+    """The sentence scorer ``spec`` names: a scorer itself as it is, None or ``"default"`` the shipped network (``DEFAULT_SCORER_FILE``),
     ``"linear"`` the linear ``DEFAULT_WEIGHTS``, an object of numbers by feature a linear scorer with those
     weights, an object with ``"kind": "mlp"`` a network (``MlpScorer.to_dict``), any other string the path of a
     file holding one. Raises ValueError for anything else."""
+    if hasattr(spec, "score"):
+        return spec  # type: ignore[return-value]
     if spec is None or spec == "default":
         return scorer_file(DEFAULT_SCORER_FILE)
     if spec == "linear":

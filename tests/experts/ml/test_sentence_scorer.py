@@ -184,6 +184,7 @@ def test_scorer_specs_and_what_is_refused(tmp_path):
     shipped = load_scorer(None)
     assert isinstance(shipped, MlpScorer)
     assert load_scorer("default") is shipped
+    assert load_scorer(shipped) is shipped  # a scorer is its own spec
     assert shipped.report["dataset"] == "doc2dial"
     assert shipped.report["picked_f1"]["val"]["network"] > shipped.report["picked_f1"]["val"]["linear"]
     assert np.array_equal(load_scorer("linear").weights, weight_vector(None))
