@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .sentence_scorer import SentenceModel, load_scorer, reasons, sentence_features
+from .sentence_scorer import SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -186,7 +186,7 @@ def candidate_sentences(question: str, top: list[Passage], embed: Callable[[list
     if not candidates:
         return None
     features = [sentence_features(q_tokens, item.sentences, item.tokens, item.vectors @ q_vector, passage_rank=pi) for pi, item in enumerate(per_passage)]
-    return candidates, np.concatenate(features)
+    return candidates, compare_candidates(np.concatenate(features))
 
 
 def extractive_answer(

@@ -32,7 +32,7 @@ import numpy as np
 from .extractive import NOT_FOUND, Passage, split_sentences, word_set
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
-from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons, sentence_features
+from .sentence_scorer import FEATURES, SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
 
 # How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
 # sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
@@ -208,7 +208,7 @@ class SentenceScorer:
         for passage, rows in by_passage.items():
             texts = [options[k].text for k in rows]
             out[rows] = sentence_features(words, texts, [word_set(t) for t in texts], cosines[rows], passage_rank=max(0, passage - 1))
-        return out
+        return compare_candidates(out)
 
 
 def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float], lm_scores: Sequence[tuple[float, int]],

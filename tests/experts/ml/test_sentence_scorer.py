@@ -12,8 +12,10 @@ from experts.ml.sentence_scorer import (
     DEFAULT_WEIGHTS,
     FEATURES,
     HAND_SET,
+    LISTWISE,
     LinearScorer,
     MlpScorer,
+    compare_candidates,
     fit_mlp,
     fit_weights,
     load_scorer,
@@ -41,6 +43,17 @@ def test_each_feature_reads_what_its_name_says():
     assert x[:, COL["after_question"]].tolist() == [0, 0, 1, 0]
     assert x[2, COL["log_words"]] == pytest.approx(np.log1p(6))
     assert sentence_features(set(), [], [], np.zeros(0), passage_rank=0).shape == (0, len(FEATURES))
+
+
+def test_the_overlap_gap_compares_a_sentence_with_every_passage_s_candidates():
+    first = sentence_features({"renew", "online", "fee"}, ["Renew online.", "Pay it."], [{"renew", "online"}, {"pay"}], np.array([0.5, 0.2]), passage_rank=0)
+    second = sentence_features({"renew", "online", "fee"}, ["The online renewal fee is ten dollars, renew now."], [{"online", "fee", "renew"}],
+                               np.array([0.4]), passage_rank=1)
+    x = np.concatenate([first, second])
+    assert np.all(x[:, COL["overlap_gap"]] == 0)  # per passage it is not known yet
+    assert compare_candidates(x) is x
+    assert x[:, COL["overlap_gap"]] == pytest.approx([2 / 3 - 1, -1.0, 0.0])  # against the best over both passages
+    assert compare_candidates(np.zeros((0, len(FEATURES)))).shape == (0, len(FEATURES))
 
 
 def _faq_groups(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -197,9 +210,11 @@ def test_scorer_specs_and_what_is_refused(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read"):
         load_scorer(str(tmp_path / "broken.json"))
-    other = shipped.to_dict() | {"features": ["cosine"]}
-    with pytest.raises(ValueError, match="fit it again"):
-        load_scorer(other)
+    for features in (["cosine", "nonsense"], ["cosine", "cosine"], [], None):
+        with pytest.raises(ValueError, match="fit it again"):
+            load_scorer(shipped.to_dict() | {"features": features})
+    with pytest.raises(ValueError, match="one w1 row per feature"):
+        load_scorer(shipped.to_dict() | {"features": ["cosine"]})
     with pytest.raises(ValueError, match="finite"):
         load_scorer(shipped.to_dict() | {"b2": float("nan")})
     with pytest.raises(ValueError, match="w1"):
@@ -222,3 +237,24 @@ def test_the_scorer_setting_is_checked(settings, tmp_path):
     settings.EXTRACTIVE_SENTENCE_WEIGHTS = HAND_SET  # weights win: the scorer setting is not read
     assert sentence_scorer_check() == []
     assert scorer_spec() == HAND_SET
+
+
+def test_a_network_fitted_before_a_feature_was_added_scores_as_it_did():
+    rng = np.random.default_rng(5)
+    older = [name for name in FEATURES if name not in LISTWISE]
+    w1, b1, w2 = rng.normal(size=(len(older), 4)), rng.normal(size=4), rng.normal(size=4)
+    saved = {"kind": "mlp", "features": older, "w1": w1.tolist(), "b1": b1.tolist(), "w2": w2.tolist(), "b2": 0.1}
+    network = load_scorer(saved)
+    x = rng.normal(size=(5, len(FEATURES)))
+    hidden = x[:, [COL[name] for name in older]] @ w1 + b1
+    expected = (0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden**3)))) @ w2 + 0.1
+    assert network.score(x) == pytest.approx(expected)
+    assert np.all(network.w1[[COL[name] for name in LISTWISE]] == 0)  # what it never saw does not move its score
+
+
+def test_the_linear_fit_leaves_the_listwise_features_out():
+    """Within a question a listwise feature is a per-sentence one minus a constant: no linear listwise score can use it."""
+    groups = [(compare_candidates(x.copy()), f) for x, f in _faq_groups(60, 2)]
+    weights = fit_weights(groups)
+    assert set(weights) == set(FEATURES) - set(LISTWISE)
+    assert all(weight_vector(weights)[COL[name]] == 0 for name in LISTWISE)
