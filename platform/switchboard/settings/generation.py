@@ -91,7 +91,7 @@ EXTRACTIVE_MAX_SENTENCES = envint("EXTRACTIVE_MAX_SENTENCES", 1)
 # Which sentence the extractive answer quotes (and select decoding shortlists): the sentence scorer over
 # experts.ml.sentence_scorer.FEATURES. "default": the small network shipped in
 # experts/ml/sentence_scorer.json, fitted on doc2dial's train split and chosen over the linear weights
-# on its validation split (first choice's token F1 0.306 against 0.295: `manage.py evaluate sentences`);
+# on its validation split (first choice's token F1 0.319 against 0.295: `manage.py evaluate sentences`);
 # "linear": the linear weights fitted there (sentence_scorer.DEFAULT_WEIGHTS); or the path of a network
 # `manage.py evaluate sentences --dataset YOUR_DATA --save-scorer FILE` fitted on your answered questions.
 EXTRACTIVE_SENTENCE_SCORER = envstr("EXTRACTIVE_SENTENCE_SCORER", "default")
