@@ -43,6 +43,7 @@ from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
 from .ml.chunking import Chunk, chunk_text, section_title
+from .ml.conversation import SearchContext, expand_query
 from .ml.rescoring import rescore
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
@@ -61,6 +62,9 @@ DEFAULT_WIDEN_BELOW = 1.0
 # product's routed top-2 search by power: 1.0 0.513, 0.7 0.514, 0.5 0.521, 0.35 0.519, 0.25 0.515;
 # the question-only routers' top-2: 0.482 / 0.493 / 0.497 / 0.502 / 0.500; flat 0.497).
 DEFAULT_WEIGHT_POWER = 0.5
+# A follow-up's search reads the user's earlier turns at this weight (knowledge.ml.conversation); chosen on
+# doc2dial's validation split (the figures are at RETRIEVAL_CONTEXT_WEIGHT in the settings).
+DEFAULT_CONTEXT_WEIGHT = 0.75
 MAX_FILES_PER_UPLOAD = 100
 CHUNK_SIZE_RANGE = (100, 8000)
 
@@ -639,6 +643,11 @@ def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: l
     return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
 
 
+def context_weight() -> float:
+    """How much a conversation's earlier user turns count in its follow-up's search (setting ``RETRIEVAL_CONTEXT_WEIGHT``)."""
+    return float(getattr(settings, "RETRIEVAL_CONTEXT_WEIGHT", DEFAULT_CONTEXT_WEIGHT))
+
+
 def weight_power() -> float:
     """How much the router's probabilities weigh in routed search (setting ``RETRIEVAL_WEIGHT_POWER``)."""
     return float(getattr(settings, "RETRIEVAL_WEIGHT_POWER", DEFAULT_WEIGHT_POWER))
@@ -679,7 +688,7 @@ def search_collections(store: VectorStore, weights: dict[str, float], dense: lis
 
 
 def search_experts(experts: list[Expert], question: str, limit: int = 5, weights: list[float] | None = None, query_vector: list[float] | None = None,
-                   *, method: str = "hybrid", flat: bool = False, allowed: set[str] | None = None) -> list[Hit]:
+                   *, method: str = "hybrid", flat: bool = False, allowed: set[str] | None = None, context: SearchContext | None = None) -> list[Hit]:
     """Search the chosen experts' collections as one, each weighted by the router's confidence in it.
 
     Scores are made comparable across collections by ranking every candidate globally (dense
@@ -700,12 +709,15 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
         flat: ignore the routing and search every active expert's collection as one (for comparison).
         allowed: the only expert slugs the caller may read (an API key's scope): widening never
             reaches past them. None: every active expert.
+        context: the user's earlier turns (``knowledge.ml.conversation``): the query is widened with
+            them; re-scoring still reads the question's own vector.
     """
     if flat:
         experts, weights = list(active_experts()), None
     if not experts:
         return []
     dense, indices, values = _query(question, query_vector)
+    searched, indices, values = expand_query(dense, indices, values, context)
     names = {collection_name(e): e for e in experts}
     others: list[Expert] = []
     if weights is not None and sum(max(0.0, w) for w in weights) < widen_below():
@@ -715,7 +727,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below())
     everyone = list(experts) + others
     method = _method_for(_models(everyone), everyone, method)
-    hits = search_collections(get_store(), plan, dense, indices, values, limit=_pool(limit), method=method)
+    hits = search_collections(get_store(), plan, searched, indices, values, limit=_pool(limit), method=method)
     # Re-scoring reads dense sentence vectors: not after a fall-back to keywords (another model's collection).
     return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
 

@@ -109,3 +109,19 @@ def test_widening_never_reaches_past_the_callers_scope(three, settings):
 
     assert "va" in {h.payload["expert"] for h in unscoped}  # the leak this guards against
     assert {h.payload["expert"] for h in scoped} <= {"dmv", "ssa"}
+
+
+def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
+    """"Can I apply online?" fits both benefits pages; the conversation says which one the user means."""
+    from knowledge.ml.conversation import SearchContext
+
+    experts = list(three)
+
+    def first(turns: tuple[str, ...], weight: float = 0.75) -> str:
+        context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=weight)
+        return services.search_experts(experts, "can I apply online", context=context)[0].payload["expert"]
+
+    assert first(("I served in the army, what about the GI Bill for veterans",)) == "va"
+    assert first(("my retirement from social security",)) == "ssa"
+    alone = services.search_experts(experts, "can I apply online")[0].payload["expert"]
+    assert first(("my retirement from social security",), weight=0.0) == alone  # weight 0: the question alone

@@ -1,0 +1,84 @@
+"""Searching with the conversation: a follow-up question's query widened with the user's earlier turns.
+
+"And how much does it cost?" names nothing; the user's earlier turns in the same conversation ("I
+want to renew my driver license online") say what "it" is. Search then reads, besides the question:
+
+* dense: the question's embedding plus ``weight`` times the mean embedding of the earlier turns,
+  L2-normalised (the turns pull the query towards the conversation's topic; the question stays the
+  largest part at weights below 1);
+* sparse (BM25): the question's terms (1 each, as ``sparse.bm25_vector`` makes a query) plus
+  ``weight`` for each distinct term of the earlier turns.
+
+Only the user's own turns are read, never the assistant's answers: the answers quote the documents
+the search is looking for, and a conversation keeps no text of them. A question without earlier
+turns is searched as it is. What the weight is worth was measured on doc2dial's validation split
+(``manage.py evaluate answers --split val``; the default, ``RETRIEVAL_CONTEXT_WEIGHT``, is chosen
+there): see the setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .sparse import bm25_vector
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """The user's earlier turns of a conversation, as search reads them.
+
+    turns: their text, oldest first (empty when only their embeddings are known: a stored conversation).
+    vectors: their embeddings, one row each, in the question's embedding space; None: not known (or
+        not in the question's space, as for the fast tier's vectors), and the dense query stays the question's.
+    weight: how much they count against the question (0: not at all).
+    """
+
+    turns: tuple[str, ...] = ()
+    vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
+    weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.weight) or self.weight < 0:
+            raise ValueError(f"a conversation's weight in search is a number >= 0, not {self.weight}")
+
+    @property
+    def empty(self) -> bool:
+        return not self.weight or (not self.turns and (self.vectors is None or not len(self.vectors)))
+
+    @property
+    def used_turns(self) -> int:
+        """How many earlier turns the search reads (0 when it reads none)."""
+        if not self.weight:
+            return 0
+        return max(len(self.turns), 0 if self.vectors is None else len(self.vectors))
+
+
+def expand_query(dense: Sequence[float] | np.ndarray, indices: list[int], values: list[float],
+                 context: SearchContext | None) -> tuple[np.ndarray, list[int], list[float]]:
+    """The query (dense vector, sparse indices and values) widened with ``context`` (see the module).
+
+    ``dense`` is the question's L2-normalised embedding and ``indices``, ``values`` its BM25 query
+    terms; returned as they are (the vector as a float32 array) without a context.
+    """
+    vector = np.asarray(dense, dtype=np.float32)
+    if context is None or context.empty:
+        return vector, indices, values
+    if context.vectors is not None and len(context.vectors):
+        turns = np.asarray(context.vectors, dtype=np.float32).reshape(len(context.vectors), -1)
+        if turns.shape[1] != vector.shape[0]:
+            raise ValueError(f"the earlier turns' embeddings have {turns.shape[1]} dimensions, the question's {vector.shape[0]}")
+        mixed = vector + context.weight * turns.mean(axis=0)
+        norm = float(np.linalg.norm(mixed))
+        if norm > 0:
+            vector = (mixed / norm).astype(np.float32)
+    words = " ".join(t for t in context.turns if t and t.strip())
+    if words:
+        merged = dict(zip(indices, values, strict=True))
+        for index in bm25_vector(words, query=True)[0]:
+            merged[index] = merged.get(index, 0.0) + context.weight
+        indices = sorted(merged)
+        values = [merged[k] for k in indices]
+    return vector, indices, values
