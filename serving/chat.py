@@ -84,6 +84,7 @@ class ChatResult:
     adapter: str | None = None
     finish_reason: str = "stop"
     spelling: dict[str, Any] | None = None  # {"searched_for", "corrections"} when misspelt words were corrected for the search
+    earlier_turns_searched: int = 0  # the user's earlier turns the search read beside the question (``knowledge.ml.conversation``)
     selection: dict[str, Any] | None = None  # an extractive answer's choice of sentence (experts.ml.extractive.Answer.selection)
 
 
@@ -245,6 +246,7 @@ class ChatTurn:
         self.question = ""
         self.search_question = ""  # the question as searched: spell-corrected against the searched experts' documents
         self.spelling: dict[str, Any] | None = None  # what was corrected, when anything was
+        self.search_context: knowledge.SearchContext | None = None  # the earlier user turns the search read (``_search_context``)
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -328,11 +330,34 @@ class ChatTurn:
             # The fast tier's vector serves either way: its requests never wait for the sentence encoder.
             fast = self.decision is not None and self.decision.encoder == "fast"
             vector = self.decision.vector if self.decision and (fast or not fixed.changed) else None
+            if self.search_context is None:
+                self.search_context = self._search_context(fast)
             hits = knowledge.search_experts(chosen, fixed.text, limit=settings.RETRIEVAL_TOP_K, weights=weights,
-                                            query_vector=vector, allowed=self.request.allowed)
+                                            query_vector=vector, allowed=self.request.allowed, context=self.search_context)
         finally:
             self.timings["retrieve_ms"] += (time.perf_counter() - t0) * 1000
         return _to_passages(hits)
+
+    def _search_context(self, fast: bool) -> knowledge.SearchContext | None:
+        """The user's earlier turns for the search (``knowledge.ml.conversation``): the request's history, else the
+        stored conversation's embeddings; their embeddings are the router's when it read them, else encoded here
+        (one batch). The fast tier's vector lives in another space: its search reads the turns' words only."""
+        weight = knowledge.context_weight()
+        texts = [clean_question(m["content"]) for m in self.request.history if m.get("role") == "user" and m.get("content", "").strip()]
+        texts = texts[-conversations.CONTEXT_TURNS :]
+        if not weight or (not texts and not (self.conversation and self.conversation.turns)):
+            return None
+        vectors = None
+        if not fast:
+            if self.decision is not None and self.decision.context_vectors is not None:
+                vectors = self.decision.context_vectors
+            elif texts:
+                vectors = get_encoder().encode(texts)
+            elif self.conversation is not None:
+                stored = conversations.decode_turns(self.conversation.turns or [])
+                vectors = None if stored is None else stored[-conversations.CONTEXT_TURNS :]
+        context = knowledge.SearchContext(turns=tuple(texts), vectors=vectors, weight=weight)
+        return None if context.empty else context
 
     def _generation_request(self, slug: str, passages: list[Passage]) -> tuple[GenerationRequest, ExpertVersion | None]:
         version, adapter = _generation_settings(slug, self.arm)
@@ -459,7 +484,7 @@ class ChatTurn:
         """A cached answer to a question close enough to this one (a first question, greedy decoding only); else remember the key."""
         cache = answer_cache.get_cache()
         self._cache_key = None
-        if not cache.enabled or self.decision is None or self.request.history or request.temperature:
+        if not cache.enabled or self.decision is None or self.request.history or self.search_context is not None or request.temperature:
             return None
         if self.decision.encoder != "full":  # the cache's distance was calibrated on the full encoder's vectors
             return None
@@ -565,6 +590,7 @@ class ChatTurn:
             expert_version=self.expert_version, parts=self._parts, answer_source=self.source.answer_source,
             fallback_reason=self.source.fallback_reason, adapter=self.source.adapter, finish_reason=answer.finish_reason,
             spelling=self.spelling, selection=answer.selection,
+            earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

@@ -164,6 +164,8 @@ class Decision:
     score: float | None = None
     fallback: str | None = None
     context_turns: int = 0
+    # The earlier turns' embeddings the router read (encoded here or given), for the search to read too; None: it read none.
+    context_vectors: np.ndarray | None = field(default=None, repr=False, compare=False)
     threshold: float | None = None  # the router version's abstain threshold on ``score`` (None: it never abstains)
     views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight", "examples" (nearest training questions)
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
@@ -226,7 +228,7 @@ def route(
         logger.warning("routing.encoder_unavailable", extra={"error": str(exc)[:200], "routed_with": "fast tier"})
         return _route_fast(version, router, arbiter, question, int(top_k), allowed, degraded=f"sentence encoder unavailable: {exc}"[:200])
     t1 = time.perf_counter()
-    ctx, lengths = None, None
+    ctx, lengths, turns = None, None, None
     if router.context_dim:
         texts = [c for c in (context or []) if c and c.strip()]
         turns = encoder.encode([clean_question(c) for c in texts][-CONTEXT_TURNS:]) if texts else context_vectors
@@ -239,7 +241,8 @@ def route(
         probs, score, threshold, evidence = _with_knowledge(version, router, vector, question, probs, score, threshold)
     raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
     return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1,
-                     context_turns=0 if lengths is None else int(lengths[0]), views=_views(version.experts, scored, router.weight, set(raw), evidence))
+                     context_turns=0 if lengths is None else int(lengths[0]), views=_views(version.experts, scored, router.weight, set(raw), evidence),
+                     context_vectors=turns if lengths is not None else None)
 
 
 def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallback: str | None, top_k: int, vector: np.ndarray, score: float,

@@ -58,6 +58,8 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
     if result.spelling:
         # The corrected words are the question's words: kept only where question text is.
         trace["spelling"] = result.spelling if settings.STORE_QUESTION_TEXT else {"corrected_words": len(result.spelling["corrections"])}
+    if result.earlier_turns_searched:
+        trace["earlier_turns_searched"] = result.earlier_turns_searched
     if result.selection:
         trace["selection"] = _selection(result.selection)
     if settings.STORE_QUESTION_TEXT:

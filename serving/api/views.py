@@ -100,6 +100,8 @@ def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         meta["parts"] = result.parts
     if result.spelling:
         meta["spelling"] = result.spelling
+    if result.earlier_turns_searched:
+        meta["conversation_search"] = {"earlier_turns": result.earlier_turns_searched}
     if result.selection:
         # An extractive answer's choice: the quoted sentence (passage and place, score, why) and the runner-up.
         meta["answer_selection"] = result.selection

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -148,6 +149,20 @@ def test_a_spell_corrected_search_is_on_the_trace_with_its_words_only_when_text_
     shown = client.get(reverse("console-trace", args=["r-text"])).content.decode()
     assert "Searched for “renew my driver license”" in shown
     assert "drivr → driver" in shown
+
+
+def test_a_follow_up_searched_with_the_conversation_says_so_on_its_trace(client, world):
+    from serving.chat import ChatResult
+
+    _, staff = world
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    result = ChatResult(answer="It costs 64 dollars.", expert="dmv", decision=decision, citations=[], passages=[], grounded=True, mode="auto",
+                        timings={}, request_id="r", earlier_turns_searched=2)
+    event("r-follow", "dmv", trace=traces.build(decision, result))
+    event("r-first", "dmv", trace=traces.build(decision, dataclasses.replace(result, earlier_turns_searched=0)))
+    client.force_login(staff)
+    assert "Searched with the user's 2 earlier questions in this conversation" in client.get(reverse("console-trace", args=["r-follow"])).content.decode()
+    assert 'id="trace-conversation"' not in client.get(reverse("console-trace", args=["r-first"])).content.decode()
 
 
 def test_a_wrong_expert_report_on_a_trace_lands_in_the_review_queue_with_the_right_label_proposed(client, world):

@@ -75,6 +75,49 @@ def test_the_requests_own_earlier_user_messages_are_the_context_when_sent(servin
     assert routes[0]["context"] == ["my veteran benefits"]
 
 
+@pytest.fixture
+def searches(monkeypatch):
+    """The ``context`` of every search the chat path runs."""
+    calls = []
+    real = serving_chat.knowledge.search_experts
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("context"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serving_chat.knowledge, "search_experts", spy)
+    return calls
+
+
+def test_a_follow_up_is_searched_with_the_users_earlier_messages_never_the_assistants(serving, client, searches):
+    first = chat(client, "how do I renew my licence", model="auto")
+    assert searches[-1] is None
+    assert "conversation_search" not in first.json()["switchboard"]
+    history = [{"role": "user", "content": "how do I renew my licence"}, {"role": "assistant", "content": "Online [1]."}]
+    follow_up = chat(client, "what does renewing my licence cost", model="auto", history=history).json()["switchboard"]
+    context = searches[-1]
+    assert context.turns == ("how do I renew my licence",)
+    assert context.weight == pytest.approx(0.75)
+    assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-6)
+    assert follow_up["conversation_search"] == {"earlier_turns": 1}
+
+
+def test_a_stored_conversation_is_searched_with_its_earlier_questions_embeddings(serving, client, searches):
+    first = chat(client, "how do I renew my licence", model="auto").json()["switchboard"]["conversation_id"]
+    chat(client, "and the fee?", conversation_id=first, model="auto")
+    context = searches[-1]
+    assert context.turns == ()
+    assert context.vectors.shape == (1, support.DIM)
+    assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-3)
+
+
+def test_a_zero_context_weight_searches_the_question_alone(serving, client, searches, settings):
+    settings.RETRIEVAL_CONTEXT_WEIGHT = 0.0
+    history = [{"role": "user", "content": "how do I renew my licence"}]
+    assert "conversation_search" not in chat(client, "what does renewing my licence cost", model="auto", history=history).json()["switchboard"]
+    assert searches[-1] is None
+
+
 def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(serving, client, settings):
     settings.CONVERSATION_STICKY_MARGIN = 0.5
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
