@@ -29,8 +29,9 @@ passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, ans
 decoding up to ``GENERATOR_MAX_TOKENS``, stopping at serving's stops), and its output goes through the
 same ``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches
 for free decoding, where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
-bfloat16 where the hardware multiplies it natively, as training uses). The conversation's earlier turns
-are not in the prompt (the retrieval evaluation searches with the user's own words too).
+bfloat16 where the hardware multiplies it natively, as training uses). Every mode searches as serving
+does: a follow-up question's query is widened with the user's own earlier turns (``RETRIEVAL_CONTEXT_WEIGHT``,
+``knowledge.ml.conversation``; never the agent's), the generalist's flat search too; the prompt holds the question alone.
 
 Adapters learn on the train split only. Training examples are built as the product builds them
 (``labeling.grounding``): each question is searched in its own domain's collection, weak
@@ -56,6 +57,7 @@ per-question F1 differences with their standard errors (``paired_differences``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -76,6 +78,7 @@ from evaluation.datasets import (
     embedding_cache_dir,
     index_by_domain,
     read_jsonl,
+    search_contexts,
     stratified_sample,
     user_turns,
     write_jsonl,
@@ -87,8 +90,9 @@ from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
 from experts.ml.targets import MIN_SUPPORT, training_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
+from knowledge.ml.conversation import SearchContext, expand_query
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import embedding_text, routing_weights, search_collections, weight_power, widen_below
+from knowledge.services import context_weight, embedding_text, routing_weights, search_collections, weight_power, widen_below
 from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
@@ -225,9 +229,11 @@ def route_questions(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray
     return probs, train, val, {"features": key, "context_weight": weight, "validation": validation, **metrics}
 
 
-def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int) -> list[Passage]:
-    indices, values = bm25_vector(question, query=True)
-    return corpus.passages(search_collections(corpus.store, plan, dense.tolist(), indices, values, limit=limit, method="hybrid"))
+def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int,
+                    context: SearchContext | None = None) -> list[Passage]:
+    """The serving search's passages for ``question`` (with ``context``: widened with the user's earlier turns, as served)."""
+    searched, indices, values = expand_query(dense, *bm25_vector(question, query=True), context)
+    return corpus.passages(search_collections(corpus.store, plan, searched.tolist(), indices, values, limit=limit, method="hybrid"))
 
 
 def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
@@ -537,6 +543,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     queries, qx = dataset_embeddings(dataset, model, say, **encoding)
     y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
     probs, train_rows, val_rows, router_report = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+    # Every mode searches as serving does: a follow-up widened with the user's earlier turns (the generalist too: the same information).
+    contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
     ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
            "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
            "scorer_spec": scorer_spec(settings), "model": model, "threads": encoding["threads"]}
@@ -565,7 +573,10 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None).items():
             if mode not in modes:
                 continue
-            q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k)
+            context = contexts[i]
+            if mode == "fast" and context is not None:  # the fast tier's vector is in another space: the turns' words only (serving.chat)
+                context = dataclasses.replace(context, vectors=None)
+            q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k, context)
             if mode == "fast":  # auto:fast asks its one expert (serving.chat, width 1)
                 q.adapter[mode] = corpus.domains[order[0]]
             elif mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
@@ -638,6 +649,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "copy_spans": serving.generator.copy_spans, "decoding": serving.generator.decoding,
             "select_shortlist": serving.generator.select_shortlist if serving.generator.decoding == "select" else None, "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
+            "search_context_weight": context_weight(), "questions_with_earlier_turns": sum(contexts[q.row] is not None for q in questions),
             "lora_target": settings.LORA_TARGET,
         },
     }

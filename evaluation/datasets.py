@@ -116,6 +116,23 @@ def cached_embeddings(name: str, texts: list[str], model: str, say: Say = print,
     return x
 
 
+def search_contexts(dataset: Path, queries: list[dict], model: str, weight: float, say: Say = print, threads: int = 0,
+                    batch_size: int = 128) -> list[Any]:
+    """What serving's search reads of each record's conversation (``knowledge.ml.conversation.SearchContext``, or None
+    for a record without earlier user turns or at weight 0): its last ``serving.conversations.CONTEXT_TURNS`` user
+    turns (``user_turns``) and their embeddings (cached under ``<dataset>-user-turns``)."""
+    from knowledge.ml.conversation import SearchContext
+    from serving.conversations import CONTEXT_TURNS
+
+    turns = [user_turns(q, max_turns=CONTEXT_TURNS) for q in queries]
+    if not weight or not any(turns):
+        return [None] * len(queries)
+    texts = sorted({t for q in queries for t in user_turns(q)})  # every turn, as ``evaluate retrieval`` caches them
+    vectors = dict(zip(texts, cached_embeddings(f"{Path(dataset).name}-user-turns", texts, model, say=say, threads=threads, batch_size=batch_size),
+                       strict=True))
+    return [SearchContext(turns=tuple(ts), vectors=np.stack([vectors[t] for t in ts]), weight=weight) if ts else None for ts in turns]
+
+
 def dataset_embeddings(dataset: Path, model: str, say: Say = print, threads: int = 0, batch_size: int = 128) -> tuple[list[dict], np.ndarray]:
     """Every record of ``dataset/queries.jsonl`` and the embedding of every record's text (cached under the folder's name)."""
     records = read_queries(dataset)

@@ -9,8 +9,10 @@ after chunks are deduplicated by document.
 
 What the product runs, and so what the headline modes measure: the router reads the question and
 the *user's* earlier turns (serving keeps the embeddings of a conversation's earlier questions,
-never the agent's answers), and retrieval searches with the question alone. doc2dial's agent turns
-copy the gold document, so no mode here ever reads them (``datasets.user_turns``).
+never the agent's answers), and retrieval searches with the question widened by the same turns
+(``knowledge.ml.conversation`` at ``RETRIEVAL_CONTEXT_WEIGHT``: the last
+``serving.conversations.CONTEXT_TURNS``). doc2dial's agent turns copy the gold document, so no mode
+here ever reads them (``datasets.user_turns``).
 
 Modes, all through the serving code's search (``knowledge.services.search_collections``):
 
@@ -20,7 +22,9 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
   probabilities, widened to every domain with the probability left over when the chosen ones hold
   less than ``RETRIEVAL_WIDEN_BELOW`` (``knowledge.services.routing_weights``), i.e. what
   ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes. The router reads the
-  question plus ``λ`` times the mean embedding of the user's earlier turns.
+  question plus ``λ`` times the mean embedding of the user's earlier turns; the search reads the
+  question widened with them as serving does. ``routed_top1_question_search`` / ``_top2_question_search``:
+  the same routing, searched with the question alone (what serving did before it read the turns).
 * ``routed_question_only_top1`` / ``_top2``: the same with a router that reads the question alone
   (``routed_top1_text_only`` / ``routed_top2_text_only``, kept for scripts, are the same figures,
   present when the conversation router is). Router and retrieval see the question only.
@@ -67,6 +71,7 @@ from evaluation.datasets import (
     embedding_cache_dir,
     index_by_domain,
     read_jsonl,
+    search_contexts,
     typo_copy_encoder,
     user_turns,
     validation_note,
@@ -74,8 +79,17 @@ from evaluation.datasets import (
 from evaluation.fast_tier import fast_tier_vectors
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
+from knowledge.ml.conversation import SearchContext, expand_query
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import collection_lookup, embedding_text, routing_weights, search_collections, weight_power, widen_below
+from knowledge.services import (
+    collection_lookup,
+    context_weight,
+    embedding_text,
+    routing_weights,
+    search_collections,
+    weight_power,
+    widen_below,
+)
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 K = 5
@@ -168,18 +182,6 @@ def _conversation_features(qx: np.ndarray, context_means: np.ndarray, weight: fl
     """Question embedding + ``weight`` times the mean embedding of the user's earlier turns, L2-normalised."""
     out = qx + weight * context_means if weight else qx.copy()
     return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-def _expanded_sparse(question: str, turns: list[str], weight: float) -> tuple[list[int], list[float]]:
-    """BM25 query terms of the question (1 each) plus ``weight`` for each distinct term of the user's earlier turns."""
-    indices, values = bm25_vector(question, query=True)
-    if not weight or not turns:
-        return indices, values
-    merged = dict(zip(indices, values, strict=True))
-    for index in bm25_vector(" ".join(turns), query=True)[0]:
-        merged[index] = merged.get(index, 0.0) + weight
-    keys = sorted(merged)
-    return keys, [merged[k] for k in keys]
 
 
 def router_cache_key(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, key: str, model_kwargs: dict[str, Any], config: Any) -> str:
@@ -359,9 +361,14 @@ class _Searcher:
         self.store, self.queries, self.qx, self.context_means, self.gold = store, queries, qx, context_means, gold
 
     def query(self, i: int, context_weight: float = 0.0) -> tuple[list[float], list[int], list[float]]:
-        """(dense, sparse indices, sparse values) of query ``i``, expanded with ``context_weight`` of its user turns."""
-        dense = _conversation_features(self.qx[i : i + 1], self.context_means[i : i + 1], context_weight)[0] if context_weight else self.qx[i]
-        indices, values = _expanded_sparse(self.queries[i]["text"], user_turns(self.queries[i]), context_weight)
+        """(dense, sparse indices, sparse values) of query ``i``, expanded with ``context_weight`` of all its user turns."""
+        turns = user_turns(self.queries[i])
+        context = SearchContext(turns=tuple(turns), vectors=self.context_means[i : i + 1], weight=context_weight) if context_weight and turns else None
+        return self.expand(i, context)
+
+    def expand(self, i: int, context: SearchContext | None) -> tuple[list[float], list[int], list[float]]:
+        """Query ``i`` widened with ``context`` as serving's search widens it (``knowledge.ml.conversation``)."""
+        dense, indices, values = expand_query(self.qx[i], *bm25_vector(self.queries[i]["text"], query=True), context)
         return dense.tolist(), indices, values
 
     def score(self, i: int, plan: dict[str, float], query: tuple[list[float], list[int], list[float]], method: str) -> tuple[float, float]:
@@ -453,38 +460,41 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
 
     # --- searches ------------------------------------------------------------------------------
     threshold = widen_below()
+    product_contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
 
     def routed(probs: np.ndarray, i: int, k: int) -> dict[str, float]:
         order = list(np.argsort(-probs[i]))
         return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold)
 
-    def plans(i: int) -> dict[str, tuple[dict[str, float], bool]]:
-        """Each mode's collection weights, and whether its retrieval query carries the user's context."""
-        out = {"flat": (flat_plan, False), "oracle": ({names[y[i]]: 1.0}, False)}
+    def plans(i: int) -> dict[str, tuple[dict[str, float], str]]:
+        """Each mode's collection weights, and its retrieval query: the question's ("plain"), widened as serving
+        widens a follow-up's ("product", ``RETRIEVAL_CONTEXT_WEIGHT``), or by the yardstick's ``μ`` ("yardstick")."""
+        out = {"flat": (flat_plan, "plain"), "oracle": ({names[y[i]]: 1.0}, "plain")}
         for k in (1, 2):
-            out[f"routed_top{k}"] = (routed(routers[main], i, k), False)
-            out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), False)
-            out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), False)
-            out[f"routed_knowledge_top{k}"] = (routed(routers["knowledge"], i, k), False)
+            out[f"routed_top{k}"] = (routed(routers[main], i, k), "product")
+            out[f"routed_top{k}_question_search"] = (routed(routers[main], i, k), "plain")
+            out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), "plain")
+            out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), "plain")
+            out[f"routed_knowledge_top{k}"] = (routed(routers["knowledge"], i, k), "plain")
         if "fast" in routers:
-            out["routed_fast_top1"] = (routed(routers["fast"], i, 1), False)  # auto:fast: searched with the fast tier's vector (below)
+            out["routed_fast_top1"] = (routed(routers["fast"], i, 1), "plain")  # auto:fast: searched with the fast tier's vector (below)
             if main != "text_only":
                 out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]
         if turn_vectors:
-            out["flat_context"] = (flat_plan, True)
-            out["oracle_context"] = ({names[y[i]]: 1.0}, True)
+            out["flat_context"] = (flat_plan, "yardstick")
+            out["oracle_context"] = ({names[y[i]]: 1.0}, "yardstick")
         return out
 
     scores: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     latencies: list[float] = []
     say(f"  searching {len(test):,} test questions ({main} router for the routed modes)")
     for i in test:
-        plain, expanded = searcher.query(i), searcher.query(i, query_weight)
-        fast_query = (fast_vectors[i].tolist(), plain[1], plain[2]) if fast_vectors is not None else plain
-        for mode, (plan, with_context) in plans(i).items():
+        built = {"plain": searcher.query(i), "yardstick": searcher.query(i, query_weight), "product": searcher.expand(i, product_contexts[i])}
+        fast_query = (fast_vectors[i].tolist(), built["plain"][1], built["plain"][2]) if fast_vectors is not None else built["plain"]
+        for mode, (plan, query) in plans(i).items():
             for method in METHODS:
                 t0 = time.perf_counter()
-                figures = searcher.score(i, plan, fast_query if mode == "routed_fast_top1" else expanded if with_context else plain, method)
+                figures = searcher.score(i, plan, fast_query if mode == "routed_fast_top1" else built[query], method)
                 if mode == "routed_top2" and method == "hybrid":
                     latencies.append((time.perf_counter() - t0) * 1000)
                 scores[mode][method].append(figures)

@@ -4,7 +4,7 @@ The extractive answer (``experts.ml.extractive``) quotes the sentences its score
 (``experts.ml.sentence_scorer``) ranks first among the top passages' sentences. This evaluation
 builds, for every question of a dataset whose queries carry a gold ``answer``, the candidates the
 product would score: the ``auto`` mode's passages as ``evaluate answers`` retrieves them (the same
-index, router and serving search), the top three with text (``extractive_answer``'s
+index, router and serving search, a follow-up's query widened with the user's earlier turns), the top three with text (``extractive_answer``'s
 ``max_passages``), their sentences and features by ``extractive.candidate_sentences``, and each
 sentence's token F1 against the gold answer (SQuAD normalisation, the document's own footnote
 numbers dropped as the answer drops them).
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import dataset_embeddings, read_jsonl, stratified_sample
+from evaluation.datasets import dataset_embeddings, read_jsonl, search_contexts, stratified_sample
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import FOOTNOTE, ChunkSentenceCache, candidate_sentences
 from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_mlp, fit_weights, load_scorer, picked_f1
@@ -53,7 +53,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     from django.conf import settings
 
     from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
-    from knowledge.services import widen_below
+    from knowledge.services import context_weight, widen_below
     from sbcommon.encoders import get_encoder
 
     started = time.perf_counter()
@@ -65,6 +65,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         queries, qx = dataset_embeddings(dataset, settings.EMBEDDING_MODEL, say, **encoding)
         y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
         probs, train_rows, val_rows, _ = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+        contexts = search_contexts(dataset, queries, settings.EMBEDDING_MODEL, context_weight(), say, **encoding)
         answered = [i for i, q in enumerate(queries) if y[i] >= 0 and q.get("answer") and q.get("text")]
         wanted = {"train": set(train_rows), "val": set(val_rows)}
         rows = {
@@ -88,7 +89,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
             for i in chosen:
                 q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
                 plan, _ = mode_plans(q, probs[i], corpus, threshold)["auto"]
-                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k)[:MAX_PASSAGES] if p.text.strip()]
+                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k, contexts[i])[:MAX_PASSAGES] if p.text.strip()]
                 if not top:
                     continue
                 known = qx[i]
