@@ -41,7 +41,7 @@ from experts.selectors import experts_by_slug, serving_version
 from knowledge import services as knowledge
 from knowledge.stores import StoreUnavailable
 from routing.experiments.assignment import ArmAssignment, assign
-from sbcommon.encoders import get_encoder
+from sbcommon.encoders import EncoderUnavailable, get_encoder
 
 from . import answer_cache, conversations, events, traces
 from .route import (
@@ -352,7 +352,10 @@ class ChatTurn:
             if self.decision is not None and self.decision.context_vectors is not None:
                 vectors = self.decision.context_vectors
             elif texts:
-                vectors = get_encoder().encode(texts)
+                try:
+                    vectors = get_encoder().encode(texts)
+                except EncoderUnavailable as exc:  # the turns' words still count
+                    logger.warning("chat.context_unencoded", extra={"error": str(exc)[:200], "request_id": self.request_id})
             elif self.conversation is not None:
                 stored = conversations.decode_turns(self.conversation.turns or [])
                 vectors = None if stored is None else stored[-conversations.CONTEXT_TURNS :]

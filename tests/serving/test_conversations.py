@@ -181,3 +181,18 @@ def test_a_malformed_conversation_id_is_a_400(serving, client):
     response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
     assert response.status_code == 400
     assert "conversation_id" in response.json()["error"]["message"]
+
+
+def test_a_follow_up_whose_earlier_turns_cannot_be_encoded_is_searched_with_their_words(serving, client, searches, monkeypatch):
+    from sbcommon.encoders import EncoderUnavailable
+
+    class Down:
+        def encode(self, texts, **kwargs):
+            raise EncoderUnavailable("the encoder child died")
+
+    monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: Down())
+    history = [{"role": "user", "content": "how do I renew my licence"}]
+    chat(client, "what does renewing my licence cost", model="auto", history=history)
+    context = searches[-1]
+    assert context.turns == ("how do I renew my licence",)
+    assert context.vectors is None  # the test router has no context path: the search would have encoded them itself
