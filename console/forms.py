@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.validators import MaxLengthValidator
 
 from experts.access import visible_slugs
+from serving import conversations
 
 from . import selectors
 
@@ -21,6 +22,10 @@ class PlaygroundForm(forms.Form):
         error_messages={"required": "Please enter a question."},
     )
     mode = forms.ChoiceField(initial="auto")
+    # A follow-up: the conversation the earlier answers belong to, and the questions asked in it (one a line,
+    # the last ``CONTEXT_TURNS`` kept), which route and search the next question as an API client's messages do.
+    conversation_id = forms.CharField(required=False, widget=forms.HiddenInput)
+    earlier = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -32,6 +37,23 @@ class PlaygroundForm(forms.Form):
         # A team member may ask their own experts directly; staff (and callers without a user) any expert.
         slugs = None if user is None or user.is_staff else visible_slugs(user)
         self.fields["mode"].choices = selectors.playground_modes(slugs)
+
+    def clean_conversation_id(self) -> str:
+        value = self.cleaned_data.get("conversation_id") or ""
+        if value and not conversations.ID_PATTERN.match(value):
+            raise forms.ValidationError("This conversation cannot be continued; start a new one.")
+        return value
+
+    def clean_earlier(self) -> list[str]:
+        limit = settings.MAX_QUESTION_CHARS
+        lines = [line.strip()[:limit] for line in (self.cleaned_data.get("earlier") or "").splitlines() if line.strip()]
+        return lines[-conversations.CONTEXT_TURNS :]
+
+    def ask(self) -> dict[str, Any]:
+        """The chat request's fields for the cleaned form: the question, the mode and the conversation so far."""
+        data = self.cleaned_data
+        return {"question": data["question"], "model": data["mode"], "conversation_id": data.get("conversation_id") or "",
+                "history": [{"role": "user", "content": q} for q in data.get("earlier") or []]}
 
 
 class ReviewDecisionForm(forms.Form):

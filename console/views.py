@@ -35,7 +35,7 @@ from labeling.services import record_review_decision
 from routing import selectors as routing_selectors
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
-from serving import chat, route, traces
+from serving import chat, conversations, route, traces
 from serving.sse import event_stream_response
 
 from . import selectors
@@ -132,7 +132,18 @@ def _fallback_note(result: chat.ChatResult) -> str:
     return ""
 
 
-def _result_context(result: chat.ChatResult) -> dict[str, Any]:
+def _conversation_refused(form: PlaygroundForm) -> dict[str, Any]:
+    form.add_error(None, "This conversation belongs to an API key and cannot be continued here; start a new one.")
+    return {"form": form}
+
+
+def _result_context(result: chat.ChatResult, form: PlaygroundForm | None = None) -> dict[str, Any]:
+    """The answer panel's context; with the form, the conversation a follow-up continues (its id and questions so far)."""
+    follow_up = {}
+    if form is not None and result.conversation_id:
+        asked = [*(form.cleaned_data.get("earlier") or []), form.cleaned_data["question"].strip()]
+        follow_up = {"conversation_id": result.conversation_id, "earlier": "\n".join(asked[-conversations.CONTEXT_TURNS :]),
+                     "earlier_count": len(asked)}
     ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1), "chosen": str(e["slug"]) == result.expert}
               for e in result.decision.experts]
     return {
@@ -145,6 +156,7 @@ def _result_context(result: chat.ChatResult) -> dict[str, Any]:
         "latency": _latency(result.timings),
         "citations": [_with_href(c) for c in result.citations],
         "passages": [_with_href(p) for p in result.passages],
+        "follow_up": follow_up,
     }
 
 
@@ -166,10 +178,12 @@ def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
     if not form.is_valid():
         return {"form": form}, 400
     try:
-        result = chat.answer(form.cleaned_data["question"], model=form.cleaned_data["mode"])
+        result = chat.answer(**form.ask())
+    except conversations.ConversationNotAllowed:
+        return _conversation_refused(form), 400
     except _REFUSED as exc:
         return _refusal(form, exc)
-    return {"form": form, **_result_context(result), "feedback_form": feedback_form(request.user)}, 200
+    return {"form": form, **_result_context(result, form), "feedback_form": feedback_form(request.user)}, 200
 
 
 class PlaygroundView(LoginRequiredMixin, View):
@@ -215,7 +229,9 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         if not form.is_valid():
             return render(request, self.template_name, {"form": form}, status=400)
         try:
-            turn = chat.open_stream(form.cleaned_data["question"], model=form.cleaned_data["mode"])
+            turn = chat.open_stream(**form.ask())
+        except conversations.ConversationNotAllowed:
+            return render(request, self.template_name, _conversation_refused(form), status=400)
         except _REFUSED as exc:
             context, status = _refusal(form, exc)
             response = render(request, self.template_name, context, status=status)
@@ -232,7 +248,7 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         except route.StreamInterrupted as exc:
             yield _event("error", {"message": str(exc)})
             return
-        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result), "feedback_form": feedback_form(request.user)},
+        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result, form), "feedback_form": feedback_form(request.user)},
                                 request=request)
         yield _event("done", {"html": html})
 

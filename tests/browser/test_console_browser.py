@@ -43,7 +43,7 @@ def seed() -> Job:
     return Job.objects.create(kind="train_router", key="train", title="Train the router", status="running", progress=0.4, message="epoch 4 of 10")
 
 
-def fake_answer(question: str, model: str = "auto") -> chat.ChatResult:
+def fake_answer(question: str, model: str = "auto", **_: object) -> chat.ChatResult:
     decision = route.Decision(
         experts=[{"slug": "dmv", "score": 0.8731}, {"slug": "ssa", "score": 0.0912}, {"slug": "va", "score": 0.0357}],
         router_version=1, embed_ms=11.2, route_ms=0.6,
@@ -85,7 +85,7 @@ class FakeTurn:
         pass
 
 
-def fake_open_stream(question: str, model: str = "auto") -> FakeTurn:
+def fake_open_stream(question: str, model: str = "auto", **_: object) -> FakeTurn:
     return FakeTurn(question, model)
 
 
@@ -150,7 +150,7 @@ def test_the_playground_shows_the_answers_words_as_they_come(live_server, django
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
     seed()
     gate = threading.Event()
-    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto": FakeTurn(question, model, gate))
+    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: FakeTurn(question, model, gate))
     page = browser_page
     page.goto(f"{live_server.url}/playground/")
     page.fill("#id_username", "owner")

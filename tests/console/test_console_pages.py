@@ -158,7 +158,7 @@ def test_the_playground_rejects_an_empty_question(console, monkeypatch):
 def test_the_playground_answers_with_the_routing_path_citations_and_latency(console, experts, monkeypatch):
     calls = []
 
-    def fake_answer(question, model="auto"):
+    def fake_answer(question, model="auto", **_):
         calls.append((question, model))
         return fake_result(question)
 
@@ -183,7 +183,7 @@ def test_the_playground_answers_with_the_routing_path_citations_and_latency(cons
 def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
     result = fake_result()
     result.answer = "<script>alert(1)</script> [1] [7]"
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
 
     html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
@@ -194,12 +194,12 @@ def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
 def test_the_playground_says_what_a_misspelt_question_was_searched_as(console, experts, monkeypatch):
     result = fake_result()
     result.spelling = {"searched_for": "renew my <b>driver</b> license", "corrections": [["drivr", "driver"]]}
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
 
     html = console.post(reverse("console-playground-answer"), {"question": "renew my drivr license", "mode": "auto"}).content.decode()
 
     assert "Searched for “renew my &lt;b&gt;driver&lt;/b&gt; license” (drivr → driver)" in html
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result())
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: fake_result())
     assert 'id="answer-spelling"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
 
@@ -207,19 +207,19 @@ def test_the_playground_says_why_the_answer_quotes_its_sentence(console, experts
     result = fake_result()
     result.selection = {"quoted": [{"passage": 1, "sentence": 2, "score": 2.4, "text": "t", "reasons": ["follows a question", "opens <its> section"]}],
                         "runner_up": None, "candidates": 3}
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
 
     html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
     assert "Why this sentence: follows a question, opens &lt;its&gt; section." in html
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result())
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: fake_result())
     assert 'id="answer-why"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
 
 def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
     result = fake_result()
     result.citations = [{**result.citations[0], "url": "javascript:alert(1)"}]
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": result)
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
 
     html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
@@ -227,7 +227,7 @@ def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
 
 
 def test_the_playground_explains_when_no_router_is_trained(console, monkeypatch):
-    def unavailable(question, model="auto"):
+    def unavailable(question, model="auto", **_):
         raise route.RoutingUnavailable("no router has been trained yet; train one in the console or run the demo")
 
     monkeypatch.setattr(chat, "answer", unavailable)
@@ -240,7 +240,7 @@ def test_the_playground_explains_when_no_router_is_trained(console, monkeypatch)
 
 
 def test_the_playground_works_without_javascript(console, experts, monkeypatch):
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto": fake_result(question))
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: fake_result(question))
 
     response = console.post(reverse("console-playground"), {"question": "How do I renew?", "mode": "auto"})
 
@@ -286,3 +286,48 @@ def test_one_request_does_not_raise_the_load_alarm_anywhere_and_teams_see_only_t
     page = client.get(reverse("console-alarms")).content.decode()
     assert "The questions have drifted." in page  # about the router: everyone's
     assert "Expert dmv answered" not in page  # another team's expert
+
+
+def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it(console, experts, monkeypatch):
+    calls = []
+
+    def fake_answer(question, model="auto", **request):
+        calls.append({"question": question, **request})
+        result = fake_result(question)
+        result.conversation_id = "conv_abc"
+        result.earlier_turns_searched = len(request.get("history") or [])
+        return result
+
+    monkeypatch.setattr(chat, "answer", fake_answer)
+    first = console.post(reverse("console-playground-answer"), {"question": "How do I renew my licence?", "mode": "auto"}).content.decode()
+    assert calls[-1]["history"] == []
+    assert calls[-1]["conversation_id"] == ""
+    assert '<input type="hidden" name="conversation_id" value="conv_abc">' in first
+    assert '<input type="hidden" name="earlier" value="How do I renew my licence?">' in first
+    assert "Start a new conversation" in first
+    assert "Follow-up question" in first
+    assert 'id="answer-conversation"' not in first
+
+    second = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_abc",
+                                                                 "earlier": "How do I renew my licence?"}).content.decode()
+    assert calls[-1]["history"] == [{"role": "user", "content": "How do I renew my licence?"}]
+    assert calls[-1]["conversation_id"] == "conv_abc"
+    assert "Searched with your 1 earlier question in this conversation" in second
+    assert "(2 questions so far)" in second
+
+
+def test_the_playground_refuses_a_conversation_it_cannot_continue(console, experts, monkeypatch):
+    from serving import conversations
+
+    monkeypatch.setattr(chat, "answer", lambda *a, **k: pytest.fail("answer() must not be called"))
+    bad = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "not an id!"})
+    assert bad.status_code == 400
+    assert b"This conversation cannot be continued; start a new one." in bad.content
+
+    def other_keys(*args, **kwargs):
+        raise conversations.ConversationNotAllowed("conversation 'conv_x' belongs to another API key")
+
+    monkeypatch.setattr(chat, "answer", other_keys)
+    refused = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_x"})
+    assert refused.status_code == 400
+    assert b"belongs to an API key" in refused.content

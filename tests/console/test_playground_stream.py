@@ -55,7 +55,7 @@ def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(consol
     result.answer_source, result.fallback_reason = "extractive_fallback", "generator_timeout"
     turn = FakeTurn(result, ["You ", "can ", "renew ", "online. [1]"])
     calls = []
-    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto": calls.append((question, model)) or turn)
+    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: calls.append((question, model)) or turn)
 
     stream = events(ask(console, mode="auto:fast"))
 
@@ -73,7 +73,7 @@ def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(consol
 
 
 def test_a_failure_mid_answer_is_an_error_event(console, experts, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto": FakeTurn(fake_result(), ["You ", "can "], fail_after=1))
+    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: FakeTurn(fake_result(), ["You ", "can "], fail_after=1))
     stream = events(ask(console))
     assert [name for name, _ in stream] == ["meta", "delta", "error"]
     assert "failed mid-answer" in stream[-1][1]["message"]
@@ -93,7 +93,7 @@ def test_form_errors_come_back_as_the_panel(console, monkeypatch):
     (GenerationBusy("the model is busy", retry_after_s=9), b"Try again in 9 s."),
 ])
 def test_a_question_that_cannot_be_answered_now_is_a_503_panel(console, experts, monkeypatch, error, shown):  # noqa: F811
-    def refuse(question, model="auto"):
+    def refuse(question, model="auto", **_):
         raise error
 
     monkeypatch.setattr(chat, "open_stream", refuse)
@@ -105,7 +105,7 @@ def test_a_question_that_cannot_be_answered_now_is_a_503_panel(console, experts,
 
 
 def test_the_htmx_endpoint_shows_the_same_refusals(console, experts, monkeypatch):  # noqa: F811
-    def busy(question, model="auto"):
+    def busy(question, model="auto", **_):
         raise GenerationBusy("the model is busy", retry_after_s=4)
 
     monkeypatch.setattr(chat, "answer", busy)
@@ -129,7 +129,7 @@ def test_under_asgi_the_stream_is_an_async_iterator_so_uvicorn_sends_each_word_a
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
-    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto": FakeTurn(fake_result(), ["You ", "can ", "renew."]))
+    monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: FakeTurn(fake_result(), ["You ", "can ", "renew."]))
 
     async def run():
         client = AsyncClient()
