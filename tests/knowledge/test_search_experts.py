@@ -117,7 +117,7 @@ def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
 
     experts = list(three)
 
-    def first(turns: tuple[str, ...], weight: float = 0.75) -> str:
+    def first(turns: tuple[str, ...], weight: float = services.DEFAULT_CONTEXT_WEIGHT) -> str:
         context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=weight)
         return services.search_experts(experts, "can I apply online", context=context)[0].payload["expert"]
 
