@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -54,6 +54,9 @@ from .route import (
     clean_question,
     route,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +126,11 @@ class ChatRequest:
     allowed: set[str] | None = None
     max_tokens: int | None = None
     temperature: float = 0.0
+
+    @property
+    def earlier_questions(self) -> list[str]:
+        """The user's earlier messages in ``history`` (never the assistant's), oldest first, blank ones left out."""
+        return [m["content"] for m in self.history if m.get("role") == "user" and m.get("content", "").strip()]
 
 
 def _breaker(slug: str):
@@ -247,6 +255,7 @@ class ChatTurn:
         self.search_question = ""  # the question as searched: spell-corrected against the searched experts' documents
         self.spelling: dict[str, Any] | None = None  # what was corrected, when anything was
         self.search_context: knowledge.SearchContext | None = None  # the earlier user turns the search read (``_search_context``)
+        self._stored_turns: np.ndarray | None = None  # a stored conversation's earlier question embeddings, when routed with them
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -273,6 +282,8 @@ class ChatTurn:
         question = clean_question(req.question)
         self.question = question
         self.conversation = conversations.resolve(req.conversation_id, req.api_key_id)
+        if not req.earlier_questions:  # the request did not send the conversation: its stored question embeddings stand in
+            self._stored_turns = conversations.decode_turns(self.conversation.turns or [])
         subject = req.conversation_id or (f"user:{req.user}" if req.user else "") or (f"key:{req.api_key_id}" if req.api_key_id else "")
         self.arm = assign(subject or self.conversation.conversation_id)
         if req.model in MODES:
@@ -299,10 +310,9 @@ class ChatTurn:
         """Route (with the conversation as context), apply stickiness; the experts to try in order."""
         req, conv = self.request, self.conversation
         assert conv is not None
-        earlier = [m["content"] for m in req.history if m.get("role") == "user" and m.get("content", "").strip()]
-        stored = None if earlier else conversations.decode_turns(conv.turns or [])
+        earlier = req.earlier_questions
         self.decision = route(
-            question, top_k=MODES[req.model], context=earlier or None, context_vectors=stored,
+            question, top_k=MODES[req.model], context=earlier or None, context_vectors=self._stored_turns,
             router_version=self.arm.router_version if self.arm else None, allowed=req.allowed, fast=req.model == "auto:fast",
         )
         d = self.decision
@@ -343,9 +353,8 @@ class ChatTurn:
         stored conversation's embeddings; their embeddings are the router's when it read them, else encoded here
         (one batch). The fast tier's vector lives in another space: its search reads the turns' words only."""
         weight = knowledge.context_weight()
-        texts = [clean_question(m["content"]) for m in self.request.history if m.get("role") == "user" and m.get("content", "").strip()]
-        texts = texts[-conversations.CONTEXT_TURNS :]
-        if not weight or (not texts and not (self.conversation and self.conversation.turns)):
+        texts = [clean_question(q) for q in self.request.earlier_questions][-conversations.CONTEXT_TURNS :]
+        if not weight or (not texts and self._stored_turns is None):
             return None
         vectors = None
         if not fast:
@@ -356,9 +365,8 @@ class ChatTurn:
                     vectors = get_encoder().encode(texts)
                 except EncoderUnavailable as exc:  # the turns' words still count
                     logger.warning("chat.context_unencoded", extra={"error": str(exc)[:200], "request_id": self.request_id})
-            elif self.conversation is not None:
-                stored = conversations.decode_turns(self.conversation.turns or [])
-                vectors = None if stored is None else stored[-conversations.CONTEXT_TURNS :]
+            elif self._stored_turns is not None:
+                vectors = self._stored_turns[-conversations.CONTEXT_TURNS :]
         context = knowledge.SearchContext(turns=tuple(texts), vectors=vectors, weight=weight)
         return None if context.empty else context
 
