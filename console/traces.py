@@ -176,6 +176,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "passages": trace.get("passages") or [],
             "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
             "earlier_turns_searched": trace.get("earlier_turns_searched") if isinstance(trace.get("earlier_turns_searched"), int) else 0,
+            "earlier_turns_left_out": trace.get("earlier_turns_left_out") if isinstance(trace.get("earlier_turns_left_out"), int) else 0,
             "answer": trace.get("answer", ""),
             "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
             "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],

@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Why a follow-up's earlier turns were left out of its search (``ChatTurn._search_context``): the router
+# placed the question itself with no expert (its in-scope score reads the question alone).
+CHANGED_SUBJECT = "question_out_of_scope"
+
 @dataclass
 class ChatResult:
     """A routed, cited answer and everything needed to explain it."""
@@ -88,6 +92,7 @@ class ChatResult:
     finish_reason: str = "stop"
     spelling: dict[str, Any] | None = None  # {"searched_for", "corrections"} when misspelt words were corrected for the search
     earlier_turns_searched: int = 0  # the user's earlier turns the search read beside the question (``knowledge.ml.conversation``)
+    earlier_turns_left_out: int = 0  # earlier turns the search did not read: the router placed the question with no expert (a change of subject)
     selection: dict[str, Any] | None = None  # an extractive answer's choice of sentence (experts.ml.extractive.Answer.selection)
 
 
@@ -255,6 +260,7 @@ class ChatTurn:
         self.search_question = ""  # the question as searched: spell-corrected against the searched experts' documents
         self.spelling: dict[str, Any] | None = None  # what was corrected, when anything was
         self.search_context: knowledge.SearchContext | None = None  # the earlier user turns the search read (``_search_context``)
+        self.turns_left_out = 0  # earlier user turns left out of the search: the question changed the subject (``_search_context``)
         self._stored_turns: np.ndarray | None = None  # a stored conversation's earlier question embeddings, when routed with them
 
     # -- before the first byte ---------------------------------------------------------------
@@ -351,10 +357,20 @@ class ChatTurn:
     def _search_context(self, fast: bool) -> knowledge.SearchContext | None:
         """The user's earlier turns for the search (``knowledge.ml.conversation``): the request's history, else the
         stored conversation's embeddings; their embeddings are the router's when it read them, else encoded here
-        (one batch). The fast tier's vector lives in another space: its search reads the turns' words only."""
+        (one batch). The fast tier's vector lives in another space: its search reads the turns' words only.
+
+        None when the router abstained: a question that looks like none of the experts' training questions
+        on its own ("What's the weather tomorrow?" mid-way through a DMV conversation) changed the subject,
+        and the conversation's words would find it passages it does not ask about (the in-scope score reads
+        the question alone). It is searched as asked; ``turns_left_out`` says how many turns were left out.
+        """
         weight = knowledge.context_weight()
         texts = [clean_question(q) for q in self.request.earlier_questions][-conversations.CONTEXT_TURNS :]
         if not weight or (not texts and self._stored_turns is None):
+            return None
+        if self.decision is not None and self.decision.abstained:
+            stored = 0 if self._stored_turns is None else len(self._stored_turns[-conversations.CONTEXT_TURNS :])
+            self.turns_left_out = len(texts) or stored
             return None
         vectors = None
         if not fast:
@@ -602,6 +618,7 @@ class ChatTurn:
             fallback_reason=self.source.fallback_reason, adapter=self.source.adapter, finish_reason=answer.finish_reason,
             spelling=self.spelling, selection=answer.selection,
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
+            earlier_turns_left_out=self.turns_left_out,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

@@ -60,6 +60,8 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         trace["spelling"] = result.spelling if settings.STORE_QUESTION_TEXT else {"corrected_words": len(result.spelling["corrections"])}
     if result.earlier_turns_searched:
         trace["earlier_turns_searched"] = result.earlier_turns_searched
+    elif result.earlier_turns_left_out:
+        trace["earlier_turns_left_out"] = result.earlier_turns_left_out
     if result.selection:
         trace["selection"] = _selection(result.selection)
     if settings.STORE_QUESTION_TEXT:

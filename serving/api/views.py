@@ -102,6 +102,9 @@ def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         meta["spelling"] = result.spelling
     if result.earlier_turns_searched:
         meta["conversation_search"] = {"earlier_turns": result.earlier_turns_searched}
+    elif result.earlier_turns_left_out:
+        # The router placed the question with no expert: a change of subject, searched as asked.
+        meta["conversation_search"] = {"earlier_turns": 0, "left_out": result.earlier_turns_left_out, "reason": chat.CHANGED_SUBJECT}
     if result.selection:
         # An extractive answer's choice: the quoted sentence (passage and place, score, why) and the runner-up.
         meta["answer_selection"] = result.selection

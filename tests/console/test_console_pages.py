@@ -315,6 +315,17 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
     assert "Searched with your 1 earlier question in this conversation" in second
     assert "(2 questions so far)" in second
 
+    def changed_subject(question, model="auto", **request):
+        result = fake_answer(question, model, **request)
+        result.earlier_turns_searched, result.earlier_turns_left_out = 0, len(request.get("history") or [])
+        return result
+
+    monkeypatch.setattr(chat, "answer", changed_subject)
+    third = console.post(reverse("console-playground-answer"), {"question": "what's the weather tomorrow?", "mode": "auto", "conversation_id": "conv_abc",
+                                                                "earlier": "How do I renew my licence?\nand the fee?"}).content.decode()
+    assert "Searched with this question alone" in third
+    assert "your earlier questions in this conversation (another subject) were left out" in third
+
 
 def test_the_playground_refuses_a_conversation_it_cannot_continue(console, experts, monkeypatch):
     from serving import conversations

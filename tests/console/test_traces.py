@@ -160,8 +160,12 @@ def test_a_follow_up_searched_with_the_conversation_says_so_on_its_trace(client,
                         timings={}, request_id="r", earlier_turns_searched=2)
     event("r-follow", "dmv", trace=traces.build(decision, result))
     event("r-first", "dmv", trace=traces.build(decision, dataclasses.replace(result, earlier_turns_searched=0)))
+    event("r-shift", "dmv", trace=traces.build(decision, dataclasses.replace(result, earlier_turns_searched=0, earlier_turns_left_out=1)))
     client.force_login(staff)
     assert "Searched with the user's 2 earlier questions in this conversation" in client.get(reverse("console-trace", args=["r-follow"])).content.decode()
+    shifted = client.get(reverse("console-trace", args=["r-shift"])).content.decode()
+    assert "Searched with this question alone" in shifted
+    assert "the user's 1 earlier question in this conversation (another subject) was left out" in shifted
     assert 'id="trace-conversation"' not in client.get(reverse("console-trace", args=["r-first"])).content.decode()
 
 

@@ -104,11 +104,29 @@ def test_a_follow_up_is_searched_with_the_users_earlier_messages_never_the_assis
 
 def test_a_stored_conversation_is_searched_with_its_earlier_questions_embeddings(serving, client, searches):
     first = chat(client, "how do I renew my licence", model="auto").json()["switchboard"]["conversation_id"]
-    chat(client, "and the fee?", conversation_id=first, model="auto")
+    chat(client, "what does renewing my licence cost", conversation_id=first, model="auto")
     context = searches[-1]
     assert context.turns == ()
     assert context.vectors.shape == (1, support.DIM)
     assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-3)
+
+
+def test_a_follow_up_the_router_places_nowhere_is_searched_alone_with_its_conversations_expert(serving, client, searches):
+    conversation_id = chat(client, "my pension", model="auto").json()["switchboard"]["conversation_id"]
+    meta = chat(client, "what about next year?", conversation_id=conversation_id, model="auto").json()["switchboard"]
+    assert meta["abstained"] is True
+    assert (meta["expert"], meta["sticky"]) == ("ssa", True)
+    assert searches[-1] is None  # "my pension" would find it pension passages it did not ask about
+    assert meta["conversation_search"] == {"earlier_turns": 0, "left_out": 1, "reason": "question_out_of_scope"}
+
+
+def test_the_requests_earlier_messages_are_left_out_too_when_the_router_places_the_question_nowhere(serving, client, searches):
+    conversation_id = chat(client, "my pension", model="auto").json()["switchboard"]["conversation_id"]
+    history = [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "my pension again"}]
+    meta = chat(client, "what about next year?", conversation_id=conversation_id, model="auto", history=history).json()["switchboard"]
+    assert meta["abstained"] is True
+    assert searches[-1] is None
+    assert meta["conversation_search"]["left_out"] == 2
 
 
 def test_a_zero_context_weight_searches_the_question_alone(serving, client, searches, settings):
