@@ -32,6 +32,12 @@ for free decoding, where serving answers one request at a time); the weights' dt
 bfloat16 where the hardware multiplies it natively, as training uses). Every mode searches as serving
 does: a follow-up question's query is widened with the user's own earlier turns (``RETRIEVAL_CONTEXT_WEIGHT``,
 ``knowledge.ml.conversation``; never the agent's), the generalist's flat search too; the prompt holds the question alone.
+As in ``serving.chat``, a follow-up the product's router abstains on (its in-scope score reads the
+question alone: a change of subject) is searched as asked; the abstentions are those of the product's
+router trained on the train split (``evaluation.abstentions.ProductAbstentions``, with the documents as
+evidence as training fits them). Every mode gets the same ones: the in-scope check is the platform's
+"is this about anything we know", which reads no routing, and a generalist held to the same honesty
+leaves the same follow-ups' conversation out (``fast`` too, rather than the fast tier's own check).
 
 Adapters learn on the train split only. Training examples are built as the product builds them
 (``labeling.grounding``): each question is searched in its own domain's collection, weak
@@ -251,6 +257,23 @@ def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
         top = int(np.argmax(fast_probs))
         plans["fast"] = (routing_weights([names[top]], [float(fast_probs[top])], names, threshold), [top])
     return plans
+
+
+def _abstained_follow_ups(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], contexts: list[Any], model: str,
+                          say: Say) -> set[int]:
+    """The follow-ups among ``rows`` (searched with earlier turns) that the product's router abstains on: served, they are searched alone."""
+    from evaluation.abstentions import ProductAbstentions
+
+    follow_ups = [i for i in rows if contexts[i] is not None]
+    if not follow_ups:
+        return set()
+    abstentions = ProductAbstentions(dataset, queries, qx, model, say, SEED)
+    try:
+        flags = abstentions(qx[follow_ups], [queries[i]["text"] for i in follow_ups])
+    finally:
+        abstentions.close()
+    say(f"  the product's router abstains on {int(flags.sum())} of {len(follow_ups)} follow-ups: searched as asked")
+    return {i for i, flag in zip(follow_ups, flags.tolist(), strict=True) if flag}
 
 
 def _fingerprint(*parts: Any) -> str:
@@ -559,6 +582,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
         candidates = [candidates[j] for j in pick]
     threshold = widen_below()
+    abstained = _abstained_follow_ups(dataset, queries, qx, candidates, contexts, model, say)
+    router_report["follow_ups_searched_alone"] = len(abstained)  # the product's router abstained on them: searched as asked
     fast_x = fast_probs = None
     if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
         from evaluation.fast_tier import fast_tier_vectors
@@ -573,7 +598,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None).items():
             if mode not in modes:
                 continue
-            context = contexts[i]
+            context = None if i in abstained else contexts[i]
             if mode == "fast" and context is not None:  # the fast tier's vector is in another space: the turns' words only (serving.chat)
                 context = dataclasses.replace(context, vectors=None)
             q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k, context)

@@ -133,6 +133,42 @@ def test_the_answers_evaluation_can_run_on_val_without_language_models(tiny_setu
 
 
 @pytest.mark.django_db
+def test_a_follow_up_the_products_router_abstains_on_is_searched_alone_in_every_mode(tiny_setup, monkeypatch):
+    from evaluation import abstentions, answers
+
+    folder, _ = tiny_setup
+    searched = []
+    real = answers.search_passages
+
+    def spy(corpus, plan, dense, question, limit, context=None):
+        searched.append((len(plan), question, context))
+        return real(corpus, plan, dense, question, limit, context)
+
+    class AbstainsOnEverything:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, vectors, texts):
+            return np.ones(len(texts), dtype=bool)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(answers, "search_passages", spy)
+    monkeypatch.setattr(abstentions, "ProductAbstentions", AbstainsOnEverything)
+    report = evaluate_answers(folder, AnswerConfig(limit=None, generators=("extractive",)), say=lambda line: None)
+
+    follow_ups = sorted({q for _, q, _ in searched if q.endswith(" 5?")})  # the test split's questions with an earlier turn
+    assert len(follow_ups) == 8
+    assert report["router"]["follow_ups_searched_alone"] == 8
+    for question in follow_ups:  # each is searched in every mode (flat, auto, oracle), all as asked: equally honest
+        assert [context for _, q, context in searched if q == question] == [None, None, None]
+    openers = [context for _, q, context in searched if q.endswith(" 4?")]
+    assert openers
+    assert all(c is None for c in openers)
+
+
+@pytest.mark.django_db
 def test_the_fast_mode_answers_through_the_fast_tier(tiny_setup, monkeypatch):
     from routing.ml import fast_encoder
     from sbcommon.encoders import resolve_model_path
