@@ -16,5 +16,5 @@ def context_weight_check(app_configs: Any = None, **kwargs: Any) -> list[checks.
     weight = context_weight()
     if not math.isfinite(weight) or weight < 0:
         return [checks.Error(f"RETRIEVAL_CONTEXT_WEIGHT is {weight}; it must be a number >= 0",
-                             hint="0 searches with the question alone; the default is 0.25", id="knowledge.E001")]
+                             hint="0 searches with the question alone; the default is 0.5", id="knowledge.E001")]
     return []

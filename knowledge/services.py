@@ -64,7 +64,7 @@ DEFAULT_WIDEN_BELOW = 1.0
 DEFAULT_WEIGHT_POWER = 0.5
 # A follow-up's search reads the user's earlier turns at this weight (knowledge.ml.conversation); chosen on
 # doc2dial's validation split (the figures are at RETRIEVAL_CONTEXT_WEIGHT in the settings).
-DEFAULT_CONTEXT_WEIGHT = 0.25
+DEFAULT_CONTEXT_WEIGHT = 0.5
 MAX_FILES_PER_UPLOAD = 100
 CHUNK_SIZE_RANGE = (100, 8000)
 

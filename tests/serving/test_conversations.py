@@ -97,7 +97,7 @@ def test_a_follow_up_is_searched_with_the_users_earlier_messages_never_the_assis
     follow_up = chat(client, "what does renewing my licence cost", model="auto", history=history).json()["switchboard"]
     context = searches[-1]
     assert context.turns == ("how do I renew my licence",)
-    assert context.weight == pytest.approx(0.25)
+    assert context.weight == pytest.approx(0.5)
     assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-6)
     assert follow_up["conversation_search"] == {"earlier_turns": 1}
 
