@@ -324,7 +324,7 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
     third = console.post(reverse("console-playground-answer"), {"question": "what's the weather tomorrow?", "mode": "auto", "conversation_id": "conv_abc",
                                                                 "earlier": "How do I renew my licence?\nand the fee?"}).content.decode()
     assert "Searched with this question alone" in third
-    assert "your earlier questions in this conversation (another subject) were left out" in third
+    assert "it may start a new subject, and your earlier questions in this conversation were left out" in third
 
 
 def test_the_playground_refuses_a_conversation_it_cannot_continue(console, experts, monkeypatch):

@@ -165,7 +165,7 @@ def test_a_follow_up_searched_with_the_conversation_says_so_on_its_trace(client,
     assert "Searched with the user's 2 earlier questions in this conversation" in client.get(reverse("console-trace", args=["r-follow"])).content.decode()
     shifted = client.get(reverse("console-trace", args=["r-shift"])).content.decode()
     assert "Searched with this question alone" in shifted
-    assert "the user's 1 earlier question in this conversation (another subject) was left out" in shifted
+    assert "it may start a new subject, and the user's 1 earlier question in this conversation was left out" in shifted
     assert 'id="trace-conversation"' not in client.get(reverse("console-trace", args=["r-first"])).content.decode()
 
 
