@@ -53,3 +53,18 @@ class ProductAbstentions:
     def close(self) -> None:
         if self._documents is not None:
             self._documents.close()
+
+
+def abstained_follow_ups(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], contexts: list[Any], model: str,
+                         say: Any, seed: int = 0) -> set[int]:
+    """The follow-ups among ``rows`` (those with a search context) that the product's router abstains on: served, they are searched alone."""
+    follow_ups = [i for i in rows if contexts[i] is not None]
+    if not follow_ups:
+        return set()
+    abstentions = ProductAbstentions(dataset, queries, qx, model, say, seed)
+    try:
+        flags = abstentions(qx[follow_ups], [queries[i]["text"] for i in follow_ups])
+    finally:
+        abstentions.close()
+    say(f"  the product's router abstains on {int(flags.sum())} of {len(follow_ups)} follow-ups: searched as asked")
+    return {i for i, flag in zip(follow_ups, flags.tolist(), strict=True) if flag}

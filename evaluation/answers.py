@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.abstentions import abstained_follow_ups
 from evaluation.datasets import (
     cached_embeddings,
     code_fingerprint,
@@ -257,23 +258,6 @@ def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
         top = int(np.argmax(fast_probs))
         plans["fast"] = (routing_weights([names[top]], [float(fast_probs[top])], names, threshold), [top])
     return plans
-
-
-def _abstained_follow_ups(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], contexts: list[Any], model: str,
-                          say: Say) -> set[int]:
-    """The follow-ups among ``rows`` (searched with earlier turns) that the product's router abstains on: served, they are searched alone."""
-    from evaluation.abstentions import ProductAbstentions
-
-    follow_ups = [i for i in rows if contexts[i] is not None]
-    if not follow_ups:
-        return set()
-    abstentions = ProductAbstentions(dataset, queries, qx, model, say, SEED)
-    try:
-        flags = abstentions(qx[follow_ups], [queries[i]["text"] for i in follow_ups])
-    finally:
-        abstentions.close()
-    say(f"  the product's router abstains on {int(flags.sum())} of {len(follow_ups)} follow-ups: searched as asked")
-    return {i for i, flag in zip(follow_ups, flags.tolist(), strict=True) if flag}
 
 
 def _fingerprint(*parts: Any) -> str:
@@ -582,7 +566,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
         candidates = [candidates[j] for j in pick]
     threshold = widen_below()
-    abstained = _abstained_follow_ups(dataset, queries, qx, candidates, contexts, model, say)
+    abstained = abstained_follow_ups(dataset, queries, qx, candidates, contexts, model, say, SEED)
     router_report["follow_ups_searched_alone"] = len(abstained)  # the product's router abstained on them: searched as asked
     fast_x = fast_probs = None
     if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)

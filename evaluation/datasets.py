@@ -269,3 +269,53 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
     for domain in sorted({u["domain"] for u in units}):  # every domain, even one whose documents gave no chunk
         store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
     return store, root, time.perf_counter() - t0
+
+
+@dataclass
+class DomainIndex:
+    """A dataset's documents chunked as an expert's are and indexed into one temporary collection per domain ("eval_<domain>")."""
+
+    units: list[dict[str, Any]]
+    domains: list[str]
+    chunks: list[tuple[int, str]]  # (unit row, chunk text)
+    store: Any  # knowledge.stores.qdrant.EmbeddedQdrantStore
+    root: str
+    index_s: float
+    size: int
+    overlap: int
+
+    @property
+    def names(self) -> list[str]:
+        return [f"eval_{d}" for d in self.domains]
+
+    def close(self) -> None:
+        import shutil
+
+        self.store.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def build_domain_index(dataset: Path, passages: bool, say: Callable[[str], None], prefix: str) -> DomainIndex:
+    """Chunk ``docs.jsonl`` (``passages.jsonl`` with ``passages``) with the Expert defaults, embed (cached) and index by domain."""
+    from django.conf import settings
+
+    from experts.models import Expert
+    from knowledge.ml.chunking import chunk_text
+    from knowledge.services import embedding_text
+
+    units = read_jsonl(Path(dataset) / ("passages.jsonl" if passages else "docs.jsonl"))
+    domains = sorted({u["domain"] for u in units})
+    size = int(Expert._meta.get_field("chunk_size").default)
+    overlap = int(Expert._meta.get_field("chunk_overlap").default)
+    say(f"{Path(dataset).name}: {len(units):,} {'passages' if passages else 'documents'} in {len(domains)} domains, chunks of {size}/{overlap}")
+    chunks = [(i, chunk.text) for i, unit in enumerate(units) for chunk in chunk_text(unit["text"], size=size, overlap=overlap)]
+    name = Path(dataset).name + ("-passages" if passages else "")
+    chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
+    # Serving's pointer cache (QDRANT_POINTER_TTL_S): timed searches pay what a served request pays.
+    store, root, index_s = index_by_domain(chunks, units, cx, prefix,
+                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
+                                           pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
+    say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
+    return DomainIndex(units, domains, chunks, store, root, index_s, size, overlap)

@@ -30,7 +30,7 @@ class KnowledgeRouting:
     """The trained router plus the documents of ``folder`` as evidence, fitted on ``split``'s validation rows."""
 
     def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0, router_threshold: float | None = None):
-        from evaluation.retrieval import build_domain_index
+        from evaluation.datasets import build_domain_index
 
         if split.label != "domain":
             raise ValueError("--knowledge routes between domains: documents belong to a domain, not to an intent (use --label domain)")

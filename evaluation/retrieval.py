@@ -23,7 +23,8 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
   less than ``RETRIEVAL_WIDEN_BELOW`` (``knowledge.services.routing_weights``), i.e. what
   ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes. The router reads the
   question plus ``λ`` times the mean embedding of the user's earlier turns; the search reads the
-  question widened with them as serving does. ``routed_top1_question_search`` / ``_top2_question_search``:
+  question widened with them as serving does (alone for the follow-ups the product's router abstains
+  on, ``evaluation.abstentions``: a change of subject). ``routed_top1_question_search`` / ``_top2_question_search``:
   the same routing, searched with the question alone (what serving did before it read the turns).
 * ``routed_question_only_top1`` / ``_top2``: the same with a router that reads the question alone
   (``routed_top1_text_only`` / ``routed_top2_text_only``, kept for scripts, are the same figures,
@@ -57,19 +58,20 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evaluation.abstentions import abstained_follow_ups
 from evaluation.datasets import (
+    DomainIndex,
+    build_domain_index,
     cached_embeddings,
     carve_validation,
     code_fingerprint,
     dataset_embeddings,
     embedding_cache_dir,
-    index_by_domain,
     read_jsonl,
     search_contexts,
     typo_copy_encoder,
@@ -77,14 +79,11 @@ from evaluation.datasets import (
     validation_note,
 )
 from evaluation.fast_tier import fast_tier_vectors
-from experts.models import Expert
-from knowledge.ml.chunking import chunk_text
 from knowledge.ml.conversation import SearchContext, expand_query
 from knowledge.ml.sparse import bm25_vector
 from knowledge.services import (
     collection_lookup,
     context_weight,
-    embedding_text,
     routing_weights,
     search_collections,
     weight_power,
@@ -101,52 +100,6 @@ TYPO_RATE = 0.1
 METHODS = ("dense", "sparse", "hybrid")
 # BM25 on the same files (shared/datasets/README.md): recall@5 / nDCG@5.
 BM25_REFERENCE = {"flat": (0.539, 0.443), "oracle": (0.602, 0.491)}
-
-
-@dataclass
-class DomainIndex:
-    """A dataset's documents chunked as an expert's are and indexed into one temporary collection per domain ("eval_<domain>")."""
-
-    units: list[dict[str, Any]]
-    domains: list[str]
-    chunks: list[tuple[int, str]]  # (unit row, chunk text)
-    store: EmbeddedQdrantStore
-    root: str
-    index_s: float
-    size: int
-    overlap: int
-
-    @property
-    def names(self) -> list[str]:
-        return [f"eval_{d}" for d in self.domains]
-
-    def close(self) -> None:
-        import shutil
-
-        self.store.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def build_domain_index(dataset: Path, passages: bool, say: Callable[[str], None], prefix: str) -> DomainIndex:
-    """Chunk ``docs.jsonl`` (``passages.jsonl`` with ``passages``) with the Expert defaults, embed (cached) and index by domain."""
-    from django.conf import settings
-
-    units = read_jsonl(Path(dataset) / ("passages.jsonl" if passages else "docs.jsonl"))
-    domains = sorted({u["domain"] for u in units})
-    size = int(Expert._meta.get_field("chunk_size").default)
-    overlap = int(Expert._meta.get_field("chunk_overlap").default)
-    say(f"{Path(dataset).name}: {len(units):,} {'passages' if passages else 'documents'} in {len(domains)} domains, chunks of {size}/{overlap}")
-    chunks = [(i, chunk.text) for i, unit in enumerate(units) for chunk in chunk_text(unit["text"], size=size, overlap=overlap)]
-    name = Path(dataset).name + ("-passages" if passages else "")
-    chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
-    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
-    cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
-    # Serving's pointer cache (QDRANT_POINTER_TTL_S): timed searches pay what a served request pays.
-    store, root, index_s = index_by_domain(chunks, units, cx, prefix,
-                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
-                                           pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
-    say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
-    return DomainIndex(units, domains, chunks, store, root, index_s, size, overlap)
 
 
 def ndcg_at_k(ranked: list[str], gold: set[str], k: int = K) -> float:
@@ -461,6 +414,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     # --- searches ------------------------------------------------------------------------------
     threshold = widen_below()
     product_contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
+    for i in abstained_follow_ups(dataset, queries, qx, test, product_contexts, model, say, SEED):
+        product_contexts[i] = None  # serving searches a follow-up its router abstains on as asked
 
     def routed(probs: np.ndarray, i: int, k: int) -> dict[str, float]:
         order = list(np.argsort(-probs[i]))
@@ -523,7 +478,9 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         "bm25_reference_recall_ndcg": BM25_REFERENCE if not passages else None,
         "query_context_weight": query_weight, "query_context_weight_val_ndcg": query_weight_scores,
         "query_context_weight_chosen_on": "val (flat_context hybrid nDCG@5)",
-        "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question alone",
+        "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question widened with the user's turns "
+                        "(RETRIEVAL_CONTEXT_WEIGHT), alone where the product's router abstains",
+        "follow_ups_searched_alone": int(sum(1 for i in test if has_context[i] and product_contexts[i] is None)),
     }
     shown = ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "routed_text_router_top2", "routed_knowledge_top1",
              "routed_knowledge_top2", "routed_fast_top1", "flat_context", "oracle_context")

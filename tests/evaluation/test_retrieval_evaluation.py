@@ -91,6 +91,7 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["router"]["context_weight_chosen_on"].startswith("val")
     assert report["setup"]["query_context_weight_chosen_on"].startswith("val")
     assert set(report["setup"]["query_context_weight_val_ndcg"]) == {"0.0", "0.5", "1.0", "2.0", "4.0"}
+    assert 0 <= report["setup"]["follow_ups_searched_alone"] <= report["setup"]["test_questions_with_user_context"]
     assert any("routed_top2" in line for line in lines)
     # A second run reads the embeddings and the router from the cache.
     calls = encoder.calls
