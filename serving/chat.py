@@ -64,6 +64,7 @@ logger = logging.getLogger(__name__)
 # placed the question itself with no expert (its in-scope score reads the question alone).
 CHANGED_SUBJECT = "question_out_of_scope"
 
+
 @dataclass
 class ChatResult:
     """A routed, cited answer and everything needed to explain it."""
