@@ -140,7 +140,11 @@ def test_the_oldest_text_always_goes_in_the_next_pass():
 
 
 def test_the_pass_cost_is_measured_positive_on_the_real_encoder(in_process):
-    assert 0 < encoders._pass_cost(in_process, repeats=2) <= 10_000
+    # A timing: on a machine busy with other work one measurement can come out 0 ("nothing measurable");
+    # three tries of the fastest of three runs each find the fixed cost a quiet machine shows every time.
+    costs = [encoders._pass_cost(in_process, repeats=3) for _ in range(3)]
+    assert all(0 <= c <= 10_000 for c in costs)
+    assert max(costs) > 0
 
 
 def test_a_multi_text_call_spanning_passes_is_answered_once_all_its_texts_are_done(child, in_process):
