@@ -43,7 +43,6 @@ class ProductAbstentions:
             self._documents = KnowledgeRouting(split, method.router_, Path(dataset), say, TARGET_RECALL, seed, router_threshold=self.threshold)
             if self._documents.combiner.active:
                 self.threshold, self._scorer = float(self._documents.threshold), self._documents
-        self.with_documents = self._scorer is self._documents
 
     def __call__(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
         if not len(vectors):

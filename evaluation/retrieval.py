@@ -414,7 +414,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     # --- searches ------------------------------------------------------------------------------
     threshold = widen_below()
     product_contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
-    for i in abstained_follow_ups(dataset, queries, qx, test, product_contexts, model, say, SEED):
+    searched_alone = abstained_follow_ups(dataset, queries, qx, test, product_contexts, model, say, SEED)
+    for i in searched_alone:
         product_contexts[i] = None  # serving searches a follow-up its router abstains on as asked
 
     def routed(probs: np.ndarray, i: int, k: int) -> dict[str, float]:
@@ -480,7 +481,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         "query_context_weight_chosen_on": "val (flat_context hybrid nDCG@5)",
         "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question widened with the user's turns "
                         "(RETRIEVAL_CONTEXT_WEIGHT), alone where the product's router abstains",
-        "follow_ups_searched_alone": int(sum(1 for i in test if has_context[i] and product_contexts[i] is None)),
+        "follow_ups_searched_alone": len(searched_alone),
     }
     shown = ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "routed_text_router_top2", "routed_knowledge_top1",
              "routed_knowledge_top2", "routed_fast_top1", "flat_context", "oracle_context")
