@@ -346,7 +346,8 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     Returns ``{mode: {method: {"recall@5": x, "ndcg@5": y}}}`` for every mode of the module
     docstring, plus ``index_s`` (building every domain's collection), ``search_p50_ms`` (one
     routed top-2 hybrid search, query embedding excluded), the router's figures under ``router``,
-    ``validation`` (where the val rows came from) and ``setup``.
+    ``validation`` (where the val rows came from), ``by_turn`` (each mode's hybrid figures on the
+    conversation openers and on the follow-ups apart) and ``setup``.
     """
     from django.conf import settings
 
@@ -463,6 +464,17 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
             method: {"recall@5": round(float(np.mean([r for r, _ in rows])), 4), "ndcg@5": round(float(np.mean([n for _, n in rows])), 4)}
             for method, rows in methods.items()
         }
+    # Openers are searched with the question alone in every mode that serves them; follow-ups are where the
+    # conversation matters. Each mode's hybrid figures on each part, so the question-only modes can be read
+    # on the questions the product really searches that way.
+    follow_up = has_context[test] if test else np.zeros(0, dtype=bool)
+    report["by_turn"] = {
+        part: {"questions": int(mask.sum()), **{
+            mode: {"recall@5": round(float(np.mean([r for (r, _), m in zip(methods["hybrid"], mask, strict=True) if m])), 4),
+                   "ndcg@5": round(float(np.mean([n for (_, n), m in zip(methods["hybrid"], mask, strict=True) if m])), 4)}
+            for mode, methods in scores.items()}}
+        for part, mask in (("opener", ~follow_up), ("follow_up", follow_up)) if mask.any()
+    }
     report["index_s"] = round(index_s, 2)
     report["search_p50_ms"] = round(statistics.median(latencies), 3) if latencies else None
     flat, oracle, routed_ndcg = (report[m]["hybrid"]["ndcg@5"] for m in ("flat", "oracle", "routed_top2"))
@@ -488,4 +500,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     for mode in [m for m in shown if m in report]:
         line = "  ".join(f"{m} {report[mode][m]['recall@5']:.3f}/{report[mode][m]['ndcg@5']:.3f}" for m in METHODS)
         say(f"  {mode:26s} (recall@5/nDCG@5)  {line}")
+    for part, figures in report["by_turn"].items():
+        line = "  ".join(f"{m} {figures[m]['ndcg@5']:.3f}" for m in shown if m in figures)
+        say(f"  {part}s ({figures['questions']:,}), hybrid nDCG@5: {line}")
     return report

@@ -92,6 +92,13 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["setup"]["query_context_weight_chosen_on"].startswith("val")
     assert set(report["setup"]["query_context_weight_val_ndcg"]) == {"0.0", "0.5", "1.0", "2.0", "4.0"}
     assert 0 <= report["setup"]["follow_ups_searched_alone"] <= report["setup"]["test_questions_with_user_context"]
+    # Openers and follow-ups partition the test questions, and their figures add up to each mode's.
+    parts = report["by_turn"]
+    assert sum(p["questions"] for p in parts.values()) == 16
+    assert parts.get("follow_up", {}).get("questions", 0) == report["setup"]["test_questions_with_user_context"]
+    for mode in ("flat", "oracle", "routed_knowledge_top2"):
+        total = sum(p["questions"] * p[mode]["ndcg@5"] for p in parts.values()) / 16
+        assert total == pytest.approx(report[mode]["hybrid"]["ndcg@5"], abs=1e-3), mode
     assert any("routed_top2" in line for line in lines)
     # A second run reads the embeddings and the router from the cache.
     calls = encoder.calls
