@@ -18,6 +18,7 @@ from django.conf import settings
 
 from experts.selectors import active_expert_slugs, fallback_slugs, serving_cached
 from experts.selectors import clear_serving_caches as clear_experts_caches
+from routing.ml import conversation as conversation_rule
 from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
@@ -170,6 +171,9 @@ class Decision:
     views: dict[str, Any] = field(default_factory=dict)  # each view's best expert: "meaning" (embedding), "spelling" (characters), "spelling_weight", "examples" (nearest training questions)
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
     degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed, another embedding space)
+    # An unsure follow-up ranked with its conversation (``routing.ml.conversation``): {"earlier_turns", "question_alone": {"expert",
+    # "probability"}, "weight"}; None: the question was ranked alone.
+    conversation: dict[str, Any] | None = None
 
 
 def clean_question(question: str) -> str:
@@ -190,8 +194,10 @@ def route(
     Args:
         question: the user's question (stripped; cut to ``MAX_QUESTION_CHARS`` characters).
         top_k: experts to choose, 1-3 (default ``ROUTER_TOP_K``).
-        context: earlier user turns of the conversation, oldest first (used by routers trained
-            with a context path, ignored by others).
+        context: earlier user turns of the conversation, oldest first: read by routers trained
+            with a context path; for the others, when they are unsure of the question alone, the
+            question is ranked blended with them (``routing.ml.conversation``; its in-scope score,
+            and so abstention, still reads the question alone).
         context_vectors: the same as embeddings already computed (a stored conversation); used
             when ``context`` is empty.
         router_version: route with this RouterVersion.version instead of the active one (an
@@ -237,12 +243,51 @@ def route(
             ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
     scored = router.explain_one(vector, question, ctx, lengths)
     probs, score, threshold, evidence = scored.probs, scored.score, arbiter.abstain_threshold, None
-    if router.knowledge is not None and settings.ROUTER_KNOWLEDGE:
+    knowledge = router.knowledge is not None and settings.ROUTER_KNOWLEDGE
+    if knowledge:
         probs, score, threshold, evidence = _with_knowledge(version, router, vector, question, probs, score, threshold)
+    conversation = None
+    if not router.context_dim and (threshold is None or score >= threshold):
+        # An unsure follow-up is ranked with its conversation (routing.ml.conversation); abstention read the question alone.
+        blended = _with_conversation(version, router, vector, question, probs, context, context_vectors, knowledge)
+        if blended is not None:
+            scored, probs, evidence, turns, conversation = blended
+            lengths = [len(turns)]
     raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
     return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1,
                      context_turns=0 if lengths is None else int(lengths[0]), views=_views(version.experts, scored, router.weight, set(raw), evidence),
-                     context_vectors=turns if lengths is not None else None)
+                     context_vectors=turns if lengths is not None else None, conversation=conversation)
+
+
+def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.ndarray, question: str, probs: np.ndarray,
+                       context: list[str] | None, context_vectors: np.ndarray | None, knowledge: bool) -> tuple[Any, ...] | None:
+    """The ranking of a follow-up the router is unsure of alone, read with the conversation's earlier turns.
+
+    Returns (scored, probabilities, knowledge evidence, the turns' embeddings, what the question alone
+    said), or None: no conversation, the rule is off (``ROUTING_CONTEXT_WEIGHT`` 0), the router is
+    sure of the question alone, or the turns cannot be encoded (the question's ranking stands).
+    """
+    weight = float(getattr(settings, "ROUTING_CONTEXT_WEIGHT", conversation_rule.DEFAULT_WEIGHT))
+    below = float(getattr(settings, "ROUTING_CONTEXT_BELOW", conversation_rule.DEFAULT_BELOW))
+    texts = [clean_question(c) for c in (context or []) if c and c.strip()][-CONTEXT_TURNS:]
+    if weight <= 0 or not (texts or (context_vectors is not None and len(context_vectors))) or not conversation_rule.unsure(probs, below):
+        return None
+    if texts:
+        try:
+            turns = np.asarray(get_encoder().encode(texts), dtype=np.float32)
+        except EncoderUnavailable as exc:
+            logger.warning("routing.context_unencoded", extra={"error": str(exc)[:200]})
+            return None
+    else:
+        turns = np.asarray(context_vectors, dtype=np.float32)[-CONTEXT_TURNS:]
+    mixed = conversation_rule.blend(vector, turns, weight)
+    scored = router.explain_one(mixed, question)
+    blended, evidence = scored.probs, None
+    if knowledge:
+        blended, _, _, evidence = _with_knowledge(version, router, mixed, question, blended, scored.score, None)
+    best = int(np.argmax(probs))
+    alone = {"expert": version.experts[best], "probability": round(float(probs[best]), 4)}
+    return scored, blended, evidence, turns, {"earlier_turns": len(turns), "question_alone": alone, "weight": weight}
 
 
 def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallback: str | None, top_k: int, vector: np.ndarray, score: float,

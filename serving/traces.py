@@ -37,6 +37,8 @@ def routing_evidence(decision: Decision | None) -> dict[str, Any]:
         "encoder": decision.encoder,
         **({"degraded": decision.degraded} if decision.degraded else {}),
         **({"views": decision.views} if decision.views else {}),
+        # Unsure of the question alone, the router ranked it with the conversation's earlier questions.
+        **({"conversation": decision.conversation} if decision.conversation else {}),
     }
 
 

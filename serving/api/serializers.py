@@ -120,6 +120,8 @@ class RouteRequestSerializer(LeanSerializer):
     top_k = serializers.IntegerField(default=2, min_value=1, max_value=3)
     # The router's fast tier (auto:fast's), where the active version has one; else the full router.
     fast = serializers.BooleanField(default=False)
+    # The user's earlier questions in the conversation, oldest first: an unsure follow-up is ranked with them.
+    context = serializers.ListField(child=serializers.CharField(max_length=8000, allow_blank=True), max_length=50, default=list)
 
 
 @extend_schema_field(OpenApiTypes.ANY)

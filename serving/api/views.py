@@ -262,7 +262,7 @@ class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         serializer.is_valid(raise_exception=True)
         try:
             decision = route.route(serializer.validated_data["question"], top_k=serializer.validated_data["top_k"], allowed=allowed_experts(request),
-                                   fast=serializer.validated_data.get("fast", False))
+                                   fast=serializer.validated_data.get("fast", False), context=serializer.validated_data["context"] or None)
         except route.RoutingUnavailable as exc:
             return _error(str(exc), 503, "service_unavailable", code="routing_unavailable")
         except route.ExpertNotAllowed as exc:

@@ -314,6 +314,17 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
     assert calls[-1]["conversation_id"] == "conv_abc"
     assert "Searched with your 1 earlier question in this conversation" in second
     assert "(2 questions so far)" in second
+    assert 'id="routing-conversation"' not in second  # the router was sure of the question alone
+
+    def ranked_with_conversation(question, model="auto", **request):
+        result = fake_answer(question, model, **request)
+        result.decision.conversation = {"earlier_turns": 1, "question_alone": {"expert": "ssa", "probability": 0.52}, "weight": 3.0}
+        return result
+
+    monkeypatch.setattr(chat, "answer", ranked_with_conversation)
+    unsure = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_abc",
+                                                                 "earlier": "How do I renew my licence?"}).content.decode()
+    assert "Ranked with your 1 earlier question in this conversation: on its own this question was unsure (closest to ssa, 0.52)" in unsure
 
     def changed_subject(question, model="auto", **request):
         result = fake_answer(question, model, **request)

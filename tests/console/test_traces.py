@@ -266,3 +266,16 @@ def test_a_trace_says_when_the_light_router_chose(client, world):
     fast.degraded = "sentence encoder unavailable: the encoder process exited"
     event("r-degraded", "dmv", trace=traces.build(fast, None))
     assert "The sentence model was unavailable, so the light router chose" in client.get(reverse("console-trace", args=["r-degraded"])).content.decode()
+
+
+def test_a_follow_up_ranked_with_its_conversation_says_so_on_its_trace(client, world):
+    _, staff = world
+    alone = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    blended = dataclasses.replace(alone, conversation={"earlier_turns": 2, "question_alone": {"expert": "ssa", "probability": 0.55}, "weight": 3.0})
+    event("r-blended", "dmv", trace=traces.build(blended, None))
+    event("r-alone", "dmv", trace=traces.build(alone, None))
+    client.force_login(staff)
+    shown = client.get(reverse("console-trace", args=["r-blended"])).content.decode()
+    assert "Ranked with the user's 2 earlier questions in this conversation: on its own this question was unsure" in shown
+    assert "closest to <strong>ssa</strong>, 0.55" in shown
+    assert 'id="router-conversation"' not in client.get(reverse("console-trace", args=["r-alone"])).content.decode()

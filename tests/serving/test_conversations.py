@@ -138,6 +138,7 @@ def test_a_zero_context_weight_searches_the_question_alone(serving, client, sear
 
 def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(serving, client, settings):
     settings.CONVERSATION_STICKY_MARGIN = 0.5
+    settings.ROUTING_CONTEXT_WEIGHT = 0  # the router ranks the question alone: stickiness decides
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     response = chat(client, "licence and pension", conversation_id=conversation_id)  # dmv first by ~0.33
     meta = response.json()["switchboard"]
@@ -148,10 +149,21 @@ def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(s
 
 def test_a_clearly_better_expert_takes_the_conversation_over(serving, client, settings):
     settings.CONVERSATION_STICKY_MARGIN = 0.15
+    settings.ROUTING_CONTEXT_WEIGHT = 0  # the router ranks the question alone: stickiness decides
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
     assert (meta["expert"], meta["sticky"]) == ("dmv", False)
     assert Conversation.objects.get(conversation_id=conversation_id).expert == "dmv"
+
+
+def test_an_unsure_follow_up_is_ranked_with_the_stored_conversations_questions(serving, client, settings):
+    settings.CONVERSATION_STICKY_MARGIN = 0.0  # stickiness alone would hand it to dmv, ranked first alone
+    settings.ROUTING_CONTEXT_BELOW = 0.8  # "licence and pension" gets ~0.67 alone: unsure under this threshold
+    conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
+    meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
+    assert (meta["experts"][0]["slug"], meta["expert"], meta["sticky"]) == ("ssa", "ssa", False)
+    assert meta["routing_evidence"]["conversation"]["earlier_turns"] == 1
+    assert meta["routing_evidence"]["conversation"]["question_alone"]["expert"] == "dmv"
 
 
 def test_a_follow_up_the_router_cannot_place_stays_with_the_conversations_expert(serving, client):

@@ -17,7 +17,7 @@ from experts.models import Expert
 from routing import services
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
-from serving import chat, route
+from serving import chat, route, traces
 from tests.serving.test_failover import DIM, EXPERTS, FakeEncoder
 
 pytestmark = pytest.mark.django_db
@@ -293,6 +293,74 @@ def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_oth
     with_history = route.route("my pension", context=["licence", "  ", "veteran"])
     assert with_history.raw_scores != without.raw_scores
     assert encoder.seen[-2:] == ["licence", "veteran"]  # blank turns are dropped, the rest encoded in order
+
+
+@pytest.fixture
+def unsure_below(settings):
+    """The fixture's "licence and pension" gets ~0.67 alone: a threshold above it makes it an unsure question."""
+    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = 3.0, 0.8
+
+
+def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, encoder, unsure_below):
+    alone = route.route("licence and pension")  # leans a little towards dmv: unsure between two experts
+    assert alone.experts[0]["slug"] == "dmv"
+    assert max(alone.raw_scores.values()) < 0.8
+    assert alone.conversation is None
+    follow_up = route.route("licence and pension", context=["my pension"])
+    assert follow_up.experts[0]["slug"] == "ssa"  # the conversation is about pensions
+    assert follow_up.conversation == {"earlier_turns": 1, "question_alone": {"expert": "dmv", "probability": pytest.approx(alone.raw_scores["dmv"], abs=1e-4)},
+                                      "weight": 3.0}
+    assert follow_up.score == alone.score
+    assert not follow_up.abstained
+    assert follow_up.context_turns == 1
+    assert follow_up.context_vectors.shape == (1, 8)
+    assert traces.routing_evidence(follow_up)["conversation"]["question_alone"]["expert"] == "dmv"
+    stored = route.route("licence and pension", context_vectors=encoder.encode(["my pension"]))  # a stored conversation's embeddings
+    assert stored.raw_scores == follow_up.raw_scores
+
+
+def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_not_encoded(router, encoder, settings, unsure_below):
+    sure = route.route("renew my licence", context=["my pension"])
+    assert sure.experts[0]["slug"] == "dmv"
+    assert sure.conversation is None
+    assert sure.context_vectors is None
+    assert "my pension" not in encoder.seen  # nothing was encoded for a question the router was sure of
+    off_topic = route.route("the weather tomorrow", context=["my pension"])
+    assert off_topic.abstained
+    assert off_topic.conversation is None
+    settings.ROUTING_CONTEXT_WEIGHT = 0
+    assert route.route("licence and pension", context=["my pension"]).experts[0]["slug"] == "dmv"
+    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = 3.0, 0.6  # 0.67 alone is sure enough
+    assert route.route("licence and pension", context=["my pension"]).conversation is None
+
+
+def test_the_route_endpoint_reads_the_earlier_questions(router, client, unsure_below):
+    body = {"question": "licence and pension", "context": ["my pension", "  "]}
+    response = client.post("/api/v1/route", data=body, content_type="application/json")
+    assert response.status_code == 200
+    assert response.json()["experts"][0]["slug"] == "ssa"
+    assert response.json()["routing_evidence"]["conversation"]["earlier_turns"] == 1
+    bad = client.post("/api/v1/route", data={"question": "x", "context": "my pension"}, content_type="application/json")
+    assert bad.status_code == 400
+    assert "context" in json.dumps(bad.json())
+
+
+def test_a_chat_follow_up_routed_with_its_conversation_searches_with_the_same_turns(router, client, encoder, monkeypatch, unsure_below):
+    from tests.serving.test_failover import FakeStore
+
+    store = FakeStore()
+    monkeypatch.setattr(chat.knowledge, "search_experts", store)
+    body = {"model": "auto", "messages": [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "..."},
+                                          {"role": "user", "content": "licence and pension"}]}
+    response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200
+    meta = response.json()["switchboard"]
+    assert meta["expert"] == "ssa"
+    assert meta["routing_evidence"]["conversation"] == {"earlier_turns": 1, "question_alone": {"expert": "dmv", "probability": pytest.approx(0.67, abs=0.03)},
+                                                         "weight": 3.0}
+    assert encoder.seen.count("my pension") == 1  # encoded once, for the router; the search read the same vectors
+    event = RoutingEvent.objects.get(request_id=response.json()["id"])
+    assert event.trace["evidence"]["conversation"]["earlier_turns"] == 1
 
 
 def _with_combiner(version, weights=(0.2, 0.0, 5.0), threshold=0.3):

@@ -1,0 +1,32 @@
+"""The follow-up rule's two pieces: when the router is unsure, and the question blended with its conversation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from routing.ml.conversation import blend, unsure
+
+
+def test_a_router_is_unsure_only_below_the_threshold():
+    assert unsure(np.array([0.55, 0.45]), 0.6)
+    assert not unsure(np.array([0.6, 0.4]), 0.6)
+    assert not unsure(np.array([]), 0.6)
+
+
+def test_the_blend_is_a_unit_vector_leaning_towards_the_conversation_by_its_weight():
+    question, turns = np.array([1.0, 0.0, 0.0]), np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    mixed = blend(question, turns, 2.0)
+    assert np.isclose(np.linalg.norm(mixed), 1.0)
+    assert np.allclose(mixed, np.array([1.0, 1.0, 1.0]) / np.sqrt(3))  # the turns' mean, twice over, beside the question
+    assert np.allclose(blend(question, turns, 0.0), question)
+    assert np.allclose(blend(np.array([1.0, 0.0]), np.array([[-0.5, 0.0]]), 2.0), [1.0, 0.0])  # a zero mix keeps the question
+
+
+def test_the_system_check_refuses_a_negative_weight_or_a_threshold_of_zero(settings):
+    from routing.checks import conversation_routing_check
+
+    assert conversation_routing_check() == []
+    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = -1.0, 0.0
+    assert [e.id for e in conversation_routing_check()] == ["routing.E001", "routing.E002"]
+    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = float("nan"), 1.5  # above 1: every follow-up, allowed
+    assert [e.id for e in conversation_routing_check()] == ["routing.E001"]

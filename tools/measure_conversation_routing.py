@@ -1,0 +1,125 @@
+"""How well the product's router places follow-ups and changes of subject, by ``ROUTING_CONTEXT_WEIGHT`` and ``ROUTING_CONTEXT_BELOW``.
+
+Serving ranks a follow-up the router is unsure of alone (best probability under the threshold) again
+with the user's earlier questions blended in (``routing.ml.conversation``; abstention still reads the
+question alone). Two kinds of question pull the two settings apart:
+
+* real follow-ups: every user turn of ``--split`` with earlier user turns, its conversation as it
+  was (doc2dial's conversations stay in one domain); right when the router ranks the gold domain first;
+* changes of subject: every conversation opener of ``--split`` asked after the earlier turns of
+  another domain's follow-up (5 seeded draws each); right when the opener's own domain comes first.
+
+The router is the product's (``train_text_router``, the default variant, as ``evaluate router``
+trains it, on the dataset's train split, calibrated on its validation split; with the documents as
+evidence when ``ROUTER_KNOWLEDGE`` is on and validation keeps the combiner). Reported for every pair
+on the grid: both accuracies and their mean, stateless (the API with the conversation's messages);
+and for the chosen pair and the configured one (the settings), with a stored conversation's stickiness too (``CONVERSATION_STICKY_MARGIN``;
+the conversation's expert taken to be the gold domain of the real follow-ups and the other domain
+for the changes of subject). The chosen pair: the best mean on ``--split`` (choose on val, report
+test), ties (to three decimals) to the smaller weight, then the lower threshold. The settings'
+comment quotes this script's figures. Run from the repository root (a few minutes on a CPU;
+embeddings are cached):
+
+    PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/measure_conversation_routing.py [--split val]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import django
+import numpy as np
+
+SEED = 0
+DRAWS = 5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="../shared/datasets/doc2dial")
+    parser.add_argument("--split", default="val", choices=["val", "test"])
+    parser.add_argument("--weights", default="1,2,3,4,6")
+    parser.add_argument("--below", default="0.5,0.6,0.7,0.8,0.9,1.01", help="thresholds (above 1: every follow-up is blended)")
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args()
+    django.setup()
+    from django.conf import settings
+
+    from evaluation.abstentions import ProductAbstentions
+    from evaluation.datasets import dataset_embeddings, search_contexts
+    from routing.ml.conversation import blend, unsure
+    from serving.conversations import sticky_order
+
+    dataset, model, encoding = Path(args.dataset), settings.EMBEDDING_MODEL, {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    queries, qx = dataset_embeddings(dataset, model, **encoding)
+    contexts = search_contexts(dataset, queries, model, 1.0, **encoding)
+    domains = sorted({q["domain"] for q in queries if q.get("split") == "train" and q.get("domain")})
+    in_split = [i for i, q in enumerate(queries) if q.get("split") == args.split and q.get("domain") in domains]
+    follow_ups = [i for i in in_split if contexts[i] is not None]
+    openers = [i for i in in_split if contexts[i] is None]
+    if not follow_ups or not openers:
+        raise SystemExit(f"{dataset} has no conversations in its {args.split} split (queries with earlier user turns, and openers)")
+    rng = np.random.default_rng(SEED)
+    domain = {i: queries[i]["domain"] for i in in_split}
+    sets = {
+        "follow_ups": [(i, i, domains.index(domain[i])) for i in follow_ups],
+        "changes_of_subject": [(i, int(j), domains.index(domain[int(j)])) for i in openers
+                               for j in rng.choice([j for j in follow_ups if domain[j] != domain[i]], size=DRAWS, replace=False)],
+    }
+    weights, belows = [float(w) for w in args.weights.split(",")], [float(b) for b in args.below.split(",")]
+    abstentions = ProductAbstentions(dataset, queries, qx, model, print, SEED)
+    grid: dict[str, dict[str, float]] = {}
+    stickiness: dict[str, dict[str, float]] = {}
+    try:
+        scorer = abstentions._scorer
+        ranked: dict[str, dict[tuple[float, float] | None, np.ndarray]] = {}
+        gold: dict[str, np.ndarray] = {}
+        for name, rows in sets.items():
+            vectors = qx[[i for i, _, _ in rows]]
+            texts = [queries[i]["text"] for i, _, _ in rows]
+            alone, scores = (np.asarray(a) for a in scorer.scores(vectors, texts))
+            placed = scores >= abstentions.threshold  # an abstained question is never re-ranked
+            gold[name] = np.array([domains.index(domain[i]) for i, _, _ in rows])
+            ranked[name] = {None: alone}
+            for weight in weights:
+                mixed = np.stack([blend(vectors[k], contexts[j].vectors, weight) for k, (_, j, _) in enumerate(rows)])
+                with_turns = np.asarray(scorer.scores(mixed, texts)[0])
+                for below in belows:
+                    use = np.array([placed[k] and unsure(alone[k], below) for k in range(len(rows))])
+                    ranked[name][(weight, below)] = np.where(use[:, None], with_turns, alone)
+        for key in [None, *[(w, b) for w in weights for b in belows]]:
+            figures = {name: round(float((np.argmax(ranked[name][key], axis=1) == gold[name]).mean()), 4) for name in sets}
+            figures["mean"] = round((figures["follow_ups"] + figures["changes_of_subject"]) / 2, 4)
+            grid["question_alone" if key is None else f"weight={key[0]:g},below={key[1]:g}"] = figures
+        chosen = max(((w, b) for w in weights for b in belows),
+                     key=lambda k: (round(grid[f"weight={k[0]:g},below={k[1]:g}"]["mean"], 3), -k[0], -k[1]))
+        margin = float(settings.CONVERSATION_STICKY_MARGIN)
+        configured = (float(settings.ROUTING_CONTEXT_WEIGHT), float(settings.ROUTING_CONTEXT_BELOW))
+        for key, label in ((None, "question_alone"), (chosen, "chosen"), (configured, "configured")):
+            if key not in ranked["follow_ups"]:
+                continue  # the configured pair is off the grid
+            stickiness[label] = {}
+            for name, rows in sets.items():
+                right = []
+                for k, (_, _, conversation) in enumerate(rows):
+                    probs = ranked[name][key][k]
+                    order = [{"slug": domains[j], "score": float(probs[j])} for j in np.argsort(-probs)]
+                    kept, _ = sticky_order(order, domains[conversation], margin)
+                    right.append(kept[0]["slug"] == domains[gold[name][k]])
+                stickiness[label][name] = round(float(np.mean(right)), 4)
+    finally:
+        abstentions.close()
+    for label, figures in grid.items():
+        print(f"{label:26s} follow-ups {figures['follow_ups']:.3f}  changes of subject {figures['changes_of_subject']:.3f}  mean {figures['mean']:.3f}")
+    print(f"chosen on {args.split}: ROUTING_CONTEXT_WEIGHT={chosen[0]:g} ROUTING_CONTEXT_BELOW={chosen[1]:g}")
+    print(f"with a stored conversation's stickiness (margin {margin:g}): {stickiness}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"split": args.split, "questions": {k: len(v) for k, v in sets.items()}, "grid": grid,
+                                               "chosen": {"weight": chosen[0], "below": chosen[1]}, "with_stickiness": stickiness,
+                                               "sticky_margin": margin}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
