@@ -7,8 +7,9 @@ Questions are the test split's user turns (``--split val`` evaluates on val: tha
 are chosen) whose records carry a gold ``answer``; each is answered from the dataset's documents,
 chunked and indexed as an expert's are (one temporary collection per domain), through the
 product's own code: the serving search (``knowledge.services.search_collections``,
-``RETRIEVAL_TOP_K`` chunks, hybrid), the same router as ``evaluate retrieval`` (a ``RouterNet``
-trained on the train split, reading the question and the user's earlier turns; cached), the
+``RETRIEVAL_TOP_K`` chunks, hybrid), the product's router as served (``evaluation.abstentions.product_routes``:
+trained on the train split as ``evaluate router`` trains it; a follow-up it is unsure of alone is
+ranked with the user's earlier turns, ``routing.ml.conversation``; the same as ``evaluate retrieval``), the
 prompt builder (``experts.ml.prompting`` through ``lora.fit_prompt``), the extractive answer and
 the LoRA training function with the ``LORA_*`` settings.
 
@@ -33,9 +34,8 @@ bfloat16 where the hardware multiplies it natively, as training uses). Every mod
 does: a follow-up question's query is widened with the user's own earlier turns (``RETRIEVAL_CONTEXT_WEIGHT``,
 ``knowledge.ml.conversation``; never the agent's), the generalist's flat search too; the prompt holds the question alone.
 As in ``serving.chat``, a follow-up the product's router abstains on (its in-scope score reads the
-question alone: a change of subject) is searched as asked; the abstentions are those of the product's
-router trained on the train split (``evaluation.abstentions.ProductAbstentions``, with the documents as
-evidence as training fits them). Every mode gets the same ones: the in-scope check is the platform's
+question alone: a change of subject) is searched as asked; the abstentions are that router's
+(with the documents as evidence as training fits them). Every mode gets the same ones: the in-scope check is the platform's
 "is this about anything we know", which reads no routing, and a generalist held to the same honesty
 leaves the same follow-ups' conversation out (``fast`` too, rather than the fast tier's own check).
 
@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.abstentions import abstained_follow_ups
+from evaluation.abstentions import ProductRoutes, product_routes
 from evaluation.datasets import (
     cached_embeddings,
     code_fingerprint,
@@ -87,7 +87,6 @@ from evaluation.datasets import (
     read_jsonl,
     search_contexts,
     stratified_sample,
-    user_turns,
     write_jsonl,
 )
 from experts.generation.extractive import scorer_spec
@@ -220,20 +219,17 @@ def index_corpus(dataset: Path, units: list[dict[str, Any]], say: Say, encoding:
 
 
 def route_questions(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, y: np.ndarray, domains: list[str], say: Say,
-                    encoding: dict[str, int]) -> tuple[np.ndarray, list[int], list[int], dict[str, Any]]:
-    """The retrieval evaluation's router (the same features, the same cached training): probabilities, train and val rows."""
+                    encoding: dict[str, int]) -> tuple[ProductRoutes, list[int], list[int]]:
+    """The product's routing of every question with a known domain (``evaluation.abstentions.product_routes``), and the train and val rows."""
     from django.conf import settings
 
-    from evaluation.retrieval import _choose_context_weight, _context_vectors, _conversation_features, _train_router, split_rows
+    from evaluation.retrieval import split_rows
 
-    turn_texts = sorted({t for q in queries for t in user_turns(q)})
-    turn_vectors = dict(zip(turn_texts, cached_embeddings(f"{dataset.name}-user-turns", turn_texts, settings.EMBEDDING_MODEL, say, **encoding), strict=True)) if turn_texts else {}
-    context_means, _ = _context_vectors(queries, turn_vectors, qx.shape[1])
     train, val, _, validation = split_rows(queries, y, {})
-    weight, _ = _choose_context_weight(qx, context_means, y, train, val) if turn_vectors else (0.0, {})
-    key = "conversation" if weight else "text_only"
-    probs, metrics = _train_router(_conversation_features(qx, context_means, weight), np.maximum(y, 0), train, val, len(domains), key, say)
-    return probs, train, val, {"features": key, "context_weight": weight, "validation": validation, **metrics}
+    routes = product_routes(dataset, queries, qx, [i for i in range(len(queries)) if y[i] >= 0 and queries[i].get("text")], domains,
+                            settings.EMBEDDING_MODEL, say, SEED, encoding)
+    routes.report["validation"] = validation
+    return routes, train, val
 
 
 def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, question: str, limit: int,
@@ -244,14 +240,17 @@ def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, q
 
 
 def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
-               fast_probs: np.ndarray | None = None) -> dict[str, tuple[dict[str, float], list[int]]]:
+               fast_probs: np.ndarray | None = None, served: list[int] | None = None) -> dict[str, tuple[dict[str, float], list[int]]]:
     """Each mode's collection weights and the domains (best first) whose adapter may answer.
 
     ``fast_probs``: the fast tier's probabilities for this question; with them, ``fast`` is
-    ``auto:fast`` as served (its top expert, widened with what it leaves over).
+    ``auto:fast`` as served (its top expert, widened with what it leaves over). ``served``: the
+    candidates in serving's order (``ProductRoutes.served``: the conversation's expert kept first,
+    or alone for a question the router abstains on); ``auto`` searches its first two. Without it,
+    or when no expert would answer, the router's two most probable.
     """
     names = corpus.names
-    order = [int(j) for j in np.argsort(-probs)[:2]]
+    order = list(served[:2]) if served else [int(j) for j in np.argsort(-probs)[:2]]
     routed = routing_weights([names[j] for j in order], [float(probs[j]) for j in order], names, threshold)
     plans = {"flat": (dict.fromkeys(names, 1.0), []), "auto": (routed, order), "oracle": ({names[q.domain]: 1.0}, [q.domain])}
     if fast_probs is not None:
@@ -549,7 +548,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     corpus = index_corpus(dataset, units, say, encoding)
     queries, qx = dataset_embeddings(dataset, model, say, **encoding)
     y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-    probs, train_rows, val_rows, router_report = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+    routes, train_rows, val_rows = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+    probs, router_report = routes.probs, routes.report
     # Every mode searches as serving does: a follow-up widened with the user's earlier turns (the generalist too: the same information).
     contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
     ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
@@ -566,8 +566,10 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
         candidates = [candidates[j] for j in pick]
     threshold = widen_below()
-    abstained = abstained_follow_ups(dataset, queries, qx, candidates, contexts, model, say, SEED)
+    abstained = {i for i in candidates if i in routes.abstained and contexts[i] is not None}
     router_report["follow_ups_searched_alone"] = len(abstained)  # the product's router abstained on them: searched as asked
+    router_report["follow_ups_ranked_with_conversation"] = sum(i in routes.with_conversation for i in candidates)
+    router_report["no_expert_on_these"] = sum(not routes.served.get(i, [0]) for i in candidates)  # answered from the ranking here
     fast_x = fast_probs = None
     if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
         from evaluation.fast_tier import fast_tier_vectors
@@ -579,7 +581,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     questions: list[Question] = []
     for i in candidates:
         q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
-        for mode, (plan, order) in mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None).items():
+        plans = mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None, routes.served.get(i))
+        for mode, (plan, order) in plans.items():
             if mode not in modes:
                 continue
             context = None if i in abstained else contexts[i]

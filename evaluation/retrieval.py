@@ -7,8 +7,10 @@ Queries are the test split's user turns (``text``); gold comes from ``qrels.json
 ``qrels_passages.jsonl``. A document counts as retrieved when any of its chunks is in the top 5
 after chunks are deduplicated by document.
 
-What the product runs, and so what the headline modes measure: the router reads the question and
-the *user's* earlier turns (serving keeps the embeddings of a conversation's earlier questions,
+What the product runs, and so what the headline modes measure: the product's router
+(``evaluation.abstentions.product_routes``: trained as ``evaluate router`` trains it) ranks the
+question, and a follow-up it is unsure of alone again with the *user's* earlier turns
+(``routing.ml.conversation``; serving keeps the embeddings of a conversation's earlier questions,
 never the agent's answers), and retrieval searches with the question widened by the same turns
 (``knowledge.ml.conversation`` at ``RETRIEVAL_CONTEXT_WEIGHT``: the last
 ``serving.conversations.CONTEXT_TURNS``). doc2dial's agent turns copy the gold document, so no mode
@@ -21,14 +23,14 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
 * ``routed_top1`` / ``routed_top2``: the router's first one or two domains weighted by its
   probabilities, widened to every domain with the probability left over when the chosen ones hold
   less than ``RETRIEVAL_WIDEN_BELOW`` (``knowledge.services.routing_weights``), i.e. what
-  ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes. The router reads the
-  question plus ``λ`` times the mean embedding of the user's earlier turns; the search reads the
-  question widened with them as serving does (alone for the follow-ups the product's router abstains
-  on, ``evaluation.abstentions``: a change of subject). ``routed_top1_question_search`` / ``_top2_question_search``:
-  the same routing, searched with the question alone (what serving did before it read the turns).
-* ``routed_question_only_top1`` / ``_top2``: the same with a router that reads the question alone
-  (``routed_top1_text_only`` / ``routed_top2_text_only``, kept for scripts, are the same figures,
-  present when the conversation router is). Router and retrieval see the question only.
+  ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes, routed as served (above);
+  the search reads the question widened with the user's earlier turns as serving does (alone for
+  the follow-ups the product's router abstains on: a change of subject). ``routed_top1_question_search``
+  / ``_top2_question_search``: the same routing, searched with the question alone (what serving did
+  before it read the turns).
+* ``routed_question_only_top1`` / ``_top2``: a ``RouterNet`` trained on the questions alone
+  (``routing.ml.training.train_router``; ``routed_top1_text_only`` / ``routed_top2_text_only``, kept
+  for scripts, are the same figures). Router and retrieval see the question only.
 * ``routed_text_router_top1`` / ``_top2``: question only, routed by the product's router
   (``train_text_router``: the network and the spelling view, as ``routing.services`` trains it).
 * ``routed_knowledge_top1`` / ``_top2``: the same router with each candidate expert's evidence in
@@ -43,11 +45,10 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
   without any router.
 
 Choices made on validation only (the dataset's ``val`` split, or a seeded stratified 10% of train
-carved out when it has none; ``validation`` in the report says which): ``λ`` by a logistic
-regression's routing accuracy, ``μ`` by ``flat_context`` hybrid nDCG@5. The router is a
-``RouterNet`` trained with ``train_router`` on train (early stopping and calibration on val); its
-probabilities are cached under a key made of the inputs, the training config and a hash of the
-training code, so a change of any of them retrains.
+carved out when it has none; ``validation`` in the report says which): ``μ`` by ``flat_context``
+hybrid nDCG@5. The question-only ``RouterNet`` is trained with ``train_router`` on train (early
+stopping and calibration on val); its probabilities are cached under a key made of the inputs, the
+training config and a hash of the training code, so a change of any of them retrains.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.abstentions import abstained_follow_ups
+from evaluation.abstentions import product_routes
 from evaluation.datasets import (
     DomainIndex,
     build_domain_index,
@@ -129,12 +130,6 @@ def _context_vectors(queries: list[dict[str, Any]], turn_vectors: dict[str, np.n
         if turns:
             means[i], has[i] = np.mean(turns, axis=0), True
     return means, has
-
-
-def _conversation_features(qx: np.ndarray, context_means: np.ndarray, weight: float) -> np.ndarray:
-    """Question embedding + ``weight`` times the mean embedding of the user's earlier turns, L2-normalised."""
-    out = qx + weight * context_means if weight else qx.copy()
-    return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 def router_cache_key(x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, key: str, model_kwargs: dict[str, Any], config: Any) -> str:
@@ -280,19 +275,6 @@ def _typo_report(index: DomainIndex, queries: list[dict[str, Any]], qx: np.ndarr
     return out
 
 
-def _choose_context_weight(qx: np.ndarray, context_means: np.ndarray, y: np.ndarray, train: list[int], val: list[int]) -> tuple[float, dict[str, float]]:
-    """The router's ``λ``: the grid weight whose features a logistic regression routes best on val (ties: the smaller)."""
-    from sklearn.linear_model import LogisticRegression
-
-    scores = {}
-    for weight in CONTEXT_WEIGHTS:
-        x = _conversation_features(qx, context_means, weight)
-        model = LogisticRegression(max_iter=2000).fit(x[train], y[train])
-        scores[weight] = float(model.score(x[val], y[val]))
-    best = max(CONTEXT_WEIGHTS, key=lambda w: (round(scores[w], 4), -w))
-    return best, {str(w): round(s, 4) for w, s in scores.items()}
-
-
 def split_rows(queries: list[dict[str, Any]], y: np.ndarray, gold: dict[str, set[str]]) -> tuple[list[int], list[int], list[int], dict[str, Any]]:
     """(train, val, test, validation note): val is the dataset's, or a seeded stratified share of train when it has none."""
     splits = np.array([str(q.get("split") or "") for q in queries])
@@ -373,29 +355,20 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     names = [f"eval_{d}" for d in domains]
     flat_plan = dict.fromkeys(names, 1.0)
     searcher = _Searcher(store, queries, qx, context_means, gold)
-    weight, weight_scores = _choose_context_weight(qx, context_means, y, train, val) if turn_vectors else (0.0, {})
-    say(f"  router's conversation weight λ = {weight} (val accuracy by λ: {weight_scores})")
     val_with_gold = [i for i in val if gold.get(queries[i]["query_id"])]
     query_weight, query_weight_scores = _choose_query_weight(searcher, val_with_gold, flat_plan) if turn_vectors else (0.0, {})
     say(f"  retrieval query's conversation weight μ = {query_weight} (val flat hybrid nDCG@5 by μ: {query_weight_scores})")
 
     # --- routers -------------------------------------------------------------------------------
     routers: dict[str, np.ndarray] = {}
-    router_report: dict[str, Any] = {
-        "kind": "RouterNet (routing.ml.training.train_router)", "context": "the user's earlier turns only (agent turns never read)",
-        "context_weight": weight, "context_weight_val_accuracy": weight_scores, "context_weight_chosen_on": "val (logistic regression accuracy)",
-    }
-    for key, feats in (("conversation", _conversation_features(qx, context_means, weight)), ("text_only", qx)):
-        if key == "conversation" and not weight:
-            continue
-        probs, metrics = _train_router(feats, np.maximum(y, 0), train, val, len(domains), key, say)
-        order = np.argsort(-probs[test], axis=1)
-        metrics["test_accuracy"] = round(float(np.mean(order[:, 0] == y[test])), 4)
-        metrics["test_top2_accuracy"] = round(float(np.mean((order[:, :2] == y[test][:, None]).any(axis=1))), 4)
-        say(f"  router ({key}): test accuracy {metrics['test_accuracy']:.3f}, top-2 {metrics['test_top2_accuracy']:.3f}")
-        routers[key] = probs
-        router_report[key] = metrics
-    main = "conversation" if "conversation" in routers else "text_only"
+    router_report: dict[str, Any] = {"context": "the user's earlier turns only (agent turns never read)"}
+    # The product's routing as served (the routed modes): its router, an unsure follow-up ranked with its earlier turns.
+    routes = product_routes(dataset, queries, qx, test, domains, model, say, SEED, encoding)
+    routers["product"], router_report["product"] = routes.probs, routes.report
+    main = "product"
+    # A RouterNet on the question alone (routing.ml.training.train_router): the question-only yardstick.
+    probs, router_report["text_only"] = _train_router(qx, np.maximum(y, 0), train, val, len(domains), "text_only", say)
+    routers["text_only"] = probs
     # The product's question-only routing: its text router, and the same with the experts' documents as evidence.
     text_probs, text_scores, text_metrics = _train_text_router(queries, qx, np.maximum(y, 0), train, val, len(domains), dataset.name, say)
     routers["text_router"] = text_probs
@@ -406,7 +379,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
                                                                         settings.EMBEDDING_MODEL, documents, dataset.name, SEED, say)
     if fast_probs is not None:
         routers["fast"] = fast_probs
-    for key in [k for k in ("text_router", "knowledge", "fast") if k in routers]:
+    for key in [k for k in ("product", "text_only", "text_router", "knowledge", "fast") if k in routers]:
         order = np.argsort(-routers[key][test], axis=1)
         router_report[key]["test_accuracy"] = round(float(np.mean(order[:, 0] == y[test])), 4)
         router_report[key]["test_top2_accuracy"] = round(float(np.mean((order[:, :2] == y[test][:, None]).any(axis=1))), 4)
@@ -415,12 +388,13 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     # --- searches ------------------------------------------------------------------------------
     threshold = widen_below()
     product_contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
-    searched_alone = abstained_follow_ups(dataset, queries, qx, test, product_contexts, model, say, SEED)
+    searched_alone = {i for i in test if i in routes.abstained and product_contexts[i] is not None}
     for i in searched_alone:
         product_contexts[i] = None  # serving searches a follow-up its router abstains on as asked
 
-    def routed(probs: np.ndarray, i: int, k: int) -> dict[str, float]:
-        order = list(np.argsort(-probs[i]))
+    def routed(probs: np.ndarray, i: int, k: int, served: list[int] | None = None) -> dict[str, float]:
+        """The top ``k`` experts' weights: in serving's order where ``served`` says it (the product's routes), else by probability."""
+        order = list(served) if served else list(np.argsort(-probs[i]))
         return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold)
 
     def plans(i: int) -> dict[str, tuple[dict[str, float], str]]:
@@ -428,15 +402,14 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         widens a follow-up's ("product", ``RETRIEVAL_CONTEXT_WEIGHT``), or by the yardstick's ``μ`` ("yardstick")."""
         out = {"flat": (flat_plan, "plain"), "oracle": ({names[y[i]]: 1.0}, "plain")}
         for k in (1, 2):
-            out[f"routed_top{k}"] = (routed(routers[main], i, k), "product")
-            out[f"routed_top{k}_question_search"] = (routed(routers[main], i, k), "plain")
+            out[f"routed_top{k}"] = (routed(routers[main], i, k, routes.served.get(i)), "product")
+            out[f"routed_top{k}_question_search"] = (routed(routers[main], i, k, routes.served.get(i)), "plain")
             out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), "plain")
             out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), "plain")
             out[f"routed_knowledge_top{k}"] = (routed(routers["knowledge"], i, k), "plain")
+            out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]  # the earlier name, kept for scripts
         if "fast" in routers:
             out["routed_fast_top1"] = (routed(routers["fast"], i, 1), "plain")  # auto:fast: searched with the fast tier's vector (below)
-            if main != "text_only":
-                out[f"routed_top{k}_text_only"] = out[f"routed_question_only_top{k}"]
         if turn_vectors:
             out["flat_context"] = (flat_plan, "yardstick")
             out["oracle_context"] = ({names[y[i]]: 1.0}, "yardstick")

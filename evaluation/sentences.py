@@ -64,7 +64,8 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     try:
         queries, qx = dataset_embeddings(dataset, settings.EMBEDDING_MODEL, say, **encoding)
         y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-        probs, train_rows, val_rows, _ = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+        routes, train_rows, val_rows = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
+        probs = routes.probs
         contexts = search_contexts(dataset, queries, settings.EMBEDDING_MODEL, context_weight(), say, **encoding)
         answered = [i for i, q in enumerate(queries) if y[i] >= 0 and q.get("answer") and q.get("text")]
         wanted = {"train": set(train_rows), "val": set(val_rows)}
@@ -88,8 +89,10 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
             groups[split], group_domains[split] = [], []
             for i in chosen:
                 q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
-                plan, _ = mode_plans(q, probs[i], corpus, threshold)["auto"]
-                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k, contexts[i])[:MAX_PASSAGES] if p.text.strip()]
+                plan, _ = mode_plans(q, probs[i], corpus, threshold, served=routes.served.get(i))["auto"]
+                # A follow-up the router abstains on is searched as asked (serving.chat: a change of subject).
+                context = None if i in routes.abstained else contexts[i]
+                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k, context)[:MAX_PASSAGES] if p.text.strip()]
                 if not top:
                     continue
                 known = qx[i]

@@ -52,6 +52,7 @@ from .route import (
     RoutingUnavailable,
     StreamInterrupted,
     clean_question,
+    earlier_expert,
     route,
 )
 
@@ -263,6 +264,8 @@ class ChatTurn:
         self.search_context: knowledge.SearchContext | None = None  # the earlier user turns the search read (``_search_context``)
         self.turns_left_out = 0  # earlier user turns left out of the search: the question changed the subject (``_search_context``)
         self._stored_turns: np.ndarray | None = None  # a stored conversation's earlier question embeddings, when routed with them
+        self._earlier_vectors: np.ndarray | None = None  # the request's earlier questions' embeddings, once encoded (``_earlier_expert``)
+        self.conversation_expert = ""  # the conversation's expert: stored, or the one its earlier questions route to
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -323,17 +326,40 @@ class ChatTurn:
             router_version=self.arm.router_version if self.arm else None, allowed=req.allowed, fast=req.model == "auto:fast",
         )
         d = self.decision
+        self.conversation_expert = conv.expert or self._earlier_expert()
+        expert = self.conversation_expert
         if d.abstained:
             self.abstained = True
-            if conv.expert and (req.allowed is None or conv.expert in req.allowed) and conv.expert in d.raw_scores:
+            if expert and (req.allowed is None or expert in req.allowed) and expert in d.raw_scores:
                 self.sticky = True  # nothing is clearly better than the conversation's expert
-                return [conv.expert]
+                return [expert]
             if d.fallback:
                 self.fallback_used = True
                 return [d.fallback]
             return []
-        ranked, self.sticky = conversations.sticky_order(d.failover, conv.expert, float(settings.CONVERSATION_STICKY_MARGIN))
+        ranked, self.sticky = conversations.sticky_order(d.failover, expert, float(settings.CONVERSATION_STICKY_MARGIN))
         return [str(e["slug"]) for e in ranked]
+
+    def _earlier_expert(self) -> str:
+        """A request that sends its conversation's messages has no stored expert: the one its earlier questions route to stands in.
+
+        So a follow-up answers the same whether the client keeps the conversation or the platform
+        does (``tools/measure_conversation_routing.py``: on doc2dial's validation follow-ups the
+        expert that answers was right for 0.805 without it, 0.876 with it, 0.882 for stored
+        conversations). Their embeddings are kept for the search. "" when there are none, the fast
+        tier routed (it never waits for the sentence encoder), or the router abstains on them.
+        """
+        texts = [clean_question(q) for q in self.request.earlier_questions if q and q.strip()][-conversations.CONTEXT_TURNS :]
+        d = self.decision
+        if not texts or d is None or d.encoder == "fast":
+            return ""
+        try:
+            slug, self._earlier_vectors = earlier_expert(texts, d.context_vectors, router_version=self.arm.router_version if self.arm else None,
+                                                         allowed=self.request.allowed)
+        except EncoderUnavailable as exc:
+            logger.warning("chat.context_unencoded", extra={"error": str(exc)[:200], "request_id": self.request_id})
+            return ""
+        return slug or ""
 
     def _retrieve(self, slugs: list[str], weights: list[float] | None) -> list[Passage]:
         experts = experts_by_slug(slugs)
@@ -377,6 +403,8 @@ class ChatTurn:
         if not fast:
             if self.decision is not None and self.decision.context_vectors is not None:
                 vectors = self.decision.context_vectors
+            elif texts and self._earlier_vectors is not None:
+                vectors = self._earlier_vectors  # encoded for the conversation's expert (``_earlier_expert``)
             elif texts:
                 try:
                     vectors = get_encoder().encode(texts)

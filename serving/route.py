@@ -290,6 +290,32 @@ def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.nd
     return scored, blended, evidence, turns, {"earlier_turns": len(turns), "question_alone": alone, "weight": weight}
 
 
+def earlier_expert(texts: list[str], vectors: np.ndarray | None = None, *, router_version: int | None = None,
+                   allowed: set[str] | None = None) -> tuple[str | None, np.ndarray]:
+    """The expert a conversation's earlier user questions route to together, and their embeddings.
+
+    For a request that sends its conversation's messages instead of a stored conversation's id,
+    this expert stands in for the one a stored conversation keeps (``serving.chat``): the router
+    reads the questions' mean embedding and their words (``routing.ml.conversation.earlier_vector``,
+    with the documents' evidence where the router has it). None where it abstains on them or none
+    of its live experts is allowed. ``vectors``: the questions' embeddings if the caller has them.
+    """
+    version, router, arbiter = _active_router(router_version)
+    turns = np.asarray(get_encoder().encode(texts) if vectors is None else vectors, dtype=np.float32)
+    if not len(turns):
+        return None, turns
+    mean, words = conversation_rule.earlier_vector(turns), " ".join(texts)
+    scored = router.explain_one(mean, words)
+    probs, score, threshold = scored.probs, scored.score, arbiter.abstain_threshold
+    if router.knowledge is not None and settings.ROUTER_KNOWLEDGE:
+        probs, score, threshold, _ = _with_knowledge(version, router, mean, words, probs, score, threshold)
+    if threshold is not None and score < threshold:
+        return None, turns
+    live = active_expert_slugs()
+    reachable = [(float(p), slug) for slug, p in zip(version.experts, probs.tolist(), strict=True) if slug in live and (allowed is None or slug in allowed)]
+    return (max(reachable)[1] if reachable else None), turns
+
+
 def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallback: str | None, top_k: int, vector: np.ndarray, score: float,
               threshold: float | None, t0: float, t1: float, **rest: Any) -> Decision:
     """The ``Decision`` of an arbitrated request (``t0``: before encoding, ``t1``: after; route time runs to now)."""

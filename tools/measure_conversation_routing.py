@@ -15,7 +15,10 @@ evidence when ``ROUTER_KNOWLEDGE`` is on and validation keeps the combiner). Rep
 on the grid: both accuracies and their mean, stateless (the API with the conversation's messages);
 and for the chosen pair and the configured one (the settings), with a stored conversation's stickiness too (``CONVERSATION_STICKY_MARGIN``;
 the conversation's expert taken to be the gold domain of the real follow-ups and the other domain
-for the changes of subject). The chosen pair: the best mean on ``--split`` (choose on val, report
+for the changes of subject); and, at the configured pair, who answers with abstentions counted
+(``answering``): a request that sends its messages without the earlier questions' expert (an
+abstained question gets no expert), with it (``serving.route.earlier_expert``: kept by the same
+margin, and answering an abstained question), and a stored conversation. The chosen pair: the best mean on ``--split`` (choose on val, report
 test), ties (to three decimals) to the smaller weight, then the lower threshold. The settings'
 comment quotes this script's figures. Run from the repository root (a few minutes on a CPU;
 embeddings are cached):
@@ -49,7 +52,7 @@ def main() -> None:
 
     from evaluation.abstentions import ProductAbstentions
     from evaluation.datasets import dataset_embeddings, search_contexts
-    from routing.ml.conversation import blend, unsure
+    from routing.ml.conversation import blend, earlier_vector, unsure
     from serving.conversations import sticky_order
 
     dataset, model, encoding = Path(args.dataset), settings.EMBEDDING_MODEL, {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
@@ -76,11 +79,18 @@ def main() -> None:
         scorer = abstentions._scorer
         ranked: dict[str, dict[tuple[float, float] | None, np.ndarray]] = {}
         gold: dict[str, np.ndarray] = {}
+        placed_by: dict[str, np.ndarray] = {}
+        history_expert: dict[str, list[int | None]] = {}
         for name, rows in sets.items():
             vectors = qx[[i for i, _, _ in rows]]
             texts = [queries[i]["text"] for i, _, _ in rows]
             alone, scores = (np.asarray(a) for a in scorer.scores(vectors, texts))
             placed = scores >= abstentions.threshold  # an abstained question is never re-ranked
+            placed_by[name] = placed
+            # The expert the earlier questions alone route to (their mean embedding, their words), None where it abstains.
+            means = np.stack([earlier_vector(contexts[j].vectors) for _, j, _ in rows])
+            turn_probs, turn_scores = (np.asarray(a) for a in scorer.scores(means, [" ".join(contexts[j].turns) for _, j, _ in rows]))
+            history_expert[name] = [int(np.argmax(p)) if sc >= abstentions.threshold else None for p, sc in zip(turn_probs, turn_scores, strict=True)]
             gold[name] = np.array([domains.index(domain[i]) for i, _, _ in rows])
             ranked[name] = {None: alone}
             for weight in weights:
@@ -109,16 +119,36 @@ def main() -> None:
                     kept, _ = sticky_order(order, domains[conversation], margin)
                     right.append(kept[0]["slug"] == domains[gold[name][k]])
                 stickiness[label][name] = round(float(np.mean(right)), 4)
+        # Who answers, by policy, at the configured pair: stateless (an abstained question gets no expert), stateless with
+        # the earlier questions' expert standing in for a stored conversation's, and a stored conversation (its expert
+        # taken as above).
+        answering: dict[str, dict[str, float]] = {}
+        if configured in ranked["follow_ups"]:
+            for policy in ("stateless", "stateless_history_expert", "stored"):
+                answering[policy] = {}
+                for name, rows in sets.items():
+                    right = []
+                    for k, (_, _, conversation) in enumerate(rows):
+                        probs = ranked[name][configured][k]
+                        order = [{"slug": domains[j], "score": float(probs[j])} for j in np.argsort(-probs)]
+                        keep = {"stateless": None, "stored": conversation, "stateless_history_expert": history_expert[name][k]}[policy]
+                        if not placed_by[name][k]:
+                            chosen_expert = domains[keep] if keep is not None else None
+                        else:
+                            chosen_expert = sticky_order(order, domains[keep] if keep is not None else "", margin)[0][0]["slug"]
+                        right.append(chosen_expert == domains[gold[name][k]])
+                    answering[policy][name] = round(float(np.mean(right)), 4)
     finally:
         abstentions.close()
     for label, figures in grid.items():
         print(f"{label:26s} follow-ups {figures['follow_ups']:.3f}  changes of subject {figures['changes_of_subject']:.3f}  mean {figures['mean']:.3f}")
     print(f"chosen on {args.split}: ROUTING_CONTEXT_WEIGHT={chosen[0]:g} ROUTING_CONTEXT_BELOW={chosen[1]:g}")
     print(f"with a stored conversation's stickiness (margin {margin:g}): {stickiness}")
+    print(f"who answers at the configured pair, abstentions included: {answering}")
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "questions": {k: len(v) for k, v in sets.items()}, "grid": grid,
                                                "chosen": {"weight": chosen[0], "below": chosen[1]}, "with_stickiness": stickiness,
-                                               "sticky_margin": margin}, indent=2))
+                                               "sticky_margin": margin, "answering": answering}, indent=2))
 
 
 if __name__ == "__main__":

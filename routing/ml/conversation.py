@@ -10,6 +10,12 @@ needs query logs with conversations. Every other router gets the conversation th
    ``below``), the question is routed again as ``unit(question + weight x mean(earlier turns))``:
    the same router, the same space, the conversation's meaning mixed in. That ranking serves.
 
+3. A request that sends its conversation's messages has no stored conversation, so no expert to
+   stay with: the expert its earlier questions route to together (``earlier_vector``, their mean
+   embedding) stands in for one (``serving.route.earlier_expert``), kept unless another expert beats
+   it by ``CONVERSATION_STICKY_MARGIN``, and answering a follow-up the router abstains on, as a
+   stored conversation's expert does.
+
 A confident question is never re-routed, so a self-contained question that changes expert ("how do
 I apply for student loan forgiveness?" after questions about a driver licence) goes where it
 belongs; an ambiguous follow-up leans on its conversation. Blending always, at any weight, cost
@@ -40,3 +46,10 @@ def blend(vector: np.ndarray, turns: np.ndarray, weight: float) -> np.ndarray:
     mixed = np.asarray(vector, dtype=np.float32) + float(weight) * np.asarray(turns, dtype=np.float32).mean(axis=0)
     norm = float(np.linalg.norm(mixed))
     return mixed / norm if norm > 0 else np.asarray(vector, dtype=np.float32)
+
+
+def earlier_vector(turns: np.ndarray) -> np.ndarray:
+    """``unit(mean(turns))``: what a conversation's earlier questions say together (``turns`` (T, D), T >= 1)."""
+    mean = np.asarray(turns, dtype=np.float32).mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return mean / norm if norm > 0 else mean

@@ -75,6 +75,8 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         "failover_from": list(turn.failover_from),
         "conversation_id": turn.conversation.conversation_id if turn.conversation else "",
         "sticky": turn.sticky,
+        # The conversation's expert: the stored conversation's, or the one the request's earlier questions route to ("" none).
+        "conversation_expert": turn.conversation_expert or None,
         "context_turns": decision.context_turns if decision else 0,
         "arm": turn.arm.arm if turn.arm else None,
         "experiment_id": turn.arm.experiment_id if turn.arm else None,

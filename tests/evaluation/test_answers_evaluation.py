@@ -144,15 +144,14 @@ def test_a_follow_up_the_products_router_abstains_on_is_searched_alone_in_every_
         searched.append((len(plan), question, context))
         return real(corpus, plan, dense, question, limit, context)
 
-    class AbstainsOnEverything:
-        def __init__(self, *args, **kwargs):
-            pass
+    class AbstainsOnEverything(abstentions.ProductAbstentions):
+        """The product's router, untrained: every question scores 0 against a threshold of 1."""
 
-        def __call__(self, vectors, texts):
-            return np.ones(len(texts), dtype=bool)
+        def __init__(self, dataset, queries, *args, **kwargs):
+            self.threshold, self.classes, self._documents, self._scorer = 1.0, sorted({q["domain"] for q in queries}), None, self
 
-        def close(self):
-            pass
+        def scores(self, vectors, texts):
+            return np.full((len(texts), len(self.classes)), 1.0 / len(self.classes)), np.zeros(len(texts))
 
     monkeypatch.setattr(answers, "search_passages", spy)
     monkeypatch.setattr(abstentions, "ProductAbstentions", AbstainsOnEverything)

@@ -78,7 +78,11 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["setup"]["test_questions"] == 16
     assert report["index_s"] >= 0
     assert report["search_p50_ms"] > 0
-    assert report["router"]["kind"].startswith("RouterNet")
+    assert report["router"]["product"]["kind"].startswith("the product's router")
+    assert report["router"]["product"]["routed"] == 16
+    assert "test_accuracy" in report["router"]["product"]
+    assert 0 <= report["router"]["product"]["ranked_with_conversation"] <= report["router"]["product"]["follow_ups"]
+    assert "test_accuracy" in report["router"]["text_only"]
     assert {"val_accuracy_router", "val_accuracy_cv", "kept", "test_accuracy"} <= set(report["router"]["knowledge"])
     assert "test_accuracy" in report["router"]["text_router"]
     assert report["router"]["fast"]["trained"] is True
@@ -88,7 +92,6 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["typo10"]["questions_corrected"]["of"] == 16
     assert "hybrid_ndcg_gap_captured_by_question_only_knowledge" in report["setup"]  # None here: flat already equals oracle
     assert report["validation"] == {"source": "the dataset's val split"}
-    assert report["router"]["context_weight_chosen_on"].startswith("val")
     assert report["setup"]["query_context_weight_chosen_on"].startswith("val")
     assert set(report["setup"]["query_context_weight_val_ndcg"]) == {"0.0", "0.5", "1.0", "2.0", "4.0"}
     assert 0 <= report["setup"]["follow_ups_searched_alone"] <= report["setup"]["test_questions_with_user_context"]

@@ -166,6 +166,23 @@ def test_an_unsure_follow_up_is_ranked_with_the_stored_conversations_questions(s
     assert meta["routing_evidence"]["conversation"]["question_alone"]["expert"] == "dmv"
 
 
+def test_a_request_that_sends_its_conversation_keeps_the_expert_its_earlier_questions_route_to(serving, client, searches, settings):
+    settings.CONVERSATION_STICKY_MARGIN = 0.5
+    settings.ROUTING_CONTEXT_WEIGHT = 0  # the question is ranked alone: dmv first by ~0.33
+    history = [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "Sure."}]
+    meta = chat(client, "licence and pension", model="auto", history=history).json()["switchboard"]
+    assert meta["experts"][0]["slug"] == "dmv"
+    assert (meta["expert"], meta["sticky"], meta["conversation_expert"]) == ("ssa", True, "ssa")  # as a stored conversation would
+    # A follow-up the router abstains on stays with that expert, searched as asked, instead of "No expert covers this question".
+    meta = chat(client, "what about next year?", model="auto", history=history).json()["switchboard"]
+    assert (meta["abstained"], meta["expert"], meta["sticky"]) == (True, "ssa", True)
+    assert searches[-1] is None
+    assert meta["conversation_search"]["left_out"] == 1
+    # Earlier questions the router places nowhere stand in for nothing.
+    meta = chat(client, "what about next year?", model="auto", history=[{"role": "user", "content": "the weather tomorrow"}]).json()["switchboard"]
+    assert (meta["abstained"], meta["expert"], meta["conversation_expert"]) == (True, "", None)
+
+
 def test_a_follow_up_the_router_cannot_place_stays_with_the_conversations_expert(serving, client):
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     meta = chat(client, "what about next year?", conversation_id=conversation_id).json()["switchboard"]
@@ -220,9 +237,15 @@ def test_a_follow_up_whose_earlier_turns_cannot_be_encoded_is_searched_with_thei
         def encode(self, texts, **kwargs):
             raise EncoderUnavailable("the encoder child died")
 
+    def turns_down(*args, **kwargs):
+        raise EncoderUnavailable("the encoder child died")
+
     monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: Down())
+    monkeypatch.setattr(serving_chat, "earlier_expert", turns_down)  # the earlier questions' expert cannot be found either
     history = [{"role": "user", "content": "how do I renew my licence"}]
-    chat(client, "what does renewing my licence cost", model="auto", history=history)
+    meta = chat(client, "what does renewing my licence cost", model="auto", history=history).json()["switchboard"]
+    assert meta["expert"] == "dmv"
+    assert meta["conversation_expert"] is None
     context = searches[-1]
     assert context.turns == ("how do I renew my licence",)
     assert context.vectors is None  # the test router has no context path: the search would have encoded them itself
