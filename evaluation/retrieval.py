@@ -365,6 +365,9 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     # The product's routing as served (the routed modes): its router, an unsure follow-up ranked with its earlier turns.
     routes = product_routes(dataset, queries, qx, test, domains, model, say, SEED, encoding)
     routers["product"], router_report["product"] = routes.probs, routes.report
+    # Who serving would ask first (the conversation's expert kept, none when it abstains without one), not the most probable.
+    router_report["product"]["test_served_first_accuracy"] = round(float(np.mean([bool(routes.served.get(i)) and routes.served[i][0] == y[i]
+                                                                                  for i in test])), 4) if test else None
     main = "product"
     # A RouterNet on the question alone (routing.ml.training.train_router): the question-only yardstick.
     probs, router_report["text_only"] = _train_router(qx, np.maximum(y, 0), train, val, len(domains), "text_only", say)

@@ -81,6 +81,7 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     assert report["router"]["product"]["kind"].startswith("the product's router")
     assert report["router"]["product"]["routed"] == 16
     assert "test_accuracy" in report["router"]["product"]
+    assert 0 <= report["router"]["product"]["test_served_first_accuracy"] <= 1
     assert 0 <= report["router"]["product"]["ranked_with_conversation"] <= report["router"]["product"]["follow_ups"]
     assert "test_accuracy" in report["router"]["text_only"]
     assert {"val_accuracy_router", "val_accuracy_cv", "kept", "test_accuracy"} <= set(report["router"]["knowledge"])
