@@ -9,7 +9,8 @@ chunked and indexed as an expert's are (one temporary collection per domain), th
 product's own code: the serving search (``knowledge.services.search_collections``,
 ``RETRIEVAL_TOP_K`` chunks, hybrid), the product's router as served (``evaluation.abstentions.product_routes``:
 trained on the train split as ``evaluate router`` trains it; a follow-up it is unsure of alone is
-ranked with the user's earlier turns, ``routing.ml.conversation``; the same as ``evaluate retrieval``), the
+ranked with the user's earlier turns, ``routing.ml.conversation``, and the expert those turns route
+to is kept as serving keeps it for a request that sends its messages; the same as ``evaluate retrieval``), the
 prompt builder (``experts.ml.prompting`` through ``lora.fit_prompt``), the extractive answer and
 the LoRA training function with the ``LORA_*`` settings.
 
