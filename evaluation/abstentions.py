@@ -3,9 +3,9 @@
 ``serving.chat`` searches a follow-up the router abstains on without the conversation's earlier turns
 (a change of subject; the in-scope score reads the question alone), and ``serving.route`` ranks a
 follow-up the router is unsure of alone with those turns (``routing.ml.conversation``). ``evaluate
-answers``, ``evaluate retrieval`` and the tools need the same decisions: ``ProductAbstentions``
-trains the router as ``evaluate router`` does and answers "would it abstain?" for any questions,
-and ``route`` ranks them as served.
+answers``, ``evaluate retrieval`` and the tools need the same decisions: ``ProductRouter`` trains
+the router as ``evaluate router`` does and answers "would it abstain?" for any questions, ``route``
+ranks them as served, and ``product_routes`` does both for a dataset's rows.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from routing.ml.training import TrainConfig
 
 @dataclass
 class ProductRanking:
-    """``ProductAbstentions.route``'s answer for n questions."""
+    """``ProductRouter.route``'s answer for n questions."""
 
     probs: np.ndarray  # (n, domains): the router's probabilities as ranked (blended for the unsure follow-ups)
     abstained: np.ndarray  # (n,) the in-scope score under the threshold (read on the question alone)
@@ -32,8 +32,8 @@ class ProductRanking:
     served: list[list[int]]  # each question's candidate domains in serving's order (stickiness applied); [] = no expert answers
 
 
-class ProductAbstentions:
-    """Whether the product's router abstains on questions: ``abstentions(vectors, texts) -> bool array``.
+class ProductRouter:
+    """The product's router on a dataset: ``router(vectors, texts) -> bool array`` (would it abstain?), ``route`` (as served).
 
     The router is trained as ``evaluate router`` trains it (``RouterMethod``: ``train_text_router``,
     the default variant, the dataset's train split, calibrated on its validation split), with the
@@ -134,9 +134,9 @@ class ProductRoutes:
 
 def product_routes(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray, rows: list[int], domains: list[str], model: str, say: Any,
                    seed: int = 0, encoding: dict[str, int] | None = None) -> ProductRoutes:
-    """Route ``rows`` as serving does: the product's router (``ProductAbstentions``), each follow-up with the user's earlier turns."""
+    """Route ``rows`` as serving does: the product's router (``ProductRouter``), each follow-up with the user's earlier turns."""
     contexts = search_contexts(dataset, queries, model, 1.0, say, **(encoding or {}))  # what the rule reads, whatever the search's weight
-    router = ProductAbstentions(dataset, queries, qx, model, say, seed)
+    router = ProductRouter(dataset, queries, qx, model, say, seed)
     try:
         ranking = router.route(qx[rows], [queries[i].get("text") or "" for i in rows], [contexts[i] for i in rows], domains)
     finally:

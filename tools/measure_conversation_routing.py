@@ -50,7 +50,7 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from evaluation.abstentions import ProductAbstentions
+    from evaluation.abstentions import ProductRouter
     from evaluation.datasets import dataset_embeddings, search_contexts
     from routing.ml.conversation import blend, earlier_vector, unsure
     from serving.conversations import sticky_order
@@ -72,7 +72,7 @@ def main() -> None:
                                for j in rng.choice([j for j in follow_ups if domain[j] != domain[i]], size=DRAWS, replace=False)],
     }
     weights, belows = [float(w) for w in args.weights.split(",")], [float(b) for b in args.below.split(",")]
-    abstentions = ProductAbstentions(dataset, queries, qx, model, print, SEED)
+    abstentions = ProductRouter(dataset, queries, qx, model, print, SEED)
     grid: dict[str, dict[str, float]] = {}
     stickiness: dict[str, dict[str, float]] = {}
     try:

@@ -49,7 +49,7 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from evaluation.abstentions import ProductAbstentions
+    from evaluation.abstentions import ProductRouter
     from evaluation.answers import index_corpus, search_passages
     from evaluation.datasets import cached_embeddings, dataset_embeddings, read_jsonl, search_contexts
     from experts.ml.answer_metrics import support
@@ -69,7 +69,7 @@ def main() -> None:
         rows = [i for i, q in enumerate(queries) if q.get("split") == args.split and contexts[i] is not None and q.get("domain") in corpus.domains
                 and q.get("answer")]
         draw = np.random.default_rng(SEED).integers(len(off_topic), size=len(rows))
-        abstentions = ProductAbstentions(dataset, queries, qx, model, print, SEED)
+        abstentions = ProductRouter(dataset, queries, qx, model, print, SEED)
         try:
             real_abstains = abstentions(qx[rows], [queries[i]["text"] for i in rows])
             off_abstains = abstentions(ox[draw], [off_topic[int(j)]["text"] for j in draw])

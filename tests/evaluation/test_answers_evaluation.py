@@ -144,7 +144,7 @@ def test_a_follow_up_the_products_router_abstains_on_is_searched_alone_in_every_
         searched.append((len(plan), question, context))
         return real(corpus, plan, dense, question, limit, context)
 
-    class AbstainsOnEverything(abstentions.ProductAbstentions):
+    class AbstainsOnEverything(abstentions.ProductRouter):
         """The product's router, untrained: every question scores 0 against a threshold of 1."""
 
         def __init__(self, dataset, queries, *args, **kwargs):
@@ -154,7 +154,7 @@ def test_a_follow_up_the_products_router_abstains_on_is_searched_alone_in_every_
             return np.full((len(texts), len(self.classes)), 1.0 / len(self.classes)), np.zeros(len(texts))
 
     monkeypatch.setattr(answers, "search_passages", spy)
-    monkeypatch.setattr(abstentions, "ProductAbstentions", AbstainsOnEverything)
+    monkeypatch.setattr(abstentions, "ProductRouter", AbstainsOnEverything)
     report = evaluate_answers(folder, AnswerConfig(limit=None, generators=("extractive",)), say=lambda line: None)
 
     follow_ups = sorted({q for _, q, _ in searched if q.endswith(" 5?")})  # the test split's questions with an earlier turn

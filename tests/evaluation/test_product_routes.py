@@ -1,4 +1,4 @@
-"""Evaluations route as serving does: ``ProductAbstentions.route`` applies the follow-up rule of ``serving.route``."""
+"""Evaluations route as serving does: ``ProductRouter.route`` applies the follow-up rule of ``serving.route``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from evaluation import abstentions
 from knowledge.ml.conversation import SearchContext
 
 
-class ByAxis(abstentions.ProductAbstentions):
+class ByAxis(abstentions.ProductRouter):
     """A router over two experts that reads the first two coordinates; a question with "weather" in it scores 0 (abstains)."""
 
     def __init__(self):
