@@ -151,7 +151,7 @@ def product_routes(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray,
                 "ROUTER_KNOWLEDGE is on), unsure follow-ups ranked with the user's earlier turns (ROUTING_CONTEXT_WEIGHT, ROUTING_CONTEXT_BELOW)",
         "routed": len(rows), "follow_ups": int(follow_ups), "ranked_with_conversation": int(blended.sum()), "abstained": int(abstained.sum()),
         # Served "No expert covers this question" (abstained, no conversation expert to stay with, no fallback expert):
-        # the evaluations still answer them from the router's ranking.
+        # the routed modes search nothing for them.
         "no_expert": sum(not order for order in ranking.served),
     }
     say(f"  the product's router: {report['ranked_with_conversation']} of {follow_ups} follow-ups ranked with their conversation, "

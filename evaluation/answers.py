@@ -247,8 +247,9 @@ def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
     ``fast_probs``: the fast tier's probabilities for this question; with them, ``fast`` is
     ``auto:fast`` as served (its top expert, widened with what it leaves over). ``served``: the
     candidates in serving's order (``ProductRoutes.served``: the conversation's expert kept first,
-    or alone for a question the router abstains on); ``auto`` searches its first two. Without it,
-    or when no expert would answer, the router's two most probable.
+    or alone for a question the router abstains on); ``auto`` searches its first two. Without it
+    (or empty: no expert would answer; ``evaluate answers`` then searches nothing), the router's
+    two most probable.
     """
     names = corpus.names
     order = list(served[:2]) if served else [int(j) for j in np.argsort(-probs)[:2]]
@@ -570,7 +571,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     abstained = {i for i in candidates if i in routes.abstained and contexts[i] is not None}
     router_report["follow_ups_searched_alone"] = len(abstained)  # the product's router abstained on them: searched as asked
     router_report["follow_ups_ranked_with_conversation"] = sum(i in routes.with_conversation for i in candidates)
-    router_report["no_expert_on_these"] = sum(not routes.served.get(i, [0]) for i in candidates)  # answered from the ranking here
+    router_report["no_expert_on_these"] = sum(routes.served.get(i) == [] for i in candidates)  # auto: no passages, scored as a refusal
     fast_x = fast_probs = None
     if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
         from evaluation.fast_tier import fast_tier_vectors
@@ -585,6 +586,10 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
         plans = mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None, routes.served.get(i))
         for mode, (plan, order) in plans.items():
             if mode not in modes:
+                continue
+            if mode == "auto" and routes.served.get(i) == []:
+                # Served "No expert covers this question": nothing is searched, scored as a refusal.
+                q.passages[mode], q.adapter[mode] = [], ""
                 continue
             context = None if i in abstained else contexts[i]
             if mode == "fast" and context is not None:  # the fast tier's vector is in another space: the turns' words only (serving.chat)

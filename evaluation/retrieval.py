@@ -396,7 +396,10 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         product_contexts[i] = None  # serving searches a follow-up its router abstains on as asked
 
     def routed(probs: np.ndarray, i: int, k: int, served: list[int] | None = None) -> dict[str, float]:
-        """The top ``k`` experts' weights: in serving's order where ``served`` says it (the product's routes), else by probability."""
+        """The top ``k`` experts' weights: in serving's order where ``served`` says it (the product's routes; [] = no expert
+        answers, nothing is searched), else by probability."""
+        if served == []:
+            return {}
         order = list(served) if served else list(np.argsort(-probs[i]))
         return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold)
 
@@ -427,8 +430,9 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         for mode, (plan, query) in plans(i).items():
             for method in METHODS:
                 t0 = time.perf_counter()
-                figures = searcher.score(i, plan, fast_query if mode == "routed_fast_top1" else built[query], method)
-                if mode == "routed_top2" and method == "hybrid":
+                # An empty plan: the product would answer "No expert covers this question" and search nothing.
+                figures = searcher.score(i, plan, fast_query if mode == "routed_fast_top1" else built[query], method) if plan else (0.0, 0.0)
+                if mode == "routed_top2" and method == "hybrid" and plan:
                     latencies.append((time.perf_counter() - t0) * 1000)
                 scores[mode][method].append(figures)
     typo10 = _typo_report(index, queries, qx, test, y, gold, dataset.name, say)
