@@ -439,8 +439,10 @@ def test_a_router_trained_in_another_embedding_space_is_logged_once_per_process(
 @pytest.mark.parametrize("earlier", [[""], ["   "], ["🚗🚗"], ["x" * 9000], ["Wie erneuere ich meinen Führerschein? licence"], ["my pension"] * 12])
 def test_odd_earlier_questions_route_a_follow_up_or_leave_it_alone_and_never_raise(router, unsure_below, earlier):
     decision = route.route("licence and pension", context=earlier)
-    assert decision.experts and not decision.abstained
+    assert decision.experts
+    assert not decision.abstained
     if decision.conversation is not None:
         assert 1 <= decision.conversation["earlier_turns"] <= 5  # blank turns dropped, at most the last five read
     expert, turns = route.earlier_expert([t for t in earlier if t.strip()] or ["?"])
-    assert expert in {None, *EXPERTS} and len(turns) >= 1
+    assert expert in {None, *EXPERTS}
+    assert len(turns) >= 1
