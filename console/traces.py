@@ -175,6 +175,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert} for s, v in scores.items()],
             "passages": trace.get("passages") or [],
             "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
+            "kept": trace.get("kept_by_conversation") if isinstance(trace.get("kept_by_conversation"), dict) else None,
             "earlier_turns_searched": trace.get("earlier_turns_searched") if isinstance(trace.get("earlier_turns_searched"), int) else 0,
             "earlier_turns_left_out": trace.get("earlier_turns_left_out") if isinstance(trace.get("earlier_turns_left_out"), int) else 0,
             "answer": trace.get("answer", ""),

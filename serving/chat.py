@@ -96,6 +96,10 @@ class ChatResult:
     earlier_turns_searched: int = 0  # the user's earlier turns the search read beside the question (``knowledge.ml.conversation``)
     earlier_turns_left_out: int = 0  # earlier turns the search did not read: the router placed the question with no expert (a change of subject)
     selection: dict[str, Any] | None = None  # an extractive answer's choice of sentence (experts.ml.extractive.Answer.selection)
+    # The conversation's expert the answer stayed with (``sticky``): "stored" (a stored conversation's) or
+    # "earlier_questions" (the one a request's earlier messages route to, ``_earlier_expert``); "" when none kept it.
+    kept_by_conversation: str = ""
+    conversation_expert: str = ""  # the conversation's expert (stored, or the earlier messages'), kept or not
 
 
 @dataclass
@@ -266,6 +270,7 @@ class ChatTurn:
         self._stored_turns: np.ndarray | None = None  # a stored conversation's earlier question embeddings, when routed with them
         self._earlier_vectors: np.ndarray | None = None  # the request's earlier questions' embeddings, once encoded (``_earlier_expert``)
         self.conversation_expert = ""  # the conversation's expert: stored, or the one its earlier questions route to
+        self._conversation_expert_from = ""  # "stored" or "earlier_questions": where ``conversation_expert`` came from
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -327,6 +332,7 @@ class ChatTurn:
         )
         d = self.decision
         self.conversation_expert = conv.expert or self._earlier_expert()
+        self._conversation_expert_from = "" if not self.conversation_expert else "stored" if conv.expert else "earlier_questions"
         expert = self.conversation_expert
         if d.abstained:
             self.abstained = True
@@ -648,6 +654,7 @@ class ChatTurn:
             spelling=self.spelling, selection=answer.selection,
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
             earlier_turns_left_out=self.turns_left_out,
+            kept_by_conversation=self._conversation_expert_from if self.sticky else "", conversation_expert=self.conversation_expert,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

@@ -279,3 +279,25 @@ def test_a_follow_up_ranked_with_its_conversation_says_so_on_its_trace(client, w
     assert "Ranked with the user's 2 earlier questions in this conversation: on its own this question was unsure" in shown
     assert "closest to <strong>ssa</strong>, 0.55" in shown
     assert 'id="router-conversation"' not in client.get(reverse("console-trace", args=["r-alone"])).content.decode()
+
+
+def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(client, world, settings):
+    from serving.chat import ChatResult
+
+    _, staff = world
+    settings.CONVERSATION_STICKY_MARGIN = 0.15
+    decision = Decision(experts=[{"slug": "ssa", "score": 0.6}, {"slug": "dmv", "score": 0.4}], router_version=3, embed_ms=1, route_ms=1,
+                        raw_scores={"ssa": 0.6, "dmv": 0.4}, score=0.95, threshold=0.3)
+    result = ChatResult(answer="...", expert="dmv", decision=decision, citations=[], passages=[], grounded=True, mode="auto", timings={},
+                        request_id="r", sticky=True, kept_by_conversation="earlier_questions", conversation_expert="dmv")
+    event("r-kept", "dmv", trace=traces.build(decision, result))
+    event("r-free", "ssa", trace=traces.build(decision, dataclasses.replace(result, sticky=False, kept_by_conversation="")))
+    abstained = dataclasses.replace(decision, abstained=True)
+    event("r-stayed", "dmv", abstained=True, trace=traces.build(abstained, dataclasses.replace(result, kept_by_conversation="stored")))
+    client.force_login(staff)
+    kept = client.get(reverse("console-trace", args=["r-kept"])).content.decode()
+    assert "It stayed with the conversation's expert <strong>dmv</strong>: no other expert scored more than 0.15 higher" in kept
+    assert "the expert the user's earlier messages route to" in kept
+    stayed = client.get(reverse("console-trace", args=["r-stayed"])).content.decode()
+    assert "The router placed this question with no expert, so it stayed with the conversation's expert <strong>dmv</strong>." in stayed
+    assert 'id="router-kept"' not in client.get(reverse("console-trace", args=["r-free"])).content.decode()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from routing.models import Conversation
+from routing.models import Conversation, RoutingEvent
 from serving import chat as serving_chat
 from serving import conversations, route
 from tests.serving import test_failover as support
@@ -145,6 +145,7 @@ def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(s
     assert meta["experts"][0]["slug"] == "dmv"
     assert meta["expert"] == "ssa"
     assert meta["sticky"] is True
+    assert RoutingEvent.objects.get(request_id=response.json()["id"]).trace["kept_by_conversation"]["from"] == "stored"
 
 
 def test_a_clearly_better_expert_takes_the_conversation_over(serving, client, settings):
@@ -170,9 +171,12 @@ def test_a_request_that_sends_its_conversation_keeps_the_expert_its_earlier_ques
     settings.CONVERSATION_STICKY_MARGIN = 0.5
     settings.ROUTING_CONTEXT_WEIGHT = 0  # the question is ranked alone: dmv first by ~0.33
     history = [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "Sure."}]
-    meta = chat(client, "licence and pension", model="auto", history=history).json()["switchboard"]
+    response = chat(client, "licence and pension", model="auto", history=history)
+    meta = response.json()["switchboard"]
     assert meta["experts"][0]["slug"] == "dmv"
     assert (meta["expert"], meta["sticky"], meta["conversation_expert"]) == ("ssa", True, "ssa")  # as a stored conversation would
+    event = RoutingEvent.objects.get(request_id=response.json()["id"])
+    assert event.trace["kept_by_conversation"] == {"expert": "ssa", "from": "earlier_questions", "margin": 0.5}  # the trace says why
     # A follow-up the router abstains on stays with that expert, searched as asked, instead of "No expert covers this question".
     meta = chat(client, "what about next year?", model="auto", history=history).json()["switchboard"]
     assert (meta["abstained"], meta["expert"], meta["sticky"]) == (True, "ssa", True)
