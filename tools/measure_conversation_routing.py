@@ -53,7 +53,6 @@ def main() -> None:
     from evaluation.abstentions import ProductRouter
     from evaluation.datasets import dataset_embeddings, search_contexts
     from routing.ml.conversation import blend, earlier_vector, unsure
-    from serving.conversations import sticky_order
 
     dataset, model, encoding = Path(args.dataset), settings.EMBEDDING_MODEL, {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
     queries, qx = dataset_embeddings(dataset, model, **encoding)
@@ -110,15 +109,11 @@ def main() -> None:
         for key, label in ((None, "question_alone"), (chosen, "chosen"), (configured, "configured")):
             if key not in ranked["follow_ups"]:
                 continue  # the configured pair is off the grid
-            stickiness[label] = {}
-            for name, rows in sets.items():
-                right = []
-                for k, (_, _, conversation) in enumerate(rows):
-                    probs = ranked[name][key][k]
-                    order = [{"slug": domains[j], "score": float(probs[j])} for j in np.argsort(-probs)]
-                    kept, _ = sticky_order(order, domains[conversation], margin)
-                    right.append(kept[0]["slug"] == domains[gold[name][k]])
-                stickiness[label][name] = round(float(np.mean(right)), 4)
+            stickiness[label] = {
+                name: round(float(np.mean([served_first(ranked[name][key][k], domains[conversation], margin, domains) == domains[gold[name][k]]
+                                           for k, (_, _, conversation) in enumerate(rows)])), 4)
+                for name, rows in sets.items()
+            }
         # Who answers, by policy, at the configured pair: stateless (an abstained question gets no expert), stateless with
         # the earlier questions' expert standing in for a stored conversation's, and a stored conversation (its expert
         # taken as above).
@@ -129,14 +124,10 @@ def main() -> None:
                 for name, rows in sets.items():
                     right = []
                     for k, (_, _, conversation) in enumerate(rows):
-                        probs = ranked[name][configured][k]
-                        order = [{"slug": domains[j], "score": float(probs[j])} for j in np.argsort(-probs)]
                         keep = {"stateless": None, "stored": conversation, "stateless_history_expert": history_expert[name][k]}[policy]
-                        if not placed_by[name][k]:
-                            chosen_expert = domains[keep] if keep is not None else None
-                        else:
-                            chosen_expert = sticky_order(order, domains[keep] if keep is not None else "", margin)[0][0]["slug"]
-                        right.append(chosen_expert == domains[gold[name][k]])
+                        first = served_first(ranked[name][configured][k], domains[keep] if keep is not None else "", margin, domains,
+                                             abstained=not placed_by[name][k])
+                        right.append(first == domains[gold[name][k]])
                     answering[policy][name] = round(float(np.mean(right)), 4)
     finally:
         abstentions.close()
@@ -149,6 +140,17 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({"split": args.split, "questions": {k: len(v) for k, v in sets.items()}, "grid": grid,
                                                "chosen": {"weight": chosen[0], "below": chosen[1]}, "with_stickiness": stickiness,
                                                "sticky_margin": margin, "answering": answering}, indent=2))
+
+
+def served_first(probs: np.ndarray, keep: str, margin: float, domains: list[str], abstained: bool = False) -> str | None:
+    """Serving's first expert (``serving.chat``): the conversation's ``keep`` for a question the router abstains on (None
+    without one), else the ranking with ``keep`` kept first unless another expert beats it by more than ``margin``."""
+    from serving.conversations import sticky_order
+
+    if abstained:
+        return keep or None
+    order = [{"slug": domains[j], "score": float(probs[j])} for j in np.argsort(-probs)]
+    return str(sticky_order(order, keep, margin)[0][0]["slug"])
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ the conversation out of the search when the router abstains on the question (``s
 
 This script measures both on the dataset's follow-ups: every follow-up of ``--split`` (a user turn with
 earlier user turns) keeps its conversation, and its question is replaced by an out-of-scope question of
-clinc150 of the same split (seeded draw). As a sticky conversation does (``serving.chat``: a follow-up
-the router places nowhere stays with the conversation's expert), the conversation's own domain's
+clinc150 of the same split (seeded draw). As serving does (``serving.chat``: a follow-up the router
+places nowhere stays with the conversation's expert, a stored conversation's or, for a request that
+sends its messages, the one its earlier questions route to), the conversation's own domain's
 collection is searched, through the product's search (``evaluation.answers.search_passages``, the index
 ``evaluate answers`` builds). The router is the product's (``train_text_router`` with the default
 variant, as ``evaluate router`` trains it, on the dataset's train split, calibrated on its validation
