@@ -47,7 +47,7 @@ class ProductRouter:
 
         split = Split(queries, qx, "domain", seed)
         (x_train, y_train), (x_val, y_val) = split.xy("train"), split.xy("val")
-        say(f"  training the product's router on {len(y_train)} questions, for its abstentions")
+        say(f"  training the product's router on {len(y_train)} questions, for its decisions")
         method = RouterMethod(VARIANTS[DEFAULT_VARIANT], TrainConfig(seed=seed)).fit(
             x_train, y_train, x_val, y_val, len(split.classes), split.texts("train"), split.texts("val"), typo_copy_encoder(Path(dataset).name, model, say))
         self.threshold, self._scorer = float(method.result_.metrics["abstain_threshold"]), method.router_

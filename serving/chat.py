@@ -96,10 +96,10 @@ class ChatResult:
     earlier_turns_searched: int = 0  # the user's earlier turns the search read beside the question (``knowledge.ml.conversation``)
     earlier_turns_left_out: int = 0  # earlier turns the search did not read: the router placed the question with no expert (a change of subject)
     selection: dict[str, Any] | None = None  # an extractive answer's choice of sentence (experts.ml.extractive.Answer.selection)
-    # The conversation's expert the answer stayed with (``sticky``): "stored" (a stored conversation's) or
-    # "earlier_questions" (the one a request's earlier messages route to, ``_earlier_expert``); "" when none kept it.
-    kept_by_conversation: str = ""
-    conversation_expert: str = ""  # the conversation's expert (stored, or the earlier messages'), kept or not
+    # The conversation's expert (``sticky``: the answer stayed with it) and where it came from: "stored" (a stored
+    # conversation's) or "earlier_questions" (the one a request's earlier messages route to, ``_earlier_expert``).
+    conversation_expert: str = ""
+    conversation_expert_from: str = ""
 
 
 @dataclass
@@ -654,7 +654,7 @@ class ChatTurn:
             spelling=self.spelling, selection=answer.selection,
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
             earlier_turns_left_out=self.turns_left_out,
-            kept_by_conversation=self._conversation_expert_from if self.sticky else "", conversation_expert=self.conversation_expert,
+            conversation_expert=self.conversation_expert, conversation_expert_from=self._conversation_expert_from,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)

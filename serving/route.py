@@ -234,13 +234,14 @@ def route(
         logger.warning("routing.encoder_unavailable", extra={"error": str(exc)[:200], "routed_with": "fast tier"})
         return _route_fast(version, router, arbiter, question, int(top_k), allowed, degraded=f"sentence encoder unavailable: {exc}"[:200])
     t1 = time.perf_counter()
-    ctx, lengths, turns = None, None, None
+    ctx, lengths = None, None
+    read: np.ndarray | None = None  # the earlier turns' embeddings the router read, if it read any
     if router.context_dim:
         texts = [c for c in (context or []) if c and c.strip()]
         turns = encoder.encode([clean_question(c) for c in texts][-CONTEXT_TURNS:]) if texts else context_vectors
         if turns is not None and len(turns):
-            turns = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
-            ctx, lengths = torch.from_numpy(turns[None, :, :]), torch.tensor([len(turns)])
+            read = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
+            ctx, lengths = torch.from_numpy(read[None, :, :]), torch.tensor([len(read)])
     scored = router.explain_one(vector, question, ctx, lengths)
     probs, score, threshold, evidence = scored.probs, scored.score, arbiter.abstain_threshold, None
     knowledge = router.knowledge is not None and settings.ROUTER_KNOWLEDGE
@@ -251,12 +252,11 @@ def route(
         # An unsure follow-up is ranked with its conversation (routing.ml.conversation); abstention read the question alone.
         blended = _with_conversation(version, router, vector, question, probs, context, context_vectors, knowledge)
         if blended is not None:
-            scored, probs, evidence, turns, conversation = blended
-            lengths = [len(turns)]
+            scored, probs, evidence, read, conversation = blended
     raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
     return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1,
-                     context_turns=0 if lengths is None else int(lengths[0]), views=_views(version.experts, scored, router.weight, set(raw), evidence),
-                     context_vectors=turns if lengths is not None else None, conversation=conversation)
+                     context_turns=0 if read is None else len(read), views=_views(version.experts, scored, router.weight, set(raw), evidence),
+                     context_vectors=read, conversation=conversation)
 
 
 def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.ndarray, question: str, probs: np.ndarray,

@@ -64,9 +64,9 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         trace["earlier_turns_searched"] = result.earlier_turns_searched
     elif result.earlier_turns_left_out:
         trace["earlier_turns_left_out"] = result.earlier_turns_left_out
-    if result.kept_by_conversation:
+    if result.sticky and result.conversation_expert:
         # The answer stayed with the conversation's expert rather than the router's first choice (or rather than no expert).
-        trace["kept_by_conversation"] = {"expert": result.conversation_expert, "from": result.kept_by_conversation,
+        trace["kept_by_conversation"] = {"expert": result.conversation_expert, "from": result.conversation_expert_from,
                                          "margin": float(settings.CONVERSATION_STICKY_MARGIN)}
     if result.selection:
         trace["selection"] = _selection(result.selection)

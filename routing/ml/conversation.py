@@ -43,13 +43,16 @@ def unsure(probs: np.ndarray, below: float) -> bool:
 
 def blend(vector: np.ndarray, turns: np.ndarray, weight: float) -> np.ndarray:
     """``unit(vector + weight x mean(turns))``: the question with its conversation (``turns`` (T, D), T >= 1)."""
-    mixed = np.asarray(vector, dtype=np.float32) + float(weight) * np.asarray(turns, dtype=np.float32).mean(axis=0)
-    norm = float(np.linalg.norm(mixed))
-    return mixed / norm if norm > 0 else np.asarray(vector, dtype=np.float32)
+    question = np.asarray(vector, dtype=np.float32)
+    return _unit(question + float(weight) * np.asarray(turns, dtype=np.float32).mean(axis=0), otherwise=question)
 
 
 def earlier_vector(turns: np.ndarray) -> np.ndarray:
     """``unit(mean(turns))``: what a conversation's earlier questions say together (``turns`` (T, D), T >= 1)."""
     mean = np.asarray(turns, dtype=np.float32).mean(axis=0)
-    norm = float(np.linalg.norm(mean))
-    return mean / norm if norm > 0 else mean
+    return _unit(mean, otherwise=mean)
+
+
+def _unit(v: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else otherwise

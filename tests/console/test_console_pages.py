@@ -328,7 +328,7 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
 
     def kept(question, model="auto", **request):
         result = fake_answer(question, model, **request)
-        result.sticky, result.kept_by_conversation, result.conversation_expert = True, "stored", "dmv"
+        result.sticky, result.conversation_expert, result.conversation_expert_from = True, "dmv", "stored"
         return result
 
     monkeypatch.setattr(chat, "answer", kept)

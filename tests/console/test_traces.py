@@ -289,11 +289,11 @@ def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(clien
     decision = Decision(experts=[{"slug": "ssa", "score": 0.6}, {"slug": "dmv", "score": 0.4}], router_version=3, embed_ms=1, route_ms=1,
                         raw_scores={"ssa": 0.6, "dmv": 0.4}, score=0.95, threshold=0.3)
     result = ChatResult(answer="...", expert="dmv", decision=decision, citations=[], passages=[], grounded=True, mode="auto", timings={},
-                        request_id="r", sticky=True, kept_by_conversation="earlier_questions", conversation_expert="dmv")
+                        request_id="r", sticky=True, conversation_expert="dmv", conversation_expert_from="earlier_questions")
     event("r-kept", "dmv", trace=traces.build(decision, result))
-    event("r-free", "ssa", trace=traces.build(decision, dataclasses.replace(result, sticky=False, kept_by_conversation="")))
+    event("r-free", "ssa", trace=traces.build(decision, dataclasses.replace(result, sticky=False)))
     abstained = dataclasses.replace(decision, abstained=True)
-    event("r-stayed", "dmv", abstained=True, trace=traces.build(abstained, dataclasses.replace(result, kept_by_conversation="stored")))
+    event("r-stayed", "dmv", abstained=True, trace=traces.build(abstained, dataclasses.replace(result, conversation_expert_from="stored")))
     client.force_login(staff)
     kept = client.get(reverse("console-trace", args=["r-kept"])).content.decode()
     assert "It stayed with the conversation's expert <strong>dmv</strong>: no other expert scored more than 0.15 higher" in kept
