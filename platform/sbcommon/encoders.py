@@ -471,16 +471,34 @@ class ProcessEncoder:
         return future
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return self.encode_later(texts, batch_size)()
+
+    def encode_later(self, texts: list[str], batch_size: int = 64) -> Callable[[], np.ndarray]:
+        """Send ``texts`` to the child now; the call returned waits for their vectors (``encode`` at once).
+
+        The calling thread is free until it waits: serving reads the question's words meanwhile.
+        """
         if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+            return lambda: np.zeros((0, self.dimension), dtype=np.float32)
         texts = list(texts)
         try:
-            return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
+            future: Future | None = self._send(texts, int(batch_size))
         except EncoderUnavailable:
             if self._closed:
                 raise
+            future = None  # the child is gone: wait() sends again on a fresh one
+
+        def wait() -> np.ndarray:
+            if future is not None:
+                try:
+                    return np.asarray(future.result(), dtype=np.float32)
+                except EncoderUnavailable:
+                    if self._closed:
+                        raise
             logger.warning("the encoder process is gone; encoding again on a fresh one")
-        return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
+            return np.asarray(self._send(texts, int(batch_size)).result(), dtype=np.float32)
+
+        return wait
 
     @property
     def pid(self) -> int | None:
@@ -557,6 +575,36 @@ class MicroBatchingEncoder:
                 self._remember(texts[i], vector)
         return np.stack(rows).astype(np.float32, copy=False)
 
+    def encode_later(self, texts: list[str], batch_size: int = 64) -> Callable[[], np.ndarray]:
+        """Start encoding one text where it is encoded elsewhere (the batcher thread, the encoder child); the call returned waits.
+
+        Anything else (several texts, an in-process encoder without a batcher) is encoded when the
+        call is made: the same vectors, without the overlap.
+        """
+        if len(texts) != 1:
+            return lambda: self.encode(texts, batch_size)
+        text = texts[0]
+        cached = self._cached(text)
+        if cached is not None:
+            return lambda: np.array(cached, dtype=np.float32)[None, :]
+        future = self._queued(text) if self.max_batch > 1 else None
+        if future is not None:
+            def batched() -> np.ndarray:
+                vector = future.result()
+                self._remember(text, vector)
+                return np.asarray(vector, dtype=np.float32)[None, :]
+
+            return batched
+        inner_later = getattr(self.inner, "encode_later", None)
+        waiting = inner_later([text], batch_size) if inner_later is not None else (lambda: self.inner.encode([text], batch_size=batch_size))
+
+        def direct() -> np.ndarray:
+            vectors = np.asarray(waiting(), dtype=np.float32)
+            self._remember(text, vectors[0])
+            return vectors
+
+        return direct
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the batcher thread after the texts already queued; later calls encode directly."""
         with self._start_lock:
@@ -593,16 +641,21 @@ class MicroBatchingEncoder:
 
     # -- batching -------------------------------------------------------------------------------
     def _submit(self, text: str) -> np.ndarray:
+        future = self._queued(text)
+        return self.inner.encode([text])[0] if future is None else future.result()
+
+    def _queued(self, text: str) -> Future | None:
+        """Queue ``text`` for the batcher (started if need be) and return its future; None once closed."""
         future: Future = Future()
         # Under the lock so that nothing is queued behind close()'s stop marker.
         with self._start_lock:
             if self._closed:
-                return self.inner.encode([text])[0]
+                return None
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="encoder-batcher", daemon=True)
                 self._thread.start()
             self._queue.put((text, future))
-        return future.result()
+        return future
 
     def _collect(self, first: tuple[str, Future]) -> tuple[list[tuple[str, Future]], bool]:
         """The first item and whatever joins it within the wait (and whether a stop was seen)."""
@@ -654,6 +707,18 @@ class MicroBatchingEncoder:
         _notify_batch_listeners(len(live))
         for (_, future), vector in zip(live, vectors, strict=True):
             future.set_result(vector)
+
+
+def encode_later(encoder: Encoder, texts: list[str], batch_size: int = 64) -> Callable[[], np.ndarray]:
+    """Start encoding ``texts``; the call returned waits for their vectors.
+
+    Serving encodes in the encoder child or the batcher thread (``encode_later`` on them), so the
+    request thread is free while the vector is made; any other encoder encodes when the call is made.
+    """
+    later = getattr(encoder, "encode_later", None)
+    if later is not None:
+        return later(texts, batch_size)
+    return lambda: encoder.encode(texts, batch_size=batch_size)
 
 
 _batch_listeners: list[Callable[[int], None]] = []

@@ -159,3 +159,19 @@ def test_a_multi_text_call_spanning_passes_is_answered_once_all_its_texts_are_do
     assert max(sizes) <= 8
     assert len(sizes) >= 3
     np.testing.assert_allclose(rows, in_process.encode(texts), atol=1e-5)
+
+
+def test_encode_later_sends_now_and_waits_when_asked(child, in_process):
+    before = child.forward_passes
+    wait = child.encode_later([TEXTS[0]])
+    deadline = time.monotonic() + 30
+    while child.forward_passes == before and time.monotonic() < deadline:
+        time.sleep(0.01)  # the child encodes while this thread does something else
+    assert child.forward_passes == before + 1
+    np.testing.assert_allclose(wait(), in_process.encode([TEXTS[0]]), atol=1e-5)
+
+
+def test_encode_later_survives_a_killed_child(child, in_process):
+    os.kill(child.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    np.testing.assert_allclose(child.encode_later([TEXTS[1]])(), in_process.encode([TEXTS[1]]), atol=1e-5)

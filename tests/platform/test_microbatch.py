@@ -185,3 +185,31 @@ def test_encoder_threads_default_to_torch_threads_and_apply_once_the_batcher_run
     finally:
         batched.close()
     assert calls == [2]
+
+
+def test_encode_later_queues_now_and_remembers_the_vector():
+    inner = CountingEncoder(delay=0.0)
+    batched = MicroBatchingEncoder(inner, max_batch=8, max_wait_ms=1.0, cache_size=10)
+    try:
+        wait = batched.encode_later(["renew my licence"])
+        deadline = time.monotonic() + 5
+        while not inner.passes and time.monotonic() < deadline:
+            time.sleep(0.005)  # the batcher thread encodes before anyone waits
+        assert inner.passes == [1]
+        np.testing.assert_allclose(wait()[0], inner.vector("renew my licence"))
+        np.testing.assert_allclose(batched.encode_later(["renew my licence"])()[0], inner.vector("renew my licence"))
+        assert (inner.passes, batched.cache_hits) == ([1], 1)  # the second came from the cache
+    finally:
+        batched.close()
+
+
+def test_encode_later_without_a_batcher_encodes_when_asked():
+    inner = CountingEncoder(delay=0.0)
+    cached = MicroBatchingEncoder(inner, max_batch=1, cache_size=10)
+    wait = cached.encode_later(["a", "b"])
+    assert inner.passes == []
+    assert wait().shape == (2, 8)
+    single = cached.encode_later(["c"])
+    np.testing.assert_allclose(single()[0], inner.vector("c"))
+    assert cached.encode(["c"]).shape == (1, 8)
+    assert (inner.passes, cached.cache_hits) == ([2, 1], 1)
