@@ -23,7 +23,7 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import EncoderUnavailable, embedding_space, get_encoder, model_name, resolve_model_path
+from sbcommon.encoders import EncoderUnavailable, embedding_space, encode_later, get_encoder, model_name, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,11 @@ def route(
     t0 = time.perf_counter()
     encoder = get_encoder()
     try:
-        vector = encoder.encode([question])[0]
+        pending = encode_later(encoder, [question])
+        # While the encoder child (or the batcher thread) makes the vector, this thread reads the
+        # question's words: the character view needs no embedding. ``embed_ms`` runs to the vector.
+        char_logits = router.read_text(question)
+        vector = pending()[0]
     except EncoderUnavailable as exc:
         # The sentence encoder's process died and could not be restarted: the fast tier still routes.
         if router.fast is None:
@@ -242,7 +246,7 @@ def route(
         if turns is not None and len(turns):
             read = np.asarray(turns, dtype=np.float32)[-CONTEXT_TURNS:]
             ctx, lengths = torch.from_numpy(read[None, :, :]), torch.tensor([len(read)])
-    scored = router.explain_one(vector, question, ctx, lengths)
+    scored = router.explain_one(vector, question, ctx, lengths, char_logits=char_logits)
     probs, score, threshold, evidence = scored.probs, scored.score, arbiter.abstain_threshold, None
     knowledge = router.knowledge is not None and settings.ROUTER_KNOWLEDGE
     if knowledge:
@@ -250,7 +254,7 @@ def route(
     conversation = None
     if not router.context_dim and (threshold is None or score >= threshold):
         # An unsure follow-up is ranked with its conversation (routing.ml.conversation); abstention read the question alone.
-        blended = _with_conversation(version, router, vector, question, probs, context, context_vectors, knowledge)
+        blended = _with_conversation(version, router, vector, question, probs, context, context_vectors, knowledge, char_logits)
         if blended is not None:
             scored, probs, evidence, read, conversation = blended
     raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
@@ -260,7 +264,8 @@ def route(
 
 
 def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.ndarray, question: str, probs: np.ndarray,
-                       context: list[str] | None, context_vectors: np.ndarray | None, knowledge: bool) -> tuple[Any, ...] | None:
+                       context: list[str] | None, context_vectors: np.ndarray | None, knowledge: bool,
+                       char_logits: np.ndarray | None = None) -> tuple[Any, ...] | None:
     """The ranking of a follow-up the router is unsure of alone, read with the conversation's earlier turns.
 
     Returns (scored, probabilities, knowledge evidence, the turns' embeddings, what the question alone
@@ -281,7 +286,7 @@ def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.nd
     else:
         turns = np.asarray(context_vectors, dtype=np.float32)[-CONTEXT_TURNS:]
     mixed = conversation_rule.blend(vector, turns, weight)
-    scored = router.explain_one(mixed, question)
+    scored = router.explain_one(mixed, question, char_logits=char_logits)
     blended, evidence = scored.probs, None
     if knowledge:
         blended, _, _, evidence = _with_knowledge(version, router, mixed, question, blended, scored.score, None)
@@ -369,22 +374,22 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
     """
     from knowledge.services import evidence_lookup
     from knowledge.stores import StoreUnavailable
-    from routing.ml.knowledge import candidate_rows, evidence_matrix
+    from routing.ml.knowledge import evidence_one
 
     combiner = router.knowledge
     experts = list(version.experts)
     try:
-        dense, keywords = evidence_matrix(evidence_lookup(experts), probs[None, :], vector[None, :], [question], combiner.candidates)
+        cand, dense, keywords = evidence_one(evidence_lookup(experts), probs, vector, question, combiner.candidates)
     except StoreUnavailable as exc:
         logger.warning("routing.knowledge.unavailable", extra={"error": str(exc)[:200]})
         return probs, score, threshold, {"unavailable": str(exc)[:200]}
-    combined, scores = combiner.combine(probs[None, :], np.array([score]), dense, keywords)
+    combined, combined_score = combiner.combine_one(probs, score, cand, dense, keywords)
     known = (version.metrics or {}).get("knowledge") or {}
     evidence = {
-        experts[j]: {"best_match": _rounded(dense[0, j], 3), "keyword_score": _rounded(keywords[0, j], 2)}
-        for j in candidate_rows(probs[None, :], combiner.candidates)[0].tolist()
+        experts[j]: {"best_match": _rounded(d, 3), "keyword_score": _rounded(k, 2)}
+        for j, d, k in zip(cand, dense.tolist(), keywords.tolist(), strict=True)
     }
-    return combined[0], float(scores[0]), known.get("abstain_threshold", threshold), evidence
+    return combined, combined_score, known.get("abstain_threshold", threshold), evidence
 
 
 def _rounded(value: float, digits: int) -> float | None:

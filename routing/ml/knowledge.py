@@ -104,6 +104,23 @@ def evidence_matrix(lookup: Lookup, probs: np.ndarray, vectors: np.ndarray, text
     return dense, keywords
 
 
+def candidates_one(probs: np.ndarray, k: int = CANDIDATES) -> list[int]:
+    """``candidate_rows`` of one question's probabilities (N,)."""
+    return np.argsort(-probs, kind="stable")[: min(k, len(probs))].tolist()
+
+
+def evidence_one(lookup: Lookup, probs: np.ndarray, vector: np.ndarray, text: str, k: int = CANDIDATES) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """One question's candidates (``candidates_one``) and their (dense, keywords) evidence, each (k,), NaN where not found.
+
+    ``evidence_matrix`` for serving's single question, without two (1, N) matrices to fill and read back.
+    """
+    cand = candidates_one(probs, k)
+    found = lookup(cand, vector, text)
+    dense = np.array([f[0] if f is not None else np.nan for f in found], dtype=np.float64)
+    keywords = np.array([f[1] if f is not None else np.nan for f in found], dtype=np.float64)
+    return cand, dense, keywords
+
+
 def _softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -154,6 +171,23 @@ class KnowledgeCombiner:
         out[rows, cand] = _softmax(features(probs, dense, keywords, cand) @ self.weights) * mass
         best_dense = np.nan_to_num(dense[rows, cand], nan=0.0).max(axis=1)
         return out, np.asarray(score, dtype=np.float64) + self.score_scale * best_dense
+
+    def combine_one(self, probs: np.ndarray, score: float, cand: list[int], dense: np.ndarray, keywords: np.ndarray) -> tuple[np.ndarray, float]:
+        """``combine`` for one question: probabilities (N,), its score, and ``evidence_one``'s candidates and evidence.
+
+        The same figures as ``combine`` on one row (``cand`` must be ``candidates_one(probs,
+        self.candidates)``), in a handful of array operations: serving's path.
+        """
+        chosen = probs[cand]
+        d = np.nan_to_num(dense, nan=0.0)
+        s = np.nan_to_num(keywords, nan=0.0)
+        best_s = float(s.max())
+        share = s / best_s if best_s > 0 else np.zeros_like(s)
+        z = self.weights[0] * np.log(np.clip(chosen, 1e-12, None)) + self.weights[1] * d + self.weights[2] * share
+        e = np.exp(z - z.max())
+        out = probs.astype(np.float64, copy=True)
+        out[cand] = e / e.sum() * chosen.sum()
+        return out, float(score) + self.score_scale * float(d.max())
 
     @classmethod
     def fit(cls, probs: np.ndarray, score: np.ndarray, dense: np.ndarray, keywords: np.ndarray, y: np.ndarray,

@@ -113,16 +113,27 @@ class TextRouter:
         char = self.char_view.log_proba(texts) if self.char_view is not None and len(texts) else None
         return self.combine(probs, score, char, x)
 
-    def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> tuple[np.ndarray, float]:
+    def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+                  char_logits: np.ndarray | None = None) -> tuple[np.ndarray, float]:
         """The same for one question: the numpy path where the network has one (serving)."""
-        scored = self.explain_one(vector, text, context, lengths)
+        scored = self.explain_one(vector, text, context, lengths, char_logits=char_logits)
         return scored.probs, scored.score
 
-    def explain_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> Scored:
+    def read_text(self, text: str) -> np.ndarray | None:
+        """What the router reads from the question's words alone: the character view's log-probabilities (None without one).
+
+        It needs no embedding, so serving reads it while the question is being encoded and hands
+        it to ``explain_one`` (``char_logits``).
+        """
+        return self.char_view.log_proba_one(text) if self.char_view is not None else None
+
+    def explain_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+                    char_logits: np.ndarray | None = None) -> Scored:
         """``score_one`` with what each view said: the network's (meaning) and the character view's (spelling) probabilities.
 
         The same figures as ``scores`` on one row, with as few array operations as it takes (one
-        question's arithmetic is cheaper than each operation's fixed cost).
+        question's arithmetic is cheaper than each operation's fixed cost). ``char_logits``: ``read_text(text)``
+        when the caller read it already.
         """
         if self.scorer is not None and context is None:
             log_net, score = self.scorer.log_scores(np.asarray(vector, dtype=np.float32))
@@ -137,7 +148,7 @@ class TextRouter:
         examples = self.bank.per_expert(sims)[0] if sims is not None and self.nearest_weight else None  # type: ignore[union-attr]
         if self.char_view is None:
             return Scored(self._with_nearest(meaning, examples), self.in_scope.combine_one(score, nearest, None), meaning, None, examples)
-        char = self.char_view.log_proba_one(text)
+        char = char_logits if char_logits is not None else self.char_view.log_proba_one(text)
         # blend_logits and _softmax on one row (log_net floored as blend_logits clips the probabilities)
         logits = np.maximum(log_net, LOG_FLOOR)
         logits *= (1.0 - self.weight) / self.temperature

@@ -121,6 +121,10 @@ def test_saved_router_scores_the_same_one_question_at_a_time(tmp_path):
         p, s = loaded.score_one(x[i], text)
         np.testing.assert_allclose(p, probs[i], atol=1e-5)
         assert s == pytest.approx(float(scores[i]), abs=1e-5)
+        # the words read first (as serving reads them while the question is encoded): the same figures
+        early = loaded.score_one(x[i], text, char_logits=loaded.read_text(text))
+        np.testing.assert_array_equal(early[0], p)
+        assert early[1] == s
 
 
 def test_a_router_saved_before_the_character_view_loads_as_the_network(tmp_path):
@@ -131,6 +135,7 @@ def test_a_router_saved_before_the_character_view_loads_as_the_network(tmp_path)
     result.model.save(tmp_path / "old")
     router = TextRouter.load(tmp_path / "old")
     assert router.char_view is None
+    assert router.read_text(texts[0]) is None
     probs, _ = router.score_one(x[0], texts[0])
     assert probs.shape == (3,)
 

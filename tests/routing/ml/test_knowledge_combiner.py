@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routing.ml.knowledge import FILE, ROUTER_ALONE, KnowledgeCombiner, MissingKnowledge, candidate_rows, evidence_matrix
+from routing.ml.knowledge import FILE, ROUTER_ALONE, KnowledgeCombiner, MissingKnowledge, candidate_rows, evidence_matrix, evidence_one
 
 
 def questions(n=400, n_experts=4, router_margin=1.0, evidence=True, seed=0):
@@ -132,3 +132,33 @@ def test_the_cosine_weighs_in_the_in_scope_score_only_where_it_tells_an_unknown_
     assert KnowledgeCombiner.fit(probs, score, flat, keywords, y).score_scale > 0
     with pytest.raises(ValueError, match="same questions"):
         KnowledgeCombiner.fit(probs, score, flat, keywords, y, held_out_score=score[:10])
+
+
+def test_one_question_at_a_time_gives_the_batch_figures():
+    """Serving's one-row path (``evidence_one`` + ``combine_one``) equals ``evidence_matrix`` + ``combine``, missing collections included."""
+    probs, score, dense, keywords, y = questions(n=300, n_experts=5)
+    combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y)
+    assert combiner.active
+    dense[::7, 2] = np.nan  # some collections missing or empty
+
+    def lookup_of(i):
+        return lambda positions, vector, text: [None if np.isnan(dense[i, p]) else (dense[i, p], keywords[i, p]) for p in positions]
+
+    for i in range(0, 300, 3):
+        d, k = evidence_matrix(lookup_of(i), probs[i : i + 1], np.zeros((1, 2)), ["q"], combiner.candidates)
+        batch, batch_score = combiner.combine(probs[i : i + 1], score[i : i + 1], d, k)
+        cand, d1, k1 = evidence_one(lookup_of(i), probs[i], np.zeros(2), "q", combiner.candidates)
+        assert cand == candidate_rows(probs[i : i + 1], combiner.candidates)[0].tolist()
+        one, one_score = combiner.combine_one(probs[i], float(score[i]), cand, d1, k1)
+        np.testing.assert_allclose(one, batch[0], rtol=1e-9, atol=1e-12)
+        assert one_score == pytest.approx(float(batch_score[0]), abs=1e-12)
+
+
+def test_one_question_without_any_keyword_match_shares_nothing():
+    combiner = KnowledgeCombiner(np.array([1.0, 2.0, 3.0]), 0.5)
+    probs = np.array([0.5, 0.3, 0.2])
+    one, score = combiner.combine_one(probs, 0.4, [0, 1, 2], np.array([0.2, np.nan, 0.6]), np.zeros(3))
+    batch, batch_score = combiner.combine(probs[None, :], np.array([0.4]), np.array([[0.2, np.nan, 0.6]]), np.zeros((1, 3)))
+    np.testing.assert_allclose(one, batch[0])
+    assert score == pytest.approx(0.4 + 0.5 * 0.6)
+    assert batch_score[0] == pytest.approx(score)
