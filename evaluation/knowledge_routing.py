@@ -13,16 +13,16 @@ is what ``serving.route`` does per question, so ``route_p50_ms`` includes the ev
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evaluation.latency import Served
 from evaluation.routing_metrics import method_report
 from knowledge.services import collection_lookup
 from routing.ml.arbiter import Arbiter, LoadWindow
-from routing.ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix
+from routing.ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
 from routing.ml.training import abstain_threshold
 
 
@@ -59,18 +59,21 @@ class KnowledgeRouting:
             return probs, score
         return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts))
 
-    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str]) -> str:
-        """What ``serving.route`` does after encoding, with the evidence: score, look up, combine, arbitrate."""
-        probs, score = self.router.score_one(vector, text)
+    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str], char_logits: np.ndarray | None = None) -> str:
+        """What ``serving.route`` does after encoding, with the evidence: score, look up, combine, arbitrate.
+
+        ``char_logits``: the words' reading (``TextRouter.read_text``) made while the encoder worked.
+        """
+        probs, score = self.router.score_one(vector, text, char_logits=char_logits)
         if self.combiner.active:
-            combined, scores = self.combiner.combine(probs[None, :], np.array([score]), *evidence_matrix(self.lookup, probs[None, :], vector[None, :], [text]))
-            probs, score = combined[0], float(scores[0])
+            cand, dense, keywords = evidence_one(self.lookup, probs, vector, text, self.combiner.candidates)
+            probs, score = self.combiner.combine_one(probs, score, cand, dense, keywords)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
 
-    def served(self, experts: list[str]) -> Callable[[np.ndarray, str], str]:
-        """``serve_one`` with its own arbiter, as ``measure_latency`` times a method."""
+    def served(self, experts: list[str]) -> Served:
+        """``serve_one`` with its own arbiter, as ``measure_latency`` times a method (the words read while the encoder works)."""
         arbiter = Arbiter(window=LoadWindow(500))
-        return lambda vector, text: self.serve_one(vector, text, arbiter, experts)
+        return Served(lambda vector, text, words: self.serve_one(vector, text, arbiter, experts, words), self.router.read_text)
 
     def report(self, split: Any, latency: dict[str, Any]) -> dict[str, Any]:
         """The figures every method gets (``method_report`` on test, out-of-scope and unseen-label rows), its latency and its fit."""

@@ -18,9 +18,11 @@ Methods, all on the same embeddings:
 
 Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries through the bare
 sentence encoder (no micro-batching wait, no vector cache: those belong to serving under load, and
-``bench serving`` measures them): for each query and each method, an encoder call and then the
-method on that vector, so every method is charged the same encoder calls and finds the caches as
-serving leaves them; ``embed_p50_ms`` is the encoder's alone (all its calls). Five warm-up texts from ``train`` run first, untimed, so no timed text was seen.
+``bench serving`` measures them), at the serving thread count: for each query and each method, a
+request as served (the question sent to an encoder child process, the method reading its words
+meanwhile, then the method on the vector), so every method is charged the same encoder calls and
+hand-off and finds the caches as serving leaves them; ``embed_p50_ms`` is the bare encoder's alone,
+called directly. Five warm-up texts from ``train`` run first, untimed, so no timed text was seen.
 
 What it does not measure: the serving path's batching and caches, the arbiter's load balancing
 under real traffic (``router.arbiter`` simulates it on the shuffled test stream), conversations
@@ -48,6 +50,7 @@ from evaluation.datasets import (
     validation_note,
 )
 from evaluation.fast_tier import fast_tier_report
+from evaluation.latency import Served, measure_latency
 from evaluation.routing_metrics import classification_metrics, method_report, routing_targets
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
@@ -200,10 +203,17 @@ class RouterMethod:
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         return self.router_.scores(x, texts or [])
 
-    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str]) -> str:
-        """What ``serving.route.route`` does after encoding: score one question (numpy paths), then arbitrate."""
-        probs, score = self.router_.score_one(vector, text)
+    def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str], char_logits: np.ndarray | None = None) -> str:
+        """What ``serving.route.route`` does after encoding: score one question (numpy paths), then arbitrate.
+
+        ``char_logits``: the words' reading (``TextRouter.read_text``) made while the encoder worked.
+        """
+        probs, score = self.router_.score_one(vector, text, char_logits=char_logits)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
+
+    def served(self, arbiter: Arbiter, experts: list[str]) -> Served:
+        """``serve_one`` as ``measure_latency`` times it: the words read while the encoder works."""
+        return Served(lambda v, t, words: self.serve_one(v, t, arbiter, experts, words), self.router_.read_text)
 
 
 def knn_threshold(method: KnnMethod, x_val: np.ndarray, target_recall: float) -> float:
@@ -222,60 +232,6 @@ def simulate_arbiter(method: RouterMethod, x: np.ndarray, texts: list[str], y: n
     report = classification_metrics(y, pred, n)
     report["changed_by_arbiter"] = int((pred != probs.argmax(axis=1)).sum())
     return report
-
-
-def bare_encoder(encoder: Any) -> Any:
-    """The sentence encoder under any micro-batching or caching wrapper (``MicroBatchingEncoder.inner``).
-
-    The wrapper waits up to ``ENCODER_MAX_WAIT_MS`` for company and answers repeated texts from its
-    cache: both belong to serving under load, not to the cost of routing one question.
-    """
-    while getattr(encoder, "inner", None) is not None:
-        encoder = encoder.inner
-    return encoder
-
-
-def measure_latency(
-    texts: list[str], methods: dict[str, Callable[[np.ndarray, str], Any]], model: str, threads: int = 1, warmup: list[str] | None = None,
-) -> dict[str, Any]:
-    """p50 per query of the bare encoder alone and of encoder + each method (on the vector and the text), one query at a time.
-
-    ``warmup`` texts (never among ``texts``) run first, untimed, so the timed sample holds no text
-    the encoder or a method has seen.
-    """
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    from sbcommon.encoders import get_encoder
-
-    encoder = bare_encoder(get_encoder(model, 0))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    per_method: dict[str, list[float]] = {name: [] for name in methods}
-    try:
-        with threadpool_limits(threads):
-            for text in warmup or []:
-                vector = encoder.encode([text])[0]
-                for fn in methods.values():
-                    fn(vector, text)
-            for text in texts:
-                # Each method right after its own encoder call, as serving runs it: run one after
-                # the other, a method would pay for the caches the previous one (nearest examples
-                # sweep every training vector) took, which serving never does.
-                for name, fn in methods.items():
-                    t0 = time.perf_counter()
-                    vector = encoder.encode([text])[0]
-                    t1 = time.perf_counter()
-                    fn(vector, text)
-                    per_method[name].append((t1 - t0, time.perf_counter() - t1))
-    finally:
-        torch.set_num_threads(previous)
-    out: dict[str, Any] = {"embed_p50_ms": float(np.median([e * 1000 for times in per_method.values() for e, _ in times])), "threads": threads, "queries": len(texts),
-                           "warmup": len(warmup or []), "encoder": type(encoder).__name__}
-    for name, times in per_method.items():
-        e, m = (np.array(column) * 1000 for column in zip(*times, strict=True))
-        out[name] = {"route_p50_ms": float(np.median(e + m)), "method_p50_ms": float(np.median(m)), "embed_p50_ms": float(np.median(e))}
-    return out
 
 
 # --- the evaluation ------------------------------------------------------------------------------
@@ -389,12 +345,12 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     warmup = [t for t in (str(rows[i]["text"]) for i in rng.permutation(split.idx["train"])[: 4 * WARMUP_TEXTS]) if t not in timed][:WARMUP_TEXTS]
     experts = [str(i) for i in range(n)]
     serve_arbiters = {name: Arbiter(window=LoadWindow(500)) for name in VARIANTS}
-    methods: dict[str, Callable[[np.ndarray, str], Any]] = {
+    methods: dict[str, Callable[[np.ndarray, str], Any] | Served] = {
         "logreg": lambda v, t: fits["fitted"]["logreg"][0].scores(v[None, :]),
         "knn": lambda v, t: fits["fitted"]["knn"][0].scores(v[None, :]),
     }
     for name in VARIANTS:
-        methods[name] = (lambda m, a: (lambda v, t: m.serve_one(v, t, a, experts)))(fits["fitted"][name][0], serve_arbiters[name])
+        methods[name] = fits["fitted"][name][0].served(serve_arbiters[name], experts)
     with_knowledge = None
     if knowledge is not None:
         from evaluation.knowledge_routing import KnowledgeRouting
@@ -445,8 +401,10 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "test_label_cv": float(np.bincount(y_test[y_test >= 0], minlength=n).std() / max(1e-9, np.bincount(y_test[y_test >= 0], minlength=n).mean())),
         "embed_p50_ms": latency["embed_p50_ms"],
         "latency": {"queries": latency["queries"], "threads": latency["threads"], "warmup": latency["warmup"], "encoder": latency["encoder"],
-                    "how": "per query and method: a bare encoder call (no micro-batching wait, no vector cache), then the method on that vector; "
-                           "warm-up texts from train, outside the timed sample"},
+                    "request": latency["request"],
+                    "how": "per query and method, at the serving thread count: a bare encoder call (embed_p50_ms), then a request as served "
+                           "(the question sent to the encoder, no micro-batching wait and no vector cache, the method reading its words "
+                           "meanwhile, then the method on the vector: route_p50_ms is its wall time); warm-up texts from train, outside the timed sample"},
         "router": router,
         "logreg": reports["logreg"],
         "knn": reports["knn"],

@@ -142,7 +142,7 @@ def test_test_labels_never_seen_in_training_are_scored_as_out_of_scope_not_as_mi
 
 
 def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sample(monkeypatch):
-    from evaluation.router import measure_latency
+    from evaluation.latency import measure_latency
     from sbcommon.encoders import MicroBatchingEncoder
 
     seen: list[str] = []
@@ -155,12 +155,39 @@ def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sam
     wrapped = MicroBatchingEncoder(CountingEncoder(), max_batch=8, max_wait_ms=50.0, cache_size=100)
     monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: wrapped)
     out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v, t: None, "other": lambda v, t: None}, "fake-words", warmup=["oven bake"])
-    # every timed text reached the encoder itself, once before each method (as serving runs a method right after encoding)
-    assert seen == ["oven bake", "bank loan", "bank loan", "flight hotel", "flight hotel"]
+    # every text reached the encoder itself: the warm-up once bare and once per method; each timed text, per method,
+    # once bare (embed_p50_ms) and once for the request (route_p50_ms)
+    assert seen == ["oven bake"] * 3 + ["bank loan"] * 4 + ["flight hotel"] * 4
     assert set(out["noop"]) == {"route_p50_ms", "method_p50_ms", "embed_p50_ms"}
     assert (out["queries"], out["warmup"], out["encoder"]) == (2, 1, "CountingEncoder")
     assert out["embed_p50_ms"] < 50.0  # the batcher's 50 ms wait was never paid
     wrapped.close()
+
+
+def test_latency_reads_the_words_while_the_encoder_works(monkeypatch):
+    """A method's ``read`` runs while the question is encoded (as serving's request thread does), then ``finish`` gets the vector."""
+    import threading
+
+    from evaluation.latency import Served, measure_latency
+
+    read_done = threading.Event()
+    overlapped: list[bool] = []
+
+    class WaitingEncoder(WordEncoder):
+        def encode(self, texts, batch_size=64):
+            if threading.current_thread().name.startswith("encoder"):
+                overlapped.append(read_done.wait(5))  # only returns True if read ran while this call was under way
+                read_done.clear()
+            return super().encode(texts, batch_size)
+
+    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: WaitingEncoder())
+    finished: list[tuple[str, str]] = []
+    method = Served(lambda v, t, early: finished.append((t, early)), lambda t: (read_done.set(), t.upper())[1])
+    out = measure_latency(["bank loan", "flight hotel"], {"m": method}, "fake-words")
+    assert out["request"] == "encoder worker thread"  # a stand-in encoder: no child can load it
+    assert overlapped == [True, True]
+    assert finished == [("bank loan", "BANK LOAN"), ("flight hotel", "FLIGHT HOTEL")]
+    assert out["m"]["route_p50_ms"] >= out["m"]["method_p50_ms"]
 
 
 def test_a_dataset_with_one_label_is_refused_clearly(tmp_path):
@@ -285,3 +312,20 @@ def test_a_combiner_validation_drops_is_scored_as_the_router_alone(tmp_path, mon
     assert report["router_knowledge"]["combiner"]["kept"] is False
     for key in ("accuracy", "macro_f1", "oos_auroc", "abstain_threshold"):
         assert report["router_knowledge"][key] == report["router"][key], key
+
+
+def test_latency_sends_the_question_to_an_encoder_child_as_served(monkeypatch, encoder):
+    """With the real sentence encoder, a request's encoding runs in a child process while the method reads the words."""
+    from evaluation.latency import Served, measure_latency
+    from sbcommon.encoders import DEFAULT_MODEL
+
+    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: encoder)
+
+    read: list[str] = []
+    vectors: list[int] = []
+    method = Served(lambda v, t, early: vectors.append(v.ndim), read.append)
+    out = measure_latency(["how do I renew my licence?"], {"m": method}, DEFAULT_MODEL, warmup=["apply for student aid"])
+    assert out["request"] == "encoder child process (as served)"
+    assert read == ["apply for student aid", "how do I renew my licence?"]
+    assert vectors == [1, 1]
+    assert out["m"]["route_p50_ms"] > 0
