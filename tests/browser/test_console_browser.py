@@ -98,6 +98,8 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     monkeypatch.setattr(chat, "answer", fake_answer)
     monkeypatch.setattr(chat, "open_stream", fake_open_stream)
     page = browser_page
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
 
     # Anonymous: sent to the login page, then back to the overview.
     page.goto(f"{live_server.url}/")
@@ -109,6 +111,7 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     expect(page.locator("h1")).to_have_text("Overview")
     expect(page.locator("#experts")).to_contain_text("Motor Vehicles")
     expect(page.locator("#router-accuracy")).to_have_text("94.6%")
+    assert errors == []  # nothing the pages ask for is missing (the tab's icon included)
     page.screenshot(path=str(SCREENSHOTS / "console-overview.png"), full_page=True)
 
     # Playground: an empty question is refused in place (the 400 fragment is swapped in).
