@@ -58,12 +58,12 @@ def measure_latency(
 
     from sbcommon.encoders import get_encoder
 
+    previous = torch.get_num_threads()  # before the encoder: a torch encoder sets the process's thread count
     encoder = bare_encoder(get_encoder(model, threads))
     served = {name: fn if isinstance(fn, Served) else Served((lambda f: lambda v, t, _: f(v, t))(fn)) for name, fn in methods.items()}
-    child, request = None, "given"
+    close, request = None, "given"
     if send is None:
-        child, send, request = _encoder_elsewhere(encoder, model, threads)
-    previous = torch.get_num_threads()
+        close, send, request = _encoder_elsewhere(encoder, model, threads)
     torch.set_num_threads(threads)
     per_method: dict[str, list[tuple[float, float, float]]] = {name: [] for name in methods}
 
@@ -96,8 +96,8 @@ def measure_latency(
                     embed = time.perf_counter() - t0
                     per_method[name].append((embed, *route(method, text)))
     finally:
-        if child is not None:
-            child.close()
+        if close is not None:
+            close()
         torch.set_num_threads(previous)
     out: dict[str, Any] = {"embed_p50_ms": float(np.median([e * 1000 for times in per_method.values() for e, _, _ in times])), "threads": threads, "queries": len(texts),
                            "warmup": len(warmup or []), "encoder": type(encoder).__name__,
@@ -108,8 +108,8 @@ def measure_latency(
     return out
 
 
-def _encoder_elsewhere(encoder: Any, model: str, threads: int) -> tuple[Any, Callable[[list[str]], Callable[[], np.ndarray]], str]:
-    """(what to close, how a request sends its question, which): the sentence encoder in a child process, as served.
+def _encoder_elsewhere(encoder: Any, model: str, threads: int) -> tuple[Callable[[], None], Callable[[list[str]], Callable[[], np.ndarray]], str]:
+    """(how to stop it, how a request sends its question, which): the sentence encoder in a child process, as served.
 
     An encoder that is no model a child can load (a test's stand-in) runs on one worker thread instead.
     """
@@ -120,14 +120,6 @@ def _encoder_elsewhere(encoder: Any, model: str, threads: int) -> tuple[Any, Cal
 
     if isinstance(encoder, (SentenceTransformerEncoder, OnnxEncoder)):
         child = ProcessEncoder(model, threads=threads, max_batch=1, max_wait_ms=0.0)
-        return child, child.encode_later, "encoder child process (as served)"
+        return child.close, child.encode_later, "encoder child process (as served)"
     pool = ThreadPoolExecutor(1, thread_name_prefix="encoder")
-
-    def send(texts: list[str]) -> Callable[[], np.ndarray]:
-        return pool.submit(encoder.encode, texts).result
-
-    class Closing:
-        def close(self) -> None:
-            pool.shutdown()
-
-    return Closing(), send, "encoder worker thread"
+    return pool.shutdown, (lambda texts: pool.submit(encoder.encode, texts).result), "encoder worker thread"
