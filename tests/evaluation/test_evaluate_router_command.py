@@ -314,18 +314,32 @@ def test_a_combiner_validation_drops_is_scored_as_the_router_alone(tmp_path, mon
         assert report["router_knowledge"][key] == report["router"][key], key
 
 
-def test_latency_sends_the_question_to_an_encoder_child_as_served(monkeypatch, encoder):
-    """With the real sentence encoder, a request's encoding runs in a child process while the method reads the words."""
+
+def test_latency_sends_a_real_encoders_questions_to_an_encoder_child_as_served(monkeypatch, encoder):
+    """With the real sentence encoder, requests go to a ``ProcessEncoder`` at the serving thread count, and it is closed after."""
     from evaluation.latency import Served, measure_latency
     from sbcommon.encoders import DEFAULT_MODEL
 
     monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: encoder)
+    made: list[dict] = []
 
+    class Child:  # stands in for the child process (starting one takes ~10 s; tests/platform/test_encoder_process.py runs one)
+        def __init__(self, name, **kwargs):
+            made.append({"name": name, **kwargs})
+            self.closed = False
+
+        def encode_later(self, texts, batch_size=64):
+            vectors = encoder.encode(texts)
+            return lambda: vectors
+
+        def close(self):
+            made.append({"closed": True})
+
+    monkeypatch.setattr(sbcommon.encoders, "ProcessEncoder", Child)
     read: list[str] = []
     vectors: list[int] = []
-    method = Served(lambda v, t, early: vectors.append(v.ndim), read.append)
-    out = measure_latency(["how do I renew my licence?"], {"m": method}, DEFAULT_MODEL, warmup=["apply for student aid"])
+    out = measure_latency(["how do I renew my licence?"], {"m": Served(lambda v, t, early: vectors.append(v.ndim), read.append)}, DEFAULT_MODEL,
+                          threads=1, warmup=["apply for student aid"])
     assert out["request"] == "encoder child process (as served)"
-    assert read == ["apply for student aid", "how do I renew my licence?"]
-    assert vectors == [1, 1]
-    assert out["m"]["route_p50_ms"] > 0
+    assert made == [{"name": DEFAULT_MODEL, "threads": 1, "max_batch": 1, "max_wait_ms": 0.0}, {"closed": True}]
+    assert (read, vectors) == (["apply for student aid", "how do I renew my licence?"], [1, 1])

@@ -170,8 +170,3 @@ def test_encode_later_sends_now_and_waits_when_asked(child, in_process):
     assert child.forward_passes == before + 1
     np.testing.assert_allclose(wait(), in_process.encode([TEXTS[0]]), atol=1e-5)
 
-
-def test_encode_later_survives_a_killed_child(child, in_process):
-    os.kill(child.pid, signal.SIGKILL)
-    time.sleep(0.2)
-    np.testing.assert_allclose(child.encode_later([TEXTS[1]])(), in_process.encode([TEXTS[1]]), atol=1e-5)
