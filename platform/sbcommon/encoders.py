@@ -566,8 +566,8 @@ class MicroBatchingEncoder:
         rows: list[np.ndarray | None] = [self._cached(t) for t in texts]
         missing = [i for i, row in enumerate(rows) if row is None]
         if missing:
-            if len(missing) == 1 and self.max_batch > 1 and not self._closed:
-                vectors = self._submit(texts[missing[0]])[None, :]
+            if len(missing) == 1:
+                vectors = self._one_later(texts[missing[0]], batch_size)()[None, :]
             else:
                 vectors = self.inner.encode([texts[i] for i in missing], batch_size=batch_size)
             for i, vector in zip(missing, vectors, strict=True):
@@ -587,23 +587,14 @@ class MicroBatchingEncoder:
         cached = self._cached(text)
         if cached is not None:
             return lambda: np.array(cached, dtype=np.float32)[None, :]
-        future = self._queued(text) if self.max_batch > 1 else None
-        if future is not None:
-            def batched() -> np.ndarray:
-                vector = future.result()
-                self._remember(text, vector)
-                return np.asarray(vector, dtype=np.float32)[None, :]
+        wait = self._one_later(text, batch_size)
 
-            return batched
-        inner_later = getattr(self.inner, "encode_later", None)
-        waiting = inner_later([text], batch_size) if inner_later is not None else (lambda: self.inner.encode([text], batch_size=batch_size))
+        def remembered() -> np.ndarray:
+            vector = np.asarray(wait(), dtype=np.float32)
+            self._remember(text, vector)
+            return vector[None, :]
 
-        def direct() -> np.ndarray:
-            vectors = np.asarray(waiting(), dtype=np.float32)
-            self._remember(text, vectors[0])
-            return vectors
-
-        return direct
+        return remembered
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the batcher thread after the texts already queued; later calls encode directly."""
@@ -640,9 +631,14 @@ class MicroBatchingEncoder:
                 self._cache.popitem(last=False)
 
     # -- batching -------------------------------------------------------------------------------
-    def _submit(self, text: str) -> np.ndarray:
-        future = self._queued(text)
-        return self.inner.encode([text])[0] if future is None else future.result()
+    def _one_later(self, text: str, batch_size: int) -> Callable[[], np.ndarray]:
+        """One uncached text on its way, the call returned waiting for its (dim,) vector: queued for the
+        batcher where there is one, else sent to the wrapped encoder (at once where it works elsewhere)."""
+        future = self._queued(text) if self.max_batch > 1 else None
+        if future is not None:
+            return future.result
+        waiting = encode_later(self.inner, [text], batch_size)
+        return lambda: waiting()[0]
 
     def _queued(self, text: str) -> Future | None:
         """Queue ``text`` for the batcher (started if need be) and return its future; None once closed."""

@@ -97,10 +97,9 @@ def evidence_matrix(lookup: Lookup, probs: np.ndarray, vectors: np.ndarray, text
     """
     dense = np.full(probs.shape, np.nan)
     keywords = np.full(probs.shape, np.nan)
-    for i, cand in enumerate(candidate_rows(probs, k)):
-        for j, found in zip(cand.tolist(), lookup(cand.tolist(), vectors[i], texts[i]), strict=True):
-            if found is not None:
-                dense[i, j], keywords[i, j] = found
+    for i in range(len(probs)):
+        cand, found_dense, found_keywords = evidence_one(lookup, probs[i], vectors[i], texts[i], k)
+        dense[i, cand], keywords[i, cand] = found_dense, found_keywords
     return dense, keywords
 
 
