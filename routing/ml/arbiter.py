@@ -130,7 +130,10 @@ class Arbiter:
         if over.any() and not over.all():
             skipped = [experts[i] for i in order[over]]
             order = np.concatenate([order[~over], order[over]])
-        ranked = [(experts[i], float(adjusted[i])) for i in order]
+        # The adjustment moves an idle expert up and a busy one down by up to λ; the scores shown stay
+        # in [0, 1] (an idle expert's 0.9998 + 0.0004 is 1, not 1.0002), the order is the unclipped one.
+        shown = np.clip(adjusted, 0.0, 1.0)
+        ranked = [(experts[i], float(shown[i])) for i in order]
         bar = self.abstain_threshold if threshold is None else threshold
         abstained = bar is not None and score is not None and score < bar
         if record and not abstained:

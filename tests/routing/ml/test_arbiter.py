@@ -42,6 +42,16 @@ def test_an_overloaded_expert_is_penalised_by_lambda_times_its_excess_load():
     assert decision.raw_scores == {"busy": 0.50, "idle": 0.45}
 
 
+def test_adjusted_scores_stay_between_0_and_1_and_keep_the_unclipped_order():
+    window = LoadWindow(10)
+    for _ in range(10):
+        window.record("busy")
+    # loads 1, 0, 0 (mean 1/3), λ 0.15: sure 0.9998 + 0.05 and busy 0.0001 - 0.1 leave [0, 1]; idle 0.0001 + 0.05 does not
+    decision = Arbiter(window=window, load_penalty=0.15).decide({"busy": 0.0001, "sure": 0.9998, "idle": 0.0001}, top_k=3, record=False)
+    assert decision.chosen == ["sure", "idle", "busy"]
+    assert decision.adjusted_scores == pytest.approx({"sure": 1.0, "idle": 0.0501, "busy": 0.0})
+
+
 def test_a_clear_preference_survives_the_penalty():
     window = LoadWindow(10)
     for _ in range(10):
