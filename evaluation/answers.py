@@ -99,7 +99,7 @@ from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.conversation import SearchContext, expand_query
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import context_weight, embedding_text, routing_weights, search_collections, weight_power, widen_below
+from knowledge.services import context_weight, embedding_text, routing_weights, search_collections, weight_power, widen_below, widens
 from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
@@ -241,7 +241,7 @@ def search_passages(corpus: Corpus, plan: dict[str, float], dense: np.ndarray, q
 
 
 def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
-               fast_probs: np.ndarray | None = None, served: list[int] | None = None) -> dict[str, tuple[dict[str, float], list[int]]]:
+               fast_probs: np.ndarray | None = None, served: list[int] | None = None, widened: bool = False) -> dict[str, tuple[dict[str, float], list[int]]]:
     """Each mode's collection weights and the domains (best first) whose adapter may answer.
 
     ``fast_probs``: the fast tier's probabilities for this question; with them, ``fast`` is
@@ -249,15 +249,17 @@ def mode_plans(q: Question, probs: np.ndarray, corpus: Corpus, threshold: float,
     candidates in serving's order (``ProductRoutes.served``: the conversation's expert kept first,
     or alone for a question the router abstains on); ``auto`` searches its first two. Without it
     (or empty: no expert would answer; ``evaluate answers`` then searches nothing), the router's
-    two most probable.
+    two most probable. ``widened``: the search reads the conversation's earlier turns (the router's
+    weights then count as serving counts them there: ``weight_power(widened=True)``).
     """
     names = corpus.names
+    power = weight_power(widened)
     order = list(served[:2]) if served else [int(j) for j in np.argsort(-probs)[:2]]
-    routed = routing_weights([names[j] for j in order], [float(probs[j]) for j in order], names, threshold)
+    routed = routing_weights([names[j] for j in order], [float(probs[j]) for j in order], names, threshold, power=power)
     plans = {"flat": (dict.fromkeys(names, 1.0), []), "auto": (routed, order), "oracle": ({names[q.domain]: 1.0}, [q.domain])}
     if fast_probs is not None:
         top = int(np.argmax(fast_probs))
-        plans["fast"] = (routing_weights([names[top]], [float(fast_probs[top])], names, threshold), [top])
+        plans["fast"] = (routing_weights([names[top]], [float(fast_probs[top])], names, threshold, power=power), [top])
     return plans
 
 
@@ -583,7 +585,8 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     questions: list[Question] = []
     for i in candidates:
         q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
-        plans = mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None, routes.served.get(i))
+        asked = None if i in abstained else contexts[i]  # a follow-up the router abstains on is searched alone, as served
+        plans = mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None, routes.served.get(i), widens(asked))
         for mode, (plan, order) in plans.items():
             if mode not in modes:
                 continue
@@ -591,7 +594,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
                 # Served "No expert covers this question": nothing is searched, scored as a refusal.
                 q.passages[mode], q.adapter[mode] = [], ""
                 continue
-            context = None if i in abstained else contexts[i]
+            context = asked
             if mode == "fast" and context is not None:  # the fast tier's vector is in another space: the turns' words only (serving.chat)
                 context = dataclasses.replace(context, vectors=None)
             q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k, context)
@@ -660,7 +663,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
             "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
             "extractive_sentence_scorer": ctx["scorer_spec"],
-            "widen_below": threshold, "weight_power": weight_power(), "chunks": corpus.chunks,
+            "widen_below": threshold, "weight_power": weight_power(), "context_weight_power": weight_power(widened=True), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
             "no_repeat_ngram": serving.generator.no_repeat_ngram, "copy_bias": serving.generator.copy_bias,

@@ -89,6 +89,7 @@ from knowledge.services import (
     search_collections,
     weight_power,
     widen_below,
+    widens,
 )
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
@@ -395,20 +396,21 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     for i in searched_alone:
         product_contexts[i] = None  # serving searches a follow-up its router abstains on as asked
 
-    def routed(probs: np.ndarray, i: int, k: int, served: list[int] | None = None) -> dict[str, float]:
+    def routed(probs: np.ndarray, i: int, k: int, served: list[int] | None = None, widened: bool = False) -> dict[str, float]:
         """The top ``k`` experts' weights: in serving's order where ``served`` says it (the product's routes; [] = no expert
-        answers, nothing is searched), else by probability."""
+        answers, nothing is searched), else by probability; ``widened``: the search reads the conversation, as serving weighs it."""
         if served == []:
             return {}
         order = list(served) if served else list(np.argsort(-probs[i]))
-        return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold)
+        return routing_weights([names[j] for j in order[:k]], [float(probs[i][j]) for j in order[:k]], names, threshold,
+                               power=weight_power(widened))
 
     def plans(i: int) -> dict[str, tuple[dict[str, float], str]]:
         """Each mode's collection weights, and its retrieval query: the question's ("plain"), widened as serving
         widens a follow-up's ("product", ``RETRIEVAL_CONTEXT_WEIGHT``), or by the yardstick's ``μ`` ("yardstick")."""
         out = {"flat": (flat_plan, "plain"), "oracle": ({names[y[i]]: 1.0}, "plain")}
         for k in (1, 2):
-            out[f"routed_top{k}"] = (routed(routers[main], i, k, routes.served.get(i)), "product")
+            out[f"routed_top{k}"] = (routed(routers[main], i, k, routes.served.get(i), widens(product_contexts[i])), "product")
             out[f"routed_top{k}_question_search"] = (routed(routers[main], i, k, routes.served.get(i)), "plain")
             out[f"routed_question_only_top{k}"] = (routed(routers["text_only"], i, k), "plain")
             out[f"routed_text_router_top{k}"] = (routed(routers["text_router"], i, k), "plain")
@@ -463,7 +465,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
     report["setup"] = {
         "dataset": dataset.name, "level": "passage" if passages else "document", "test_questions": len(test), "chunks": len(chunks),
         "test_questions_with_user_context": int(has_context[test].sum()) if test else 0,
-        "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "weight_power": weight_power(), "chunks_per_search": CHUNKS_PER_QUERY,
+        "chunk_size": size, "chunk_overlap": overlap, "embedding_model": model, "widen_below": threshold, "weight_power": weight_power(), "context_weight_power": weight_power(widened=True), "chunks_per_search": CHUNKS_PER_QUERY,
         "hybrid_ndcg_gap_captured_by_routed_top2": round((routed_ndcg - flat) / (oracle - flat), 3) if oracle != flat else None,
         # Issue 19's target: question-only routing (better of top-1 and top-2) with the experts' documents as evidence.
         "hybrid_ndcg_gap_captured_by_question_only_knowledge": round(

@@ -125,3 +125,29 @@ def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
     assert first(("my retirement from social security",)) == "ssa"
     alone = services.search_experts(experts, "can I apply online")[0].payload["expert"]
     assert first(("my retirement from social security",), weight=0.0) == alone  # weight 0: the question alone
+
+
+def test_a_follow_up_searched_with_its_conversation_weighs_the_router_by_the_context_power(three, settings):
+    """The earlier turns say which expert the conversation is about: there the router's weights count by RETRIEVAL_CONTEXT_WEIGHT_POWER."""
+    from knowledge.ml.conversation import SearchContext
+
+    dmv, ssa, _va = three
+    turns = ("I served in the army, what about the GI Bill for veterans",)
+    context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=services.DEFAULT_CONTEXT_WEIGHT)
+    settings.RETRIEVAL_WEIGHT_POWER, settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = 1.0, 0.0
+
+    def first(**kwargs) -> str:
+        return services.search_experts([dmv, ssa], "can I apply online", weights=[0.98, 0.01], **kwargs)[0].payload["expert"]
+
+    assert first() == "dmv"  # asked alone: the router's 0.98 as it is
+    assert first(context=context) == "va"  # with the conversation: every collection alike, the turns decide
+    settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = 1.0
+    assert first(context=context) == "dmv"
+
+
+def test_manage_check_refuses_a_negative_or_nan_power(settings):
+    from knowledge.checks import weight_power_check
+
+    assert weight_power_check() == []
+    settings.RETRIEVAL_WEIGHT_POWER, settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = -1.0, float("nan")
+    assert [e.msg.split(" is ")[0] for e in weight_power_check()] == ["RETRIEVAL_WEIGHT_POWER", "RETRIEVAL_CONTEXT_WEIGHT_POWER"]
