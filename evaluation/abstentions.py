@@ -78,7 +78,7 @@ class ProductRouter:
         """
         from django.conf import settings
 
-        from routing.ml.conversation import DEFAULT_BELOW, DEFAULT_WEIGHT, blend, earlier_vector, unsure
+        from routing.ml.conversation import DEFAULT_BELOW, DEFAULT_WEIGHT, blend, earlier_vector, unsure, within_question
         from serving.conversations import sticky_order
 
         n = len(vectors)
@@ -91,7 +91,8 @@ class ProductRouter:
         rows = [k for k in with_turns if weight > 0 and not abstained[k] and unsure(probs[k], below)]
         if rows:
             mixed = np.stack([blend(vectors[k], contexts[k].vectors, weight) for k in rows])
-            probs[rows] = np.asarray(self._scorer.scores(mixed, [texts[k] for k in rows])[0], dtype=np.float64)
+            blended = np.asarray(self._scorer.scores(mixed, [texts[k] for k in rows])[0], dtype=np.float64)
+            probs[rows] = np.stack([within_question(b, probs[k]) for b, k in zip(blended, rows, strict=True)])
         earlier: dict[int, int] = {}
         if with_turns:
             means = np.stack([earlier_vector(contexts[k].vectors) for k in with_turns])

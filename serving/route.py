@@ -290,6 +290,7 @@ def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.nd
     blended, evidence = scored.probs, None
     if knowledge:
         blended, _, _, evidence = _with_knowledge(version, router, mixed, question, blended, scored.score, None)
+    blended = conversation_rule.within_question(blended, probs)
     best = int(np.argmax(probs))
     alone = {"expert": version.experts[best], "probability": round(float(probs[best]), 4)}
     return scored, blended, evidence, turns, {"earlier_turns": len(turns), "question_alone": alone, "weight": weight}

@@ -52,7 +52,7 @@ def main() -> None:
 
     from evaluation.abstentions import ProductRouter
     from evaluation.datasets import dataset_embeddings, search_contexts
-    from routing.ml.conversation import blend, earlier_vector, unsure
+    from routing.ml.conversation import blend, earlier_vector, unsure, within_question
 
     dataset, model, encoding = Path(args.dataset), settings.EMBEDDING_MODEL, {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
     queries, qx = dataset_embeddings(dataset, model, **encoding)
@@ -94,7 +94,7 @@ def main() -> None:
             ranked[name] = {None: alone}
             for weight in weights:
                 mixed = np.stack([blend(vectors[k], contexts[j].vectors, weight) for k, (_, j, _) in enumerate(rows)])
-                with_turns = np.asarray(scorer.scores(mixed, texts)[0])
+                with_turns = np.stack([within_question(b, a) for b, a in zip(np.asarray(scorer.scores(mixed, texts)[0]), alone, strict=True)])
                 for below in belows:
                     use = np.array([placed[k] and unsure(alone[k], below) for k in range(len(rows))])
                     ranked[name][(weight, below)] = np.where(use[:, None], with_turns, alone)

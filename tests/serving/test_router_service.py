@@ -446,3 +446,12 @@ def test_odd_earlier_questions_route_a_follow_up_or_leave_it_alone_and_never_rai
     expert, turns = route.earlier_expert([t for t in earlier if t.strip()] or ["?"])
     assert expert in {None, *EXPERTS}
     assert len(turns) >= 1
+
+
+def test_a_conversation_never_moves_a_question_to_an_expert_the_question_alone_rules_out(router, unsure_below):
+    alone = route.route("licence and pension")  # unsure between dmv and ssa; va is out of the question
+    assert alone.raw_scores["va"] < 0.05
+    follow_up = route.route("licence and pension", context=["veteran", "veteran benefits"])
+    assert follow_up.conversation is not None  # ranked with its conversation ...
+    assert follow_up.experts[0]["slug"] in {"dmv", "ssa"}  # ... which is about va: it breaks no tie there
+    assert follow_up.raw_scores["va"] == 0.0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from routing.ml.conversation import blend, unsure
+from routing.ml.conversation import blend, unsure, within_question
 
 
 def test_a_router_is_unsure_only_below_the_threshold():
@@ -30,3 +31,12 @@ def test_the_system_check_refuses_a_negative_weight_or_a_threshold_of_zero(setti
     assert [e.id for e in conversation_routing_check()] == ["routing.E001", "routing.E002"]
     settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = float("nan"), 1.5  # above 1: every follow-up, allowed
     assert [e.id for e in conversation_routing_check()] == ["routing.E001"]
+
+
+def test_the_conversation_ranks_only_the_experts_the_question_alone_makes_plausible():
+    alone = np.array([0.55, 0.44, 0.01])  # unsure between the first two, not the third
+    blended = np.array([0.1, 0.2, 0.7])  # the conversation is about the third
+    kept = within_question(blended, alone, floor=0.05)
+    assert kept == pytest.approx([1 / 3, 2 / 3, 0.0])  # the conversation breaks the tie, within the question's own
+    assert within_question(blended, alone, floor=0.0) == pytest.approx(blended)
+    assert within_question(np.array([0.0, 0.0, 1.0]), alone, floor=0.05) == pytest.approx(alone)  # nothing left: the question alone
