@@ -172,7 +172,8 @@ class Decision:
     encoder: str = "full"  # "fast": the fast tier's distilled encoder and router answered (``auto:fast``); ``vector`` is its vector
     degraded: str = ""  # why the fast tier routed a request that asked for the full router (the sentence encoder failed, another embedding space)
     # An unsure follow-up ranked with its conversation (``routing.ml.conversation``): {"earlier_turns", "question_alone": {"expert",
-    # "probability"}, "weight"}; None: the question was ranked alone.
+    # "probability"}, "weight", and "ruled_out": {"expert", "probability_alone"} where the conversation pointed to an expert the
+    # question alone rules out (``routing.ml.conversation.PLAUSIBLE``)}; None: the question was ranked alone.
     conversation: dict[str, Any] | None = None
 
 
@@ -290,10 +291,15 @@ def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.nd
     blended, evidence = scored.probs, None
     if knowledge:
         blended, _, _, evidence = _with_knowledge(version, router, mixed, question, blended, scored.score, None)
+    pointed = int(np.argmax(blended))
     blended = conversation_rule.within_question(blended, probs)
     best = int(np.argmax(probs))
     alone = {"expert": version.experts[best], "probability": round(float(probs[best]), 4)}
-    return scored, blended, evidence, turns, {"earlier_turns": len(turns), "question_alone": alone, "weight": weight}
+    said = {"earlier_turns": len(turns), "question_alone": alone, "weight": weight}
+    if int(np.argmax(blended)) != pointed:
+        # The conversation's favourite is one the question alone rules out: it only broke the tie among the others.
+        said["ruled_out"] = {"expert": version.experts[pointed], "probability_alone": round(float(probs[pointed]), 4)}
+    return scored, blended, evidence, turns, said
 
 
 def earlier_expert(texts: list[str], vectors: np.ndarray | None = None, *, router_version: int | None = None,

@@ -279,6 +279,11 @@ def test_a_follow_up_ranked_with_its_conversation_says_so_on_its_trace(client, w
     assert "Ranked with the user's 2 earlier questions in this conversation: on its own this question was unsure" in shown
     assert "closest to <strong>ssa</strong>, 0.55" in shown
     assert 'id="router-conversation"' not in client.get(reverse("console-trace", args=["r-alone"])).content.decode()
+    assert "rules out" not in shown
+    ruled = dataclasses.replace(blended, conversation={**blended.conversation, "ruled_out": {"expert": "va", "probability_alone": 0.004}})
+    event("r-ruled", "dmv", trace=traces.build(ruled, None))
+    shown = client.get(reverse("console-trace", args=["r-ruled"])).content.decode()
+    assert "The conversation pointed to <strong>va</strong>, which this question on its own rules out (0.00)" in shown
 
 
 def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(client, world, settings):

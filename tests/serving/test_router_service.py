@@ -455,3 +455,5 @@ def test_a_conversation_never_moves_a_question_to_an_expert_the_question_alone_r
     assert follow_up.conversation is not None  # ranked with its conversation ...
     assert follow_up.experts[0]["slug"] in {"dmv", "ssa"}  # ... which is about va: it breaks no tie there
     assert follow_up.raw_scores["va"] == 0.0
+    assert follow_up.conversation["ruled_out"] == {"expert": "va", "probability_alone": pytest.approx(alone.raw_scores["va"], abs=1e-4)}
+    assert traces.routing_evidence(follow_up)["conversation"]["ruled_out"]["expert"] == "va"  # the API and the trace say so
