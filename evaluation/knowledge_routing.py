@@ -22,7 +22,7 @@ from evaluation.latency import Served
 from evaluation.routing_metrics import method_report
 from knowledge.services import collection_lookup
 from routing.ml.arbiter import Arbiter, LoadWindow
-from routing.ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
+from routing.ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
 from routing.ml.training import abstain_threshold
 
 
@@ -43,19 +43,20 @@ class KnowledgeRouting:
         self.router = router
         x_val, texts_val = split.part("val")
         probs, score = router.scores(x_val, texts_val)
-        dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val)
+        dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val, k=FIT_CANDIDATES)
         y_val = split.y[split.idx["val"]]
         self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, split.classes, seed=seed,
                                               held_out_score=router.held_out_scores(x_val, texts_val, y_val))
-        # As training does: a combiner validation did not keep is not served, and the router's own threshold stands.
-        kept = self.combiner.active
+        # As training does: a combiner validation kept neither for ranking nor for abstention is not served,
+        # and the router's own threshold stands.
+        kept = self.combiner.serves
         self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall) if kept else router_threshold
         say(f"  knowledge-aware routing: {self.combiner.report}")
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         texts = texts or [""] * len(x)
         probs, score = self.router.scores(x, texts)
-        if not self.combiner.active:
+        if not self.combiner.serves:
             return probs, score
         return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts))
 
@@ -65,7 +66,7 @@ class KnowledgeRouting:
         ``char_logits``: the words' reading (``TextRouter.read_text``) made while the encoder worked.
         """
         probs, score = self.router.score_one(vector, text, char_logits=char_logits)
-        if self.combiner.active:
+        if self.combiner.serves:
             cand, dense, keywords = evidence_one(self.lookup, probs, vector, text, self.combiner.candidates)
             probs, score = self.combiner.combine_one(probs, score, cand, dense, keywords)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]

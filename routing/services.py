@@ -208,7 +208,7 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
     from knowledge.services import evidence_lookup, experts_without_documents
     from knowledge.stores import StoreUnavailable
 
-    from .ml.knowledge import KnowledgeCombiner, MissingKnowledge, evidence_matrix
+    from .ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix
     from .ml.training import abstain_threshold
 
     if not settings.ROUTER_KNOWLEDGE:
@@ -220,21 +220,22 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
             raise MissingKnowledge(without)
         router = result.router
         probs, score = router.scores(x_val, texts_val, context_val)
-        dense, keywords = evidence_matrix(evidence_lookup(experts), probs, x_val, texts_val)
+        dense, keywords = evidence_matrix(evidence_lookup(experts), probs, x_val, texts_val, k=FIT_CANDIDATES)
         combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, experts, seed=config.seed,
                                          held_out_score=router.held_out_scores(x_val, texts_val, y_val, context_val))
     except (MissingKnowledge, StoreUnavailable) as exc:
         result.metrics["knowledge"] = {"fitted": False, "reason": str(exc)}
         reporter.log(f"routing without the experts' documents as evidence: {exc}")
         return
-    result.metrics["knowledge"] = {"fitted": True, **combiner.report}
-    if combiner.active:
+    result.metrics["knowledge"] = {"fitted": True, **combiner.report, "ranks": combiner.active, "in_scope": combiner.in_scope}
+    if combiner.serves:
         router.knowledge = combiner
         _combined, scores = combiner.combine(probs, score, dense, keywords)
         # Serving compares the combined in-scope score with this threshold instead of the router's.
         result.metrics["knowledge"]["abstain_threshold"] = abstain_threshold(scores, config.target_recall)
-    reporter.log(f"knowledge-aware routing: {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "
-                 f"for the router alone, {combiner.report['val_accuracy_cv'] or 0:.3f} cross-validated with the documents)")
+    reporter.log(f"knowledge-aware routing: ranking {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "
+                 f"for the router alone, {combiner.report['val_accuracy_cv'] or 0:.3f} cross-validated with the documents), "
+                 f"in abstention {'on' if combiner.in_scope else 'off'}")
 
 
 def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray,

@@ -112,7 +112,9 @@ def _knowledge(metrics: dict[str, Any]) -> dict[str, Any] | None:
     found = metrics.get("knowledge")
     if not isinstance(found, dict):
         return None
-    return {"fitted": bool(found.get("fitted")), "kept": bool(found.get("kept")), "reason": str(found.get("reason") or ""),
+    # Runs trained before the in-scope part was decided apart from the ranking served it only when kept.
+    in_scope = found.get("in_scope", found.get("kept"))
+    return {"fitted": bool(found.get("fitted")), "kept": bool(found.get("kept")), "in_scope": bool(in_scope), "reason": str(found.get("reason") or ""),
             "accuracy_router": selectors.as_number(found.get("val_accuracy_router")), "accuracy_cv": selectors.as_number(found.get("val_accuracy_cv"))}
 
 

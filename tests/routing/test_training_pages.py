@@ -193,7 +193,10 @@ def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(cli
 
 @pytest.mark.parametrize(("knowledge", "expected"), [
     ({"fitted": True, "kept": True, "val_accuracy_router": 0.743, "val_accuracy_cv": 0.772}, ["weighs in beside", "0.743", "0.772"]),
-    ({"fitted": True, "kept": False, "val_accuracy_router": 0.95, "val_accuracy_cv": 0.94}, ["left out", "0.950"]),
+    ({"fitted": True, "kept": False, "val_accuracy_router": 0.95, "val_accuracy_cv": 0.94}, ["do not change which expert", "Nor do they count", "0.950"]),
+    ({"fitted": True, "kept": False, "in_scope": True, "val_accuracy_router": 0.95, "val_accuracy_cv": 0.94},
+     ["do not change which expert", "also counts when deciding whether any expert covers it"]),
+    ({"fitted": True, "kept": True, "in_scope": False, "val_accuracy_router": 0.743, "val_accuracy_cv": 0.772}, ["weighs in beside"]),
     ({"fitted": False, "reason": "knowledge-aware routing needs documents for every expert; none are indexed for: va"}, ["reads the question only", "indexed for: va"]),
 ])
 def test_a_run_page_says_whether_the_experts_documents_take_part_in_routing(client, owner, knowledge, expected):

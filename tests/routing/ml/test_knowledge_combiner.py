@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routing.ml.knowledge import FILE, ROUTER_ALONE, KnowledgeCombiner, MissingKnowledge, candidate_rows, evidence_matrix, evidence_one
+from routing.ml.knowledge import (
+    FILE,
+    FIT_CANDIDATES,
+    ROUTER_ALONE,
+    KnowledgeCombiner,
+    MissingKnowledge,
+    candidate_rows,
+    evidence_matrix,
+    evidence_one,
+)
 
 
 def questions(n=400, n_experts=4, router_margin=1.0, evidence=True, seed=0):
@@ -162,3 +171,38 @@ def test_one_question_without_any_keyword_match_shares_nothing():
     np.testing.assert_allclose(one, batch[0])
     assert score == pytest.approx(0.4 + 0.5 * 0.6)
     assert batch_score[0] == pytest.approx(score)
+
+
+
+def test_a_held_out_question_is_compared_over_as_many_collections_as_served():
+    """Evidence that is noise must not seem to tell an unknown expert's questions apart.
+
+    Served, a question's best cosine is the best of its three candidates; were its expert gone, the
+    router would offer three others. Looked up for three candidates only, the held-out best would be
+    the best of two, lower on average whatever the evidence means.
+    """
+    probs, score, dense, keywords, y = questions(n=2000, seed=11)
+    rng = np.random.default_rng(12)
+    noise = rng.normal(0.5, 0.1, dense.shape)
+    held_out = score + rng.normal(0, 0.01, len(y))
+    wide = KnowledgeCombiner.fit(probs, score, noise, keywords, y, held_out_score=held_out)
+    assert all(abs(t["auroc"] - 0.5) < 0.01 for t in wide.report["score_scale_tried"])
+    served_only = noise.copy()
+    unasked = np.ones_like(noise, dtype=bool)
+    unasked[np.arange(len(y))[:, None], candidate_rows(probs, 3)] = False
+    served_only[unasked] = np.nan
+    narrow = KnowledgeCombiner.fit(probs, score, served_only, keywords, y, held_out_score=held_out)
+    assert narrow.report["score_scale_tried"][-1]["auroc"] > 0.55  # the bias FIT_CANDIDATES removes
+    assert FIT_CANDIDATES == 4
+
+
+def test_the_cosine_can_take_part_in_abstention_where_it_does_not_rank():
+    combiner = KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.5)
+    assert not combiner.active
+    assert combiner.in_scope
+    assert combiner.serves
+    probs = np.array([0.5, 0.3, 0.2])
+    one, one_score = combiner.combine_one(probs, 0.4, [0, 1, 2], np.array([0.2, 0.6, np.nan]), np.array([1.0, 2.0, np.nan]))
+    np.testing.assert_allclose(one, probs)  # the router's ranking, exactly
+    assert one_score == pytest.approx(0.4 + 0.5 * 0.6)
+    assert not KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0).serves
