@@ -20,6 +20,7 @@ import numpy as np
 
 from evaluation.latency import Served
 from evaluation.routing_metrics import method_report
+from knowledge.ml.distinct import DistinctWords
 from knowledge.services import collection_lookup
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
@@ -41,16 +42,18 @@ class KnowledgeRouting:
             raise MissingKnowledge(missing)
         self.lookup = collection_lookup(lambda: self.index.store, [f"eval_{c}" for c in split.classes])
         self.router = router
+        self.words = _distinct_words(Path(folder), list(split.classes))
         x_val, texts_val = split.part("val")
         probs, score = router.scores(x_val, texts_val)
         dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val, k=FIT_CANDIDATES)
         y_val = split.y[split.idx["val"]]
         self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, split.classes, seed=seed,
-                                              held_out_score=router.held_out_scores(x_val, texts_val, y_val))
+                                              held_out_score=router.held_out_scores(x_val, texts_val, y_val),
+                                              words=self.words.scores(texts_val), held_out_words=self.words.scores(texts_val, exclude=y_val))
         # As training does: a combiner validation kept neither for ranking nor for abstention is not served,
         # and the router's own threshold stands.
         kept = self.combiner.serves
-        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords)[1], target_recall) if kept else router_threshold
+        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords, self.words.scores(texts_val))[1], target_recall) if kept else router_threshold
         say(f"  knowledge-aware routing: {self.combiner.report}")
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +61,7 @@ class KnowledgeRouting:
         probs, score = self.router.scores(x, texts)
         if not self.combiner.serves:
             return probs, score
-        return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts))
+        return self.combiner.combine(probs, score, *evidence_matrix(self.lookup, probs, x, texts), self.words.scores(texts))
 
     def serve_one(self, vector: np.ndarray, text: str, arbiter: Arbiter, experts: list[str], char_logits: np.ndarray | None = None) -> str:
         """What ``serving.route`` does after encoding, with the evidence: score, look up, combine, arbitrate.
@@ -68,7 +71,8 @@ class KnowledgeRouting:
         probs, score = self.router.score_one(vector, text, char_logits=char_logits)
         if self.combiner.serves:
             cand, dense, keywords = evidence_one(self.lookup, probs, vector, text, self.combiner.candidates)
-            probs, score = self.combiner.combine_one(probs, score, cand, dense, keywords)
+            words = self.words.score(text) if self.combiner.word_scale else 0.0
+            probs, score = self.combiner.combine_one(probs, score, cand, dense, keywords, words)
         return arbiter.decide(dict(zip(experts, probs.tolist(), strict=True)), top_k=2, score=score).chosen[0]
 
     def served(self, experts: list[str]) -> Served:
@@ -97,7 +101,25 @@ class KnowledgeRouting:
         return {
             "documents": len(self.index.units), "chunks": len(self.index.chunks), "index_s": round(self.index.index_s, 2),
             "combiner": self.combiner.report, "weights": [round(float(w), 4) for w in self.combiner.weights],
-            "score_scale": round(self.combiner.score_scale, 4), "abstain_threshold": self.threshold,
+            "score_scale": round(self.combiner.score_scale, 4), "word_scale": round(self.combiner.word_scale, 4), "abstain_threshold": self.threshold,
             "how": "router (train_text_router) + each candidate expert's best dense cosine and BM25 score in its own collection, "
                    "combined by a conditional logit fitted and kept or dropped on the router's validation split",
         }
+
+
+def _distinct_words(folder: Path, domains: list[str]) -> DistinctWords:
+    """``DistinctWords`` over ``folder``'s documents (``docs.jsonl``), one expert per domain, as serving builds it from each expert's documents."""
+    import json
+
+    texts: dict[str, list[str]] = {d: [] for d in domains}
+    with (folder / "docs.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                doc = json.loads(line)
+                if doc.get("domain") in texts:
+                    texts[doc["domain"]].append(f"{doc.get('title') or ''}\n{doc.get('text') or ''}")
+    from django.conf import settings
+
+    from sbcommon.encoders import tokenizer_words
+
+    return DistinctWords.from_texts((texts[d] for d in domains), tokenizer_words(settings.EMBEDDING_MODEL))

@@ -44,6 +44,7 @@ from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
 from .ml.chunking import Chunk, chunk_text, section_title
 from .ml.conversation import SearchContext, expand_query
+from .ml.distinct import DistinctWords
 from .ml.rescoring import rescore
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
@@ -822,6 +823,33 @@ def vocabulary(experts: list[Expert]) -> Vocabulary:
         if len(_vocabularies) >= VOCABULARY_CACHE:
             _vocabularies.pop(next(iter(_vocabularies)))
         _vocabularies[keys] = built
+    return built
+
+
+_distinct: dict[tuple[Any, ...], DistinctWords] = {}
+
+
+def distinct_words(slugs: list[str]) -> DistinctWords:
+    """``knowledge.ml.distinct.DistinctWords`` over the documents of the experts ``slugs``, by position
+    (an expert that does not exist counts as one without documents); built once per change of their documents."""
+    rows = experts_by_slug(slugs)
+    keys = tuple(_vocabulary_key(rows[s]) if s in rows else (s,) for s in slugs)
+    with _vocabularies_lock:
+        found = _distinct.get(keys)
+    if found is not None:
+        return found
+
+    def texts(slug: str) -> Any:
+        if slug not in rows:
+            return []
+        found = Document.objects.filter(expert_id=rows[slug].pk).values_list("title", "text").iterator(chunk_size=200)
+        return (f"{title}\n{text}" for title, text in found)
+
+    built = DistinctWords.from_texts((texts(s) for s in slugs), tokenizer_words(settings.EMBEDDING_MODEL))
+    with _vocabularies_lock:
+        if len(_distinct) >= VOCABULARY_CACHE:
+            _distinct.pop(next(iter(_distinct)))
+        _distinct[keys] = built
     return built
 
 

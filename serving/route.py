@@ -379,7 +379,7 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
     Returns (probabilities, score, abstain threshold, evidence by expert). When the vector store
     cannot be read, the router's own figures and threshold, and ``{"unavailable": reason}``.
     """
-    from knowledge.services import evidence_lookup
+    from knowledge.services import distinct_words, evidence_lookup
     from knowledge.stores import StoreUnavailable
     from routing.ml.knowledge import evidence_one
 
@@ -390,7 +390,8 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
     except StoreUnavailable as exc:
         logger.warning("routing.knowledge.unavailable", extra={"error": str(exc)[:200]})
         return probs, score, threshold, {"unavailable": str(exc)[:200]}
-    combined, combined_score = combiner.combine_one(probs, score, cand, dense, keywords)
+    words = distinct_words(experts).score(question) if combiner.word_scale else 0.0
+    combined, combined_score = combiner.combine_one(probs, score, cand, dense, keywords, words)
     known = (version.metrics or {}).get("knowledge") or {}
     evidence = {
         experts[j]: {"best_match": _rounded(d, 3), "keyword_score": _rounded(k, 2)}

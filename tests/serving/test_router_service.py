@@ -387,6 +387,28 @@ def test_knowledge_evidence_reranks_the_candidates_and_is_shown(router, monkeypa
     assert set(decision.views["knowledge"]) == set(EXPERTS)
 
 
+def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router, monkeypatch):
+    """The router alone turns "what is PSLF?" away; with the word weight validation gave, its jargon keeps it."""
+    from knowledge import services as knowledge_services
+    from routing.ml.knowledge import ROUTER_ALONE, KnowledgeCombiner
+
+    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.0, 0.0)] * len(positions))
+    asked = []
+    monkeypatch.setattr(knowledge_services, "distinct_words",
+                        lambda slugs: type("W", (), {"score": staticmethod(lambda text: asked.append(text) or (9.0 if "pslf" in text.lower() else 0.0))})())
+    KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.5).save(router.path)
+    router.metrics = {**router.metrics, "knowledge": {"fitted": True, "abstain_threshold": 1.0}}
+    router.save()
+    route._router_cache.clear()
+    assert not route.route("what is PSLF?").abstained  # its score plus 0.5 x 9 clears the threshold of 1.0
+    assert route.route("what is the weather?").abstained
+    assert asked == ["what is PSLF?", "what is the weather?"]
+    KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.0).save(router.path)
+    route._router_cache.clear()
+    assert route.route("what is PSLF?").abstained  # without the words' weight: turned away, and nothing asked
+    assert len(asked) == 2
+
+
 def test_a_key_scoped_to_some_experts_sees_no_evidence_of_the_others(router, monkeypatch):
     from knowledge import services as knowledge_services
 

@@ -206,3 +206,37 @@ def test_the_cosine_can_take_part_in_abstention_where_it_does_not_rank():
     np.testing.assert_allclose(one, probs)  # the router's ranking, exactly
     assert one_score == pytest.approx(0.4 + 0.5 * 0.6)
     assert not KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0).serves
+
+
+def test_distinct_words_weigh_in_the_in_scope_score_where_validation_says_they_tell_unknown_experts_apart():
+    probs, score, dense, keywords, y = questions(seed=21)
+    rng = np.random.default_rng(22)
+    held_out = score + rng.normal(0, 0.01, len(y))  # the router's score tells nothing
+    flat = rng.normal(0.5, 0.05, dense.shape)
+    # Half the questions carry a word of their own expert's documents, which is gone when it is held out.
+    words = np.where(rng.random(len(y)) < 0.5, 8.0, 0.0)
+    combiner = KnowledgeCombiner.fit(probs, score, flat, keywords, y, held_out_score=held_out, words=words, held_out_words=np.zeros_like(words))
+    assert combiner.word_scale > 0
+    assert combiner.in_scope
+    assert combiner.serves
+    assert [t["factor"] for t in combiner.report["word_scale_tried"]] == [0.0, 0.25, 0.5, 1.0]
+    _, scored = combiner.combine(probs, score, flat, keywords, words)
+    _, without = combiner.combine(probs, score, flat, keywords)
+    assert (scored[words > 0] > without[words > 0]).all()
+    assert np.allclose(scored[words == 0], without[words == 0])
+    cand = candidate_rows(probs[:1], combiner.candidates)[0].tolist()
+    _, one = combiner.combine_one(probs[0], float(score[0]), cand, flat[0, cand], keywords[0, cand], float(words[0]))
+    assert one == pytest.approx(float(scored[0]))
+    # Words held out as present as served tell nothing: no weight.
+    assert KnowledgeCombiner.fit(probs, score, flat, keywords, y, held_out_score=score - 0.3, words=words, held_out_words=words).word_scale == 0.0
+
+
+def test_the_word_weight_is_saved_and_older_files_read_as_none(tmp_path):
+    import json
+
+    KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.3).save(tmp_path)
+    assert KnowledgeCombiner.load(tmp_path).word_scale == pytest.approx(0.3)
+    saved = json.loads((tmp_path / FILE).read_text())
+    del saved["word_scale"]
+    (tmp_path / FILE).write_text(json.dumps(saved))
+    assert KnowledgeCombiner.load(tmp_path).word_scale == 0.0

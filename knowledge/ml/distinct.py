@@ -1,0 +1,59 @@
+"""Words that belong to one expert's documents: evidence that a question is in scope (``routing.ml.knowledge``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class DistinctWords:
+    """How strongly a question's rarest words belong to one expert's documents: ``rarity x share``.
+
+    For each word of the experts' documents: its rarity, ``log(all words / its count)`` over every
+    expert's documents, and each expert's share of its occurrences. A question's evidence is the
+    largest ``rarity x share`` among its words: "what is PSLF?" scores high (a rare word, all of it
+    in Student Aid's documents) where the router, which never saw the word in a training question,
+    is unsure. Only words outside ``known`` count: the sentence encoder's whole-word vocabulary, the
+    words of everyday English it reads by meaning. A document set is small and written in another
+    register than questions, so everyday words can be rare in it by chance ("me" occurs 5 times in
+    the demo's 50,000 words, "flight" 5, all in one agency's pages); jargon and acronyms the
+    encoder does not know ("PSLF", "DD214", "FAFSA") are what its meaning misses and the documents
+    hold.
+    ``exclude`` scores a question as if one expert did not exist (its documents gone), which is how
+    the in-scope weight is chosen on validation (held-out experts).
+    """
+
+    def __init__(self, counts: Sequence[Counter[str]], known: frozenset[str] | set[str] = frozenset()):
+        self.counts = list(counts)
+        self.known = frozenset(known)
+        self.total: Counter[str] = Counter()
+        for c in self.counts:
+            self.total.update(c)
+        self.size = sum(self.total.values())
+        self.sizes = [sum(c.values()) for c in self.counts]
+
+    @classmethod
+    def from_texts(cls, texts_by_expert: Iterable[Iterable[str]], known: frozenset[str] | set[str] = frozenset()) -> DistinctWords:
+        return cls([Counter(w for text in texts for w in _WORD.findall(text.lower()) if len(w) > 1) for texts in texts_by_expert], known)
+
+    def score(self, text: str, exclude: int | None = None) -> float:
+        """The question's evidence (0 when none of its words occurs in the documents)."""
+        best = 0.0
+        drop = self.counts[exclude] if exclude is not None else None
+        size = self.size - (self.sizes[exclude] if exclude is not None else 0)
+        for word in set(_WORD.findall((text or "").lower())) - self.known:
+            total = self.total.get(word, 0) - (drop.get(word, 0) if drop is not None else 0)
+            if total <= 0 or size <= 0:
+                continue
+            top = max(c.get(word, 0) for i, c in enumerate(self.counts) if i != exclude)
+            best = max(best, math.log(size / total) * top / total)
+        return best
+
+    def scores(self, texts: Sequence[str], exclude: Sequence[int] | None = None) -> np.ndarray:
+        return np.array([self.score(t, None if exclude is None else int(exclude[i])) for i, t in enumerate(texts)], dtype=np.float64)
