@@ -38,7 +38,7 @@ class ProductRouter:
     The router is trained as ``evaluate router`` trains it (``RouterMethod``: ``train_text_router``,
     the default variant, the dataset's train split, calibrated on its validation split), with the
     dataset's documents as evidence when ``ROUTER_KNOWLEDGE`` is on and validation keeps the combiner
-    (as training does). Its in-scope score reads the question alone, as served. ``close()`` drops the
+    for the ranking or for abstention (as training does). Its in-scope score reads the question alone, as served. ``close()`` drops the
     documents' temporary index.
     """
 
@@ -55,7 +55,7 @@ class ProductRouter:
         self._documents: KnowledgeRouting | None = None
         if settings.ROUTER_KNOWLEDGE:
             self._documents = KnowledgeRouting(split, method.router_, Path(dataset), say, TARGET_RECALL, seed, router_threshold=self.threshold)
-            if self._documents.combiner.active:
+            if self._documents.combiner.serves:  # kept for the ranking or for abstention, as training does
                 self.threshold, self._scorer = float(self._documents.threshold), self._documents
 
 
