@@ -42,18 +42,19 @@ class KnowledgeRouting:
             raise MissingKnowledge(missing)
         self.lookup = collection_lookup(lambda: self.index.store, [f"eval_{c}" for c in split.classes])
         self.router = router
-        self.words = _distinct_words(Path(folder), list(split.classes))
+        self.words = _distinct_words(self.index.units, list(split.classes))
         x_val, texts_val = split.part("val")
         probs, score = router.scores(x_val, texts_val)
         dense, keywords = evidence_matrix(self.lookup, probs, x_val, texts_val, k=FIT_CANDIDATES)
         y_val = split.y[split.idx["val"]]
+        words_val = self.words.scores(texts_val)
         self.combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, split.classes, seed=seed,
                                               held_out_score=router.held_out_scores(x_val, texts_val, y_val),
-                                              words=self.words.scores(texts_val), held_out_words=self.words.scores(texts_val, exclude=y_val))
+                                              words=words_val, held_out_words=self.words.scores(texts_val, exclude=y_val))
         # As training does: a combiner validation kept neither for ranking nor for abstention is not served,
         # and the router's own threshold stands.
         kept = self.combiner.serves
-        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords, self.words.scores(texts_val))[1], target_recall) if kept else router_threshold
+        self.threshold = abstain_threshold(self.combiner.combine(probs, score, dense, keywords, words_val)[1], target_recall) if kept else router_threshold
         say(f"  knowledge-aware routing: {self.combiner.report}")
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -107,19 +108,11 @@ class KnowledgeRouting:
         }
 
 
-def _distinct_words(folder: Path, domains: list[str]) -> DistinctWords:
-    """``DistinctWords`` over ``folder``'s documents (``docs.jsonl``), one expert per domain, as serving builds it from each expert's documents."""
-    import json
-
-    texts: dict[str, list[str]] = {d: [] for d in domains}
-    with (folder / "docs.jsonl").open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                doc = json.loads(line)
-                if doc.get("domain") in texts:
-                    texts[doc["domain"]].append(f"{doc.get('title') or ''}\n{doc.get('text') or ''}")
+def _distinct_words(documents: list[dict[str, Any]], domains: list[str]) -> DistinctWords:
+    """``DistinctWords`` over the indexed documents, one expert per domain, as serving builds it from each expert's documents."""
     from django.conf import settings
 
     from sbcommon.encoders import tokenizer_words
 
-    return DistinctWords.from_texts((texts[d] for d in domains), tokenizer_words(settings.EMBEDDING_MODEL))
+    return DistinctWords.from_texts(([f"{d['title']}\n{d['text']}" for d in documents if d["domain"] == domain] for domain in domains),
+                                    tokenizer_words(settings.EMBEDDING_MODEL))

@@ -810,20 +810,30 @@ def _vocabulary_key(expert: Expert) -> tuple[Any, ...]:
     return serving_cached(("vocabulary-key", expert.pk), load)
 
 
+def _built_once(cache: dict[tuple[Any, ...], Any], keys: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """``cache[keys]``, built by ``build()`` the first time (keys: ``_vocabulary_key``s); the oldest of ``VOCABULARY_CACHE`` entries goes first."""
+    with _vocabularies_lock:
+        found = cache.get(keys)
+    if found is not None:
+        return found
+    built = build()
+    with _vocabularies_lock:
+        if len(cache) >= VOCABULARY_CACHE:
+            cache.pop(next(iter(cache)))
+        cache[keys] = built
+    return built
+
+
+def _document_texts(expert_ids: list[int]) -> Iterable[str]:
+    """The title and text of each document of the experts ``expert_ids``, read in batches."""
+    rows = Document.objects.filter(expert_id__in=expert_ids).values_list("title", "text").iterator(chunk_size=200)
+    return (f"{title}\n{text}" for title, text in rows)
+
+
 def vocabulary(experts: list[Expert]) -> Vocabulary:
     """The words of the experts' documents (titles and texts) with their counts, built once per change of their documents."""
     keys = tuple(sorted(_vocabulary_key(e) for e in experts))
-    with _vocabularies_lock:
-        found = _vocabularies.get(keys)
-    if found is not None:
-        return found
-    texts = Document.objects.filter(expert_id__in=[e.pk for e in experts]).values_list("title", "text").iterator(chunk_size=200)
-    built = Vocabulary.from_texts(f"{title}\n{text}" for title, text in texts)
-    with _vocabularies_lock:
-        if len(_vocabularies) >= VOCABULARY_CACHE:
-            _vocabularies.pop(next(iter(_vocabularies)))
-        _vocabularies[keys] = built
-    return built
+    return _built_once(_vocabularies, keys, lambda: Vocabulary.from_texts(_document_texts([e.pk for e in experts])))
 
 
 _distinct: dict[tuple[Any, ...], DistinctWords] = {}
@@ -834,23 +844,8 @@ def distinct_words(slugs: list[str]) -> DistinctWords:
     (an expert that does not exist counts as one without documents); built once per change of their documents."""
     rows = experts_by_slug(slugs)
     keys = tuple(_vocabulary_key(rows[s]) if s in rows else (s,) for s in slugs)
-    with _vocabularies_lock:
-        found = _distinct.get(keys)
-    if found is not None:
-        return found
-
-    def texts(slug: str) -> Any:
-        if slug not in rows:
-            return []
-        found = Document.objects.filter(expert_id=rows[slug].pk).values_list("title", "text").iterator(chunk_size=200)
-        return (f"{title}\n{text}" for title, text in found)
-
-    built = DistinctWords.from_texts((texts(s) for s in slugs), tokenizer_words(settings.EMBEDDING_MODEL))
-    with _vocabularies_lock:
-        if len(_distinct) >= VOCABULARY_CACHE:
-            _distinct.pop(next(iter(_distinct)))
-        _distinct[keys] = built
-    return built
+    return _built_once(_distinct, keys, lambda: DistinctWords.from_texts(
+        (_document_texts([rows[s].pk]) if s in rows else [] for s in slugs), tokenizer_words(settings.EMBEDDING_MODEL)))
 
 
 def correct_spelling(experts: list[Expert], question: str) -> Correction:

@@ -222,9 +222,10 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
         probs, score = router.scores(x_val, texts_val, context_val)
         dense, keywords = evidence_matrix(evidence_lookup(experts), probs, x_val, texts_val, k=FIT_CANDIDATES)
         words = distinct_words(experts)
+        words_val = words.scores(texts_val)
         combiner = KnowledgeCombiner.fit(probs, score, dense, keywords, y_val, experts, seed=config.seed,
                                          held_out_score=router.held_out_scores(x_val, texts_val, y_val, context_val),
-                                         words=words.scores(texts_val), held_out_words=words.scores(texts_val, exclude=y_val))
+                                         words=words_val, held_out_words=words.scores(texts_val, exclude=y_val))
     except (MissingKnowledge, StoreUnavailable) as exc:
         result.metrics["knowledge"] = {"fitted": False, "reason": str(exc)}
         reporter.log(f"routing without the experts' documents as evidence: {exc}")
@@ -232,7 +233,7 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
     result.metrics["knowledge"] = {"fitted": True, **combiner.report, "ranks": combiner.active, "in_scope": combiner.in_scope}
     if combiner.serves:
         router.knowledge = combiner
-        _combined, scores = combiner.combine(probs, score, dense, keywords, words.scores(texts_val))
+        _combined, scores = combiner.combine(probs, score, dense, keywords, words_val)
         # Serving compares the combined in-scope score with this threshold instead of the router's.
         result.metrics["knowledge"]["abstain_threshold"] = abstain_threshold(scores, config.target_recall)
     reporter.log(f"knowledge-aware routing: ranking {'on' if combiner.active else 'off'} (validation accuracy {combiner.report['val_accuracy_router']:.3f} "

@@ -28,3 +28,16 @@ def test_new_documents_extend_the_vocabulary(kb, dmv):
     services.ingest_files(dmv, [("plates.txt", b"Vehicle registration and plates.")], index=False)
     clear_serving_caches()  # other processes wait SERVING_CACHE_TTL_S for the change
     assert services.correct_spelling([dmv], "registraton").text == "registration"
+
+
+def test_distinct_words_read_each_experts_documents_and_follow_their_changes(kb, dmv, ssa):
+    services.ingest_files(dmv, [("renew.txt", b"Renew your licence with form MV44 at the office.")], index=False)
+    services.ingest_files(ssa, [("retire.txt", b"Apply for retirement benefits online.")], index=False)
+    words = services.distinct_words(["dmv", "ssa", "gone"])  # an expert that does not exist has no documents
+    assert words.score("where do I send MV44?") > 0
+    assert words.score("where do I send MV44?", exclude=0) == 0.0  # only the DMV's documents hold it
+    assert words.score("what is SSDI?") == 0.0
+    assert services.distinct_words(["dmv", "ssa", "gone"]) is words  # built once
+    services.ingest_files(ssa, [("ssdi.txt", b"SSDI pays disability benefits.")], index=False)
+    clear_serving_caches()
+    assert services.distinct_words(["dmv", "ssa", "gone"]).score("what is SSDI?") > 0
