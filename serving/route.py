@@ -390,13 +390,17 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
     except StoreUnavailable as exc:
         logger.warning("routing.knowledge.unavailable", extra={"error": str(exc)[:200]})
         return probs, score, threshold, {"unavailable": str(exc)[:200]}
-    words = distinct_words(experts).score(question) if combiner.word_scale else 0.0
-    combined, combined_score = combiner.combine_one(probs, score, cand, dense, keywords, words)
+    claim = distinct_words(experts).strongest(question) if combiner.word_scale else None
+    combined, combined_score = combiner.combine_one(probs, score, cand, dense, keywords, claim[2] if claim is not None else 0.0)
     known = (version.metrics or {}).get("knowledge") or {}
-    evidence = {
+    evidence: dict[str, Any] = {
         experts[j]: {"best_match": _rounded(d, 3), "keyword_score": _rounded(k, 2)}
         for j, d, k in zip(cand, dense.tolist(), keywords.tolist(), strict=True)
     }
+    if claim is not None:
+        # The word that kept the question in scope, and whose documents use it (shown even where that expert is no candidate).
+        word, owner, value = claim
+        evidence.setdefault(experts[owner], {}).update({"word": word, "jargon": round(value, 2)})
     return combined, combined_score, known.get("abstain_threshold", threshold), evidence
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -42,18 +42,30 @@ class DistinctWords:
     def from_texts(cls, texts_by_expert: Iterable[Iterable[str]], known: frozenset[str] | set[str] = frozenset()) -> DistinctWords:
         return cls([Counter(w for text in texts for w in _WORD.findall(text.lower()) if len(w) > 1) for texts in texts_by_expert], known)
 
-    def score(self, text: str, exclude: int | None = None) -> float:
-        """The question's evidence (0 when none of its words occurs in the documents)."""
-        best = 0.0
+    def _claims(self, text: str, exclude: int | None) -> Iterator[tuple[str, int, float]]:
+        """(word, expert, ``rarity x that expert's share``) for each of the question's words in some expert's documents."""
         drop = self.counts[exclude] if exclude is not None else None
         size = self.size - (self.sizes[exclude] if exclude is not None else 0)
-        for word in set(_WORD.findall((text or "").lower())) - self.known:
+        if size <= 0:
+            return
+        for word in sorted(set(_WORD.findall((text or "").lower())) - self.known):
             total = self.total.get(word, 0) - (drop.get(word, 0) if drop is not None else 0)
-            if total <= 0 or size <= 0:
+            if total <= 0:
                 continue
-            top = max(c.get(word, 0) for i, c in enumerate(self.counts) if i != exclude)
-            best = max(best, math.log(size / total) * top / total)
-        return best
+            rarity = math.log(size / total)
+            for i, c in enumerate(self.counts):
+                n = c.get(word, 0)
+                if n and i != exclude:
+                    yield word, i, rarity * n / total
+
+    def strongest(self, text: str, exclude: int | None = None) -> tuple[str, int, float] | None:
+        """The question's strongest claim as (word, expert, ``rarity x share``), what a trace shows; None when no word counts."""
+        return max(self._claims(text, exclude), key=lambda claim: claim[2], default=None)
+
+    def score(self, text: str, exclude: int | None = None) -> float:
+        """The question's evidence (0 when none of its words occurs in the documents): its strongest claim's value."""
+        claim = self.strongest(text, exclude)
+        return claim[2] if claim is not None else 0.0
 
     def scores(self, texts: Sequence[str], exclude: Sequence[int] | None = None) -> np.ndarray:
         return np.array([self.score(t, None if exclude is None else int(exclude[i])) for i, t in enumerate(texts)], dtype=np.float64)

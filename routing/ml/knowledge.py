@@ -64,7 +64,12 @@ the same way after the cosine's. On doc2dial's validation split it gained 0.002 
 (0.791 -> 0.793) and cost 0.005 against clinc150's out-of-scope questions (0.967 -> 0.962); BM25
 sums over every word the question shares with a chunk, common ones too ("tell me a joke" scores 5.9
 in the DMV's documents, "what is PSLF?" 5.6 in Student Aid's), so it says little about whether an
-expert covers a question.
+expert covers a question. And the jargon as a fourth ranking feature (each candidate's claim on the
+question's words, ``rarity x its share``; 69 of doc2dial's 417 validation questions carry such a
+word, and its expert is the gold one for 59 of them): 5-fold cross-validated accuracy on validation
+0.7986 with it against 0.801 without; the keyword share's BM25 already weighs a rare
+word by the collection's IDF, so the router's ranking gains nothing from it. Left out; the trace shows
+the word that kept a question in scope (``DistinctWords.strongest``).
 """
 
 from __future__ import annotations

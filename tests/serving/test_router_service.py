@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from experts.models import Expert
+from knowledge.ml.distinct import DistinctWords
 from routing import services
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
@@ -394,19 +395,31 @@ def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router
 
     monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.0, 0.0)] * len(positions))
     asked = []
-    monkeypatch.setattr(knowledge_services, "distinct_words",
-                        lambda slugs: type("W", (), {"score": staticmethod(lambda text: asked.append(text) or (9.0 if "pslf" in text.lower() else 0.0))})())
-    KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.5).save(router.path)
+    # The documents: "PSLF" is Student Aid's word (here "va", the router's last candidate), "weather" is nobody's.
+    words = DistinctWords.from_texts([["Renew your license."], ["Retirement benefits."], ["Apply for PSLF with the PSLF form."]],
+                                     known={"renew", "your", "license", "retirement", "benefits", "apply", "for", "with", "the", "form"})
+
+    def distinct_words(slugs):
+        asked.append(list(slugs))
+        return words
+
+    monkeypatch.setattr(knowledge_services, "distinct_words", distinct_words)
+    KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=1.0).save(router.path)
     router.metrics = {**router.metrics, "knowledge": {"fitted": True, "abstain_threshold": 1.0}}
     router.save()
     route._router_cache.clear()
-    assert not route.route("what is PSLF?").abstained  # its score plus 0.5 x 9 clears the threshold of 1.0
+    decision = route.route("what is PSLF?")
+    assert not decision.abstained  # its score plus the word's weight clears the threshold of 1.0
+    assert decision.views["knowledge"]["va"]["word"] == "pslf"  # the trace says which word, and whose
+    assert decision.views["knowledge"]["va"]["jargon"] == pytest.approx(words.score("what is PSLF?"), abs=0.01)
     assert route.route("what is the weather?").abstained
-    assert asked == ["what is PSLF?", "what is the weather?"]
+    assert len(asked) == 2
     KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.0).save(router.path)
     route._router_cache.clear()
-    assert route.route("what is PSLF?").abstained  # without the words' weight: turned away, and nothing asked
+    decision = route.route("what is PSLF?")
+    assert decision.abstained  # without the words' weight: turned away, and nothing asked
     assert len(asked) == 2
+    assert all("word" not in found for found in decision.views["knowledge"].values())
 
 
 def test_a_key_scoped_to_some_experts_sees_no_evidence_of_the_others(router, monkeypatch):

@@ -36,3 +36,13 @@ def test_held_out_an_expert_its_own_words_tell_nothing():
     assert words.score("what is PSLF?", exclude=0) == 0.0  # only the held-out expert's documents had it
     assert words.score("what is SSI?", exclude=0) > 0
     assert list(words.scores(["PSLF", "SSI"], exclude=[0, 2])) == [0.0, 0.0]
+
+
+def test_the_strongest_claim_names_the_word_and_the_expert_whose_documents_use_it():
+    words = DistinctWords.from_texts(DOCS, KNOWN)
+    assert words.strongest("what is PSLF?")[:2] == ("pslf", 0)
+    word, expert, value = words.strongest("what is PSLF or SSI?")
+    assert (word, expert) in {("pslf", 0), ("ssi", 2)}
+    assert value == pytest.approx(words.score("what is PSLF or SSI?")) == pytest.approx(max(words.score("PSLF"), words.score("SSI")))
+    assert words.strongest("what is PSLF or SSI?", exclude=0)[:2] == ("ssi", 2)
+    assert words.strongest("tell me a joke") is None
