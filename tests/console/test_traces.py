@@ -111,6 +111,20 @@ def test_a_trace_says_what_each_view_of_the_question_favoured(client, world, exa
     assert ("training questions most like it" in found) == bool(examples)
 
 
+def test_a_trace_names_the_word_that_kept_the_question_in_scope_and_whose_documents_use_it(client, world):
+    _, staff = world
+    knowledge = {"dmv": {"best_match": 0.31, "keyword_score": 2.0}, "ssa": {"best_match": None, "keyword_score": None},
+                 "va": {"word": "dd214", "jargon": 10.1}}  # the word's expert was no candidate: only its word
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.6}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
+                        raw_scores={"dmv": 0.6, "ssa": 0.3}, score=1.4, threshold=1.2, views={"knowledge": knowledge})
+    event("r-word", "dmv", question="where do I send my DD214?", trace=traces.build(decision, None))
+    client.force_login(staff)
+    found = client.get(reverse("console-trace", args=["r-word"])).content.decode().split('id="router-knowledge"')[1].split("</ul>")[0]
+    assert "<strong>dmv</strong>: closest passage 0.31, keyword match 2.0</li>" in found
+    assert "<strong>ssa</strong>: no documents</li>" in found
+    assert "<strong>va</strong>: <span class=\"jargon\">its documents use “dd214”, which the others' rarely do (weight 10.1)</span></li>" in found
+
+
 def test_a_trace_keeps_the_passages_with_what_was_cited_and_the_answer_only_when_text_is_stored(settings):
     from serving.chat import ChatResult
 
