@@ -1,6 +1,8 @@
 """The extractive answer picks relevant sentences, cites them, and admits when it found nothing."""
 
-from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer
+import pytest
+
+from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted
 
 PASSAGES = [
     Passage(text="You can renew your driver licence online. Renewal costs 64 dollars. Offices open at nine.", title="Renewals", score=0.7),
@@ -22,6 +24,25 @@ def test_a_documents_own_footnote_numbers_never_pass_for_citations(encoder):
     assert "64 dollars" in answer.text
     assert "[4]" not in answer.text
     assert answer.text.endswith("[1]")
+
+
+def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder):
+    sectioned = [Passage(text="Fee to replace a licence\nThe fee to replace a licence is 17 dollars. Offices open at nine.", title="Fees", score=0.7)]
+    answer = extractive_answer("How much is it to replace a licence?", sectioned, encoder.encode, max_sentences=1)
+    assert answer.text == "The fee to replace a licence is 17 dollars. [1]"
+    assert answer.selection["quoted"][0]["text"] == "The fee to replace a licence is 17 dollars."
+
+
+@pytest.mark.parametrize(("sentence", "expected"), [
+    ("Recovered vehicles\nIf your vehicle is recovered, call the police.", "If your vehicle is recovered, call the police."),
+    ("Heading\n\n\"Quoted\" advice [3] follows.", "\"Quoted\" advice follows."),
+    # A line that breaks a sentence, or one that ends as a sentence does, is no heading.
+    ("Documents in your spouse's name if\nyou share a last name.", "Documents in your spouse's name if\nyou share a last name."),
+    ("Step 2: bring these:\nProof of identity.", "Step 2: bring these:\nProof of identity."),
+    ("One sentence alone.", "One sentence alone."),
+])
+def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
+    assert quoted(sentence) == expected
 
 
 def test_it_says_so_when_retrieval_is_weak(encoder):
