@@ -34,7 +34,7 @@ import numpy as np
 
 from evaluation.datasets import dataset_embeddings, read_jsonl, search_contexts, stratified_sample
 from experts.ml.answer_metrics import token_f1
-from experts.ml.extractive import FOOTNOTE, ChunkSentenceCache, candidate_sentences
+from experts.ml.extractive import ChunkSentenceCache, candidate_sentences, quoted
 from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_mlp, fit_weights, load_scorer, picked_f1
 
 Say = Callable[[str], None]
@@ -104,7 +104,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
                 if found is None:
                     continue
                 candidates, features = found
-                f1 = np.array([token_f1(FOOTNOTE.sub("", sentence), q.gold) for _, _, sentence in candidates])
+                f1 = np.array([token_f1(quoted(sentence), q.gold) for _, _, sentence in candidates])  # as the answer quotes it
                 groups[split].append((features, f1))
                 group_domains[split].append(corpus.domains[int(y[i])])
             say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
