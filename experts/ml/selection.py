@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .extractive import NOT_FOUND, Passage, split_sentences, word_set
+from .extractive import NOT_FOUND, Passage, quoted, split_sentences, word_set
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
 from .sentence_scorer import FEATURES, SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
@@ -64,6 +64,14 @@ class Candidate:
     def target(self, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
         """As a training target is written: the text, then its passage's marker."""
         return self.text if not self.passage else f"{self.text} {render_citation(self.passage, citation_format)}"
+
+    def answer(self, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
+        """As the answer quotes it once chosen: ``target`` without its section's heading line (``extractive.quoted``).
+
+        The model judges the candidate as the prompt shows it, heading included (and learns from it so);
+        the reader gets the sentence, as from the extractive answer.
+        """
+        return self.text if not self.passage else f"{quoted(self.text)} {render_citation(self.passage, citation_format)}"
 
 
 def candidates(passages: Sequence[Passage], *, max_span: int = MAX_SPAN, abstain: bool = True,
@@ -274,7 +282,7 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_powe
     options, scorer = plan.options, plan.scorer
     if scorer is None:
         best = choose(scores, length_power)
-        return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1])
+        return Selected(options[best].answer(plan.citation_format), len(plan.prompt), scores[best][1])
     shortlisted = plan.rated + [0.0] * (len(options) - len(plan.rated))
     best = shortlist_choice(options, shortlisted, scores, scorer.weight)
     choice = None
@@ -282,7 +290,7 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_powe
         row = plan.keep[best]
         why = reasons(plan.features, row, scorer.model.local_weights(plan.features, row))
         choice = _choice(options[: len(plan.rated)], shortlisted, scores, best, scorer.weight, why, len(plan.features))
-    return Selected(options[best].target(plan.citation_format), len(plan.prompt), scores[best][1], choice)
+    return Selected(options[best].answer(plan.citation_format), len(plan.prompt), scores[best][1], choice)
 
 
 def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
@@ -307,7 +315,7 @@ def _choice(shortlist: Sequence[Candidate], rated: Sequence[float], scores: Sequ
     combined = [rated[k] + weight * scores[k][0] / max(1, scores[k][1]) for k in range(len(shortlist))]
 
     def where(k: int) -> dict[str, Any]:
-        return {"passage": shortlist[k].passage, "sentence": shortlist[k].sentence, "score": round(combined[k], 3), "text": shortlist[k].text}
+        return {"passage": shortlist[k].passage, "sentence": shortlist[k].sentence, "score": round(combined[k], 3), "text": quoted(shortlist[k].text)}
 
     agreed = best == max(range(len(shortlist)), key=lambda k: rated[k])
     others = sorted((k for k in range(len(shortlist)) if k != best), key=lambda k: -combined[k])

@@ -332,3 +332,18 @@ def test_any_backends_scores_decide_as_the_in_process_model_does(tiny):
     assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=scorer)
     with pytest.raises(ValueError, match="2 scores for 3 options"):
         selection.decide(plan, scores[:2])
+
+
+def test_a_chosen_candidate_is_quoted_without_its_sections_heading_but_trained_on_as_shown():
+    headed = Candidate("Fees to replace a licence\nThe fee is 17 dollars.", 2, 1)
+    assert headed.target() == "Fees to replace a licence\nThe fee is 17 dollars. [2]"  # what the adapter learns and judges
+    assert headed.answer() == "The fee is 17 dollars. [2]"  # what the reader gets
+    assert Candidate(NOT_FOUND, 0).answer() == NOT_FOUND
+
+
+def test_decide_answers_with_the_quoted_candidate():
+    from experts.ml import selection
+
+    options = [Candidate("Fees\nThe fee is 17 dollars.", 1, 1), Candidate(NOT_FOUND, 0)]
+    plan = selection.SelectionPlan([1, 2, 3], options, [[4], [5]])
+    assert selection.decide(plan, [(-1.0, 4), (-9.0, 4)]).text == "The fee is 17 dollars. [1]"
