@@ -126,6 +126,20 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
     return cached
 
 
+def warm_up() -> bool:
+    """Load in this process what a first question would: the active router, and its experts' documents'
+    evidence and word tables where it reads them (``knowledge.services.distinct_words``: every expert's
+    documents read once). Routes one made-up question, whose choice the load window then forgets.
+    False where there is no router to load yet.
+    """
+    try:
+        route("warm-up: how do I get started?")
+    except RoutingUnavailable:
+        return False
+    reset_load_window()
+    return True
+
+
 def fast_tokenizer_file() -> Path | None:
     """The full encoder's tokenizer, which a fast tier's encoder reads (it may have moved since training: a new install)."""
     try:

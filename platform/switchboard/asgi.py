@@ -186,12 +186,15 @@ async def application(scope, receive, send):
 
 
 def _warm_up() -> None:
-    """Load the sentence encoder before the first request instead of during it (~3 s on a laptop),
-    then take what is loaded by now out of the garbage collector's walks (``sbcommon.gcfreeze``)."""
+    """Load the sentence encoder before the first request instead of during it (~3 s on a laptop), and
+    the active router with the tables it reads (``serving.route.warm_up``), then take what is loaded by
+    now out of the garbage collector's walks (``sbcommon.gcfreeze``)."""
     try:
         from sbcommon.encoders import get_encoder
+        from serving.route import warm_up
 
         get_encoder().encode(["warm-up"])
+        warm_up()
         from experts.generation.registry import warm_up_hottest  # GENERATOR=transformers: load the busiest adapters
         from routing.selectors import traffic_by_expert
 

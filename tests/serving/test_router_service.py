@@ -173,6 +173,17 @@ def test_no_active_router_is_unavailable(router):
         route.route("licence")
 
 
+def test_warming_up_loads_the_router_and_leaves_the_load_window_empty(router):
+    route._router_cache.clear()
+    assert route.warm_up()
+    assert "active" in route._router_cache
+    assert len(route._router_cache["active"][2].window) == 0  # the made-up question is not a user's
+    RouterVersion.objects.update(is_active=False)
+    route.clear_serving_caches()
+    route._router_cache.clear()
+    assert not route.warm_up()  # nothing to load yet: the platform starts all the same
+
+
 # --- training from labels ------------------------------------------------------------------------
 
 @pytest.fixture
@@ -408,17 +419,19 @@ def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router
     router.metrics = {**router.metrics, "knowledge": {"fitted": True, "abstain_threshold": 1.0}}
     router.save()
     route._router_cache.clear()
+    assert route.warm_up()
+    assert asked == [list(EXPERTS)]  # the word table is built before the first question
     decision = route.route("what is PSLF?")
     assert not decision.abstained  # its score plus the word's weight clears the threshold of 1.0
     assert decision.views["knowledge"]["va"]["word"] == "pslf"  # the trace says which word, and whose
     assert decision.views["knowledge"]["va"]["jargon"] == pytest.approx(words.score("what is PSLF?"), abs=0.01)
     assert route.route("what is the weather?").abstained
-    assert len(asked) == 2
+    assert len(asked) == 3
     KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=0.0).save(router.path)
     route._router_cache.clear()
     decision = route.route("what is PSLF?")
     assert decision.abstained  # without the words' weight: turned away, and nothing asked
-    assert len(asked) == 2
+    assert len(asked) == 3
     assert all("word" not in found for found in decision.views["knowledge"].values())
 
 
