@@ -59,9 +59,15 @@ FOOTNOTE = re.compile(r"\s*\[\s*\d{1,3}\s*\]")
 _HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")
 
 
+# A space before a comma, stop, colon or semicolon ("If your vehicle is recovered , make sure"): text
+# extracted from HTML, tokenised and joined again, as doc2dial's pages are. Token F1 reads the same words.
+_SPACED_PUNCTUATION = re.compile(r"(?<=\S) +([,.;:!?])(?=\s|$)")
+
+
 def quoted(sentence: str) -> str:
-    """What an answer quotes of a passage sentence: without the document's footnote markers or its section's heading line."""
-    return _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1).strip()
+    """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
+    heading line, or a space before punctuation."""
+    return _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)).strip()
 
 
 @dataclass

@@ -40,6 +40,8 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("Documents in your spouse's name if\nyou share a last name.", "Documents in your spouse's name if\nyou share a last name."),
     ("Step 2: bring these:\nProof of identity.", "Step 2: bring these:\nProof of identity."),
     ("One sentence alone.", "One sentence alone."),
+    ("If your vehicle is recovered , call the police : they cancel the alarm .", "If your vehicle is recovered, call the police: they cancel the alarm."),
+    ("Pay $ 17.50 - or less ; see (page 2) .", "Pay $ 17.50 - or less; see (page 2)."),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
