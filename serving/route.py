@@ -412,7 +412,7 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
         for j, d, k in zip(cand, dense.tolist(), keywords.tolist(), strict=True)
     }
     if claim is not None:
-        # The word that kept the question in scope, and whose documents use it (shown even where that expert is no candidate).
+        # The word that counted towards the in-scope score, and whose documents use it (shown even where that expert is no candidate).
         word, owner, value = claim
         evidence.setdefault(experts[owner], {}).update({"word": word, "jargon": round(value, 2)})
     return combined, combined_score, known.get("abstain_threshold", threshold), evidence

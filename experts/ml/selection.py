@@ -66,7 +66,7 @@ class Candidate:
         return self.text if not self.passage else f"{self.text} {render_citation(self.passage, citation_format)}"
 
     def answer(self, citation_format: str = DEFAULT_CITATION_FORMAT) -> str:
-        """As the answer quotes it once chosen: ``target`` without its section's heading line (``extractive.quoted``).
+        """As the answer quotes it once chosen: ``target`` as the extractive answer quotes a sentence (``extractive.quoted``).
 
         The model judges the candidate as the prompt shows it, heading included (and learns from it so);
         the reader gets the sentence, as from the extractive answer.
