@@ -18,6 +18,8 @@ urlpatterns = [
     path("traces/", traces.TraceListView.as_view(), name="console-traces"),
     path("traces/<str:request_id>/", traces.TraceDetailView.as_view(), name="console-trace"),
     path("traces/<str:request_id>/feedback/", traces.TraceFeedbackView.as_view(), name="console-trace-feedback"),
+    # The experts are listed on the overview; /experts/ (an expert page's URL cut short) leads there.
+    path("experts/", views.ExpertsView.as_view(), name="console-experts"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
     path("experts/<slug:slug>/fallback/", views.ExpertFallbackView.as_view(), name="console-expert-fallback"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.

@@ -18,10 +18,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views import View
-from django.views.generic import TemplateView
+from django.views.generic import RedirectView, TemplateView
 
 from experts import access
 from experts import services as expert_services
@@ -86,6 +87,13 @@ class OverviewView(LoginRequiredMixin, TemplateView):
             threshold_percent=100 * alarm_threshold(),
         )
         return context
+
+
+class ExpertsView(LoginRequiredMixin, RedirectView):
+    """``/experts/``, an expert page's URL cut short: the experts are listed on the overview."""
+
+    def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:
+        return reverse("console-overview") + "#experts"
 
 
 def answer_html(text: str, citation_count: int) -> SafeString:

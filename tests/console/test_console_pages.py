@@ -364,3 +364,10 @@ def test_the_playground_refuses_a_conversation_it_cannot_continue(console, exper
     refused = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_x"})
     assert refused.status_code == 400
     assert b"belongs to an API key" in refused.content
+
+
+def test_experts_cut_short_from_an_expert_page_lead_to_the_overview_list(client, owner):
+    client.force_login(owner)
+    response = client.get("/experts/")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console-overview") + "#experts"
