@@ -176,6 +176,7 @@ class _Answered:
     ms: float
     new_tokens: int = 0
     raw: str = ""  # what the model wrote, before parsing
+    sentence_score: float | None = None  # the extractive scorer's score of the best sentence (extractive answers)
 
 
 @dataclass
@@ -474,7 +475,9 @@ def _extractive(questions: list[Question], modes: list[str], known: dict[str, di
             t0 = time.perf_counter()
             answer = extractive_answer(q.text, q.passages[mode], embed, min_score=ctx["min_score"], max_sentences=ctx["max_sentences"], cache=cache,
                                        scorer=ctx["scorer_spec"])
-            rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000, raw=answer.text))
+            best = answer.selection["quoted"][0]["score"] if answer.selection and answer.selection.get("quoted") else None
+            rows.append(_Answered(answer.text if answer.grounded else "", answer.citations, (time.perf_counter() - t0) * 1000, raw=answer.text,
+                                  sentence_score=best))
         out[mode] = rows
     return out
 
@@ -692,7 +695,10 @@ def answer_rows(questions: list[Question], answers: dict[tuple[str, str], list[_
         for (mode, generator), answered in sorted(answers.items()):
             a = answered[k]
             given[f"{mode}/{generator}"] = {"text": a.text, "raw": a.raw or a.text, "f1": round(token_f1(a.text, q.gold), 4),
-                                            "documents": [corpus.units[p.document_id]["doc_id"] for p in a.citations if p.document_id is not None]}
+                                            "documents": [corpus.units[p.document_id]["doc_id"] for p in a.citations if p.document_id is not None],
+                                            "best_passage_score": round(max((p.score for p in q.passages[mode]), default=0.0), 4),
+                                            "gold_in_passages": not all(support(q.gold, p.text) < MIN_SUPPORT for p in q.passages[mode]),
+                                            **({"sentence_score": a.sentence_score} if a.sentence_score is not None else {})}
         rows.append({"query_id": queries[q.row].get("query_id"), "question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
                      "adapter": q.adapter.get("auto"), "answers": given})
     return rows

@@ -244,6 +244,14 @@ def test_the_answers_command_writes_its_json(tiny_setup):
         f1s = [row["answers"][f"{mode}/extractive"]["f1"] for row in rows]
         assert sum(f1s) / len(f1s) == pytest.approx(report["results"][mode]["extractive"]["f1"], abs=1e-3)
     assert all(row["question"] and row["gold"] and row["domain"] for row in rows)
+    # What the "not found" gate could read: the best passage's similarity, the best sentence's score, whether the gold answer was shown.
+    for mode in ("flat", "oracle"):
+        absent = [not row["answers"][f"{mode}/extractive"]["gold_in_passages"] for row in rows]
+        assert sum(absent) / len(absent) == pytest.approx(report["results"][mode]["extractive"]["absent"], abs=1e-3)
+        for row in rows:
+            given = row["answers"][f"{mode}/extractive"]
+            assert isinstance(given["best_passage_score"], float)
+            assert ("sentence_score" in given) == bool(given["text"])
     with pytest.raises(CommandError, match="unknown generators"):
         call_command("evaluate", "answers", "--dataset", str(folder), "--generators", "gpt", stdout=StringIO())
     with pytest.raises(CommandError, match="must be JSON"):
