@@ -115,7 +115,9 @@ class Split:
             self.small_data = {"train_per_label": train_per_label, "val_per_label": val_per_label, "seed": seed}
         self.classes: list[str] = sorted({labels[i] for i in np.nonzero(train)[0]})  # type: ignore[type-var]
         if len(self.classes) < 2:
-            raise ValueError(f"the training split has {len(self.classes)} distinct {label} label(s); routing needs at least two")
+            present = sorted({str(s) for s in splits if s}) or ["none"]
+            raise ValueError(f"the training split has {len(self.classes)} distinct {label} label(s); routing needs at least two "
+                             f"(queries.jsonl's splits: {', '.join(present)}; the evaluations read 'train', 'val' and 'test' from each row's split)")
         index = {c: i for i, c in enumerate(self.classes)}
         self.y = np.array([index.get(lab, -1) if lab is not None else -2 for lab in labels])
         test = (splits == "test") & has

@@ -343,3 +343,11 @@ def test_latency_sends_a_real_encoders_questions_to_an_encoder_child_as_served(m
     assert out["request"] == "encoder child process (as served)"
     assert made == [{"name": DEFAULT_MODEL, "threads": 1, "max_batch": 1, "max_wait_ms": 0.0}, {"closed": True}]
     assert (read, vectors) == (["apply for student aid", "how do I renew my licence?"], [1, 1])
+
+
+def test_a_dataset_without_splits_is_refused_with_the_splits_it_has():
+    from evaluation.router import Split
+
+    rows = [{"text": f"question {i}", "domain": name} for i, name in enumerate(["bank", "travel"] * 10)]
+    with pytest.raises(ValueError, match="splits: none; the evaluations read 'train', 'val' and 'test'"):
+        Split(rows, np.zeros((len(rows), 4), dtype=np.float32), "domain")

@@ -188,3 +188,14 @@ def test_on_doc2dial_the_products_routed_retrieval_beats_flat_and_hybrid_beats_e
         assert scores["hybrid"] > 0.443, mode
     assert ndcg["oracle"]["hybrid"] > 0.491
     assert report["validation"] == {"source": "the dataset's val split"}
+
+
+def test_the_command_names_the_files_a_dataset_lacks(tmp_path):
+    from django.core.management import CommandError, call_command
+
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"query_id": "q1", "text": "how", "domain": "a", "split": "test"}) + "\n")
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"doc_id": "d1", "domain": "a", "title": "t", "text": "x"}) + "\n")
+    with pytest.raises(CommandError, match="has no qrels.jsonl: evaluate retrieval indexes docs.jsonl and judges with qrels.jsonl"):
+        call_command("evaluate", "retrieval", "--dataset", str(tmp_path))
+    with pytest.raises(CommandError, match="has no passages.jsonl or qrels_passages.jsonl"):
+        call_command("evaluate", "retrieval", "--dataset", str(tmp_path), "--passages")

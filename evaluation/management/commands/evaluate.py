@@ -116,6 +116,11 @@ class Command(BaseCommand):
         elif options["target"] == "retrieval":
             from evaluation.retrieval import evaluate_retrieval
 
+            needed = ("passages.jsonl", "qrels_passages.jsonl") if options["passages"] else ("docs.jsonl", "qrels.jsonl")
+            missing = [name for name in needed if not (dataset / name).is_file()]
+            if missing:
+                raise CommandError(f"{dataset} has no {' or '.join(missing)}: evaluate retrieval{' --passages' if options['passages'] else ''} "
+                                   f"indexes {needed[0]} and judges with {needed[1]} (one row per relevant pair: query_id, doc_id)")
             report = evaluate_retrieval(dataset, passages=options["passages"], say=self.stdout.write)
         else:
             from evaluation.router import evaluate_router
