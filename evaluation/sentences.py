@@ -17,7 +17,8 @@ sentence each scorer ranks first: ``hand_set`` (what the product used before the
 ``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
 candidate: what retrieval leaves within reach). ``held_out_domains`` asks whether the network carries
 over to a domain it never saw: fitted without each domain in turn, both scorers on that domain's test
-questions. ``save_scorer`` writes ``refit_mlp`` with this
+questions. ``own_domains`` asks whether an expert would quote better with a scorer of its own: the network
+fitted on one domain's train questions alone against the shared one, on that domain's questions. ``save_scorer`` writes ``refit_mlp`` with this
 report's figures: the shipped file is ``evaluate sentences --dataset doc2dial --save-scorer
 experts/ml/sentence_scorer.json``. It does not score abstention or multi-sentence answers
 (``evaluate answers`` does, with the shipped scorer).
@@ -117,6 +118,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     refit = fits[pull]
     network = fit_mlp(groups["train"], seed=SEED)
     report_held_out = held_out_domains(groups, group_domains, say) if held_out else None
+    report_own = own_domains(groups, group_domains, network, say) if held_out else None
     scorers = {"hand_set": HAND_SET, "linear_default": DEFAULT_WEIGHTS, "default": load_scorer(None), "refit": refit, "refit_mlp": network}
     picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
     for split in picked:
@@ -131,6 +133,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "network": network.report,
         "paired_val": {name: _paired(groups["val"], scorers[name], scorers["linear_default"]) for name in ("default", "refit_mlp")},
         "held_out_domains": report_held_out,
+        "own_domains": report_own,
         "targets": {
             "default_beats_hand_set_on_test": _gt(picked["test"]["default"], picked["test"]["hand_set"]),
             # the shipped scorer against the better of the two refitted here: is it still as good as a fresh fit?
@@ -175,6 +178,35 @@ def held_out_domains(groups: dict[str, list[Group]], domains: dict[str, list[str
     paired = {"mean": _r(float(every.mean())), "se": _r(float(every.std(ddof=1) / np.sqrt(len(every)))) if len(every) > 1 else None, "n": len(every)}
     return {"domains": per_domain, "paired": paired,
             "how": "each domain's test questions, scored by the linear weights and the network fitted on the other domains' train questions"}
+
+
+def own_domains(groups: dict[str, list[Group]], domains: dict[str, list[str]], shared: Any, say: Say) -> dict[str, Any]:
+    """Would an expert quote better with a scorer of its own? For each domain, the network fitted (with the shipped
+    settings) on that domain's train questions alone against ``shared`` (fitted on every domain's), on that domain's
+    validation and test questions; paired per question over all domains."""
+    per_domain: dict[str, Any] = {}
+    diffs: dict[str, list[np.ndarray]] = {"val": [], "test": []}
+    for domain in sorted(set(domains["train"])):
+        train = [g for g, d in zip(groups["train"], domains["train"], strict=True) if d == domain]
+        if not train:
+            continue
+        own = fit_mlp(train, seed=SEED)
+        per_domain[domain] = {"train": len(train)}
+        for split in ("val", "test"):
+            held = [g for g, d in zip(groups[split], domains[split], strict=True) if d == domain and len(g[1])]
+            if not held:
+                continue
+            diffs[split].append(np.array([f[int(np.argmax(own.score(x)))] - f[int(np.argmax(shared.score(x)))] for x, f in held]))
+            per_domain[domain][split] = {"n": len(held), "own": _r(picked_f1(held, own)), "shared": _r(picked_f1(held, shared))}
+        say(f"  {domain}'s own scorer: " + ", ".join(f"{split} {v['own']} against {v['shared']}" for split, v in per_domain[domain].items() if isinstance(v, dict)))
+    paired = {}
+    for split, parts in diffs.items():
+        if parts:
+            every = np.concatenate(parts)
+            paired[split] = {"mean": _r(float(every.mean())), "se": _r(float(every.std(ddof=1) / np.sqrt(len(every)))) if len(every) > 1 else None,
+                             "n": len(every)}
+    return {"domains": per_domain, "paired": paired,
+            "how": "each domain's questions, scored by the network fitted on that domain's train questions and by the one fitted on every domain's"}
 
 
 def save_network(network: Any, path: Path, provenance: dict[str, Any]) -> None:

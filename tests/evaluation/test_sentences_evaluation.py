@@ -41,6 +41,11 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
     assert held_out["domains"]
     assert sum(d["n"] for d in held_out["domains"].values()) == report["n_questions"]["test"] == held_out["paired"]["n"]
     assert isinstance(report["targets"]["network_beats_linear_on_held_out_domains"], bool)
+    own = report["own_domains"]  # each domain's own scorer against the shared one, on that domain's questions
+    assert set(own["domains"]) == set(held_out["domains"])
+    for split in ("val", "test"):
+        assert sum(d[split]["n"] for d in own["domains"].values() if split in d) == report["n_questions"][split] == own["paired"][split]["n"]
+    assert all(0.0 <= d["test"]["own"] <= 1.0 and 0.0 <= d["test"]["shared"] <= 1.0 for d in own["domains"].values())
     assert isinstance(report["targets"]["default_beats_hand_set_on_test"], bool)
     assert any(line.strip().startswith("test:") for line in lines)
 
