@@ -15,7 +15,9 @@ from .core import VAR_DIR
 # The default stays "extractive" until the model path beats it. On doc2dial's validation split
 # (`evaluate answers --split val --modes auto`, 120 questions) the model path with select decoding and
 # the scorer's shortlist ties it: adapters 0.292, extractive 0.289 (paired difference +0.003, standard
-# error 0.009), at ~1.5 s of one core per answer against a few milliseconds.
+# error 0.009), at ~1.5 s of one core per answer against a few milliseconds. On all 417 validation
+# questions (2026-12-05, the same command with --limit 0) the extractive answer is ahead: adapters 0.330,
+# extractive 0.350 (paired -0.020, standard error 0.006), the bare model 0.291; see docs/EVALUATIONS.md.
 GENERATOR = envstr("GENERATOR", "extractive")
 GENERATOR_MAX_TOKENS = envint("GENERATOR_MAX_TOKENS", 128)
 # The in-process model's time budget for one answer, waiting for it included (seconds): past it a whole
