@@ -83,3 +83,24 @@ def test_on_doc2dial_the_shipped_weights_beat_the_hand_set_scorer_on_test():
     assert report["picked_f1"]["test"]["default"] >= report["picked_f1"]["test"]["hand_set"] + 0.02
     assert report["targets"]["network_beats_linear_on_val"] is True
     assert report["targets"]["network_beats_linear_on_held_out_domains"] is True
+
+
+def test_a_domain_without_an_answerable_train_question_gets_no_scorer_of_its_own():
+    import numpy as np
+
+    from evaluation.sentences import own_domains
+    from experts.ml.sentence_scorer import FEATURES
+
+    rng = np.random.default_rng(0)
+
+    def group(best: float):
+        return rng.normal(size=(3, len(FEATURES))), np.array([best, 0.0, 0.0])
+
+    groups = {"train": [group(1.0) for _ in range(8)] + [group(0.0) for _ in range(4)], "val": [group(1.0), group(1.0)], "test": [group(1.0), group(1.0)]}
+    domains = {"train": ["a"] * 8 + ["b"] * 4, "val": ["a", "b"], "test": ["a", "b"]}
+    from experts.ml.sentence_scorer import fit_mlp
+
+    report = own_domains(groups, domains, fit_mlp(groups["train"][:8]), say=lambda _: None)
+    assert "nothing to fit" in report["domains"]["b"]["skipped"]
+    assert report["domains"]["a"]["val"]["n"] == 1
+    assert report["paired"]["val"]["n"] == 1
