@@ -699,11 +699,16 @@ def answer_rows(questions: list[Question], answers: dict[tuple[str, str], list[_
             given[f"{mode}/{generator}"] = {"text": a.text, "raw": a.raw or a.text, "f1": round(token_f1(a.text, q.gold), 4),
                                             "documents": [corpus.units[p.document_id]["doc_id"] for p in a.citations if p.document_id is not None],
                                             "best_passage_score": round(max((p.score for p in q.passages[mode]), default=0.0), 4),
-                                            "gold_in_passages": not all(support(q.gold, p.text) < MIN_SUPPORT for p in q.passages[mode]),
+                                            "gold_in_passages": gold_shown(q, mode),
                                             **({"sentence_score": a.sentence_score} if a.sentence_score is not None else {})}
         rows.append({"query_id": queries[q.row].get("query_id"), "question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
                      "adapter": q.adapter.get("auto"), "answers": given})
     return rows
+
+
+def gold_shown(q: Question, mode: str) -> bool:
+    """Whether a passage ``mode`` retrieved for ``q`` holds its gold answer (``support`` at least ``MIN_SUPPORT``)."""
+    return any(support(q.gold, p.text) >= MIN_SUPPORT for p in q.passages[mode])
 
 
 def _f1s(questions: list[Question], rows: list[_Answered]) -> list[float]:
@@ -715,7 +720,7 @@ def _score(questions: list[Question], mode: str, rows: list[_Answered], units: l
     f1 = _f1s(questions, rows)
     rl = [rouge_l(a.text, q.gold) for q, a in zip(questions, rows, strict=True)]
     abstained = [not a.text for a in rows]
-    absent = [all(support(q.gold, p.text) < MIN_SUPPORT for p in q.passages[mode]) for q in questions]
+    absent = [not gold_shown(q, mode) for q in questions]
     precisions = [
         sum(1 for p in a.citations if p.document_id is not None and units[p.document_id]["doc_id"] in q.relevant) / len(a.citations)
         for q, a in zip(questions, rows, strict=True) if a.citations and q.relevant

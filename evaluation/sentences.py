@@ -168,15 +168,12 @@ def held_out_domains(groups: dict[str, list[Group]], domains: dict[str, list[str
         if not test or not train:
             continue
         linear, network = load_scorer(fit_weights(train)), fit_mlp(train, seed=SEED)
-        diff = np.array([f[int(np.argmax(network.score(x)))] - f[int(np.argmax(linear.score(x)))] for x, f in test])
-        diffs.append(diff)
+        diffs.append(_differences(test, network, linear))
         per_domain[domain] = {"n": len(test), "network": _r(picked_f1(test, network)), "linear": _r(picked_f1(test, linear))}
         say(f"  held out {domain}: network {per_domain[domain]['network']}, linear {per_domain[domain]['linear']} ({len(test)} test questions)")
     if not diffs:
         return {"domains": per_domain, "paired": None}
-    every = np.concatenate(diffs)
-    paired = {"mean": _r(float(every.mean())), "se": _r(float(every.std(ddof=1) / np.sqrt(len(every)))) if len(every) > 1 else None, "n": len(every)}
-    return {"domains": per_domain, "paired": paired,
+    return {"domains": per_domain, "paired": _mean_se(np.concatenate(diffs)),
             "how": "each domain's test questions, scored by the linear weights and the network fitted on the other domains' train questions"}
 
 
@@ -200,16 +197,10 @@ def own_domains(groups: dict[str, list[Group]], domains: dict[str, list[str]], s
             held = [g for g, d in zip(groups[split], domains[split], strict=True) if d == domain and len(g[1])]
             if not held:
                 continue
-            diffs[split].append(np.array([f[int(np.argmax(own.score(x)))] - f[int(np.argmax(shared.score(x)))] for x, f in held]))
+            diffs[split].append(_differences(held, own, shared))
             per_domain[domain][split] = {"n": len(held), "own": _r(picked_f1(held, own)), "shared": _r(picked_f1(held, shared))}
         say(f"  {domain}'s own scorer: " + ", ".join(f"{split} {v['own']} against {v['shared']}" for split, v in per_domain[domain].items() if isinstance(v, dict)))
-    paired = {}
-    for split, parts in diffs.items():
-        if parts:
-            every = np.concatenate(parts)
-            paired[split] = {"mean": _r(float(every.mean())), "se": _r(float(every.std(ddof=1) / np.sqrt(len(every)))) if len(every) > 1 else None,
-                             "n": len(every)}
-    return {"domains": per_domain, "paired": paired,
+    return {"domains": per_domain, "paired": {split: _mean_se(np.concatenate(parts)) for split, parts in diffs.items() if parts},
             "how": "each domain's questions, scored by the network fitted on that domain's train questions and by the one fitted on every domain's"}
 
 
@@ -234,11 +225,18 @@ def save_network(network: Any, path: Path, provenance: dict[str, Any]) -> None:
 
 def _paired(groups: list[Group], scorer: Any, against: Any) -> dict[str, float] | None:
     """The mean and standard error of each question's F1 under ``scorer`` minus under ``against``."""
-    a, b = load_scorer(scorer), load_scorer(against)
-    diff = np.array([f[int(np.argmax(a.score(x)))] - f[int(np.argmax(b.score(x)))] for x, f in groups if len(f)])
-    if len(diff) < 2:
-        return None
-    return {"mean": _r(float(diff.mean())), "se": _r(float(diff.std(ddof=1) / np.sqrt(len(diff)))), "n": len(diff)}
+    diff = _differences([g for g in groups if len(g[1])], load_scorer(scorer), load_scorer(against))
+    return _mean_se(diff) if len(diff) >= 2 else None
+
+
+def _differences(groups: list[Group], a: Any, b: Any) -> np.ndarray:
+    """Each question's F1 of the sentence scorer ``a`` puts first minus that of ``b``'s."""
+    return np.array([f[int(np.argmax(a.score(x)))] - f[int(np.argmax(b.score(x)))] for x, f in groups])
+
+
+def _mean_se(diff: np.ndarray) -> dict[str, Any]:
+    """Paired differences as the reports give them: mean, standard error (None for one) and count."""
+    return {"mean": _r(float(diff.mean())), "se": _r(float(diff.std(ddof=1) / np.sqrt(len(diff)))) if len(diff) > 1 else None, "n": len(diff)}
 
 
 def _r(value: float | None) -> float | None:
