@@ -396,7 +396,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
         if target is None:
             counts["unsupported"] += 1
             continue
-        out[int(y[i])].append(Example(question, target, shown))
+        out[int(y[i])].append(Example(question, target, shown, whole=passages[: serving.generator.max_passages]))
         counts["kept"] += 1
     return out, counts
 
@@ -504,7 +504,7 @@ def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[Question]
             key = (q.row, tuple(p.chunk_id for p in passages), adapter)
             if key not in index:
                 index[key] = len(items)
-                items.append(BatchItem(Example(q.text, "", serving.shown(q.text, passages)), adapter=adapter))
+                items.append(BatchItem(Example(q.text, "", serving.shown(q.text, passages), whole=passages[: serving.generator.max_passages]), adapter=adapter))
             plan[mode].append(index[key])
     shared = sum(1 for rows in plan.values() for j in rows if j is not None) - len(items)
     say(f"  generating {len(items)} answers with {generator} ({shared} prompts shared between modes)")

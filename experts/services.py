@@ -254,9 +254,9 @@ def prompt_passages() -> Callable[[str, list[Passage]], list[Passage]]:
     Training examples get the same, so an adapter learns from prompts shaped like the ones it answers.
     """
     from .generation.base import GenerationRequest
-    from .generation.selecting import select_settings, shown_passages
+    from .generation.selecting import shown_passages, shown_shape
 
-    shape = {k: v for k, v in select_settings(settings).items() if k in ("max_passages", "passage_chars", "lead_sentence")}
+    shape = shown_shape(settings)
     return lambda question, passages: shown_passages(GenerationRequest(question=question, expert="", passages=passages), **shape)
 
 
@@ -268,7 +268,8 @@ def training_examples(expert: Expert) -> tuple[list[Example], list[Example]]:
     for row in expert.training_examples.order_by("id"):
         passages = [Passage(text=p.get("text", ""), title=p.get("title", ""), url=p.get("url", ""), score=float(p.get("score", 1.0)))
                     for p in row.passages]
-        example = Example(row.question, row.answer, shown(row.question, passages), system_prompt, citation_format)
+        example = Example(row.question, row.answer, shown(row.question, passages), system_prompt, citation_format,
+                          whole=passages[: settings.GENERATION_PASSAGES])
         (held_out if row.split == ExampleSplit.EVAL else train).append(example)
     return train, held_out
 

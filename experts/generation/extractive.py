@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 
-from experts.ml.extractive import Answer, ChunkSentenceCache, Passage, extractive_answer
+from experts.ml.extractive import Answer, ChunkSentenceCache, Passage, RankedSentence, extractive_answer, quoted, rank_sentences
 from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
 
+# The first retrieved passages the extractive answer reads, whole (the language model is shown as many by default, GENERATION_PASSAGES).
+EXTRACTIVE_PASSAGES = 3
 _caches: dict[str, ChunkSentenceCache] = {}
 _caches_lock = threading.Lock()
 
@@ -47,6 +49,21 @@ def scorer_spec(config: Any = settings) -> str | dict[str, Any] | None:
     return weights if weights is not None else getattr(config, "EXTRACTIVE_SENTENCE_SCORER", "default")
 
 
+def _embedder(request: GenerationRequest, encoder: Any) -> Callable[[list[str]], np.ndarray]:
+    """The encoder's ``encode``, with the question's vector taken from ``request.question_vector`` where routing computed it."""
+    question = request.search_question or request.question
+    if request.question_vector is None:
+        return encoder.encode
+    given = np.asarray(request.question_vector, dtype=np.float32)[None, :]
+
+    def embed(texts: list[str], batch_size: int = 64) -> np.ndarray:
+        if not texts or texts[0] != question:
+            return encoder.encode(texts)
+        return given if len(texts) == 1 else np.vstack([given, encoder.encode(texts[1:])])
+
+    return embed
+
+
 class ExtractiveGenerator:
     """Assembles the answer from the passages' best sentences (see ``experts.ml.extractive``)."""
 
@@ -54,19 +71,9 @@ class ExtractiveGenerator:
 
     def generate(self, request: GenerationRequest) -> Answer:
         encoder = get_encoder()
-        question = request.search_question or request.question
-        embed = encoder.encode
-        if request.question_vector is not None:
-            given = np.asarray(request.question_vector, dtype=np.float32)[None, :]
-
-            def embed(texts: list[str], batch_size: int = 64) -> np.ndarray:
-                if not texts or texts[0] != question:
-                    return encoder.encode(texts)
-                return given if len(texts) == 1 else np.vstack([given, encoder.encode(texts[1:])])
-
         return extractive_answer(
-            question, request.passages, embed, min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, scorer=scorer_spec(settings),
+            request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_passages=EXTRACTIVE_PASSAGES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name),
         )
 
@@ -74,17 +81,30 @@ class ExtractiveGenerator:
         return stream_by_words(self.generate(request))
 
 
+def first_choices(request: GenerationRequest, count: int) -> list[RankedSentence]:
+    """The ``count`` sentences the extractive answer rates best for ``request``, best first (``extractive.rank_sentences``
+    over its passages, whole): none when it would answer "not found" (weak passages, no sentence).
+
+    The language model's prompt names the first (``GENERATION_LEAD_SENTENCE``) and, with select decoding, keeps
+    all of them in the passages it cuts: they are the shortlist the model judges (``selection.plan_selection``).
+    """
+    top = [p for p in request.passages[:EXTRACTIVE_PASSAGES] if p.text.strip()]
+    if count < 1 or not top or max(p.score for p in top) < settings.EXTRACTIVE_MIN_SCORE:
+        return []
+    encoder = get_encoder()
+    ranking = rank_sentences(request.search_question or request.question, list(request.passages), _embedder(request, encoder),
+                             max_passages=EXTRACTIVE_PASSAGES, cache=chunk_cache(encoder.name), scorer=scorer_spec(settings))
+    return ranking.sentences[:count] if ranking is not None else []
+
+
 def lead_sentence(request: GenerationRequest) -> tuple[int, str] | None:
-    """(place among ``request.passages``, 1-based; the sentence) that the extractive answer would quote first.
+    """(place among ``request.passages``, 1-based; the sentence as quoted) that the extractive answer would quote first.
 
     None when it would answer "not found" (weak passages, no sentence). The language model's prompt
     names it (``GENERATION_LEAD_SENTENCE``).
     """
-    answer = ExtractiveGenerator().generate(request)
-    quoted = (answer.selection or {}).get("quoted") or []
-    if not answer.grounded or not quoted:
-        return None
-    return int(quoted[0]["passage"]), str(quoted[0]["text"])
+    best = first_choices(request, 1)
+    return (best[0].passage, quoted(best[0].text)) if best else None
 
 
 def with_lead(request: GenerationRequest) -> list[Passage]:

@@ -22,12 +22,12 @@ from dataclasses import replace
 from typing import Any
 
 from experts.ml.citations import CitationStream, parse_answer
-from experts.ml.extractive import Answer, Passage
+from experts.ml.extractive import Answer, Passage, quoted
 from experts.ml.prompting import STOPS, focus
 from experts.ml.selection import Selected, SentenceScorer
 
 from .base import GenerationRequest
-from .extractive import scorer_spec, with_lead
+from .extractive import chunk_cache, first_choices, scorer_spec
 
 # "free": the model writes its answer token by token; "select": it chooses the passage sentence it
 # rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
@@ -46,16 +46,21 @@ def selects(decoding: str, request: GenerationRequest) -> bool:
     return decoding == "select" and not (request.temperature and request.temperature > 0)
 
 
-def shown_passages(request: GenerationRequest, *, max_passages: int, passage_chars: int, lead_sentence: bool) -> list[Passage]:
+def shown_passages(request: GenerationRequest, *, max_passages: int, passage_chars: int, lead_sentence: bool, shortlist: int = 0) -> list[Passage]:
     """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters.
 
-    With ``lead_sentence`` the sentence the extractive answer would quote is kept in its passage and named
-    at the end of the reference material (``prompting.render_passages``).
+    The extractive answer's ``shortlist`` best sentences (``extractive.first_choices``: with select decoding, the
+    options the model judges) are kept in their passages whatever the cut. With ``lead_sentence`` the first of them
+    is also named at the end of the reference material (``prompting.render_passages``).
     """
-    passages = request.passages[:max_passages]
-    if lead_sentence:
-        passages = with_lead(replace(request, passages=passages))
-    return [replace(p, text=focus(p.text, request.question, passage_chars, keep=p.lead)) for p in passages]
+    passages = list(request.passages[:max_passages])
+    best = first_choices(replace(request, passages=passages), max(shortlist, int(lead_sentence)))
+    if lead_sentence and best:
+        passages = [replace(p, lead=quoted(best[0].text) if i == best[0].passage else "") for i, p in enumerate(passages, start=1)]
+    keep: dict[int, list[str]] = {}
+    for r in best[: max(shortlist, 1)]:
+        keep.setdefault(r.passage, []).append(r.text)
+    return [replace(p, text=focus(p.text, request.question, passage_chars, keep=keep.get(i, ()))) for i, p in enumerate(passages, start=1)]
 
 
 def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> SentenceScorer | None:
@@ -67,7 +72,8 @@ def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> Senten
         return None
     from sbcommon.encoders import get_encoder
 
-    return SentenceScorer(get_encoder().encode, spec, shortlist=shortlist)
+    encoder = get_encoder()
+    return SentenceScorer(encoder.encode, spec, shortlist=shortlist, cache=chunk_cache(encoder.name))
 
 
 def citation_stream(request: GenerationRequest, max_passages: int, stop_at_paragraph: bool) -> CitationStream:
@@ -98,6 +104,19 @@ def stream_chosen(request: GenerationRequest, chosen: Selected, *, max_passages:
         yield tail
     answer.selection = chosen.choice if answer.grounded else None
     yield answer
+
+
+def kept_choices(decoding: str, shortlist: int) -> int:
+    """How many of the extractive answer's first choices the shown passages keep: the shortlist the model judges
+    with select decoding, none otherwise (``shown_passages``)."""
+    return max(0, int(shortlist)) if decoding == "select" else 0
+
+
+def shown_shape(settings: Any) -> dict[str, Any]:
+    """``shown_passages``' arguments as the settings give them: what the model is shown, and the adapters learn from."""
+    shape = select_settings(settings)
+    return {"max_passages": shape["max_passages"], "passage_chars": shape["passage_chars"], "lead_sentence": shape["lead_sentence"],
+            "shortlist": kept_choices(shape["decoding"], shape["select_shortlist"])}
 
 
 def select_settings(settings: Any) -> dict[str, Any]:

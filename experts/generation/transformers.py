@@ -53,6 +53,7 @@ from .selecting import (
     check_decoding,
     chosen_answer,
     citation_stream,
+    kept_choices,
     select_settings,
     selects,
     sentence_scorer,
@@ -264,9 +265,11 @@ class TransformersGenerator:
         """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters.
 
         With ``lead_sentence`` the sentence the extractive answer would quote is kept in its passage
-        and named at the end of the reference material (``prompting.render_passages``).
+        and named at the end of the reference material (``prompting.render_passages``); with select
+        decoding so are the other sentences of the shortlist the model judges (``selecting.shown_passages``).
         """
-        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence)
+        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence,
+                              shortlist=kept_choices(self.decoding, self.select_shortlist))
 
     def _inputs(self, request: GenerationRequest, shown: list[Passage], max_new: int) -> dict[str, Any]:
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - max_new
@@ -404,7 +407,7 @@ class TransformersGenerator:
 
         model, context = self._model_for(request.adapter)
         limit = getattr(self._base.config, "max_position_embeddings", 2048) - self._max_new(request)
-        example = Example(request.question, "", shown, request.system_prompt, request.citation_format)
+        example = Example(request.question, "", shown, request.system_prompt, request.citation_format, whole=request.passages[: self.max_passages])
         try:
             plan = plan_selection(self._tokenizer, example, limit, history=request.history, scorer=self.sentence_scorer(),
                                   scorer_question=request.search_question)

@@ -42,7 +42,7 @@ from experts.ml.prompting import build_messages, parse_answer
 from experts.ml.selection import Selected, SelectionPlan, decide, plan_selection
 
 from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
-from .selecting import check_decoding, chosen_answer, select_settings, selects, sentence_scorer, shown_passages, stream_chosen
+from .selecting import check_decoding, chosen_answer, kept_choices, select_settings, selects, sentence_scorer, shown_passages, stream_chosen
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ class VllmGenerator:
         self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"] if getattr(settings, "VLLM_SELECT", False) else "free")
         self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
         self.select_shortlist, self.scorer_spec = int(shape["select_shortlist"]), shape["scorer_spec"]
+        # the shortlist kept in the cut passages follows the adapters' training prompts (GENERATION_DECODING), not VLLM_SELECT
+        self.kept_choices = kept_choices(shape["decoding"], self.select_shortlist)
         self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))
         self._tokenizer = tokenizer  # the base model's, for chosen answers; loaded on first use when None
         self._no_tokenizer = False  # set once loading it failed: answers are written freely
@@ -190,7 +192,8 @@ class VllmGenerator:
 
     def shown(self, request: GenerationRequest) -> list[Passage]:
         """The passages the model is shown, as the in-process backend shows them and the adapters learned from."""
-        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence)
+        return shown_passages(request, max_passages=self.max_passages, passage_chars=self.passage_chars, lead_sentence=self.lead_sentence,
+                              shortlist=self.kept_choices)
 
     # --- chosen answers ----------------------------------------------------------------------------
 
@@ -230,7 +233,8 @@ class VllmGenerator:
         limit = context - int(request.max_tokens or self.max_tokens)
         if limit <= 0:
             raise GenerationError(f"max_tokens leaves no room for the prompt in the served model's context ({context} tokens)")
-        example = Example(request.question, "", self.shown(request), request.system_prompt, request.citation_format)
+        example = Example(request.question, "", self.shown(request), request.system_prompt, request.citation_format,
+                          whole=request.passages[: self.max_passages])
         plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.scorer_spec),
                               scorer_question=request.search_question)
         prompts = [plan.prompt + c for c in plan.continuations]

@@ -231,7 +231,7 @@ def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter
     if not examples:
         return None
     room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
-    items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format), adapter) for e in examples]
+    items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format, whole=list(e.whole)), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
                                stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
                                copy_spans=copy_spans, select=select, scorer=scorer)

@@ -216,6 +216,47 @@ def candidate_sentences(question: str, top: list[Passage], embed: Callable[[list
     return candidates, compare_candidates(np.concatenate(features))
 
 
+@dataclass(frozen=True)
+class RankedSentence:
+    """One passage sentence as the scorer rates it for a question (``rank_sentences``)."""
+
+    passage: int  # its passage's 1-based place among the passages given
+    sentence: int  # its 1-based place in that passage (``split_sentences``)
+    text: str  # as the passage has it (``quoted`` gives what an answer quotes)
+    score: float
+    row: int  # its row in the ranking's ``features``
+
+
+@dataclass
+class Ranking:
+    """The sentences of a question's passages, best first, with the features they were scored on."""
+
+    sentences: list[RankedSentence]
+    features: np.ndarray
+    model: SentenceModel
+
+    def reasons(self, best: RankedSentence) -> list[str]:
+        """Why ``best`` scored as it did (``sentence_scorer.reasons``)."""
+        return reasons(self.features, best.row, self.model.local_weights(self.features, best.row))
+
+
+def rank_sentences(question: str, passages: list[Passage], embed: Callable[[list[str]], np.ndarray], *, max_passages: int = 3,
+                   cache: ChunkSentenceCache | None = None, scorer: SentenceModel | str | dict[str, Any] | None = None) -> Ranking | None:
+    """Every sentence of the first ``max_passages`` passages (whole), best first by the sentence scorer; None
+    when they hold no sentence. What the extractive answer quotes from, and the shortlist a language model
+    judges with select decoding (``selection.plan_selection``)."""
+    places = [i for i, p in enumerate(passages[:max_passages]) if p.text.strip()]
+    found = candidate_sentences(question, [passages[i] for i in places], embed, cache) if places else None
+    if found is None:
+        return None
+    candidates, features = found
+    model = load_scorer(scorer)
+    scores = model.score(features)
+    ranked = np.argsort(scores)[::-1].tolist()
+    sentences = [RankedSentence(places[candidates[i][0]] + 1, candidates[i][1] + 1, candidates[i][2], float(scores[i]), i) for i in ranked]
+    return Ranking(sentences, features, model)
+
+
 def extractive_answer(
     question: str,
     passages: list[Passage],
@@ -240,33 +281,27 @@ def extractive_answer(
             ``chunk_id`` are split and encoded every time).
         scorer: the sentence scorer, or a ``sentence_scorer.load_scorer`` spec (default: the shipped one).
     """
-    places = [i for i, p in enumerate(passages[:max_passages]) if p.text.strip()]
-    top = [passages[i] for i in places]
+    top = [p for p in passages[:max_passages] if p.text.strip()]
     if not top or max(p.score for p in top) < min_score:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    found = candidate_sentences(question, top, embed, cache)
-    if found is None:
+    ranking = rank_sentences(question, passages, embed, max_passages=max_passages, cache=cache, scorer=scorer)
+    if ranking is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    candidates, features = found
-    model = load_scorer(scorer)
-    scores = model.score(features)
-    ranked = np.argsort(scores)[::-1].tolist()
-    chosen = sorted(ranked[:max_sentences], key=lambda i: (candidates[i][0], candidates[i][1]))
+    chosen = sorted(ranking.sentences[:max_sentences], key=lambda r: (r.passage, r.sentence))
     cited: list[int] = []
     pieces = []
-    for i in chosen:
-        pi, _si, sentence = candidates[i]
-        if pi not in cited:
-            cited.append(pi)
-        pieces.append(f"{quoted(sentence)} [{cited.index(pi) + 1}]")
+    for r in chosen:
+        if r.passage not in cited:
+            cited.append(r.passage)
+        pieces.append(f"{quoted(r.text)} [{cited.index(r.passage) + 1}]")
 
-    def where(i: int) -> dict[str, Any]:
-        pi, si, sentence = candidates[i]
-        return {"passage": places[pi] + 1, "sentence": si + 1, "score": round(float(scores[i]), 3), "text": quoted(sentence)}
+    def where(r: RankedSentence) -> dict[str, Any]:
+        return {"passage": r.passage, "sentence": r.sentence, "score": round(r.score, 3), "text": quoted(r.text)}
 
+    ranked = ranking.sentences
     selection = {
-        "quoted": [{**where(i), "reasons": reasons(features, i, model.local_weights(features, i))} for i in ranked[:max_sentences]],
+        "quoted": [{**where(r), "reasons": ranking.reasons(r)} for r in ranked[:max_sentences]],
         "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
-        "candidates": len(candidates),
+        "candidates": len(ranked),
     }
-    return Answer(text=" ".join(pieces), citations=[top[pi] for pi in cited], grounded=True, selection=selection)
+    return Answer(text=" ".join(pieces), citations=[passages[i - 1] for i in cited], grounded=True, selection=selection)

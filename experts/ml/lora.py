@@ -119,6 +119,9 @@ class Example:
     passages: list[Passage] = field(default_factory=list)
     system_prompt: str = ""
     citation_format: str = DEFAULT_CITATION_FORMAT
+    # The passages ``passages`` were cut from, in the same order: select decoding ranks their sentences
+    # whole, as the extractive answer does (``selection.plan_selection``). Empty: ``passages`` as they are.
+    whole: list[Passage] = field(default_factory=list)
 
 
 @dataclass

@@ -62,24 +62,29 @@ def clean_passage_text(text: str, citation_format: str = DEFAULT_CITATION_FORMAT
     return marker_pattern(citation_format).sub("", text).strip()
 
 
-def focus(text: str, question: str, limit: int, keep: str = "") -> str:
+def focus(text: str, question: str, limit: int, keep: str | Sequence[str] = "") -> str:
     """``text`` cut to about ``limit`` characters, keeping the sentences that share the most words with ``question``.
 
     A small model's prompt has room for a few hundred words of reference material, and a chunk's
     answer is often in its middle: the best sentences are kept, in their original order, and
     the first one breaks ties (it usually says what the chunk is about). ``keep``, a sentence of
-    ``text`` (footnote markers aside), is kept before any other.
+    ``text`` (footnote markers aside) or several, is kept whatever ``limit`` says; the rest fills what room it leaves.
     """
     if limit <= 0 or len(text) <= limit:
         return text
     sentences = split_sentences(text)
     wanted = content_stems(question)
-    kept_first = {i for i, s in enumerate(sentences) if keep and (s == keep or _FOOTNOTE.sub("", s) == keep)}
-    ranked = sorted(range(len(sentences)), key=lambda i: (i not in kept_first, -len(content_stems(sentences[i]) & wanted), i))
+    keeps = [keep] if isinstance(keep, str) else list(keep)
+    first = {k: n for n, k in enumerate(keeps) if k}
+
+    def kept_as(s: str) -> int:  # its place among ``keep`` (len(keeps): not kept)
+        return min(first.get(s, len(keeps)), first.get(_FOOTNOTE.sub("", s), len(keeps)))
+
+    ranked = sorted(range(len(sentences)), key=lambda i: (kept_as(sentences[i]), -len(content_stems(sentences[i]) & wanted), i))
     kept: list[int] = []
     used = 0
     for i in ranked:
-        if used + len(sentences[i]) + 1 > limit:
+        if used + len(sentences[i]) + 1 > limit and kept_as(sentences[i]) == len(keeps):
             continue
         kept.append(i)
         used += len(sentences[i]) + 1

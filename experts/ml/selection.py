@@ -13,9 +13,10 @@ state what the passages do not say. ``NOT_FOUND`` is one more candidate, so the 
 abstain.
 
 With a ``scorer`` (the extractive answer's fitted sentence scorer, ``sentence_scorer``), the adapter
-judges a shortlist: the scorer's ``SHORTLIST`` best sentences are scored by the adapter, and the
-answer is the one with the best ``scorer + LM_WEIGHT x mean log-probability``; the adapter abstains
-when it rates "not found" above every shortlisted sentence. The scorer was fitted on thousands of
+judges a shortlist: the scorer's ``SHORTLIST`` best sentences of the shown passages, ranked on the whole
+passages exactly as the extractive answer ranks them (the prompt shows the passages cut, the shortlist
+kept), are scored by the adapter, and the answer is the one with the best ``scorer + LM_WEIGHT x mean
+log-probability``; the adapter abstains when it rates "not found" above every shortlisted sentence. The scorer was fitted on thousands of
 gold answers, the adapter on a few hundred steps: each corrects the other where it is unsure, and
 two candidates cost far less than every sentence.
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .extractive import NOT_FOUND, Passage, quoted, split_sentences, word_set
+from .extractive import NOT_FOUND, ChunkSentenceCache, Passage, Ranking, quoted, rank_sentences, split_sentences, word_set
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
 from .sentence_scorer import FEATURES, SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
@@ -51,11 +52,18 @@ BATCH_TOKENS = 512
 # The bare base model gains nothing from the scorer's company (0.311 with weight 0.5, 0.315 alone).
 # Measured again on all 417 validation questions (2026-12-05, `--split val --limit 0 --modes auto`): routed
 # LoRA F1 0.3299 at weight 0.5 and 0.3317 at 0 (paired -0.0018, standard error 0.003), both below the
-# extractive answer's 0.3498 (-0.018 at 0): the shortlist is scored on the sentences of the passages as the
-# prompt shows them (fewer passages, each cut to GENERATION_PASSAGE_CHARS), not on the whole passages the
-# extractive answer reads (at weight 0, 73 of the 417 answers quote another sentence than the extractive one).
+# extractive answer's 0.3498 (-0.018 at 0): the shortlist was scored on the sentences of the passages as the
+# prompt shows them (each cut to GENERATION_PASSAGE_CHARS), not on the whole passages the extractive answer
+# reads (at weight 0, 73 of the 417 answers quoted another sentence than the extractive one).
+# Since then the shortlist is ranked on the whole passages and kept in the cut (``plan_selection``); the same
+# command, adapters trained again on the new prompts: routed LoRA F1 0.3474 at weight 0.5 (extractive 0.3498,
+# paired -0.0024, standard error 0.0013). Every option's scores recorded once and the weights replayed on them:
+# 0.3495 at 0, 0.3492 at 0.1, 0.3483 at 0.25, 0.3465 at 0.5, 0.3464 at 1; at 0.5 the adapter overrules the
+# scorer on 7 of the 395 questions that reach it, 6 of them for the worse. 0.25 is the largest weight within
+# one standard error of the best (-0.0010, standard error 0.0009): the scorer chooses, the adapter breaks
+# near-ties and decides "not found".
 SHORTLIST = 2
-LM_WEIGHT = 0.5
+LM_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
@@ -192,16 +200,22 @@ class SentenceScorer:
         scorer: the sentence model, or a ``sentence_scorer.load_scorer`` spec (None: the shipped one).
         shortlist: sentences the adapter judges (at least 1).
         weight: of the adapter's mean log-probability per token against the scorer's score.
+        cache: chunk sentence vectors already computed (``extractive.ChunkSentenceCache``), or None.
     """
 
     def __init__(self, embed: Callable[[list[str]], Any], scorer: SentenceModel | str | dict[str, Any] | None = None, *, shortlist: int = SHORTLIST,
-                 weight: float = LM_WEIGHT) -> None:
+                 weight: float = LM_WEIGHT, cache: ChunkSentenceCache | None = None) -> None:
         if shortlist < 1:
             raise ValueError(f"the shortlist holds at least one sentence, not {shortlist}")
         self.embed = embed
         self.model = load_scorer(scorer)
         self.shortlist = int(shortlist)
         self.weight = float(weight)
+        self.cache = cache  # the extractive answer's chunk sentence cache: a passage it read is not encoded again
+
+    def rank(self, question: str, passages: Sequence[Passage]) -> Ranking | None:
+        """Every sentence of ``passages`` (whole), best first, as the extractive answer ranks them (``extractive.rank_sentences``)."""
+        return rank_sentences(question, list(passages), self.embed, max_passages=len(passages), cache=self.cache, scorer=self.model)
 
     def __call__(self, question: str, options: Sequence[Candidate]) -> list[float]:
         """The scorer's score of each option (sentences of passages; no abstention)."""
@@ -262,21 +276,26 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
                    scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
     """The prompt (built as generation builds it, ``lora.fit_prompt`` in ``room`` tokens) and the options the model
     scores: the sentences of the passages that prompt holds, or with ``scorer`` its shortlist, and the abstention.
-    The scorer reads ``scorer_question`` where given (the question as searched, its spelling corrected), as the
-    extractive answer does."""
+
+    The scorer ranks the sentences of the shown passages whole (``example.whole``, where the prompt shows them
+    cut), exactly as the extractive answer ranks them, so its shortlist is the extractive answer's first choices
+    (``selecting.shown_passages`` keeps them in the cut). It reads ``scorer_question`` where given (the
+    question as searched, its spelling corrected), as the extractive answer does.
+    """
     prompt = fit_prompt(tokenizer, example, room, history=history)
-    shown = list(example.passages)[: fitted_passages(tokenizer, example, room, history=history)]
-    options = candidates(shown, max_span=max_span, citation_format=example.citation_format)
+    fitted = fitted_passages(tokenizer, example, room, history=history)
     fmt = example.citation_format
+    abstain = Candidate(NOT_FOUND, 0)
     if scorer is None:
+        options = candidates(list(example.passages)[:fitted], max_span=max_span, citation_format=fmt)
         return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt)
-    answers = [c for c in options if c.passage]  # the model judges the scorer's best sentences and the abstention
-    features = scorer.features(scorer_question or example.question, answers)
-    rated = scorer.model.score(features)
-    keep = sorted(np.argsort(-rated, kind="stable")[: scorer.shortlist].tolist())
-    options = [answers[k] for k in keep] + [c for c in options if not c.passage]
-    return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [float(rated[k]) for k in keep],
-                         features, keep)
+    whole = list(example.whole or example.passages)[:fitted]
+    ranking = scorer.rank(scorer_question or example.question, whole)
+    best = ranking.sentences[: scorer.shortlist] if ranking is not None else []
+    options = [*(Candidate(clean_passage_text(r.text, fmt), r.passage, r.sentence) for r in best), abstain]
+    features = ranking.features if ranking is not None else np.zeros((0, len(FEATURES)))
+    return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [r.score for r in best],
+                         features, [r.row for r in best])
 
 
 def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_power: float = 1.0) -> Selected:

@@ -56,3 +56,29 @@ def test_the_vllm_payload_names_the_lead_when_the_setting_is_on(settings):
     gen = VllmGenerator("http://vllm.invalid", base_model_name="base")
     user = gen.payload(_request(), stream=False)["messages"][-1]["content"]
     assert "Best matching sentence (passage 1, cite as [1]): You can renew your driver license online" in user
+
+
+def test_with_select_decoding_the_cut_keeps_every_sentence_of_the_shortlist(monkeypatch):
+    """The extractive answer's first choices are what select decoding's model judges: the cut keeps them all."""
+    from experts.generation.extractive import first_choices
+
+    request = _request()
+    best = first_choices(request, 2)
+    assert len(best) == 2
+    gen = TransformersGenerator("unused", passage_chars=120, lead_sentence=True, decoding="select", select_shortlist=2)
+    shown = gen.prompt_passages(request)
+    for r in best:
+        assert r.text in shown[r.passage - 1].text
+    assert shown[best[0].passage - 1].lead == best[0].text  # the first is the lead
+    # free decoding keeps only the lead, as before
+    free = TransformersGenerator("unused", passage_chars=60, lead_sentence=True, select_shortlist=2).prompt_passages(request)
+    assert best[0].text in free[best[0].passage - 1].text
+
+
+def test_a_lead_under_a_section_heading_is_kept_in_the_cut():
+    headed = Passage(text=f"{FILLER}Online renewals\nYou can renew your driver license online with MyDMV if it expired less than two years ago.",
+                     title="Renewing your license", score=0.8, chunk_id="dmv-3")
+    request = GenerationRequest(question=QUESTION, expert="dmv", passages=[headed])
+    shown = TransformersGenerator("unused", passage_chars=150, lead_sentence=True).prompt_passages(request)
+    assert shown[0].lead == "You can renew your driver license online with MyDMV if it expired less than two years ago."  # quoted: no heading
+    assert "Online renewals\nYou can renew your driver license online" in shown[0].text  # kept as the passage has it

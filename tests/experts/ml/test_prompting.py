@@ -71,6 +71,20 @@ def test_the_sentence_to_keep_survives_the_cut_even_without_a_shared_word():
     assert "yellow" not in kept
 
 
+
+def test_every_sentence_to_keep_survives_the_cut_whatever_the_limit_and_the_rest_fills_the_room_left():
+    """Select decoding's shortlist is kept in full: the model must see each sentence it judges."""
+    from experts.ml.prompting import focus
+
+    text = ("Licensed stations display a yellow and black sign. Motorcycle stations display a blue sign. "
+            "A safety inspection is required every 12 months. Fees are listed in the chart. Inspections expire at the end of the month.")
+    keep = ["Motorcycle stations display a blue sign.", "Licensed stations display a yellow and black sign."]
+    kept = focus(text, "How often is a safety inspection required?", 60, keep=keep)
+    assert kept == "Licensed stations display a yellow and black sign. Motorcycle stations display a blue sign."  # over 60: both kept, in order
+    roomy = focus(text, "How often is a safety inspection required?", 150, keep=keep)
+    assert roomy == ("Licensed stations display a yellow and black sign. Motorcycle stations display a blue sign. "
+                     "A safety inspection is required every 12 months.")  # then the best by shared words, while it fits
+
 def test_the_lead_sentence_is_named_inside_the_untrusted_block_with_its_passages_marker():
     lead = Passage(text="Renew online. Bring your old licence.", title="Renewing", lead="Renew online.")
     block = render_passages([CLEAN, lead], citation_format="(source {index})")

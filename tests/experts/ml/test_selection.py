@@ -310,8 +310,8 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     assert abstained.text == NOT_FOUND
     assert abstained.selection is None  # nothing quoted, nothing to explain
     read: list[str] = []
-    features = selection.SentenceScorer.features
-    monkeypatch.setattr(selection.SentenceScorer, "features", lambda self, question, options: read.append(question) or features(self, question, options))
+    rank = selection.SentenceScorer.rank
+    monkeypatch.setattr(selection.SentenceScorer, "rank", lambda self, question, passages: read.append(question) or rank(self, question, passages))
     gen.generate(_select_request(passages=_SCORED, question="how much does it cost to renw my licnse", search_question="how much does it cost to renew my license"))
     assert read == ["how much does it cost to renew my license"]  # the scorer reads the question as searched, as the extractive answer does
 
@@ -347,3 +347,32 @@ def test_decide_answers_with_the_quoted_candidate():
     options = [Candidate("Fees\nThe fee is 17 dollars.", 1, 1), Candidate(NOT_FOUND, 0)]
     plan = selection.SelectionPlan([1, 2, 3], options, [[4], [5]])
     assert selection.decide(plan, [(-1.0, 4), (-9.0, 4)]).text == "The fee is 17 dollars. [1]"
+
+
+def test_the_shortlist_is_the_extractive_answers_first_choices_from_whole_passages_though_the_prompt_shows_them_cut(tiny):
+    """The model judges the sentences the extractive answer ranks first on the whole passages, kept in the cut prompt."""
+    from experts.ml.extractive import extractive_answer
+    from experts.ml.lora import Example
+    from experts.ml.prompting import focus
+    from experts.ml.selection import SentenceScorer, plan_selection
+
+    _model, tokenizer = tiny
+    question = "how much does it cost to renew my license"
+    answer = extractive_answer(question, _SCORED, _bag_of_words, max_sentences=1, min_score=0.0)
+    first, second = answer.selection["quoted"][0], answer.selection["runner_up"]
+    whole_rank = {(first["passage"], first["sentence"]), (second["passage"], second["sentence"])}
+    # cut as shown_passages cuts: the two first choices kept, little else
+    keep = {1: [], 2: []}
+    for place in (first, second):
+        keep[place["passage"]].append(split_sentences(_SCORED[place["passage"] - 1].text)[place["sentence"] - 1])
+    cut = [Passage(focus(p.text, question, 40, keep=keep[i]), p.title, score=p.score) for i, p in enumerate(_SCORED, start=1)]
+    assert sum(len(split_sentences(p.text)) for p in cut) < sum(len(split_sentences(p.text)) for p in _SCORED)
+    scorer = SentenceScorer(_bag_of_words, shortlist=2)
+    plan = plan_selection(tokenizer, Example(question, "", cut, whole=list(_SCORED)), 1000, scorer=scorer)
+    assert {(c.passage, c.sentence) for c in plan.options if c.passage} == whole_rank
+    assert plan.rated == pytest.approx([first["score"], second["score"]], abs=1e-3)
+    assert all(c.text in cut[c.passage - 1].text for c in plan.options if c.passage)  # the model is shown what it judges
+    assert len(plan.features) == answer.selection["candidates"]  # every sentence of the whole passages was read
+    assert plan.options[-1].text == NOT_FOUND
+    shown_only = plan_selection(tokenizer, Example(question, "", cut), 1000, scorer=scorer)  # no whole passages: the shown ones
+    assert len(shown_only.features) == sum(len(split_sentences(p.text)) for p in cut)
