@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 
-from experts.ml.extractive import Answer, ChunkSentenceCache, Passage, RankedSentence, extractive_answer, quoted, rank_sentences
+from experts.ml.extractive import Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
 from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
@@ -105,11 +104,3 @@ def lead_sentence(request: GenerationRequest) -> tuple[int, str] | None:
     """
     best = first_choices(request, 1)
     return (best[0].passage, quoted(best[0].text)) if best else None
-
-
-def with_lead(request: GenerationRequest) -> list[Passage]:
-    """``request.passages`` with the lead sentence (``lead_sentence``) set on the passage it comes from."""
-    lead = lead_sentence(request) if request.passages else None
-    if lead is None:
-        return list(request.passages)
-    return [replace(p, lead=lead[1] if i == lead[0] else "") for i, p in enumerate(request.passages, start=1)]

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import settings as django_settings
 
 from experts.generation import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
-from experts.generation.extractive import with_lead
+from experts.generation.selecting import shown_passages, shown_shape
 from experts.generation.vllm import VllmGenerator
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.prompting import build_messages
@@ -90,7 +91,7 @@ def test_the_request_has_the_recorded_shape_and_the_experts_adapter_as_model():
     assert sent["temperature"] == 0.0
     assert sent["stream"] is False
     # The passages as the prompt shows them: the extractive answer's sentence named (GENERATION_LEAD_SENTENCE, on by default).
-    expected = build_messages("How do I renew my registration?", with_lead(request(DMV)), history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], system_prompt="You answer for the DMV.")
+    expected = build_messages("How do I renew my registration?", shown_passages(request(DMV), **shown_shape(django_settings)), history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], system_prompt="You answer for the DMV.")
     assert sent["messages"] == expected
     assert sent["messages"][0]["content"].startswith("You answer for the DMV.")
 

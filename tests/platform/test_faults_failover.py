@@ -13,9 +13,10 @@ import shutil
 import time
 
 import pytest
+from django.conf import settings as django_settings
 
 from experts.generation import GenerationRequest
-from experts.generation.extractive import with_lead
+from experts.generation.selecting import shown_passages, shown_shape
 from experts.ml.extractive import Passage
 from experts.ml.prompting import build_messages
 from experts.models import Expert
@@ -117,8 +118,8 @@ def test_text_in_a_document_that_gives_orders_is_shown_as_data_and_changes_nothi
     assert list(Expert.objects.order_by("slug").values()) == experts_before  # no setting or expert was changed
     hits = knowledge.search_experts([dmv], INJECTION, limit=5)
     # As the model would be shown them: the planted sentence may also be the one named as the best match.
-    passages = with_lead(GenerationRequest(question=INJECTION, expert="dmv", passages=[
-        Passage(text=h.payload["text"], title=h.payload.get("title", ""), score=h.dense_score) for h in hits]))
+    passages = shown_passages(GenerationRequest(question=INJECTION, expert="dmv", passages=[
+        Passage(text=h.payload["text"], title=h.payload.get("title", ""), score=h.dense_score) for h in hits]), **shown_shape(django_settings))
     assert any(p.lead for p in passages)
     system, user = build_messages("licence", passages)
     text = user["content"].lower()
