@@ -80,19 +80,19 @@ class ExtractiveGenerator:
         return stream_by_words(self.generate(request))
 
 
-def first_choices(request: GenerationRequest, count: int) -> list[RankedSentence]:
+def first_choices(request: GenerationRequest, count: int, max_passages: int = EXTRACTIVE_PASSAGES) -> list[RankedSentence]:
     """The ``count`` sentences the extractive answer rates best for ``request``, best first (``extractive.rank_sentences``
-    over its passages, whole): none when it would answer "not found" (weak passages, no sentence).
+    over its first ``max_passages`` passages, whole): none when it would answer "not found" (weak passages, no sentence).
 
     The language model's prompt names the first (``GENERATION_LEAD_SENTENCE``) and, with select decoding, keeps
     all of them in the passages it cuts: they are the shortlist the model judges (``selection.plan_selection``).
     """
-    top = [p for p in request.passages[:EXTRACTIVE_PASSAGES] if p.text.strip()]
+    top = [p for p in request.passages[:max_passages] if p.text.strip()]
     if count < 1 or not top or max(p.score for p in top) < settings.EXTRACTIVE_MIN_SCORE:
         return []
     encoder = get_encoder()
     ranking = rank_sentences(request.search_question or request.question, list(request.passages), _embedder(request, encoder),
-                             max_passages=EXTRACTIVE_PASSAGES, cache=chunk_cache(encoder.name), scorer=scorer_spec(settings))
+                             max_passages=max_passages, cache=chunk_cache(encoder.name), scorer=scorer_spec(settings))
     return ranking.sentences[:count] if ranking is not None else []
 
 

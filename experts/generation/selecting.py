@@ -54,7 +54,7 @@ def shown_passages(request: GenerationRequest, *, max_passages: int, passage_cha
     is also named at the end of the reference material (``prompting.render_passages``).
     """
     passages = list(request.passages[:max_passages])
-    best = first_choices(replace(request, passages=passages), max(shortlist, int(lead_sentence)))
+    best = first_choices(replace(request, passages=passages), max(shortlist, int(lead_sentence)), max_passages=len(passages))  # ranked as plan_selection ranks them
     if lead_sentence and best:
         passages = [replace(p, lead=quoted(best[0].text) if i == best[0].passage else "") for i, p in enumerate(passages, start=1)]
     keep: dict[int, list[str]] = {}

@@ -82,3 +82,18 @@ def test_a_lead_under_a_section_heading_is_kept_in_the_cut():
     shown = TransformersGenerator("unused", passage_chars=150, lead_sentence=True).prompt_passages(request)
     assert shown[0].lead == "You can renew your driver license online with MyDMV if it expired less than two years ago."  # quoted: no heading
     assert "Online renewals\nYou can renew your driver license online" in shown[0].text  # kept as the passage has it
+
+
+def test_the_cut_keeps_the_shortlist_from_every_passage_shown_not_only_the_first_three():
+    """Shown four passages, the model judges sentences of all four (plan_selection): the cut keeps them wherever they are."""
+    from experts.generation.extractive import first_choices
+
+    others = [Passage(text=f"{FILLER}Registration stickers are mailed within ten days.", title=f"Other {i}", score=0.6, chunk_id=f"o-{i}")
+              for i in range(3)]
+    request = GenerationRequest(question=QUESTION, expert="dmv", passages=[*others, PASSAGES[0]])
+    best = first_choices(request, 2, max_passages=4)
+    assert best[0].passage == 4  # the answer sits in the fourth passage
+    shown = TransformersGenerator("unused", max_passages=4, passage_chars=60, lead_sentence=True, decoding="select", select_shortlist=2).prompt_passages(request)
+    for r in best:
+        assert r.text in shown[r.passage - 1].text
+    assert shown[3].lead == best[0].text
