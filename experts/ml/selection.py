@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from .extractive import NOT_FOUND, ChunkSentenceCache, Passage, Ranking, quoted, rank_sentences, split_sentences, word_set
+from .extractive import NOT_FOUND, ChunkSentenceCache, Passage, Ranking, quoted, rank_sentences, split_sentences
 from .lora import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
-from .sentence_scorer import FEATURES, SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
+from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons
 
 # How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
 # sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
@@ -216,26 +216,6 @@ class SentenceScorer:
     def rank(self, question: str, passages: Sequence[Passage]) -> Ranking | None:
         """Every sentence of ``passages`` (whole), best first, as the extractive answer ranks them (``extractive.rank_sentences``)."""
         return rank_sentences(question, list(passages), self.embed, max_passages=len(passages), cache=self.cache, scorer=self.model)
-
-    def __call__(self, question: str, options: Sequence[Candidate]) -> list[float]:
-        """The scorer's score of each option (sentences of passages; no abstention)."""
-        return self.model.score(self.features(question, options)).tolist() if options else []
-
-    def features(self, question: str, options: Sequence[Candidate]) -> np.ndarray:
-        """Each option's ``sentence_scorer.FEATURES`` (one row each)."""
-        out = np.zeros((len(options), len(FEATURES)))
-        if not options:
-            return out
-        vectors = np.asarray(self.embed([question, *(c.text for c in options)]), dtype=np.float64)
-        cosines = vectors[1:] @ vectors[0]
-        words = word_set(question)
-        by_passage: dict[int, list[int]] = {}
-        for k, c in enumerate(options):
-            by_passage.setdefault(c.passage, []).append(k)
-        for passage, rows in by_passage.items():
-            texts = [options[k].text for k in rows]
-            out[rows] = sentence_features(words, texts, [word_set(t) for t in texts], cosines[rows], passage_rank=max(0, passage - 1))
-        return compare_candidates(out)
 
 
 def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float], lm_scores: Sequence[tuple[float, int]],

@@ -207,18 +207,20 @@ _SCORED = [
 ]
 
 
-def test_the_sentence_scorer_scores_candidates_as_the_extractive_answer_scores_its_sentences():
+def test_the_sentence_scorer_ranks_sentences_as_the_extractive_answer_ranks_them():
     """The shortlist comes from the very scorer the extractive answer quotes with: same features, same model."""
     from experts.ml.extractive import candidate_sentences
     from experts.ml.selection import SentenceScorer
     from experts.ml.sentence_scorer import load_scorer, weight_vector
 
     question = "how much does it cost to renew my license"
-    options = candidates(_SCORED, abstain=False)
     listed, features = candidate_sentences(question, _SCORED, _bag_of_words)
-    assert [text for _p, _s, text in listed] == [c.text for c in options]
-    assert SentenceScorer(_bag_of_words)(question, options) == pytest.approx(load_scorer(None).score(features).tolist())  # the shipped one
-    assert SentenceScorer(_bag_of_words, "linear")(question, options) == pytest.approx((features @ weight_vector(None)).tolist())
+    for spec, expected in ((None, load_scorer(None).score(features)), ("linear", features @ weight_vector(None))):  # the shipped one, the linear one
+        ranking = SentenceScorer(_bag_of_words, spec).rank(question, _SCORED)
+        assert [r.score for r in ranking.sentences] == pytest.approx(sorted(expected.tolist(), reverse=True))
+        assert [(r.passage, r.sentence, r.text) for r in ranking.sentences] == [
+            (listed[r.row][0] + 1, listed[r.row][1] + 1, listed[r.row][2]) for r in ranking.sentences]
+        assert sorted(c.text for c in candidates(_SCORED, abstain=False)) == sorted(r.text for r in ranking.sentences)  # every sentence, once
     with pytest.raises(ValueError, match="at least one"):
         SentenceScorer(_bag_of_words, shortlist=0)
 
@@ -252,11 +254,10 @@ def test_with_a_scorer_the_model_scores_only_its_shortlist_and_the_abstention(ti
     monkeypatch.setattr(selection, "score_continuations", spy)
     example = Example("how much does it cost to renew my license", "", _SCORED)
     scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
-    options = candidates(_SCORED, abstain=False)
-    ranked = sorted(zip(scorer(example.question, options), [c.text for c in options], strict=True), reverse=True)
+    ranked = [r.text for r in scorer.rank(example.question, _SCORED).sentences]
     chosen = selection.select(model, tokenizer, example, 1000, scorer=scorer)
     assert seen == [3]  # two sentences and the abstention, not all six sentences
-    assert chosen.text.rsplit(" [", 1)[0] in {ranked[0][1], ranked[1][1], NOT_FOUND}
+    assert chosen.text.rsplit(" [", 1)[0] in {ranked[0], ranked[1], NOT_FOUND}
     selection.select(model, tokenizer, example, 1000)
     assert seen[-1] == len(candidates(_SCORED))  # without a scorer: every sentence
 
@@ -270,8 +271,7 @@ def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monke
     scorer = gen.sentence_scorer()
     assert scorer is not None
     assert scorer.shortlist == 1
-    options = candidates(_SCORED, abstain=False)
-    best = max(zip(scorer(request.question, options), [c.text for c in options], strict=True))[1]
+    best = scorer.rank(request.question, _SCORED).sentences[0].text
     answer = gen.generate(request)
     assert answer.text == NOT_FOUND or answer.text.rsplit(" [", 1)[0] == best
     assert backend.TransformersGenerator(str(tiny_lm_dir), decoding="select").sentence_scorer() is None  # 0: the model alone
