@@ -337,7 +337,7 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
                               "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:
-        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"])
+        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"], shape["select_abstain"])
     f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),

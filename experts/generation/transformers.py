@@ -78,7 +78,7 @@ class TransformersGenerator:
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
                  copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free",
-                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None) -> None:
+                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None, select_abstain: bool = False) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -94,7 +94,7 @@ class TransformersGenerator:
         self.decoding = check_decoding(decoding)
         if select_shortlist < 0:
             raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
-        self.select_shortlist, self.scorer_spec = int(select_shortlist), scorer_spec
+        self.select_shortlist, self.scorer_spec, self.select_abstain = int(select_shortlist), scorer_spec, bool(select_abstain)
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -128,7 +128,7 @@ class TransformersGenerator:
     def sentence_scorer(self) -> SentenceScorer | None:
         """The scorer whose shortlist a chosen answer is picked from (``selection.SentenceScorer``, the
         extractive answer's, on the process's sentence encoder); None: the model judges every sentence alone."""
-        return sentence_scorer(self.select_shortlist, self.scorer_spec)
+        return sentence_scorer(self.select_shortlist, self.scorer_spec, self.select_abstain)
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
 

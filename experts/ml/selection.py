@@ -16,9 +16,10 @@ With a ``scorer`` (the extractive answer's fitted sentence scorer, ``sentence_sc
 judges a shortlist: the scorer's ``SHORTLIST`` best sentences of the shown passages, ranked on the whole
 passages exactly as the extractive answer ranks them (the prompt shows the passages cut, the shortlist
 kept), are scored by the adapter, and the answer is the one with the best ``scorer + LM_WEIGHT x mean
-log-probability``; the adapter abstains when it rates "not found" above every shortlisted sentence. The scorer was fitted on thousands of
-gold answers, the adapter on a few hundred steps: each corrects the other where it is unsure, and
-two candidates cost far less than every sentence.
+log-probability``. The scorer was fitted on thousands of gold answers, the adapter on a few hundred steps:
+each corrects the other where it is unsure, and two candidates cost far less than every sentence. With a
+shortlist the model does not decide "not found" (``ABSTAIN``, measured below): the passages' weak evidence
+does, before the model is asked, as for the extractive answer.
 """
 
 from __future__ import annotations
@@ -61,9 +62,19 @@ BATCH_TOKENS = 512
 # 0.3495 at 0, 0.3492 at 0.1, 0.3483 at 0.25, 0.3465 at 0.5, 0.3464 at 1; at 0.5 the adapter overrules the
 # scorer on 7 of the 395 questions that reach it, 6 of them for the worse. 0.25 is the largest weight within
 # one standard error of the best (-0.0010, standard error 0.0009): the scorer chooses, the adapter breaks
-# near-ties and decides "not found".
+# near-ties.
 SHORTLIST = 2
 LM_WEIGHT = 0.25
+# Whether "not found" is one of the options the model judges beside the shortlist (GENERATION_SELECT_ABSTAIN).
+# Off: the model's abstention says nothing about whether the passages answer. Measured on doc2dial's validation
+# split (`manage.py evaluate answers --split val --limit 0 --modes auto --generators base,lora`, 2026-12-05, every
+# option's scores recorded once and the rule replayed on them): the adapters never rated "not found" above both
+# shortlisted sentences (0 of 395); the bare base model did on 44 of 395, and the sentences it would have quoted
+# there score F1 0.322, as much as its answers elsewhere. Dropping the option: bare model +0.034 F1 over the 417
+# questions (paired standard error 0.007), adapters unchanged. On the adapters' own recorded scores the margin of
+# "not found" over their best sentence separates the questions whose passages hold the gold answer from the rest
+# with AUROC 0.49 (the scorer's best sentence: 0.73; the best passage's similarity, the gate serving uses: 0.65).
+ABSTAIN = False
 
 
 @dataclass(frozen=True)
@@ -190,7 +201,8 @@ class Selected:
 
 class SentenceScorer:
     """The extractive answer's sentence scorer over candidates (``sentence_scorer``'s model of their features),
-    and how ``select`` uses it: the adapter judges its ``shortlist`` best, with its log-probability weighing ``weight``.
+    and how ``select`` uses it: the adapter judges its ``shortlist`` best, with its log-probability weighing ``weight``,
+    and with ``abstain`` "not found" too.
 
     Each passage's candidates are its sentences in order (as ``candidates`` lists them), so the features
     that read a sentence's neighbours and its passage's rank mean what they mean to the extractive answer.
@@ -201,10 +213,11 @@ class SentenceScorer:
         shortlist: sentences the adapter judges (at least 1).
         weight: of the adapter's mean log-probability per token against the scorer's score.
         cache: chunk sentence vectors already computed (``extractive.ChunkSentenceCache``), or None.
+        abstain: whether "not found" is an option beside the shortlist (``ABSTAIN``); it always is when the passages hold no sentence.
     """
 
     def __init__(self, embed: Callable[[list[str]], Any], scorer: SentenceModel | str | dict[str, Any] | None = None, *, shortlist: int = SHORTLIST,
-                 weight: float = LM_WEIGHT, cache: ChunkSentenceCache | None = None) -> None:
+                 weight: float = LM_WEIGHT, cache: ChunkSentenceCache | None = None, abstain: bool = ABSTAIN) -> None:
         if shortlist < 1:
             raise ValueError(f"the shortlist holds at least one sentence, not {shortlist}")
         self.embed = embed
@@ -212,6 +225,7 @@ class SentenceScorer:
         self.shortlist = int(shortlist)
         self.weight = float(weight)
         self.cache = cache  # the extractive answer's chunk sentence cache: a passage it read is not encoded again
+        self.abstain = bool(abstain)
 
     def rank(self, question: str, passages: Sequence[Passage]) -> Ranking | None:
         """Every sentence of ``passages`` (whole), best first, as the extractive answer ranks them (``extractive.rank_sentences``)."""
@@ -243,7 +257,7 @@ class SelectionPlan:
     """
 
     prompt: list[int]
-    options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention
+    options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention (with a scorer, where it ``abstain``s)
     continuations: list[list[int]]  # each option's tokens as the model would write them (``candidate_ids``)
     citation_format: str = DEFAULT_CITATION_FORMAT
     scorer: SentenceScorer | None = None  # whose shortlist the options are (None: every sentence)
@@ -255,7 +269,8 @@ class SelectionPlan:
 def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
                    scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
     """The prompt (built as generation builds it, ``lora.fit_prompt`` in ``room`` tokens) and the options the model
-    scores: the sentences of the passages that prompt holds, or with ``scorer`` its shortlist, and the abstention.
+    scores: the sentences of the passages that prompt holds and the abstention, or with ``scorer`` its shortlist (and
+    the abstention where ``scorer.abstain``, or where the passages hold no sentence).
 
     The scorer ranks the sentences of the shown passages whole (``example.whole``, where the prompt shows them
     cut), exactly as the extractive answer ranks them, so its shortlist is the extractive answer's first choices
@@ -272,7 +287,9 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
     whole = list(example.whole or example.passages)[:fitted]
     ranking = scorer.rank(scorer_question or example.question, whole)
     best = ranking.sentences[: scorer.shortlist] if ranking is not None else []
-    options = [*(Candidate(clean_passage_text(r.text, fmt), r.passage, r.sentence) for r in best), abstain]
+    options = [Candidate(clean_passage_text(r.text, fmt), r.passage, r.sentence) for r in best]
+    if scorer.abstain or not options:
+        options.append(abstain)
     features = ranking.features if ranking is not None else np.zeros((0, len(FEATURES)))
     return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [r.score for r in best],
                          features, [r.row for r in best])

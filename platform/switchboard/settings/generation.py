@@ -83,8 +83,14 @@ GENERATION_DECODING = envstr("GENERATION_DECODING", "select")
 # are: chosen on doc2dial's validation split, routed LoRA F1 over the 109 questions that reach the model
 # 0.323 against 0.291 for the model alone over every sentence and 0.315 for the scorer alone; on all 417,
 # ranked on whole passages, 0.347 against the extractive answer's 0.350). 0: the model judges every
-# sentence of the cut passages alone. Two candidates instead of ~10 also make the answer arrive sooner.
+# sentence of the cut passages alone (and "not found"). Two candidates instead of ~10 also make the answer arrive sooner.
 GENERATION_SELECT_SHORTLIST = envint("GENERATION_SELECT_SHORTLIST", 2)
+# With a shortlist: whether the model may also answer "not found" (when it rates that above every shortlisted
+# sentence). Off: "not found" is then the passages' call (EXTRACTIVE_MIN_SCORE), as for the extractive answer.
+# Chosen on doc2dial's validation split (experts.ml.selection.ABSTAIN has the figures): the bare base model's
+# "not found" fell on questions as answerable as the rest and cost it 0.034 F1; the adapters never chose it.
+# Turn it on for a base model whose abstention you have measured to mean something.
+GENERATION_SELECT_ABSTAIN = envbool("GENERATION_SELECT_ABSTAIN", False)
 
 # --- the extractive backend -------------------------------------------------------------------
 # Below this best retrieved passage's similarity the answer is "I could not find this in the knowledge

@@ -239,7 +239,7 @@ def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_lets_it_a
     assert shortlist_choice(options[2:], [0.0], [(-1.0, 1)]) == 0  # nothing but the abstention
 
 
-def test_with_a_scorer_the_model_scores_only_its_shortlist_and_the_abstention(tiny, monkeypatch):
+def test_with_a_scorer_the_model_scores_only_its_shortlist(tiny, monkeypatch):
     from experts.ml import selection
     from experts.ml.lora import Example
 
@@ -256,10 +256,39 @@ def test_with_a_scorer_the_model_scores_only_its_shortlist_and_the_abstention(ti
     scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
     ranked = [r.text for r in scorer.rank(example.question, _SCORED).sentences]
     chosen = selection.select(model, tokenizer, example, 1000, scorer=scorer)
-    assert seen == [3]  # two sentences and the abstention, not all six sentences
+    assert seen == [2]  # the two shortlisted sentences, not all six; "not found" is the passages' call (ABSTAIN)
+    assert chosen.text.rsplit(" [", 1)[0] in {ranked[0], ranked[1]}
+    abstaining = selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True)
+    chosen = selection.select(model, tokenizer, example, 1000, scorer=abstaining)
+    assert seen[-1] == 3  # GENERATION_SELECT_ABSTAIN: the shortlist and the abstention
     assert chosen.text.rsplit(" [", 1)[0] in {ranked[0], ranked[1], NOT_FOUND}
     selection.select(model, tokenizer, example, 1000)
-    assert seen[-1] == len(candidates(_SCORED))  # without a scorer: every sentence
+    assert seen[-1] == len(candidates(_SCORED))  # without a scorer: every sentence and the abstention
+
+
+def test_the_model_says_not_found_over_a_shortlist_only_where_it_may(tiny, monkeypatch):
+    """A model that rates "not found" above every sentence answers it only with GENERATION_SELECT_ABSTAIN; and a
+    question whose passages hold no sentence is "not found" either way."""
+    from experts.ml import selection
+    from experts.ml.lora import Example
+
+    model, tokenizer = tiny
+
+    def prefers_not_found(model, prompt, continuations, **kw):
+        return [((-0.1 if tokenizer.decode(c).startswith(NOT_FOUND) else -9.0) * len(c), len(c)) for c in continuations]
+
+    monkeypatch.setattr(selection, "score_continuations", prefers_not_found)
+    example = Example("how much does it cost to renew my license", "", _SCORED)
+    scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
+    first = selection.plan_selection(tokenizer, example, 1000, scorer=scorer).options[0]
+    kept = selection.select(model, tokenizer, example, 1000, scorer=scorer)
+    assert kept.text == first.answer()  # the scorer's first choice (the model rates both alike): "not found" is not asked
+    assert kept.choice is not None
+    refused = selection.select(model, tokenizer, example, 1000, scorer=selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True))
+    assert refused.text == NOT_FOUND
+    assert refused.choice is None
+    empty = Example("how much does it cost", "", [Passage("   ", "Blank", score=0.9)])
+    assert selection.select(model, tokenizer, empty, 1000, scorer=selection.SentenceScorer(_bag_of_words, shortlist=2)).text == NOT_FOUND
 
 
 def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monkeypatch):
@@ -306,9 +335,15 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     final = list(gen.stream(request))[-1]
     assert final.selection == choice  # streamed: the same choice on the final answer
     monkeypatch.setattr(selection, "score_continuations", lambda model, prompt, continuations, **kw: [(-9.0, 1)] * (len(continuations) - 1) + [(-0.1, 1)])
+    preferred = gen.generate(request)  # the last option is the runner-up sentence: no abstention to prefer
+    assert preferred.grounded
+    assert preferred.text.rsplit(" [", 1)[0] == choice["runner_up"]["text"]
+    assert preferred.selection["quoted"][0]["reasons"][-1] == "the expert's model preferred it to the scorer's first choice"
+    gen.select_abstain = True  # GENERATION_SELECT_ABSTAIN: the model may rate "not found" above the shortlist
     abstained = gen.generate(request)
     assert abstained.text == NOT_FOUND
     assert abstained.selection is None  # nothing quoted, nothing to explain
+    gen.select_abstain = False
     read: list[str] = []
     rank = selection.SentenceScorer.rank
     monkeypatch.setattr(selection.SentenceScorer, "rank", lambda self, question, passages: read.append(question) or rank(self, question, passages))
@@ -325,13 +360,18 @@ def test_any_backends_scores_decide_as_the_in_process_model_does(tiny):
     example = Example("how much does it cost to renew my license", "", _SCORED)
     scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
     plan = selection.plan_selection(tokenizer, example, 1000, scorer=scorer)
-    assert [c.passage for c in plan.options][-1] == 0
-    assert len(plan.options) == 3
+    assert all(c.passage for c in plan.options)
+    assert len(plan.options) == 2
     assert plan.continuations == [candidate_ids(tokenizer, c) for c in plan.options]
     scores = score_continuations(model, plan.prompt, plan.continuations)
     assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=scorer)
-    with pytest.raises(ValueError, match="2 scores for 3 options"):
-        selection.decide(plan, scores[:2])
+    with pytest.raises(ValueError, match="1 scores for 2 options"):
+        selection.decide(plan, scores[:1])
+    abstaining = selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True)
+    plan = selection.plan_selection(tokenizer, example, 1000, scorer=abstaining)
+    assert [c.passage for c in plan.options] == [plan.options[0].passage, plan.options[1].passage, 0]  # and the abstention last
+    scores = score_continuations(model, plan.prompt, plan.continuations)
+    assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=abstaining)
 
 
 def test_a_chosen_candidate_is_quoted_without_its_sections_heading_but_trained_on_as_shown():
@@ -373,6 +413,6 @@ def test_the_shortlist_is_the_extractive_answers_first_choices_from_whole_passag
     assert plan.rated == pytest.approx([first["score"], second["score"]], abs=1e-3)
     assert all(c.text in cut[c.passage - 1].text for c in plan.options if c.passage)  # the model is shown what it judges
     assert len(plan.features) == answer.selection["candidates"]  # every sentence of the whole passages was read
-    assert plan.options[-1].text == NOT_FOUND
+    assert len(plan.options) == 2
     shown_only = plan_selection(tokenizer, Example(question, "", cut), 1000, scorer=scorer)  # no whole passages: the shown ones
     assert len(shown_only.features) == sum(len(split_sentences(p.text)) for p in cut)
