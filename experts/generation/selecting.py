@@ -24,7 +24,7 @@ from typing import Any
 from experts.ml.citations import CitationStream, parse_answer
 from experts.ml.extractive import Answer, Passage, quoted
 from experts.ml.prompting import STOPS, focus
-from experts.ml.selection import Selected, SentenceScorer
+from experts.ml.selection import ABSTAIN, Selected, SentenceScorer
 
 from .base import GenerationRequest
 from .extractive import chunk_cache, first_choices, scorer_spec
@@ -63,7 +63,7 @@ def shown_passages(request: GenerationRequest, *, max_passages: int, passage_cha
     return [replace(p, text=focus(p.text, request.question, passage_chars, keep=keep.get(i, ()))) for i, p in enumerate(passages, start=1)]
 
 
-def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None, abstain: bool = False) -> SentenceScorer | None:
+def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None, abstain: bool = ABSTAIN) -> SentenceScorer | None:
     """The scorer whose ``shortlist`` best sentences the model judges (the extractive answer's, on the process's
     sentence encoder), with "not found" among them where ``abstain`` (``GENERATION_SELECT_ABSTAIN``); None when
     ``shortlist`` is 0: the model judges every sentence alone."""
@@ -128,6 +128,6 @@ def select_settings(settings: Any) -> dict[str, Any]:
         "lead_sentence": getattr(settings, "GENERATION_LEAD_SENTENCE", False),
         "decoding": getattr(settings, "GENERATION_DECODING", "free"),
         "select_shortlist": getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
-        "select_abstain": bool(getattr(settings, "GENERATION_SELECT_ABSTAIN", False)),
+        "select_abstain": bool(getattr(settings, "GENERATION_SELECT_ABSTAIN", ABSTAIN)),
         "scorer_spec": scorer_spec(settings),
     }
