@@ -37,7 +37,7 @@ from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, pr
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages, render_citation
-from experts.ml.selection import Selected, SentenceScorer
+from experts.ml.selection import ABSTAIN, Selected, SentenceScorer
 
 from .base import (
     AdapterError,
@@ -78,7 +78,7 @@ class TransformersGenerator:
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
                  copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free",
-                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None, select_abstain: bool = False) -> None:
+                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None, select_abstain: bool = ABSTAIN) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
