@@ -23,6 +23,8 @@ class Job(models.Model):
     task_name = models.CharField(max_length=255, blank=True, help_text="Celery task that runs it: what the sweeper re-sends.")
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When its message reached the broker; empty: not yet.")
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the worker running it.")
+    claimed_by = models.CharField(max_length=255, blank=True,
+                                  help_text="The process that runs it (or ran it last), as host:pid: a dead one's job is queued again at once.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

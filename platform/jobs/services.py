@@ -8,13 +8,17 @@ Nothing is lost when parts fail. The Job row is the truth and the broker message
 message that could not be sent (broker down) leaves the row queued with ``dispatched_at`` empty,
 and ``sweep`` (a beat task every minute) sends it again once the broker is back. A worker killed
 half-way stops its heartbeat; after ``JOB_LEASE_S`` the sweeper queues the job again, up to
-``JOB_MAX_ATTEMPTS`` runs, then marks it failed. Services write artefacts to a temporary place and
+``JOB_MAX_ATTEMPTS`` runs, then marks it failed. Where the dead process ran on the sweeper's own machine
+(the row records ``host:pid``), the sweeper, and a worker starting there, queue it again at once
+instead of waiting out the lease. Services write artefacts to a temporary place and
 switch to them in one step, so a rerun starts clean and a half-written artefact is never active.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import traceback
 from collections.abc import Callable
@@ -127,11 +131,56 @@ def _stale_running(now: Any) -> Q:
     return Q(status=JobStatus.RUNNING, last_seen__lt=now - lease)
 
 
-def sweep(now: Any = None) -> dict[str, int]:
+def _claimant() -> str:
+    """This process, as a job row records who claimed it: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _process_gone(claimed_by: str, *, starting: bool) -> bool:
+    """Whether ``claimed_by`` (``host:pid``) names a process of this machine that no longer runs.
+
+    Only this machine's processes can be checked; any other is left to the lease. ``starting``: the
+    caller is a worker that has not claimed anything yet, so a row naming its own pid is from an
+    earlier process that had the same pid (a restarted container numbers its processes alike).
+    A pid reused by an unrelated process reads as alive: the lease still catches that job.
+    """
+    host, _, pid = claimed_by.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return starting
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process (alive), or no such pid at all
+        return False
+    return False
+
+
+def _requeue_or_fail(job: Job, still_lost: Any, why: str, max_attempts: int, now: Any, counts: dict[str, int]) -> None:
+    """Queue a job whose worker is gone again, or fail it once it is out of attempts.
+
+    ``still_lost``: the job's row filtered on the condition that found it lost, so that a worker that
+    claimed or finished it meanwhile wins (a conditional UPDATE changes nothing then).
+    """
+    if job.attempts >= max_attempts:
+        error = f"the worker running this job stopped responding {job.attempts} times; giving up (JOB_MAX_ATTEMPTS={max_attempts})"
+        counts["failed"] += still_lost.update(status=JobStatus.FAILED, finished_at=now, error=error, message=error[:255])
+    elif still_lost.update(status=JobStatus.QUEUED, dispatched_at=None, message="queued again: its worker was lost"):
+        counts["requeued"] += 1
+        _append_log(job.pk, f"worker lost ({why}); queued again")
+
+
+def sweep(now: Any = None, *, starting: bool = False) -> dict[str, int]:
     """Send again what the broker never got, requeue jobs whose worker died, fail those out of attempts.
 
     Idempotent and safe to run from several places at once: every change is a conditional UPDATE,
     and a duplicate message is harmless because a worker claims a job with one (see ``claim``).
+
+    Args:
+        now: the time to judge leases by (default: now).
+        starting: called by a worker as it starts (``switchboard.celery``), before it claims anything.
 
     Returns:
         counts: ``resent`` (queued, message never delivered or lost), ``requeued`` (worker gone),
@@ -141,14 +190,15 @@ def sweep(now: Any = None) -> dict[str, int]:
     counts = {"resent": 0, "requeued": 0, "failed": 0}
     max_attempts = int(_setting("JOB_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
     lease_s = _setting("JOB_LEASE_S", DEFAULT_LEASE_S)
+    # A process of this machine that is gone: no need to wait out its lease.
+    running = Job.objects.filter(status=JobStatus.RUNNING).exclude(claimed_by="")
+    for job in running.only("id", "attempts", "claimed_by"):
+        if _process_gone(job.claimed_by, starting=starting):
+            still_lost = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, claimed_by=job.claimed_by)
+            _requeue_or_fail(job, still_lost, f"its process {job.claimed_by} is gone", max_attempts, now, counts)
     for job in _with_last_seen().filter(_stale_running(now)).only("id", "attempts"):
-        stale = _with_last_seen().filter(_stale_running(now), pk=job.pk)
-        if job.attempts >= max_attempts:
-            error = f"the worker running this job stopped responding {job.attempts} times; giving up (JOB_MAX_ATTEMPTS={max_attempts})"
-            counts["failed"] += stale.update(status=JobStatus.FAILED, finished_at=now, error=error, message=error[:255])
-        elif stale.update(status=JobStatus.QUEUED, dispatched_at=None):
-            counts["requeued"] += 1
-            _append_log(job.pk, f"worker lost (no heartbeat for {lease_s:.0f} s); queued again")
+        still_lost = _with_last_seen().filter(_stale_running(now), pk=job.pk)
+        _requeue_or_fail(job, still_lost, f"no heartbeat for {lease_s:.0f} s", max_attempts, now, counts)
     grace = timedelta(seconds=_setting("JOB_DISPATCH_GRACE_S", DEFAULT_DISPATCH_GRACE_S))
     redeliver = timedelta(seconds=_setting("JOB_REDELIVER_AFTER_S", DEFAULT_REDELIVER_AFTER_S))
     pending = Job.objects.filter(status=JobStatus.QUEUED).exclude(task_name="").filter(
@@ -174,7 +224,7 @@ def claim(job_id: int) -> Job | None:
     """
     now = timezone.now()
     updated = _with_last_seen().filter(Q(pk=job_id) & (Q(status=JobStatus.QUEUED) | _stale_running(now))).update(
-        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1
+        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1, claimed_by=_claimant()
     )
     if not updated:
         return None

@@ -1,4 +1,5 @@
-"""A real Celery worker consumes a real job, through Redis and through the default filesystem broker."""
+"""A real Celery worker consumes a real job, through Redis and through the default filesystem broker, and
+runs at once, as it starts, a job that its dead predecessor left running."""
 
 from __future__ import annotations
 
@@ -66,3 +67,40 @@ def test_a_worker_consumes_a_job_from_the_default_filesystem_broker(tmp_path, pr
     run_import_job(tmp_path, project_env, manage, celery_worker, wait_for_job)
 
     assert (tmp_path / "var" / "broker" / "out").is_dir()
+
+
+CLAIM_AND_DIE = """
+import json, os
+from jobs import services
+from jobs.models import Job
+from labeling import tasks
+job = Job.objects.create(kind="import_queries", key="import:restart", title="Import", task_name=tasks.import_queries.name,
+                         params={{"path": {path!r}, "name": "questions.jsonl", "source": "restart"}})
+services.claim(job.pk)  # this process runs the job, and dies half-way: no outcome, no heartbeat thread
+print("JOB", job.pk, flush=True)
+os._exit(0)
+"""
+
+
+
+def _row(db, job_id: int) -> dict:
+    with sqlite3.connect(db, timeout=10) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT status, attempts, log FROM jobs_job WHERE id = ?", (job_id,)).fetchone())
+
+
+def test_a_worker_that_starts_again_runs_at_once_the_job_its_dead_process_left_running(project_env, manage, celery_worker, wait_for_job, tmp_path):
+    """No lease to wait out (JOB_LEASE_S stays 300 s) and no queue to wait behind: the worker sweeps as it starts."""
+    manage(project_env, "migrate", "--no-input")
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"text": q}) + "\n" for q in ["How do I renew my license?", "When is my tax refund due?"]))
+    output = manage(project_env, "shell", "-c", CLAIM_AND_DIE.format(path=str(questions)))
+    job_id = int(output.split("JOB", 1)[1].split()[0])
+    db = tmp_path / "var" / "db.sqlite3"
+    assert _row(db, job_id)["status"] == "running"  # left behind by a process that is gone
+
+    worker, log = celery_worker(project_env)
+    assert wait_for_job(db, job_id, worker, log) == "succeeded"
+    row = _row(db, job_id)
+    assert row["attempts"] == 2
+    assert "is gone" in row["log"]

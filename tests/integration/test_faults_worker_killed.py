@@ -3,8 +3,9 @@
 The worker is a real subprocess running ``jobs.services.run_job`` around a rebuild of an embedded
 Qdrant collection; a fault (``sbcommon.faults``) holds it after it wrote its new snapshot and before
 it switches to it, and the test kills it there. The old snapshot must stay active and searchable,
-the sweeper must queue the job again once its heartbeat is older than the lease, and the second
-run must finish and switch to a complete index.
+the sweeper must queue the job again (its process on this machine is gone; a worker elsewhere would
+wait out the lease), and the second run must finish and switch to a complete index. A real worker
+that starts again after such a kill is in tests/integration/test_celery_redis.py.
 """
 
 from __future__ import annotations
@@ -125,3 +126,4 @@ def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_re
     assert row["attempts"] == 2
     assert _texts(store_path) == {"new"}
     assert len([p for p in (store_path / "expert_a").iterdir() if p.is_dir()]) == 1  # the orphaned snapshot was collected
+

@@ -42,6 +42,21 @@ def test_the_job_body_polls_while_the_job_runs(console):
     assert "Not finished yet." in html
 
 
+def test_the_job_body_names_the_worker_running_the_job_and_when_it_was_last_heard(console):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = Job.objects.create(kind="train_router", key="a", title="Train the router", status="running", claimed_by="gpu-3:4242",
+                             heartbeat_at=timezone.now() - timedelta(minutes=2, seconds=5))
+
+    html = console.get(reverse("console-job-body", args=[job.pk]), headers={"HX-Request": "true"}).content.decode()
+
+    assert "<dt>Worker</dt><dd><code>gpu-3:4242</code>, last heard 2\xa0minutes ago</dd>" in html
+    assert console.get(reverse("console-job-body", args=[Job.objects.create(kind="k", key="q", title="Queued").pk]),
+                       headers={"HX-Request": "true"}).content.decode().count("<dt>Worker</dt>") == 0
+
+
 def test_the_job_page_is_404_for_an_unknown_job(console):
     assert console.get(reverse("console-job", args=[999])).status_code == 404
 

@@ -1,12 +1,17 @@
 """Jobs survive a broker outage and killed workers: nothing is lost, nothing runs twice at once.
 
 The broker is made unreachable for real (a Redis URL on a port where nothing listens); a killed
-worker is a Job row left running with an old heartbeat (the subprocess version, with SIGKILL, is
-in tests/integration/test_faults_worker_killed.py).
+worker is a Job row left running with an old heartbeat, or claimed by a process of this machine that
+is gone (the subprocess versions, with SIGKILL and a real worker restarting, are in
+tests/integration/test_faults_worker_killed.py).
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -16,7 +21,7 @@ from django.utils import timezone
 from jobs import services
 from jobs.choices import JobStatus
 from jobs.models import Job
-from switchboard.celery import app
+from switchboard.celery import app, recover_jobs_on_start
 
 RUNS: list[int] = []
 
@@ -111,6 +116,68 @@ def test_a_job_that_lost_its_worker_too_often_is_failed_with_a_reason(db, settin
     job = _running(attempts=settings.JOB_MAX_ATTEMPTS, seen_ago=timedelta(seconds=settings.JOB_LEASE_S + 5))
     counts = services.sweep()
     assert counts["failed"] == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert "stopped responding" in job.error
+    assert RUNS == []
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this machine that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _claimed(claimed_by: str, attempts: int = 1) -> Job:
+    """A running job with a fresh heartbeat: the lease alone would leave it alone for minutes."""
+    job = _running(attempts=attempts, seen_ago=timedelta(seconds=1))
+    Job.objects.filter(pk=job.pk).update(claimed_by=claimed_by)
+    return job
+
+
+def test_claiming_a_job_records_the_process_that_runs_it(db):
+    job = Job.objects.create(kind="test", key="who", title="x", task_name=record_run.name)
+    services.claim(job.pk)
+    job.refresh_from_db()
+    assert job.claimed_by == f"{socket.gethostname()}:{os.getpid()}"
+
+
+def test_a_job_whose_process_on_this_machine_is_gone_is_queued_again_at_once(db, settings):
+    job = _claimed(f"{socket.gethostname()}:{_dead_pid()}")
+    counts = services.sweep()
+    assert counts["requeued"] == 1
+    assert counts["resent"] == 1  # sent at once, not after the dispatch grace
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert job.attempts == 2
+    assert "is gone" in job.log
+    assert RUNS == [job.pk]
+
+
+def test_a_job_run_by_a_live_process_or_on_another_machine_waits_for_its_lease(db):
+    alive = _claimed(f"{socket.gethostname()}:{os.getppid()}")
+    elsewhere = _claimed(f"not-{socket.gethostname()}:{_dead_pid()}")
+    mine = _claimed(f"{socket.gethostname()}:{os.getpid()}")  # a thread of this very process may be running it
+    assert services.sweep() == {"resent": 0, "requeued": 0, "failed": 0}
+    for job in (alive, elsewhere, mine):
+        job.refresh_from_db()
+        assert job.status == JobStatus.RUNNING
+    assert RUNS == []
+
+
+def test_a_worker_starting_requeues_what_an_earlier_process_with_its_pid_left_running(db):
+    job = _claimed(f"{socket.gethostname()}:{os.getpid()}")  # a restarted container numbers its processes alike
+    recover_jobs_on_start()  # the worker_ready receiver: the worker has claimed nothing yet
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert job.attempts == 2
+    assert RUNS == [job.pk]
+
+
+def test_a_job_whose_process_is_gone_too_often_is_failed(db, settings):
+    job = _claimed(f"{socket.gethostname()}:{_dead_pid()}", attempts=settings.JOB_MAX_ATTEMPTS)
+    assert services.sweep()["failed"] == 1
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "stopped responding" in job.error

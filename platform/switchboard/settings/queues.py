@@ -45,9 +45,12 @@ JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
 JOB_DISPATCH_GRACE_S = envint("JOB_DISPATCH_GRACE_S", 30)
 JOB_REDELIVER_AFTER_S = envint("JOB_REDELIVER_AFTER_S", 900)
 JOB_SWEEP_S = envint("JOB_SWEEP_S", 60)
+# The sweeper's queue. Behind long jobs on a busy `cpu` queue it waits its turn; a deployment can give it
+# a queue of its own and a small worker for it (a worker also sweeps once as it starts).
+JOB_SWEEP_QUEUE = envstr("JOB_SWEEP_QUEUE", "cpu")
 
 # --- beat schedule ----------------------------------------------------------------------------
 CELERY_BEAT_SCHEDULE = {
-    "jobs-sweep": {"task": "jobs.sweep_jobs", "schedule": float(JOB_SWEEP_S), "options": {"queue": "cpu"}},
+    "jobs-sweep": {"task": "jobs.sweep_jobs", "schedule": float(JOB_SWEEP_S), "options": {"queue": JOB_SWEEP_QUEUE}},
     "audit-prune": {"task": "audit.prune_audit_log", "schedule": 24 * 3600.0, "options": {"queue": "cpu"}},
 }

@@ -1,0 +1,16 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [("jobs", "0003_fill_task_name")]
+
+    operations = [
+        migrations.AddField(
+            model_name="job",
+            name="claimed_by",
+            field=models.CharField(
+                blank=True, max_length=255,
+                help_text="The process that runs it (or ran it last), as host:pid: a dead one's job is queued again at once.",
+            ),
+        ),
+    ]
