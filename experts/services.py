@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,17 +315,21 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     """Whether an adapter answers its expert's held-out questions better than the bare base model.
 
     Both answer every held-out question the way serving does (``GENERATION_DECODING``: the passage
-    sentence each rates best, or greedy up to ``GENERATOR_MAX_TOKENS`` with the same stops); their mean token F1 against the held-out answers is compared
-    (``answer_metrics.token_f1``). ``beats_base`` needs a higher F1 *and* a lower held-out loss; it
-    is None without held-out examples (then nothing is activated automatically).
+    sentence each rates best, or greedy up to ``GENERATOR_MAX_TOKENS`` with the same stops); their mean
+    token F1 against the held-out answers is compared (``answer_metrics.token_f1``), with the paired
+    difference and its standard error. ``beats_base`` needs a higher F1 *and* a lower held-out loss, on
+    at least ``LORA_GATE_MIN_HELD_OUT`` questions; it is None with fewer (then nothing is activated
+    automatically: a person decides). ``gate`` says the verdict in words.
     """
     from .generation.selecting import select_settings, sentence_scorer
-    from .ml.batch_generation import attach_adapters, held_out_f1
+    from .ml.batch_generation import attach_adapters, held_out_f1_scores
     from .ml.lora import bf16_native, load_base
     from .ml.prompting import STOPS
 
+    minimum = int(getattr(settings, "LORA_GATE_MIN_HELD_OUT", 10))
     if not held_out:
-        return {"held_out_f1": None, "base_held_out_f1": None, "beats_base": None}
+        return {"held_out_f1": None, "base_held_out_f1": None, "held_out_n": 0, "beats_base": None,
+                "gate": f"not judged: no held-out questions (needs {minimum})"}
     import torch
 
     shape = select_settings(settings)
@@ -338,10 +344,26 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:
         kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"], shape["select_abstain"])
-    f1, base_f1 = (held_out_f1(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
+    mine, base_scores = (held_out_f1_scores(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
+    return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum)
+
+
+def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, base_eval_loss: float | None, minimum: int) -> dict[str, Any]:
+    """The gate's verdict on each held-out question's F1 with the adapter (``mine``) and without (``base``)."""
+    n = len(mine)
+    diff = [a - b for a, b in zip(mine, base, strict=True)]
+    f1, base_f1 = statistics.fmean(mine), statistics.fmean(base)
+    se = statistics.stdev(diff) / math.sqrt(n) if n > 1 else None
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
-    return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1),
-            "beats_base": bool(f1 is not None and base_f1 is not None and f1 > base_f1 and better_loss)}
+    if n < minimum:
+        beats, gate = None, (f"not judged: {n} held-out question{'s' if n != 1 else ''}, fewer than the {minimum} the gate needs "
+                             "(LORA_GATE_MIN_HELD_OUT); a person decides")
+    else:
+        beats = bool(f1 > base_f1 and better_loss)
+        gate = ("answers better than the base model" if beats else
+                "answers no better than the base model" if f1 <= base_f1 else "answers better, but its held-out loss is not lower")
+    return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1), "held_out_n": n, "f1_difference": _round(statistics.fmean(diff)),
+            "f1_difference_se": _round(se), "beats_base": beats, "gate": gate}
 
 
 def _training_version(expert: Expert, job: Job, params: LoraParams) -> ExpertVersion:
@@ -422,7 +444,7 @@ def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
             activated = True
             reporter.log(f"v{version.version} beats the base model on its held-out questions: activated")
         else:
-            reporter.log(f"v{version.version} does not beat the base model on its held-out questions: the current version keeps serving")
+            reporter.log(f"v{version.version} {metrics['gate']}: not activated, the current version keeps serving")
     return {"expert": expert.slug, "version": version.version, **metrics, "activated": activated, "loss_curve": result.loss_curve,
             "resumed_from": result.resumed_from}
 

@@ -218,22 +218,21 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
     return text[:cut]
 
 
-def held_out_f1(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
-                stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
-                copy_spans: bool = False, select: bool = False, scorer: Any = None) -> float | None:
-    """Mean token F1 (``answer_metrics.token_f1``) of greedy answers to ``examples`` against their answers.
+def held_out_f1_scores(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
+                       stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
+                       copy_spans: bool = False, select: bool = False, scorer: Any = None) -> list[float]:
+    """Each example's token F1 (``answer_metrics.token_f1``) of the greedy answer against its answer, in order; [] without examples.
 
-    The activation gate compares an adapter's figure with the bare base model's (``adapter=None``) on
-    the expert's held-out examples. None without examples.
+    The activation gate compares an adapter's scores with the bare base model's (``adapter=None``) on
+    the expert's held-out examples, question by question (``experts.services.answer_gate``).
     """
     from .answer_metrics import token_f1
 
     if not examples:
-        return None
+        return []
     room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format, whole=list(e.whole)), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
                                stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
                                copy_spans=copy_spans, select=select, scorer=scorer)
-    scores = [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
-    return sum(scores) / len(scores)
+    return [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]

@@ -209,7 +209,7 @@ def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_act
     lora_settings.GENERATOR_MAX_TOKENS = 12
     lora_settings.GENERATION_DECODING = "free"  # the examples carry no passages: only a written answer can say it
     # Every answer is the same sentence: an adapter can learn it, the random base model cannot say it.
-    rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 2 else "train"} for i in range(10)]
+    rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 10 else "train"} for i in range(18)]
     services.import_examples(expert, _jsonl(rows))
     job = train(expert, {**FAST, "max_steps": 60, "max_length": 400}, activate_if_better=True)
     assert job.status == JobStatus.SUCCEEDED, job.error
@@ -217,12 +217,17 @@ def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_act
     assert version.metrics["held_out_f1"] == 1.0
     assert version.metrics["base_held_out_f1"] < 0.5
     assert version.metrics["beats_base"] is True
+    assert version.metrics["held_out_n"] == 10
+    assert version.metrics["f1_difference"] > 0.5
+    assert version.metrics["f1_difference_se"] is not None
+    assert version.metrics["gate"] == "answers better than the base model"
     assert job.result["activated"] is True
     assert version.status == VersionStatus.ACTIVE
 
 
 def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expert, lora_settings, train):
     lora_settings.GENERATOR_MAX_TOKENS = 8
+    lora_settings.LORA_GATE_MIN_HELD_OUT = 1  # judged on _fill's one held-out question
     _fill(expert)
     job = train(expert, FAST, activate_if_better=True)
     assert job.status == JobStatus.SUCCEEDED, job.error
@@ -230,3 +235,33 @@ def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expe
     assert version.metrics["beats_base"] is False  # four steps of a random model answer nothing right
     assert job.result["activated"] is False
     assert version.status == VersionStatus.CANDIDATE
+
+
+def test_lora_a_version_judged_on_too_few_held_out_questions_is_left_for_a_person(expert, lora_settings, train):
+    lora_settings.GENERATOR_MAX_TOKENS = 12
+    lora_settings.GENERATION_DECODING = "free"
+    rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 2 else "train"} for i in range(10)]
+    services.import_examples(expert, _jsonl(rows))
+    job = train(expert, {**FAST, "max_steps": 60, "max_length": 400}, activate_if_better=True)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    version = ExpertVersion.objects.get(expert=expert)
+    assert version.metrics["held_out_f1"] == 1.0  # better on both questions, but two questions prove little
+    assert version.metrics["beats_base"] is None
+    assert version.metrics["gate"].startswith("not judged: 2 held-out questions, fewer than the 10")
+    assert job.result["activated"] is False
+    assert version.status == VersionStatus.CANDIDATE
+    assert "not judged: 2 held-out questions" in Job.objects.get(pk=job.pk).log
+
+
+@pytest.mark.parametrize(("mine", "base", "losses", "beats", "gate"), [
+    ([1.0, 0.5, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), True, "answers better than the base model"),
+    ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), False, "answers no better than the base model"),
+    ([1.0, 0.5, 0.5], [0.5, 0.5, 0.5], (2.0, 1.0), False, "answers better, but its held-out loss is not lower"),
+    ([1.0, 0.5], [0.5, 0.5], (1.0, 2.0), None, "not judged: 2 held-out questions, fewer than the 3"),
+])
+def test_the_answer_gate_reads_the_paired_scores_and_needs_enough_questions(mine, base, losses, beats, gate):
+    verdict = services._paired_gate(mine, base, *losses, minimum=3)
+    assert verdict["beats_base"] is beats
+    assert verdict["gate"].startswith(gate)
+    assert verdict["held_out_n"] == len(mine)
+    assert verdict["f1_difference"] == pytest.approx(sum(mine) / len(mine) - sum(base) / len(base), abs=1e-5)

@@ -251,7 +251,8 @@ def test_demo_experts_get_adapters_from_their_gold_answers_activated_only_when_t
         assert version.metrics["held_out_f1"] is not None
         # Serving changes only when the gate says the adapter answers better than the base model.
         assert version.status == (VersionStatus.ACTIVE if version.metrics["beats_base"] else VersionStatus.CANDIDATE)
-        assert summary[slug]["result"]["activated"] == version.metrics["beats_base"]
+        assert summary[slug]["result"]["activated"] == bool(version.metrics["beats_base"])
+        assert version.metrics["gate"]  # the verdict in words, "not judged" where too few questions are held out
     again = train_adapters(say=lines.append, max_steps=2)  # idempotent: the same examples are not trained on twice
     assert all(again[slug].get("skipped") for slug in AGENCIES)
     assert ExpertVersion.objects.count() == 4
