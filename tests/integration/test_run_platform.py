@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,11 +52,11 @@ def alive(pid: int) -> bool:
 class Platform:
     """``manage.py run_platform`` in a subprocess, its output collected line by line."""
 
-    def __init__(self, env: dict[str, str], port: int):
+    def __init__(self, env: dict[str, str], port: int, *args: str):
         self.port = port
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "run_platform", "--no-demo", "--port", str(port), "--stop-timeout", "20"],
+            [sys.executable, str(ROOT / "manage.py"), "run_platform", "--no-demo", "--port", str(port), "--stop-timeout", "20", *args],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
@@ -87,8 +88,8 @@ def run_platform(project_env, manage):
     manage(project_env, "migrate", "--no-input")
     started: list[Platform] = []
 
-    def start() -> Platform:
-        started.append(Platform(project_env, free_port()))
+    def start(*args: str) -> Platform:
+        started.append(Platform(project_env, free_port(), *args))
         return started[-1]
 
     yield start
@@ -111,8 +112,34 @@ def test_ctrl_c_stops_worker_beat_and_web(run_platform):
     assert "   run | stopped" in p.output
 
 
-def test_a_dead_child_stops_everything_and_exits_non_zero(run_platform):
+def test_a_dead_worker_is_started_again_and_a_dead_web_server_stops_everything(run_platform):
     p = run_platform()
+    p.wait_for("Switchboard is ready")
+    children = children_of(p.proc.pid)
+    worker = next(pid for pid, cmd in children.items() if " worker " in cmd)
+
+    os.kill(worker, signal.SIGKILL)  # as the OOM killer would
+
+    p.wait_for("worker exited with code -9; starting it again (1 of 3 restarts in 10 min)")
+    deadline = time.monotonic() + 60
+    while not (again := [pid for pid, cmd in children_of(p.proc.pid).items() if " worker " in cmd and pid != worker]):
+        assert time.monotonic() < deadline, p.output[-3000:]
+        time.sleep(0.2)
+    while len(re.findall(r"worker \| .*@\S+ ready\.", p.output)) < 2:  # the new worker says it is ready too
+        assert time.monotonic() < deadline + 60 and p.proc.poll() is None, p.output[-3000:]
+        time.sleep(0.2)
+    assert p.proc.poll() is None
+    web = next(pid for pid, cmd in children.items() if "uvicorn" in cmd)
+
+    os.kill(web, signal.SIGKILL)
+
+    assert p.proc.wait(timeout=60) != 0
+    assert [pid for pid in [*children, *again] if alive(pid)] == []
+    assert "web exited with code -9; stopped everything" in p.output
+
+
+def test_with_no_restarts_a_dead_worker_stops_everything(run_platform):
+    p = run_platform("--restarts", "0")
     p.wait_for("Switchboard is ready")
     children = children_of(p.proc.pid)
     worker = next(pid for pid, cmd in children.items() if " worker " in cmd)

@@ -4,8 +4,11 @@ Starts a Celery worker and Celery beat, loads the bundled demo through the worke
 already loaded, or ``--no-demo``), then serves the web console and APIs with uvicorn; once it is
 ready, and when a language model writes the answers, the demo experts' adapters train in the
 background (``train_demo_adapters``; ``--no-demo-adapters`` skips them). Every child's
-output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly;
-if any child dies, the others are stopped and the command exits non-zero.
+output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly.
+A worker or beat that dies (the OOM killer, a crash) is started again, up to ``--restarts`` times in
+``RESTART_WINDOW_S``; the worker sweeps the jobs as it starts, so the job it was running is queued
+again at once (``jobs.services.sweep``). If any other child dies, or one dies once too often, the
+others are stopped and the command exits non-zero.
 
 Children run in their own process groups (so a terminal's Ctrl-C reaches the supervisor only, which
 then stops them in order) and, on Linux, get SIGTERM if the supervisor itself is killed.
@@ -61,7 +64,11 @@ class Child:
     proc: subprocess.Popen
     reader: threading.Thread
     expected_exit: bool = False
+    restarts: int = 0  # how often it may be started again after dying, within RESTART_WINDOW_S
     started: float = field(default_factory=time.monotonic)
+
+
+RESTART_WINDOW_S = 600.0
 
 
 class Supervisor:
@@ -73,20 +80,21 @@ class Supervisor:
         self.children: list[Child] = []
         self.lock = threading.Lock()
         self.width = 6
+        self.restarted: dict[str, list[float]] = {}  # when each child was started again, by name
 
     def say(self, name: str, line: str) -> None:
         with self.lock:
             self.out.write(f"{name:>{self.width}} | {line}\n")
             self.out.flush()
 
-    def start(self, name: str, argv: list[str], expected_exit: bool = False) -> Child:
+    def start(self, name: str, argv: list[str], expected_exit: bool = False, restarts: int = 0) -> Child:
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, errors="replace", bufsize=1, preexec_fn=_child_setup(os.getpid()),  # only setpgrp + prctl, no Python locks
         )
         reader = threading.Thread(target=self._relay, args=(name, proc), daemon=True)
         reader.start()
-        child = Child(name, argv, proc, reader, expected_exit)
+        child = Child(name, argv, proc, reader, expected_exit, restarts)
         self.children.append(child)
         return child
 
@@ -96,10 +104,24 @@ class Supervisor:
             self.say(name, line.rstrip("\n"))
 
     def dead(self) -> Child | None:
-        """The first child that exited when it should not have, if any."""
-        for child in self.children:
-            if child.proc.poll() is not None and not child.expected_exit:
+        """The first child that exited when it should not have and may not be started again, if any.
+
+        A child allowed restarts that has used fewer than its ``restarts`` in the last
+        ``RESTART_WINDOW_S`` is started again here instead, with the same command.
+        """
+        for child in list(self.children):
+            if child.proc.poll() is None or child.expected_exit:
+                continue
+            now = time.monotonic()
+            recent = [t for t in self.restarted.get(child.name, []) if now - t < RESTART_WINDOW_S]
+            if len(recent) >= child.restarts:
                 return child
+            self.restarted[child.name] = [*recent, now]
+            self.say("run", f"{child.name} exited with code {child.proc.returncode}; starting it again "
+                            f"({len(recent) + 1} of {child.restarts} restarts in {RESTART_WINDOW_S / 60:.0f} min)")
+            child.reader.join(timeout=2)
+            self.children.remove(child)
+            self.start(child.name, child.argv, restarts=child.restarts)
         return None
 
     def running(self) -> list[Child]:
@@ -175,6 +197,8 @@ class Command(BaseCommand):
                             help="Do not train the demo experts' adapters in the background once the server is ready.")
         parser.add_argument("--no-beat", action="store_true", help="Do not start Celery beat.")
         parser.add_argument("--queues", default=envstr("WORKER_QUEUES", "cpu,gpu"), help="Queues the worker consumes (env WORKER_QUEUES).")
+        parser.add_argument("--restarts", type=int, default=envint("WORKER_RESTARTS", 3),
+                            help="How often a dead worker or beat is started again within 10 minutes before everything stops (env WORKER_RESTARTS, default 3; 0: never).")
         parser.add_argument("--stop-timeout", type=float, default=30.0, help="Seconds to wait for children to stop before killing them.")
         parser.add_argument("--ready-timeout", type=float, default=180.0, help="Seconds to wait for /readyz after the web server starts.")
 
@@ -214,13 +238,15 @@ class Command(BaseCommand):
         var = Path(settings.VAR_DIR)
         sup.say("run", f"data in {var}; broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
         sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
-                             "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"])
+                             "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"],
+                  restarts=max(0, options["restarts"]))
         if not options["no_beat"]:
             from django.core.management import call_command  # the default scheduled jobs (routing.experiments), created once
 
             call_command("ensure_schedules", verbosity=0)
             sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
-                               "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")])
+                               "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")],
+                      restarts=max(0, options["restarts"]))
 
         if not options["no_demo"]:
             loaded, why = demo_state()
