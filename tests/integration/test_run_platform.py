@@ -126,7 +126,8 @@ def test_a_dead_worker_is_started_again_and_a_dead_web_server_stops_everything(r
         assert time.monotonic() < deadline, p.output[-3000:]
         time.sleep(0.2)
     while len(re.findall(r"worker \| .*@\S+ ready\.", p.output)) < 2:  # the new worker says it is ready too
-        assert time.monotonic() < deadline + 60 and p.proc.poll() is None, p.output[-3000:]
+        assert time.monotonic() < deadline + 60, p.output[-3000:]
+        assert p.proc.poll() is None, p.output[-3000:]
         time.sleep(0.2)
     assert p.proc.poll() is None
     web = next(pid for pid, cmd in children.items() if "uvicorn" in cmd)
