@@ -7,7 +7,8 @@ target is that answer cited to the passage holding it among those serving would 
 (``experts.ml.targets``); otherwise the question is answered extractively with citations
 (``experts.ml.extractive``). Either way the adapter learns to answer in the platform's cited style
 from passages like the ones it will see when serving. Questions whose passages are too weak for a
-grounded answer, or do not hold the gold answer, are skipped, not taught as "not found".
+grounded answer, or do not hold the gold answer, are skipped, not taught as "not found". A question the
+imported log holds out (its validation or test split) is a held-out example, never a training one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from experts.choices import ExampleSource
+from experts.choices import ExampleSource, ExampleSplit
 from experts.generation.extractive import scorer_spec
 from experts.ml.extractive import Passage, extractive_answer
 from experts.ml.targets import training_target
@@ -44,31 +45,52 @@ class GroundingReport:
     unsupported: int = 0  # gold answers none of the shown passages holds
 
 
+# The imported log's own split (``Query.split``) decides where a grounded example goes: a question the
+# source holds out (its validation or test split, which the router's gate also holds out) never trains
+# an adapter; it is one of the held-out questions the activation gate answers. Questions without a
+# source split are held out by ``experts.services.held_out_split`` (LORA_EVAL_FRACTION).
+_HELD_OUT_SOURCE_SPLITS = frozenset({"val", "validation", "dev", "test"})
+
+
+def example_split(source_split: str) -> str:
+    """The training-example split of a question from the source's ``source_split`` ("" lets the hash decide)."""
+    split = (source_split or "").strip().lower()
+    if split in _HELD_OUT_SOURCE_SPLITS:
+        return ExampleSplit.EVAL
+    return ExampleSplit.TRAIN if split == "train" else ""
+
+
 def labelled_questions(expert: Expert, limit: int = 200) -> list[str]:
     """The expert's labelled questions (promoted proposals, then review decisions), deduplicated, oldest first."""
-    return [text for text, _ in labelled_pairs(expert, limit)]
+    return [text for text, _, _ in labelled_pairs(expert, limit)]
 
 
-def labelled_pairs(expert: Expert, limit: int = 200) -> list[tuple[str, str]]:
-    """(question, gold answer or "") of the expert's labelled questions, as ``labelled_questions`` orders them.
+def labelled_pairs(expert: Expert, limit: int = 200) -> list[tuple[str, str, str]]:
+    """(question, gold answer or "", the source's split or "") of the expert's labelled questions, as
+    ``labelled_questions`` orders them.
 
-    A question asked twice keeps the first gold answer found for it.
+    A question asked twice keeps the first gold answer found for it, and is held out if any of its
+    copies is held out by the source.
     """
     rows = list(
         Assignment.objects.filter(proposal__expert=expert, proposal__status=ProposalStatus.PROMOTED)
-        .order_by("query_id").values_list("query__text", "query__answer")
+        .order_by("query_id").values_list("query__text", "query__answer", "query__split")
     )
-    rows += list(ReviewDecision.objects.filter(expert=expert, query__isnull=False).order_by("id").values_list("query__text", "query__answer"))
+    rows += list(ReviewDecision.objects.filter(expert=expert, query__isnull=False).order_by("id")
+                 .values_list("query__text", "query__answer", "query__split"))
     unique: dict[str, list[str]] = {}
-    for text, answer in rows:
+    for text, answer, split in rows:
         key = " ".join(text.lower().split())
         if not key:
             continue
         if key not in unique:
-            unique[key] = [text.strip(), ""]
+            unique[key] = [text.strip(), "", ""]
         if not unique[key][1] and (answer or "").strip():
             unique[key][1] = answer.strip()
-    return [(text, answer) for text, answer in list(unique.values())[:limit]]
+        mine = example_split(split)
+        if mine == ExampleSplit.EVAL or not unique[key][2]:  # held out by any copy: held out
+            unique[key][2] = mine
+    return [(text, answer, split) for text, answer, split in list(unique.values())[:limit]]
 
 
 def _passages(hits: list[Any]) -> list[Passage]:
@@ -96,7 +118,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
     encoder = get_encoder()
     shown = prompt_passages()
     _, citation_format = current_prompt(expert)
-    for i, (question, gold) in enumerate(questions, start=1):
+    for i, (question, gold, split) in enumerate(questions, start=1):
         report.questions += 1
         try:
             passages = _passages(search_expert(expert, question, limit=settings.RETRIEVAL_TOP_K))
@@ -121,7 +143,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
             cited_ids = {id(p) for p in answer.citations}
             text, ordered = answer.text, list(answer.citations) + [p for p in passages if id(p) not in cited_ids]
         try:
-            _, created = add_example(expert, question, text, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
+            _, created = add_example(expert, question, text, split=split, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
         except TrainingDataError:
             report.weak += 1
             continue

@@ -83,3 +83,25 @@ def test_lora_a_gold_answer_from_the_log_is_the_target_cited_to_the_passage_hold
     assert example.answer == f"{gold} [1]"  # the renewals passage ranks first for this question
     assert example.passages[0]["title"] == "Renewals"
     assert not TrainingExample.objects.filter(question__startswith="Where do I order").exists()  # its gold answer is not in the documents
+
+
+def test_lora_a_question_the_source_holds_out_is_a_held_out_example_never_a_training_one(grounded_setup):
+    from experts.choices import ExampleSplit
+    from labeling.grounding import build_grounded_examples
+
+    Query.objects.filter(text="How do I renew my driver license online?").update(split="train")
+    Query.objects.filter(text="how do I renew my driver license online?").update(split="test")  # a copy held out: held out
+    Query.objects.filter(text="Where do I order replacement plates?").update(split="train")
+
+    assert build_grounded_examples(grounded_setup)["created"] == 2
+
+    assert TrainingExample.objects.get(question__startswith="How do I renew").split == ExampleSplit.EVAL
+    assert TrainingExample.objects.get(question__startswith="Where do I order").split == ExampleSplit.TRAIN
+
+
+@pytest.mark.parametrize(("source", "split"), [("test", "eval"), ("VAL", "eval"), ("validation", "eval"), ("dev", "eval"),
+                                               ("train", "train"), ("", ""), ("holdout-b", "")])
+def test_lora_the_source_split_maps_to_the_example_split(source, split):
+    from labeling.grounding import example_split
+
+    assert example_split(source) == split
