@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 @worker_ready.connect
 def recover_jobs_on_start(sender=None, **kwargs) -> None:
     """A worker starting sweeps once before it takes work: a job its previous process left running
-    is queued again now, not after ``JOB_LEASE_S`` and behind every job queued meanwhile."""
+    is queued again now (after the jobs already queued), not only once ``JOB_LEASE_S`` has passed."""
     from jobs.services import sweep
 
     try:

@@ -1,5 +1,5 @@
 """A real Celery worker consumes a real job, through Redis and through the default filesystem broker, and
-runs at once, as it starts, a job that its dead predecessor left running."""
+queues again, as it starts, a job that its dead predecessor left running."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _row(db, job_id: int) -> dict:
 
 
 def test_a_worker_that_starts_again_runs_at_once_the_job_its_dead_process_left_running(project_env, manage, celery_worker, wait_for_job, tmp_path):
-    """No lease to wait out (JOB_LEASE_S stays 300 s) and no queue to wait behind: the worker sweeps as it starts."""
+    """No lease to wait out (JOB_LEASE_S stays 300 s) and no beat to wait for: the worker sweeps as it starts."""
     manage(project_env, "migrate", "--no-input")
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"text": q}) + "\n" for q in ["How do I renew my license?", "When is my tax refund due?"]))

@@ -7,7 +7,7 @@ background (``train_demo_adapters``; ``--no-demo-adapters`` skips them). Every c
 output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly.
 A worker or beat that dies (the OOM killer, a crash) is started again, up to ``--restarts`` times in
 ``RESTART_WINDOW_S``; the worker sweeps the jobs as it starts, so the job it was running is queued
-again at once (``jobs.services.sweep``). If any other child dies, or one dies once too often, the
+again at once, after those already queued (``jobs.services.sweep``). If any other child dies, or one dies once too often, the
 others are stopped and the command exits non-zero.
 
 Children run in their own process groups (so a terminal's Ctrl-C reaches the supervisor only, which
