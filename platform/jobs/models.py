@@ -21,6 +21,8 @@ class Job(models.Model):
     result = models.JSONField(default=dict, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     task_name = models.CharField(max_length=255, blank=True, help_text="Celery task that runs it: what the sweeper re-sends.")
+    queue = models.CharField(max_length=64, blank=True,
+                             help_text="The queue its task was sent to (empty: the task's own routing); the sweeper and retries send it there again.")
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When its message reached the broker; empty: not yet.")
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life from the worker running it.")
     claimed_by = models.CharField(max_length=255, blank=True,

@@ -66,7 +66,8 @@ def enqueue_once(kind: str, key: str, title: str, task: Any, params: dict[str, A
         title: what the console shows.
         task: the Celery task, sent as ``task.apply_async((job_id,))`` after commit (see ``dispatch``); a
             signature carries execution options (``train.s().set(queue="gpu")``). Its ``name`` is recorded
-            as the row's ``task_name``, which the sweeper and retries send again (without those options).
+            as the row's ``task_name`` and its queue, if it names one, as ``queue``: the sweeper and
+            retries send the task there again (its other options are not kept).
         params: JSON parameters the task reads from the row.
         user: who asked for it, if anyone.
     """
@@ -74,10 +75,17 @@ def enqueue_once(kind: str, key: str, title: str, task: Any, params: dict[str, A
         existing = Job.objects.select_for_update().filter(key=key, status__in=ACTIVE_STATUSES).first()
         if existing is not None:
             return existing
-        job = Job.objects.create(kind=kind, key=key, title=title, params=params or {}, created_by=user, task_name=getattr(task, "name", "") or "")
+        job = Job.objects.create(kind=kind, key=key, title=title, params=params or {}, created_by=user, task_name=getattr(task, "name", "") or "",
+                                 queue=_queue_of(task))
     # Sent after commit so the worker always finds the row.
     transaction.on_commit(lambda: dispatch(job.pk, task))
     return job
+
+
+def _queue_of(task: Any) -> str:
+    """The queue a Celery signature is set to send to (``train.s().set(queue="gpu")``); "" for a task or a signature without one."""
+    options = task.get("options") if isinstance(task, dict) else None  # a Signature is a dict
+    return str((options or {}).get("queue") or "")
 
 
 def _broker_errors() -> tuple[type[BaseException], ...]:
@@ -94,7 +102,7 @@ def dispatch(job_id: int, task: Any = None) -> bool:
     """
     from celery import current_app
 
-    job = Job.objects.filter(pk=job_id).only("task_name").first()
+    job = Job.objects.filter(pk=job_id).only("task_name", "queue").first()
     if job is None:
         return False
     app = getattr(task, "app", None) or current_app
@@ -110,7 +118,7 @@ def dispatch(job_id: int, task: Any = None) -> bool:
         if task is not None:
             task.apply_async((job_id,), retry=False)
         elif job.task_name:
-            app.send_task(job.task_name, args=(job_id,), retry=False)
+            app.send_task(job.task_name, args=(job_id,), retry=False, **({"queue": job.queue} if job.queue else {}))
         else:
             logger.warning("jobs.dispatch_without_task", extra={"job": job_id})
             return False
@@ -371,6 +379,8 @@ def retry_job(job: Job, task: Any, user: Any = None) -> Job:
     double submit, or a retry while another attempt is active, gives the one active job)."""
     if job.status not in RETRYABLE_STATUSES:
         raise ValueError(f"only a failed or cancelled job can be retried; this one is {job.status}")
+    if job.queue and not _queue_of(task):  # to the queue the first attempt was sent to (a GPU worker's, say)
+        task = task.s().set(queue=job.queue)
     return enqueue_once(job.kind, job.key, job.title, task, job.params, user)
 
 

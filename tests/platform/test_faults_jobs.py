@@ -77,6 +77,23 @@ def test_the_sweeper_sends_an_undelivered_job_once_the_broker_is_back(db, settin
     assert services.sweep(timezone.now() + timedelta(hours=1))["resent"] == 0  # nothing left to send
 
 
+def test_a_job_sent_to_a_queue_is_sent_there_again_by_the_sweeper_and_by_a_retry(db, settings, broker_down, monkeypatch,
+                                                                                    django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.enqueue_once("test", "to-gpu", "Runs on a GPU worker", record_run.s().set(queue="gpu"))
+    assert Job.objects.get(pk=job.pk).queue == "gpu"
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, **kwargs: sent.append((name, kwargs)))  # the broker is back
+    assert services.sweep(timezone.now() + timedelta(seconds=settings.JOB_DISPATCH_GRACE_S + 1))["resent"] == 1
+    assert sent == [(record_run.name, {"args": (job.pk,), "retry": False, "queue": "gpu"})]  # not the task's default queue
+
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
+    app.conf.update(task_always_eager=True)
+    again = services.retry_job(Job.objects.get(pk=job.pk), record_run)
+    assert again.pk != job.pk
+    assert again.queue == "gpu"
+
+
 def test_a_job_delivered_a_moment_ago_is_not_sent_twice(db, settings):
     job = Job.objects.create(kind="test", key="fresh", title="x", task_name=record_run.name)
     assert services.sweep()["resent"] == 0  # within the grace period the first message may still be on its way

@@ -18,7 +18,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "kind", "title", "status", "progress", "percent", "message", "result", "error",
-            "attempts", "claimed_by", "heartbeat_at", "created_at", "started_at", "finished_at", "console_url",
+            "attempts", "queue", "claimed_by", "heartbeat_at", "created_at", "started_at", "finished_at", "console_url",
         ]
         read_only_fields = fields
 
