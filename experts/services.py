@@ -317,8 +317,9 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     Both answer every held-out question the way serving does (``GENERATION_DECODING``: the passage
     sentence each rates best, or greedy up to ``GENERATOR_MAX_TOKENS`` with the same stops); their mean
     token F1 against the held-out answers is compared (``answer_metrics.token_f1``), with the paired
-    difference and its standard error. ``beats_base`` needs a higher F1 *and* a lower held-out loss, on
-    at least ``LORA_GATE_MIN_HELD_OUT`` questions; it is None with fewer (then nothing is activated
+    difference and its standard error. ``beats_base`` needs a higher F1, by more than
+    ``LORA_GATE_MIN_SE`` standard errors of the paired difference, *and* a lower held-out loss, on at
+    least ``LORA_GATE_MIN_HELD_OUT`` questions; it is None with fewer (then nothing is activated
     automatically: a person decides). ``gate`` says the verdict in words.
     """
     from .generation.selecting import select_settings, sentence_scorer
@@ -345,24 +346,31 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     if kwargs["select"]:
         kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"], shape["select_abstain"])
     mine, base_scores = (held_out_f1_scores(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
-    return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum)
+    return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum, float(getattr(settings, "LORA_GATE_MIN_SE", 1.0)))
 
 
-def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, base_eval_loss: float | None, minimum: int) -> dict[str, Any]:
+def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, base_eval_loss: float | None, minimum: int,
+                 min_se: float = 1.0) -> dict[str, Any]:
     """The gate's verdict on each held-out question's F1 with the adapter (``mine``) and without (``base``)."""
     n = len(mine)
     diff = [a - b for a, b in zip(mine, base, strict=True)]
-    f1, base_f1 = statistics.fmean(mine), statistics.fmean(base)
+    f1, base_f1, gain = statistics.fmean(mine), statistics.fmean(base), statistics.fmean(diff)
     se = statistics.stdev(diff) / math.sqrt(n) if n > 1 else None
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
+    clear = se is None or gain > min_se * se  # a gain within its noise, one changed answer say, is not a win
     if n < minimum:
         beats, gate = None, (f"not judged: {n} held-out question{'s' if n != 1 else ''}, fewer than the {minimum} the gate needs "
                              "(LORA_GATE_MIN_HELD_OUT); a person decides")
+    elif f1 <= base_f1:
+        beats, gate = False, "answers no better than the base model"
+    elif not clear:
+        beats, gate = False, (f"answers better by {gain:.3f}, within {min_se:g} standard error{'s' if min_se != 1 else ''} ({se:.3f}) "
+                              "of the difference: not clearly better than the base model (LORA_GATE_MIN_SE)")
+    elif not better_loss:
+        beats, gate = False, "answers better, but its held-out loss is not lower"
     else:
-        beats = bool(f1 > base_f1 and better_loss)
-        gate = ("answers better than the base model" if beats else
-                "answers no better than the base model" if f1 <= base_f1 else "answers better, but its held-out loss is not lower")
-    return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1), "held_out_n": n, "f1_difference": _round(statistics.fmean(diff)),
+        beats, gate = True, "answers better than the base model"
+    return {"held_out_f1": _round(f1), "base_held_out_f1": _round(base_f1), "held_out_n": n, "f1_difference": _round(gain),
             "f1_difference_se": _round(se), "beats_base": beats, "gate": gate}
 
 

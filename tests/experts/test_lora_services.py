@@ -254,9 +254,10 @@ def test_lora_a_version_judged_on_too_few_held_out_questions_is_left_for_a_perso
 
 
 @pytest.mark.parametrize(("mine", "base", "losses", "beats", "gate"), [
-    ([1.0, 0.5, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), True, "answers better than the base model"),
+    ([1.0, 1.0, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), True, "answers better than the base model"),
     ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), False, "answers no better than the base model"),
-    ([1.0, 0.5, 0.5], [0.5, 0.5, 0.5], (2.0, 1.0), False, "answers better, but its held-out loss is not lower"),
+    ([1.0, 0.5, 0.5], [0.5, 0.5, 0.5], (1.0, 2.0), False, "answers better by 0.167, within 1 standard error (0.167)"),  # one answer decides
+    ([1.0, 1.0, 0.5], [0.5, 0.5, 0.5], (2.0, 1.0), False, "answers better, but its held-out loss is not lower"),
     ([1.0, 0.5], [0.5, 0.5], (1.0, 2.0), None, "not judged: 2 held-out questions, fewer than the 3"),
 ])
 def test_the_answer_gate_reads_the_paired_scores_and_needs_enough_questions(mine, base, losses, beats, gate):

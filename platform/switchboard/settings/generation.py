@@ -205,6 +205,11 @@ LORA_EVAL_FRACTION = envfloat("LORA_EVAL_FRACTION", 0.1)
 # answer moves the mean F1 by 0.1 or more. (The demo's experts held out 2, 3, 6 and 10 grounded examples by
 # the hash; held out by the source's own split, as now, 19 to 32.)
 LORA_GATE_MIN_HELD_OUT = envint("LORA_GATE_MIN_HELD_OUT", 10)
+# And it needs the adapter's mean F1 gain over the base model to exceed this many standard errors of the
+# paired difference (0: any gain). A rule, not a tuned figure: at 1, a single answer of the held-out set that
+# changes for the better never decides (its gain equals its standard error). The demo's SSA adapter (28
+# held-out questions, one answer better, none worse: +0.014, standard error 0.014) was activated without it.
+LORA_GATE_MIN_SE = envfloat("LORA_GATE_MIN_SE", 1.0)
 # The demo's background adapter trainings (switchboard.demo.train_adapters): steps per expert, the
 # pooled-then-expert budget of `evaluate answers` (80 + 20) spent on one expert; 0 lets LORA_EPOCHS decide.
 # (~4-7 s a step on this 2-core machine: the four demo experts take 25-45 minutes in the background.)
