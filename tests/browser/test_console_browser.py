@@ -187,3 +187,38 @@ def test_the_playground_shows_the_answers_words_as_they_come(live_server, django
     page.click("button:has-text('Ask')")
     expect(page.locator(".field-error")).to_have_text("Please enter a question.")
 
+
+
+def test_the_previous_answer_is_dimmed_while_the_next_question_is_routed(live_server, django_user_model, browser_page, monkeypatch):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
+    seed()
+    routed = threading.Event()
+    calls: list[str] = []
+
+    def slow_second(question: str, model: str = "auto", **_: object) -> FakeTurn:
+        calls.append(question)
+        if len(calls) > 1:
+            routed.wait(10)  # routing and retrieval of the second question take a while
+        return FakeTurn(question, model)
+
+    monkeypatch.setattr(chat, "open_stream", slow_second)
+    page = browser_page
+    page.goto(f"{live_server.url}/playground/")
+    page.fill("#id_username", "owner")
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+    page.fill("#id_question", "How do I renew my driver's license?")
+    page.click("button:has-text('Ask')")
+    expect(page.locator("#answer")).to_contain_text("renew online up to six months")
+    expect(page.locator("#playground-result.stale")).to_have_count(0)
+
+    page.fill("#id_question", "How do I renew it again?")
+    page.click("button:has-text('Ask')")
+    expect(page.locator("#playground-result.stale")).to_have_count(1)  # the old answer, dimmed, until the new one starts
+    expect(page.locator("#playground-result")).to_have_attribute("aria-busy", "true")
+    page.screenshot(path=str(SCREENSHOTS / "console-playground-next-question.png"), full_page=True)
+    routed.set()
+    expect(page.locator("#answer")).to_have_text("Most drivers can renew online up to six months before the license expires. [1]")
+    expect(page.locator("#playground-result.stale")).to_have_count(0)

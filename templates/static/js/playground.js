@@ -94,9 +94,19 @@
     if (button) button.disabled = true;
     if (spinner) spinner.classList.add("htmx-request");
     var state = { section: null, answer: null, done: false };
+    // The previous answer stays until the next one starts, dimmed: it no longer answers what is asked.
+    var previous = panel.querySelector("#playground-result");
+    if (previous) {
+      previous.classList.add("stale");
+      previous.setAttribute("aria-busy", "true");
+    }
     function idle() {
       if (button && document.contains(button)) button.disabled = false;
       if (spinner && document.contains(spinner)) spinner.classList.remove("htmx-request");
+      if (previous && document.contains(previous)) {  // nothing replaced it (the request failed): it is current again
+        previous.classList.remove("stale");
+        previous.removeAttribute("aria-busy");
+      }
     }
     fetch(form.dataset.streamUrl, {
       method: "POST", body: new FormData(form), credentials: "same-origin",
