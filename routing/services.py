@@ -182,15 +182,15 @@ def train_router_from_labels(
     if diagnostics["undecided"]:
         reporter.log(f"undecided experts (their logits barely vary): {', '.join(diagnostics['undecided'])}")
     reporter.progress(0.9, f"validation accuracy {result.metrics['val']['accuracy']:.3f}, ECE {diagnostics['ece_calibrated']:.3f} after temperature scaling")
-    gate_accuracy = _accuracy_on(result.router, experts, examples, x, y, gate_idx)
-    result.metrics["gate"] = {"n": len(gate_idx), "source": gate_source, "accuracy": gate_accuracy}
+    gate_hits = _hits(result.router, experts, examples, x, y, gate_idx)
+    result.metrics["gate"] = {"n": len(gate_idx), "source": gate_source, "accuracy": _accuracy(gate_hits)}
     make_active, verdict = True, {"policy": activate, "activated": True, "reason": "no active router" if active is None else "always activate"}
     if activate == "never":
         make_active = False
         verdict = {"policy": activate, "activated": False, "reason": "kept as a candidate, as asked: activate it on its training run's page"}
         reporter.log(verdict["reason"])
     elif activate == "if_better" and active is not None:
-        verdict = _compare_with_active(active, examples, x, y, gate_idx, experts, gate_accuracy, gate_source)
+        verdict = _compare_with_active(active, examples, x, y, gate_idx, experts, gate_hits, gate_source)
         make_active = verdict["activated"]
         reporter.log(verdict["reason"])
     result.metrics["activation"] = verdict
@@ -273,21 +273,37 @@ def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_t
                  f"its encoder at cosine {report['distil']['best_val_cosine']:.3f} with the full one")
 
 
-def _accuracy_on(router: TextRouter, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],
-                 experts: list[str] | None = None) -> float | None:
-    """Share of ``idx`` a router routes to the labelled expert (an expert it does not know is a miss); None without questions."""
+def _hits(router: TextRouter, model_experts: list[str], examples: list[Any], x: np.ndarray, y: np.ndarray, idx: list[int],
+          experts: list[str] | None = None) -> list[bool]:
+    """Whether a router routes each of ``idx`` to its labelled expert (an expert it does not know is a miss)."""
     if not idx:
-        return None
+        return []
     experts = experts or model_experts
     context = _conversation_context(examples, x) if router.context_dim > 0 else None
     probs, _ = router.scores(x[idx], [examples[i].text for i in idx], _rows(context, idx))
     chosen = [model_experts[i] if i < len(model_experts) else "" for i in probs.argmax(axis=1)]
-    return float(np.mean([c == experts[y[i]] for c, i in zip(chosen, idx, strict=True)]))
+    return [c == experts[y[i]] for c, i in zip(chosen, idx, strict=True)]
+
+
+def _accuracy(hits: list[bool]) -> float | None:
+    return float(np.mean(hits)) if hits else None
+
+
+def _mcnemar(candidate: list[bool], active: list[bool]) -> dict[str, Any]:
+    """The paired comparison of two routers on the same questions: on how many only the candidate (``new_only``)
+    or only the active one (``active_only``) is right, and McNemar's exact two-sided p-value (a binomial test
+    on those discordant questions; 1.0 when there are none)."""
+    from scipy.stats import binomtest
+
+    new_only = sum(1 for a, b in zip(candidate, active, strict=True) if a and not b)
+    active_only = sum(1 for a, b in zip(candidate, active, strict=True) if b and not a)
+    p = float(binomtest(new_only, new_only + active_only, 0.5).pvalue) if new_only + active_only else 1.0
+    return {"new_only": new_only, "active_only": active_only, "p_value": round(p, 4)}
 
 
 def _compare_with_active(
     active: RouterVersion, examples: list[Any], x: np.ndarray, y: np.ndarray, gate_idx: list[int], experts: list[str],
-    candidate_accuracy: float | None, gate_source: str,
+    candidate_hits: list[bool], gate_source: str,
 ) -> dict[str, Any]:
     """Accuracy of the candidate and of the active router on the gate, and whether the candidate beats it.
 
@@ -295,6 +311,9 @@ def _compare_with_active(
     validation split, on which it early-stopped and was calibrated, would flatter it. An expert the
     active router does not know counts as a miss for it (that is what serving it would do). Without
     gate questions nothing can be compared fairly, and the candidate is kept with that reason.
+    The verdict also gives the paired comparison (``_mcnemar``): the questions only one of them routes
+    right, and how likely such a split is between two equally good routers; the decision itself stays
+    the policy's (a higher accuracy).
     """
     base = {"policy": "if_better", "active_version": active.version, "n_heldout": len(gate_idx), "heldout": gate_source}
     if not gate_idx:
@@ -305,16 +324,20 @@ def _compare_with_active(
         model = TextRouter.load(active.path, with_fast=False)
     except (OSError, ValueError, KeyError) as exc:
         return {**base, "activated": True, "reason": f"active router v{active.version} cannot be loaded ({exc}); the new one replaces it"}
-    active_accuracy = _accuracy_on(model, list(active.experts), examples, x, y, gate_idx, experts=experts) or 0.0
-    candidate = candidate_accuracy or 0.0
+    active_hits = _hits(model, list(active.experts), examples, x, y, gate_idx, experts=experts)
+    active_accuracy, candidate = _accuracy(active_hits) or 0.0, _accuracy(candidate_hits) or 0.0
     better = candidate > active_accuracy
+    paired = _mcnemar(candidate_hits, active_hits)
     caveat = "" if "gate" in (active.metrics or {}) else f" (v{active.version} predates the gate and may have trained on some of them)"
     reason = (
         f"new router: held-out accuracy {candidate:.3f} against {active_accuracy:.3f} for active v{active.version} "
         f"on the same {len(gate_idx)} questions that neither trained nor tuned on ({gate_source}){caveat}; "
+        f"only the new one routes {paired['new_only']} of them right, only the active one {paired['active_only']} "
+        f"(McNemar's exact p = {paired['p_value']:.3g}); "
         + ("activated" if better else "kept as a candidate (it does not beat the active router)")
     )
-    return {**base, "activated": better, "reason": reason, "candidate_accuracy": candidate, "active_accuracy": active_accuracy}
+    return {**base, "activated": better, "reason": reason, "candidate_accuracy": candidate, "active_accuracy": active_accuracy,
+            "paired": paired}
 
 
 def _rows(context: Context | None, idx: list[int]) -> Context | None:

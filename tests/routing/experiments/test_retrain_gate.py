@@ -62,6 +62,8 @@ def test_a_router_that_does_not_beat_the_active_one_is_kept_as_a_candidate_with_
     verdict = second.metrics["activation"]
     # Both separate the two experts perfectly on the same held-out questions: equal is not better.
     assert verdict["candidate_accuracy"] == verdict["active_accuracy"] == 1.0
+    assert verdict["paired"] == {"new_only": 0, "active_only": 0, "p_value": 1.0}  # they never disagree
+    assert "only the new one routes 0 of them right, only the active one 0 (McNemar's exact p = 1)" in verdict["reason"]
     assert "kept as a candidate" in verdict["reason"]
     assert f"active v{first.version}" in verdict["reason"]
     # Rerunning on the same data finds the candidate instead of training a third router.
@@ -160,3 +162,12 @@ def test_an_unknown_activation_policy_fails_before_training(labelled):
 
     with pytest.raises(JobFailed, match="unknown activation policy"):
         services.train_router_from_labels(PARAMS, activate="sometimes")
+
+
+@pytest.mark.parametrize(("candidate", "active", "expected"), [
+    ([True] * 8 + [False] * 2, [False] * 8 + [True] * 2, {"new_only": 8, "active_only": 2, "p_value": 0.1094}),
+    ([True, True, False], [True, False, False], {"new_only": 1, "active_only": 0, "p_value": 1.0}),  # one question proves nothing
+    ([True] * 10, [False] * 10, {"new_only": 10, "active_only": 0, "p_value": 0.002}),
+])
+def test_the_paired_comparison_counts_the_questions_only_one_router_gets_right(candidate, active, expected):
+    assert services._mcnemar(candidate, active) == expected
