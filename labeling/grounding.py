@@ -43,6 +43,7 @@ class GroundingReport:
     weak: int = 0
     gold: int = 0  # examples whose target is the question's gold answer
     unsupported: int = 0  # gold answers none of the shown passages holds
+    held_out_again: int = 0  # grounded examples made for training before the source's split was read, now held out
 
 
 # The imported log's own split (``Query.split``) decides where a grounded example goes: a question the
@@ -143,13 +144,19 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
             cited_ids = {id(p) for p in answer.citations}
             text, ordered = answer.text, list(answer.citations) + [p for p in passages if id(p) not in cited_ids]
         try:
-            _, created = add_example(expert, question, text, split=split, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
+            example, created = add_example(expert, question, text, split=split, passages=[_stored(p) for p in ordered], source=ExampleSource.GROUNDED)
         except TrainingDataError:
             report.weak += 1
             continue
         report.created += created
         report.duplicates += not created
+        if not created and split == ExampleSplit.EVAL and example.split != ExampleSplit.EVAL and example.source == ExampleSource.GROUNDED:
+            # Made by an earlier pass that ignored the source's split: a question the source holds out stops training.
+            example.split = ExampleSplit.EVAL
+            example.save(update_fields=["split"])
+            report.held_out_again += 1
         reporter.progress(i / len(questions), f"{i}/{len(questions)} questions, {report.created} new examples")
     reporter.log(f"{report.created} grounded examples added ({report.gold} with a gold answer), {report.duplicates} already there, "
-                 f"{report.weak} too weakly grounded to use, {report.unsupported} whose gold answer the passages do not hold")
+                 f"{report.weak} too weakly grounded to use, {report.unsupported} whose gold answer the passages do not hold"
+                 + (f", {report.held_out_again} moved to the held-out questions (the source holds them out)" if report.held_out_again else ""))
     return asdict(report)

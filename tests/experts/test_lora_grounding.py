@@ -46,7 +46,8 @@ def test_lora_grounded_examples_cite_the_expert_documents_and_skip_weak_ones(gro
     from labeling.grounding import build_grounded_examples
 
     report = build_grounded_examples(grounded_setup)
-    assert report == {"questions": 3, "created": 2, "duplicates": 0, "weak": 1, "gold": 0, "unsupported": 0}  # the case-only duplicate is asked once
+    assert report == {"questions": 3, "created": 2, "duplicates": 0, "weak": 1, "gold": 0, "unsupported": 0,
+                      "held_out_again": 0}  # the case-only duplicate is asked once
     renew = TrainingExample.objects.get(question__startswith="How do I renew")
     assert renew.source == ExampleSource.GROUNDED
     assert "[1]" in renew.answer
@@ -78,7 +79,7 @@ def test_lora_a_gold_answer_from_the_log_is_the_target_cited_to_the_passage_hold
 
     report = build_grounded_examples(grounded_setup)
 
-    assert report == {"questions": 3, "created": 1, "duplicates": 0, "weak": 1, "gold": 1, "unsupported": 1}
+    assert report == {"questions": 3, "created": 1, "duplicates": 0, "weak": 1, "gold": 1, "unsupported": 1, "held_out_again": 0}
     example = TrainingExample.objects.get(question__startswith="How do I renew")
     assert example.answer == f"{gold} [1]"  # the renewals passage ranks first for this question
     assert example.passages[0]["title"] == "Renewals"
@@ -105,3 +106,19 @@ def test_lora_the_source_split_maps_to_the_example_split(source, split):
     from labeling.grounding import example_split
 
     assert example_split(source) == split
+
+
+def test_lora_a_grounded_example_made_for_training_before_the_source_held_it_out_is_held_out_on_the_next_pass(grounded_setup):
+    from experts.choices import ExampleSplit
+    from labeling.grounding import build_grounded_examples
+
+    Query.objects.update(split="train")
+    build_grounded_examples(grounded_setup)
+    assert set(TrainingExample.objects.values_list("split", flat=True)) == {ExampleSplit.TRAIN}
+    Query.objects.filter(text="Where do I order replacement plates?").update(split="test")  # as an earlier pass that ignored it saw it
+
+    report = build_grounded_examples(grounded_setup)
+
+    assert report["held_out_again"] == 1
+    assert TrainingExample.objects.get(question__startswith="Where do I order").split == ExampleSplit.EVAL
+    assert TrainingExample.objects.get(question__startswith="How do I renew").split == ExampleSplit.TRAIN
