@@ -56,9 +56,10 @@ def test_the_job_body_names_the_worker_running_the_job_and_when_it_was_last_hear
     assert f"<dt>Worker</dt><dd><code>gpu-3:4242</code>, last heard at {stamp}</dd>" in html
     assert console.get(reverse("console-job-body", args=[Job.objects.create(kind="k", key="q", title="Queued").pk]),
                        headers={"HX-Request": "true"}).content.decode().count("<dt>Worker</dt>") == 0
-    requeued = Job.objects.create(kind="k", key="r", title="Queued again", claimed_by="gpu-3:4242")  # its worker was lost
+    requeued = Job.objects.create(kind="k", key="r", title="Queued again", claimed_by="gpu-3:4242", queue="gpu")  # its worker was lost
     html = console.get(reverse("console-job-body", args=[requeued.pk]), headers={"HX-Request": "true"}).content.decode()
     assert "<dt>Last worker</dt><dd><code>gpu-3:4242</code></dd>" in html
+    assert "<dt>Queue</dt><dd><code>gpu</code></dd>" in html
 
 
 def test_the_job_page_is_404_for_an_unknown_job(console):

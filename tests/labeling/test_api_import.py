@@ -54,6 +54,8 @@ def test_an_upload_is_accepted_and_the_job_imports_it(api, owner, django_capture
     status = api.get(f"/api/v1/jobs/{job.pk}").json()
 
     assert (status["status"], status["progress"], status["percent"]) == ("succeeded", 1.0, 100)
+    assert status["claimed_by"]  # the process that ran it (host:pid), for an operator
+    assert status["queue"] == ""  # sent by the task's own routing
     assert status["result"]["imported"] == 2
     assert status["result"]["errors"] == [{"line": 3, "reason": "'text' is empty"}]
     assert uploads() == []  # imported in full: the stored copy is removed
