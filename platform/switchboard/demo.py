@@ -158,6 +158,6 @@ def train_adapters(say: Callable[[str], None] = print, max_steps: int | None = N
         for job in jobs:
             result = wait(job, say, timeout=6 * 3600).result
             say(f"  {result['expert']}: v{result['version']} answer F1 {result.get('held_out_f1')} (base {result.get('base_held_out_f1')}), "
-                + ("activated" if result.get("activated") else "not activated: the base model keeps answering"))
-            summary[result["expert"]]["result"] = {k: result.get(k) for k in ("version", "held_out_f1", "base_held_out_f1", "activated")}
+                + ("activated" if result.get("activated") else f"not activated ({result.get('gate') or 'no verdict'}): the base model keeps answering"))
+            summary[result["expert"]]["result"] = {k: result.get(k) for k in ("version", "held_out_f1", "base_held_out_f1", "held_out_n", "gate", "activated")}
     return summary

@@ -253,6 +253,9 @@ def test_demo_experts_get_adapters_from_their_gold_answers_activated_only_when_t
         assert version.status == (VersionStatus.ACTIVE if version.metrics["beats_base"] else VersionStatus.CANDIDATE)
         assert summary[slug]["result"]["activated"] == bool(version.metrics["beats_base"])
         assert version.metrics["gate"]  # the verdict in words, "not judged" where too few questions are held out
+        assert summary[slug]["result"]["gate"] == version.metrics["gate"]
+        if not summary[slug]["result"]["activated"]:  # the summary line says why
+            assert [line for line in lines if line.startswith(f"  {slug}: v1 ") and f"not activated ({version.metrics['gate']})" in line]
     again = train_adapters(say=lines.append, max_steps=2)  # idempotent: the same examples are not trained on twice
     assert all(again[slug].get("skipped") for slug in AGENCIES)
     assert ExpertVersion.objects.count() == 4
