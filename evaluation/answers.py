@@ -91,7 +91,7 @@ from evaluation.datasets import (
     write_jsonl,
 )
 from experts.generation.extractive import scorer_spec
-from experts.ml.answer_metrics import is_abstention, rouge_l, support, token_f1
+from experts.ml.answer_metrics import is_abstention, paired_difference, rouge_l, support, token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
 from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
 from experts.ml.targets import MIN_SUPPORT, training_target
@@ -762,13 +762,12 @@ def paired_differences(f1: dict[tuple[str, str], list[float]]) -> dict[str, dict
     """
     out: dict[str, dict[str, float]] = {}
     for a, b in PAIRS:
-        if a not in f1 or b not in f1:
+        if not f1.get(a) or not f1.get(b):
             continue
         if len(f1[a]) != len(f1[b]):
             raise ValueError(f"{a} and {b} answered {len(f1[a])} and {len(f1[b])} questions: they cannot be paired")
-        diff = np.asarray(f1[a], dtype=float) - np.asarray(f1[b], dtype=float)
-        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None
-        out[f"{'/'.join(a)} - {'/'.join(b)}"] = {"mean": round(float(diff.mean()), 4), "se": _r(se), "n": len(diff)}
+        mean, se = paired_difference(f1[a], f1[b])
+        out[f"{'/'.join(a)} - {'/'.join(b)}"] = {"mean": round(mean, 4), "se": _r(se), "n": len(f1[a])}
     return out
 
 

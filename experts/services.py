@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from jobs.services import JobFailed, JobReporter, enqueue_once
 from sbcommon.hashing import text_hash
 
 from .choices import ExampleSource, ExampleSplit, VersionStatus
+from .ml.answer_metrics import paired_difference
 from .ml.extractive import Passage
 from .ml.lora import (
     Example,
@@ -353,9 +353,8 @@ def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, 
                  min_se: float = 1.0) -> dict[str, Any]:
     """The gate's verdict on each held-out question's F1 with the adapter (``mine``) and without (``base``)."""
     n = len(mine)
-    diff = [a - b for a, b in zip(mine, base, strict=True)]
-    f1, base_f1, gain = statistics.fmean(mine), statistics.fmean(base), statistics.fmean(diff)
-    se = statistics.stdev(diff) / math.sqrt(n) if n > 1 else None
+    f1, base_f1 = statistics.fmean(mine), statistics.fmean(base)
+    gain, se = paired_difference(mine, base)
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     clear = se is None or gain > min_se * se  # a gain within its noise, one changed answer say, is not a win
     if n < minimum:

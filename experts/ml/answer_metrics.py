@@ -8,9 +8,12 @@ SQuAD 2.0's convention: it earns 1.0 against an empty gold answer and 0.0 agains
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 import string
 from collections import Counter
+from collections.abc import Sequence
 
 from .extractive import NOT_FOUND
 
@@ -52,6 +55,16 @@ def token_f1(prediction: str, gold: str, citation_format: str = "[{index}]") -> 
         return 0.0
     precision, recall = common / len(pred), common / len(ref)
     return 2 * precision * recall / (precision + recall)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None]:
+    """The mean of ``a[i] - b[i]`` over the same questions and its standard error (None for one question):
+    the spread of the per-question differences over the square root of their number, which says whether a
+    gap between two mean scores is more than the luck of which questions were drawn."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"{len(a)} and {len(b)} scores cannot be paired")
+    diff = [x - y for x, y in zip(a, b, strict=True)]
+    return statistics.fmean(diff), (statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else None)
 
 
 def _lcs(a: list[str], b: list[str]) -> int:

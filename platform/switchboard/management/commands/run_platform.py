@@ -237,16 +237,17 @@ class Command(BaseCommand):
     def _run(self, sup: Supervisor, python: str, host: str, port: int, base: str, options, stop: threading.Event) -> str | None:
         var = Path(settings.VAR_DIR)
         sup.say("run", f"data in {var}; broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+        restarts = max(0, options["restarts"])
         sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
                              "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"],
-                  restarts=max(0, options["restarts"]))
+                  restarts=restarts)
         if not options["no_beat"]:
             from django.core.management import call_command  # the default scheduled jobs (routing.experiments), created once
 
             call_command("ensure_schedules", verbosity=0)
             sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
                                "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")],
-                      restarts=max(0, options["restarts"]))
+                      restarts=restarts)
 
         if not options["no_demo"]:
             loaded, why = demo_state()
