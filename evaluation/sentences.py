@@ -15,7 +15,9 @@ product ships (``fit_mlp`` with its defaults), and reports, on validation and te
 sentence each scorer ranks first: ``hand_set`` (what the product used before the fit),
 ``linear_default`` (``DEFAULT_WEIGHTS``), ``default`` (the scorer the product ships,
 ``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
-candidate: what retrieval leaves within reach). ``held_out_domains`` asks whether the network carries
+candidate: what retrieval leaves within reach). ``shortlist_ceiling`` gives the best of the shipped
+scorer's first k sentences (k = 1, 2, 3, 5): the most a judge of that shortlist can reach, as the
+language model's ``select`` decoding judges the first ``GENERATION_SELECT_SHORTLIST``. ``held_out_domains`` asks whether the network carries
 over to a domain it never saw: fitted without each domain in turn, both scorers on that domain's test
 questions. ``own_domains`` asks whether an expert would quote better with a scorer of its own: the network
 fitted on one domain's train questions alone against the shared one, on that domain's questions. ``save_scorer`` writes ``refit_mlp`` with this
@@ -36,10 +38,11 @@ import numpy as np
 from evaluation.datasets import dataset_embeddings, read_jsonl, search_contexts, stratified_sample
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import ChunkSentenceCache, candidate_sentences, quoted
-from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, fit_mlp, fit_weights, load_scorer, picked_f1
+from experts.ml.sentence_scorer import DEFAULT_WEIGHTS, HAND_SET, best_of_top, fit_mlp, fit_weights, load_scorer, picked_f1
 
 Say = Callable[[str], None]
 PULLS = (0.0, 0.01, 0.1)
+SHORTLISTS = (1, 2, 3, 5)  # ``shortlist_ceiling``: the shortlist sizes whose best sentence is reported
 DEFAULT_TRAIN_LIMIT = 3000
 MAX_PASSAGES = 3  # extractive_answer's default: the passages whose sentences compete
 SEED = 0
@@ -123,10 +126,15 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
     for split in picked:
         picked[split]["best_possible"] = _r(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
+    # What a judge of the shipped scorer's first k choices could reach at most (the language model's
+    # ``select`` decoding judges GENERATION_SELECT_SHORTLIST of them): the best of the k, by split.
+    ceiling = {split: {str(k): _r(best_of_top(groups[split], scorers["default"], k)) for k in SHORTLISTS} for split in ("val", "test")}
     report = {
         "dataset": dataset.name,
         "n_questions": {split: len(g) for split, g in groups.items()},
         "picked_f1": picked,
+        "shortlist_ceiling": ceiling,
+        "candidates_per_question": {split: _r(float(np.mean([len(f) for _, f in groups[split]]))) if groups[split] else None for split in ("val", "test")},
         "pull_chosen_on_val": pull,
         "val_f1_by_pull": {str(p): _r(v) for p, v in val_f1.items()},
         "weights": {"linear_default": DEFAULT_WEIGHTS, "refit": refit, "hand_set": HAND_SET},
@@ -146,6 +154,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     }
     for split in ("val", "test"):
         say(f"  {split}: " + ", ".join(f"{name} {value}" for name, value in picked[split].items()))
+        say(f"  {split}: the best of the shipped scorer's first k sentences: " + ", ".join(f"k={k} {v}" for k, v in ceiling[split].items()))
     say(f"  refit (pull {pull}, chosen on val): {refit}")
     if save_scorer is not None:
         save_network(network, Path(save_scorer), {"dataset": dataset.name, "fitted_on": f"train split, {len(groups['train'])} questions",

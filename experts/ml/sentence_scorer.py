@@ -204,8 +204,22 @@ def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], prior: dict[str
 def picked_f1(groups: Sequence[tuple[np.ndarray, np.ndarray]], scorer: Any) -> float | None:
     """The mean F1 of the sentence ``scorer`` (any ``load_scorer`` spec, or a ``SentenceModel``) ranks first,
     over the questions with candidates."""
+    return best_of_top(groups, scorer, 1)
+
+
+def best_of_top(groups: Sequence[tuple[np.ndarray, np.ndarray]], scorer: Any, k: int) -> float | None:
+    """The mean F1 of the best of the ``k`` sentences ``scorer`` ranks first, over the questions with candidates.
+
+    With ``k`` = 1 it is ``picked_f1``; with ``k`` = ``GENERATION_SELECT_SHORTLIST`` it is the most
+    any judge of that shortlist (the language model's ``select`` decoding) can reach: the ceiling
+    of choosing among the scorer's first choices.
+    """
     model = load_scorer(scorer)
-    scores = [float(np.asarray(f)[int(np.argmax(model.score(np.asarray(x))))]) for x, f in groups if len(f)]
+    scores = []
+    for x, f in groups:
+        if len(f):
+            order = np.argsort(-model.score(np.asarray(x)), kind="stable")[:k]
+            scores.append(float(np.asarray(f)[order].max()))
     return float(np.mean(scores)) if scores else None
 
 

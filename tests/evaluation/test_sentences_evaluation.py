@@ -33,6 +33,11 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
         # Every answer is one of the documents' sentences, and the gold domain's passages are retrieved.
         assert figures["best_possible"] == 1.0
         assert all(0.0 <= figures[name] <= figures["best_possible"] for name in ("hand_set", "linear_default", "default", "refit", "refit_mlp"))
+        # The best of the shipped scorer's first k sentences: k=1 is its pick, and more choices never do worse.
+        ceiling = report["shortlist_ceiling"][split]
+        assert list(ceiling) == ["1", "2", "3", "5"]
+        assert ceiling["1"] == figures["default"]
+        assert ceiling["1"] <= ceiling["2"] <= ceiling["3"] <= ceiling["5"] <= figures["best_possible"]
     assert report["pull_chosen_on_val"] in (0.0, 0.01, 0.1)
     assert set(report["weights"]["refit"]) == set(report["weights"]["linear_default"])
     assert report["network"]["members"] >= 1

@@ -19,6 +19,7 @@ from experts.ml.sentence_scorer import (
     fit_mlp,
     fit_weights,
     load_scorer,
+    best_of_top,
     picked_f1,
     sentence_features,
     weight_vector,
@@ -258,3 +259,19 @@ def test_the_linear_fit_leaves_the_listwise_features_out():
     weights = fit_weights(groups)
     assert set(weights) == set(FEATURES) - set(LISTWISE)
     assert all(weight_vector(weights)[COL[name]] == 0 for name in LISTWISE)
+
+
+def test_best_of_top_is_the_best_f1_among_the_scorers_first_k_sentences():
+    import numpy as np
+
+    # One feature row per sentence; a linear scorer on the first feature ranks them 0, 1, 2.
+    first = {name: 0.0 for name in FEATURES}
+    first[FEATURES[0]] = 1.0
+    x = np.zeros((3, len(FEATURES)))
+    x[:, 0] = [3.0, 2.0, 1.0]
+    groups = [(x, np.array([0.1, 0.5, 0.9])), (x, np.array([0.4, 0.2, 0.0]))]
+
+    assert best_of_top(groups, first, 1) == picked_f1(groups, first) == pytest.approx(0.25)
+    assert best_of_top(groups, first, 2) == pytest.approx((0.5 + 0.4) / 2)
+    assert best_of_top(groups, first, 5) == pytest.approx((0.9 + 0.4) / 2)  # k beyond the candidates: all of them
+    assert best_of_top([], first, 2) is None
