@@ -19,7 +19,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views import View
 
-from experts.access import visible_experts, visible_slugs
+from console.templatetags.expert_names import expert_name
+from experts.access import visible_experts, visible_names, visible_slugs
 from experts.choices import ExpertStatus
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
@@ -207,6 +208,6 @@ class TraceFeedbackView(LoginRequiredMixin, View):
         except (ResponseNotFound, UnknownExpert) as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Reported: it should have gone to {data['right_expert']}. The review queue proposes that label."
+            messages.success(request, f"Reported: it should have gone to {expert_name(data['right_expert'], visible_names(request.user))}. The review queue proposes that label."
                              if wrong else "Thanks: your verdict is recorded.")
         return redirect(back) if back else redirect("console-trace", request_id=request_id)

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views import View
 from django.views.generic import RedirectView, TemplateView
 
+from console.templatetags.expert_names import expert_name
 from experts import access
 from experts import services as expert_services
 from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
@@ -249,7 +250,7 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         return event_stream_response(request, self._events(request, form, turn), turn.close)
 
     def _events(self, request: HttpRequest, form: PlaygroundForm, turn: Any) -> Iterator[bytes]:
-        yield _event("meta", {"expert": turn.expert, "answer_source": turn.source.answer_source})
+        yield _event("meta", {"expert": turn.expert, "expert_name": expert_name(turn.expert, access.visible_names(request.user)), "answer_source": turn.source.answer_source})
         try:
             for delta in turn:
                 yield _event("delta", {"text": delta})

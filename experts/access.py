@@ -38,6 +38,11 @@ def visible_slugs(user) -> set[str]:
     return set(visible_experts(user).values_list("slug", flat=True))
 
 
+def visible_names(user) -> dict[str, str]:
+    """The display name of each expert ``user`` may see, by slug, in one query."""
+    return dict(visible_experts(user).values_list("slug", "name"))
+
+
 def editable_slugs(user) -> set[str]:
     """The slugs of the experts ``user`` may change, in one query (the rule of ``can_edit``)."""
     if _anonymous(user):

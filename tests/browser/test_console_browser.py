@@ -130,7 +130,7 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     assert answered.value.headers["content-type"].startswith("text/event-stream")
     expect(page.locator("#answer")).to_contain_text("renew online up to six months")
     expect(page.locator("#routing-path li")).to_have_count(3)
-    expect(page.locator("#routing-path li.chosen")).to_contain_text("dmv")
+    expect(page.locator("#routing-path li.chosen")).to_contain_text("Motor Vehicles")  # experts by name
     expect(page.locator("#router-used")).to_contain_text("Router v1")
     expect(page.locator("#cite-1")).to_contain_text("Renew your driver's license")
     expect(page.locator("#latency")).to_contain_text("75.0 ms")
@@ -165,7 +165,7 @@ def test_the_playground_shows_the_answers_words_as_they_come(live_server, django
     page.click("button:has-text('Ask')")
     # The first words are on the page while the model is still writing the rest.
     expect(page.locator("#answer.streaming")).to_have_text("Most drivers can")
-    expect(page.locator("#answered-by")).to_have_text("dmv")
+    expect(page.locator("#answered-by")).to_have_text("Motor Vehicles")
     expect(page.locator("button:has-text('Ask')")).to_be_disabled()
     page.screenshot(path=str(SCREENSHOTS / "console-playground-streaming.png"), full_page=True)
     gate.set()

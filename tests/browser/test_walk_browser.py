@@ -154,7 +154,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     page.click("nav >> text=Playground")
     page.fill("#id_question", "How do I renew my driver's license?")
     page.click("button:has-text('Ask')")
-    expect(page.locator("#routing-path li.chosen")).to_contain_text("dmv")
+    expect(page.locator("#routing-path li.chosen")).to_contain_text("Motor Vehicles")
     expect(page.locator("#latency")).to_contain_text("75.0 ms")
     shot(page, "04-playground")
 
@@ -173,10 +173,10 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     # "Wrong expert": the right one is reported from the trace, and the review queue proposes it.
     page.locator("#feedback-form select").select_option("ssa")
     page.click("#feedback-form button:has-text('Report')")
-    expect(page.locator(".notice.success")).to_contain_text("it should have gone to ssa")
-    expect(page.locator("#feedback-given")).to_contain_text("should have gone to ssa")
+    expect(page.locator(".notice.success")).to_contain_text("it should have gone to Social Security")
+    expect(page.locator("#feedback-given")).to_contain_text("should have gone to Social Security")
     page.click("nav >> text=Review")
-    expect(item).to_contain_text("it should have gone to ssa")
+    expect(item).to_contain_text("it should have gone to Social Security")
     assert item.locator("select").input_value() == "ssa"
     item.locator("button:has-text('Label')").click()
     expect(page.locator(".notice.success")).to_contain_text("Labelled for Social Security")

@@ -324,7 +324,7 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
     monkeypatch.setattr(chat, "answer", ranked_with_conversation)
     unsure = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_abc",
                                                                  "earlier": "How do I renew my licence?"}).content.decode()
-    assert "Ranked with your 1 earlier question in this conversation: on its own this question was unsure (closest to ssa, 0.52)" in unsure
+    assert "Ranked with your 1 earlier question in this conversation: on its own this question was unsure (closest to Social Security, 0.52)" in unsure
 
     def kept(question, model="auto", **request):
         result = fake_answer(question, model, **request)
@@ -334,7 +334,7 @@ def test_the_playground_continues_a_conversation_and_searches_follow_ups_with_it
     monkeypatch.setattr(chat, "answer", kept)
     stayed = console.post(reverse("console-playground-answer"), {"question": "and the fee?", "mode": "auto", "conversation_id": "conv_abc",
                                                                  "earlier": "How do I renew my licence?"}).content.decode()
-    assert "It stayed with this conversation's expert dmv: no other expert scored clearly higher." in stayed
+    assert "It stayed with this conversation's expert Motor Vehicles: no other expert scored clearly higher." in stayed
     assert 'id="routing-kept"' not in unsure
 
     def changed_subject(question, model="auto", **request):

@@ -60,7 +60,7 @@ def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(consol
     stream = events(ask(console, mode="auto:fast"))
 
     assert calls == [("How do I renew?", "auto:fast")]
-    assert stream[0] == ("meta", {"expert": "dmv", "answer_source": "extractive_fallback"})
+    assert stream[0] == ("meta", {"expert": "dmv", "expert_name": "Motor Vehicles", "answer_source": "extractive_fallback"})
     assert [data["text"] for name, data in stream if name == "delta"] == ["You ", "can ", "renew ", "online. [1]"]
     name, done = stream[-1]
     assert name == "done"

@@ -86,14 +86,14 @@ def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_w
     client.force_login(staff)
     page = client.get(reverse("console-trace", args=["r-none"])).content.decode()
     assert "its confidence 0.210 was below the threshold 0.325" in page
-    assert "It would have chosen <strong>dmv</strong>" in page
+    assert "It would have chosen <strong>Motor Vehicles</strong>" in page  # the expert by its name, not its slug
     assert 'id="router-views"' not in page  # a decision without the spelling view says nothing of views
     assert "What is the weather?" in page
 
 
 @pytest.mark.parametrize(("examples", "expected"), [
-    ({"expert": "ssa", "similarity": 0.8312}, "the training questions most like it were <strong>ssa</strong>'s (similarity 0.83)."),
-    (None, "by its words' spelling, <strong>dmv</strong> (0.70)."),
+    ({"expert": "ssa", "similarity": 0.8312}, "the training questions most like it were <strong>Social Security</strong>'s (similarity 0.83)."),
+    (None, "by its words' spelling, <strong>Motor Vehicles</strong> (0.70)."),
 ])
 def test_a_trace_says_what_each_view_of_the_question_favoured(client, world, examples, expected):
     _, staff = world
@@ -106,7 +106,7 @@ def test_a_trace_says_what_each_view_of_the_question_favoured(client, world, exa
     client.force_login(staff)
     page = client.get(reverse("console-trace", args=["r-views"])).content.decode()
     found = page.split('id="router-views"')[1].split("</p>")[0]
-    assert "By meaning it looked like <strong>dmv</strong> (0.60)" in found
+    assert "By meaning it looked like <strong>Motor Vehicles</strong> (0.60)" in found
     assert expected in found
     assert ("training questions most like it" in found) == bool(examples)
 
@@ -120,8 +120,8 @@ def test_a_trace_names_the_word_that_kept_the_question_in_scope_and_whose_docume
     event("r-word", "dmv", question="where do I send my DD214?", trace=traces.build(decision, None))
     client.force_login(staff)
     found = client.get(reverse("console-trace", args=["r-word"])).content.decode().split('id="router-knowledge"')[1].split("</ul>")[0]
-    assert "<strong>dmv</strong>: closest passage 0.31, keyword match 2.0</li>" in found
-    assert "<strong>ssa</strong>: no documents</li>" in found
+    assert "<strong>Motor Vehicles</strong>: closest passage 0.31, keyword match 2.0</li>" in found
+    assert "<strong>Social Security</strong>: no documents</li>" in found
     assert "<strong>va</strong>: <span class=\"jargon\">its documents use “dd214”, which the others' rarely do (weight 10.1)</span></li>" in found
 
 
@@ -193,14 +193,14 @@ def test_a_wrong_expert_report_on_a_trace_lands_in_the_review_queue_with_the_rig
     assert "Choose the expert that should have answered." in missing.content.decode()
     assert not Feedback.objects.exists()  # nothing half-written
     done = client.post(url, {"verdict": "wrong_expert", "right_expert": "ssa", "comment": "pensions are ssa"}, follow=True)
-    assert "Reported: it should have gone to ssa." in done.content.decode()
+    assert "Reported: it should have gone to Social Security." in done.content.decode()
     feedback = Feedback.objects.get(request_id="r-pension")
     assert (feedback.rating, feedback.suggested_expert, feedback.expert) == (-1, "ssa", "dmv")
     queue = client.get(reverse("console-review"))
     row = next(r for r in queue.context["rows"] if r["item"].event.request_id == "r-pension")
     assert row["item"].suggested_expert == "ssa"
     assert row["form"].initial["expert"] == "ssa"  # proposed: one click labels it
-    assert "it should have gone to <strong>ssa</strong>" in queue.content.decode()
+    assert "it should have gone to <strong>Social Security</strong>" in queue.content.decode()
     assert client.post(reverse("console-trace-feedback", args=["r-pension"]), {"verdict": "up"}).status_code == 302
     assert Feedback.objects.get(request_id="r-pension").rating == 1  # a second verdict replaces the first
 
@@ -291,7 +291,7 @@ def test_a_follow_up_ranked_with_its_conversation_says_so_on_its_trace(client, w
     client.force_login(staff)
     shown = client.get(reverse("console-trace", args=["r-blended"])).content.decode()
     assert "Ranked with the user's 2 earlier questions in this conversation: on its own this question was unsure" in shown
-    assert "closest to <strong>ssa</strong>, 0.55" in shown
+    assert "closest to <strong>Social Security</strong>, 0.55" in shown
     assert 'id="router-conversation"' not in client.get(reverse("console-trace", args=["r-alone"])).content.decode()
     assert "rules out" not in shown
     ruled = dataclasses.replace(blended, conversation={**blended.conversation, "ruled_out": {"expert": "va", "probability_alone": 0.004}})
@@ -315,8 +315,24 @@ def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(clien
     event("r-stayed", "dmv", abstained=True, trace=traces.build(abstained, dataclasses.replace(result, conversation_expert_from="stored")))
     client.force_login(staff)
     kept = client.get(reverse("console-trace", args=["r-kept"])).content.decode()
-    assert "It stayed with the conversation's expert <strong>dmv</strong>: no other expert scored more than 0.15 higher" in kept
+    assert "It stayed with the conversation's expert <strong>Motor Vehicles</strong>: no other expert scored more than 0.15 higher" in kept
     assert "the expert the user's earlier messages route to" in kept
     stayed = client.get(reverse("console-trace", args=["r-stayed"])).content.decode()
-    assert "The router placed this question with no expert, so it stayed with the conversation's expert <strong>dmv</strong>." in stayed
+    assert "The router placed this question with no expert, so it stayed with the conversation's expert <strong>Motor Vehicles</strong>." in stayed
     assert 'id="router-kept"' not in client.get(reverse("console-trace", args=["r-free"])).content.decode()
+
+
+def test_the_console_names_the_experts_a_user_may_see_and_shows_other_slugs_as_recorded(world):
+    from console.templatetags.expert_names import expert_name
+    from experts.access import visible_names
+
+    roads_member, staff = world
+    assert visible_names(staff) == {"dmv": "Motor Vehicles", "ssa": "Social Security"}
+    names = visible_names(roads_member)
+    assert names == {"dmv": "Motor Vehicles"}  # ssa belongs to another team
+    assert expert_name("dmv", names) == "Motor Vehicles"
+    assert expert_name("ssa", names) == "ssa"  # another team's expert keeps its name to that team
+    assert expert_name("retired", names) == "retired"  # no such expert (any more): its slug, as recorded
+    assert expert_name("", names) == expert_name(None, names) == ""
+    assert expert_name("dmv") == "dmv"  # a template without the names shows slugs
+    assert visible_names(None) == {}

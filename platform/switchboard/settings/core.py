@@ -93,6 +93,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.nav.nav",
+                "console.context_processors.expert_names",
             ],
         },
     },

@@ -44,7 +44,7 @@
 
   function handle(name, data, state) {
     if (name === "meta") {
-      state.section.querySelector("#answered-by").textContent = data.expert || "nobody";
+      state.section.querySelector("#answered-by").textContent = data.expert_name || data.expert || "nobody";
     } else if (name === "delta") {
       state.answer.appendChild(document.createTextNode(data.text));
     } else if (name === "done") {
