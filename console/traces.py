@@ -45,9 +45,10 @@ class TraceFilterForm(forms.Form):
     since = forms.DateTimeField(required=False, widget=forms.HiddenInput)  # a heatmap cell's time span
     until = forms.DateTimeField(required=False, widget=forms.HiddenInput)
 
-    def __init__(self, *args: Any, experts: list[str], **kwargs: Any):
+    def __init__(self, *args: Any, experts: list[tuple[str, str]], **kwargs: Any):
+        """``experts``: (slug, display name) of each expert the user may filter by."""
         super().__init__(*args, **kwargs)
-        self.fields["expert"].choices = [("", "Any expert"), *((s, s) for s in experts), ("-", "No expert")]
+        self.fields["expert"].choices = [("", "Any expert"), *experts, ("-", "No expert")]
 
 
 class TraceFeedbackForm(forms.Form):
@@ -134,8 +135,8 @@ class TraceListView(LoginRequiredMixin, View):
     template_name = "console/traces.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        slugs = sorted(visible_slugs(request.user))
-        form = TraceFilterForm(request.GET or None, experts=slugs)
+        names = visible_names(request.user)
+        form = TraceFilterForm(request.GET or None, experts=sorted(names.items(), key=lambda item: item[1].lower()))
         events = visible_events(request.user)
         status = 200
         if form.is_bound and not form.is_valid():

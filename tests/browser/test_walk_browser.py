@@ -242,8 +242,9 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
 
     Alarm.objects.create(kind="load", key="load:ssa", subject="ssa", message="Expert ssa answered 60% of 400 requests")
     page.goto(f"{base}/traces/")
-    expect(page.locator("#traces")).to_contain_text("dmv")
+    expect(page.locator("#traces")).to_contain_text("Motor Vehicles")
     expect(page.locator("#traces")).not_to_contain_text("ssa")
+    expect(page.locator("#traces")).not_to_contain_text("Social Security")
     assert page.goto(f"{base}/traces/ssa-0-0/").status == 404
     page.goto(f"{base}/alarms/")
     expect(page.locator("body")).not_to_contain_text("Expert ssa answered")
