@@ -149,11 +149,23 @@ class TraceListView(LoginRequiredMixin, View):
             "request_id", "created_at", "question", "expert", "abstained", "answer_source", "status_code", "total_ms", "experts", "arm",
         ), PAGE_SIZE).get_page(request.GET.get("page"))
         ratings = dict(Feedback.objects.filter(request_id__in=[e.request_id for e in page]).values_list("request_id", "rating"))
-        rows = [{"event": e, "rating": ratings.get(e.request_id), "top": (e.experts or [{}])[0].get("score") if isinstance(e.experts, list) else None}
-                for e in page]
+        rows = [{"event": e, "rating": ratings.get(e.request_id), **answering_score(e)} for e in page]
         query = request.GET.copy()
         query.pop("page", None)
         return render(request, self.template_name, {"form": form, "page": page, "rows": rows, "query": query.urlencode()}, status=status)
+
+
+def answering_score(event: RoutingEvent) -> dict[str, Any]:
+    """The router's score of the expert that answered (``top``), and its place in the ranking (``rank``, 1 = the router's
+    first choice), as the traces list shows them; the first choice's score where no ranked expert answered."""
+    ranked = [e for e in event.experts if isinstance(e, dict)] if isinstance(event.experts, list) else []
+    for rank, e in enumerate(ranked, start=1):
+        if event.expert and e.get("slug") == event.expert:
+            return {"top": e.get("score"), "rank": rank, "rank_label": _ORDINALS.get(rank, f"no. {rank}"), "first": ranked[0].get("slug")}
+    return {"top": ranked[0].get("score") if ranked else None, "rank": None, "rank_label": "", "first": None}
+
+
+_ORDINALS = {2: "second", 3: "third"}
 
 
 class TraceDetailView(LoginRequiredMixin, View):

@@ -336,3 +336,20 @@ def test_the_console_names_the_experts_a_user_may_see_and_shows_other_slugs_as_r
     assert expert_name("", names) == expert_name(None, names) == ""
     assert expert_name("dmv") == "dmv"  # a template without the names shows slugs
     assert visible_names(None) == {}
+
+
+def test_the_trace_list_gives_the_answering_experts_own_score_and_says_when_it_was_not_the_routers_first_choice(client, world):
+    _, staff = world
+    event("r-first", "dmv", question="renew my licence")
+    event("r-second", "ssa", question="a question whose passage came from the second expert")
+    event("r-none", "", question="What is the weather?", abstained=True)
+    client.force_login(staff)
+    response = client.get(reverse("console-traces"))
+    rows = {row["event"].request_id: row for row in response.context["rows"]}
+
+    assert (rows["r-first"]["top"], rows["r-first"]["rank"]) == (0.8, 1)
+    assert (rows["r-second"]["top"], rows["r-second"]["rank"]) == (0.15, 2)  # its own score, not the router's top one
+    assert rows["r-none"]["rank"] is None
+    page = response.content.decode()
+    assert page.count("router's second choice") == 1
+    assert 'title="the router\'s first choice was Motor Vehicles"' in page
