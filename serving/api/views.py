@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from experts.generation import GenerationBusy, stream_by_words
 from experts.ml.extractive import Answer
-from experts.selectors import active_experts, expert_by_slug
+from experts.selectors import active_experts, expert_by_slug, experts_by_slug
 from sbcommon.api import error_body
 
 from .. import chat, route, traces
@@ -61,8 +61,10 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
     """What is known before the answer: who answers, why, in which conversation and arm."""
     decision = turn.decision
     experts = decision.experts if decision else []
+    row = experts_by_slug([turn.expert]).get(turn.expert) if turn.expert else None
     return {
         "expert": turn.expert,
+        "expert_name": row.name if row is not None else None,  # for a front end's "answered by" (None: no expert answered)
         "experts": experts,
         "runner_up": experts[1] if len(experts) > 1 else None,
         "router_version": decision.router_version if decision else None,

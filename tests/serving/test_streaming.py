@@ -56,6 +56,7 @@ def test_a_stream_has_a_role_chunk_content_deltas_a_finish_chunk_with_metadata_t
     assert len({c["id"] for c in chunks[:-1]}) == 1
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert first["switchboard"]["expert"] == "dmv"
+    assert first["switchboard"]["expert_name"] == "DMV"  # the expert's display name, for a front end's "answered by"
     assert first["switchboard"]["conversation_id"] == conversation
     text = "".join(c["choices"][0]["delta"]["content"] for c in middle)
     assert text == "dmv says: The dmv office handles this. [1]"
