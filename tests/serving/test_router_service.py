@@ -112,7 +112,7 @@ def test_the_chat_endpoint_reports_abstention_and_failover(router, client):
     meta = response.json()["switchboard"]
     assert meta["abstained"] is True
     assert meta["fallback_used"] is False
-    assert meta["expert"] == "" and meta["expert_name"] is None  # nobody answered
+    assert (meta["expert"], meta["expert_name"]) == ("", None)  # nobody answered
     assert [e["slug"] for e in meta["failover"]] == ["dmv", "ssa", "va"]
     assert response.json()["choices"][0]["message"]["content"] == "No expert covers this question."
 
