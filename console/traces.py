@@ -152,7 +152,9 @@ class TraceListView(LoginRequiredMixin, View):
         rows = [{"event": e, "rating": ratings.get(e.request_id), **answering_score(e)} for e in page]
         query = request.GET.copy()
         query.pop("page", None)
-        return render(request, self.template_name, {"form": form, "page": page, "rows": rows, "query": query.urlencode()}, status=status)
+        # ``expert_names`` as read for the filter: the context processor's own read is then never made.
+        return render(request, self.template_name, {"form": form, "page": page, "rows": rows, "query": query.urlencode(), "expert_names": names},
+                      status=status)
 
 
 def answering_score(event: RoutingEvent) -> dict[str, Any]:

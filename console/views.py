@@ -250,15 +250,16 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         return event_stream_response(request, self._events(request, form, turn), turn.close)
 
     def _events(self, request: HttpRequest, form: PlaygroundForm, turn: Any) -> Iterator[bytes]:
-        yield _event("meta", {"expert": turn.expert, "expert_name": expert_name(turn.expert, access.visible_names(request.user)), "answer_source": turn.source.answer_source})
+        names = access.visible_names(request.user)  # read once: for this first line and the panel at the end
+        yield _event("meta", {"expert": turn.expert, "expert_name": expert_name(turn.expert, names), "answer_source": turn.source.answer_source})
         try:
             for delta in turn:
                 yield _event("delta", {"text": delta})
         except route.StreamInterrupted as exc:
             yield _event("error", {"message": str(exc)})
             return
-        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result, form), "feedback_form": feedback_form(request.user)},
-                                request=request)
+        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result, form), "feedback_form": feedback_form(request.user),
+                                                     "expert_names": names}, request=request)
         yield _event("done", {"html": html})
 
 
