@@ -1,20 +1,130 @@
 """ASGI entry point (served by uvicorn; needed for streaming responses)."""
 
 import asyncio
+import json
+import logging
 import os
+import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.urls import set_script_prefix
+from django.urls import Resolver404, resolve, set_script_prefix
+
+from sbcommon.uploads import MULTIPART_SLACK
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
 # A serving process encodes in a child process of its own (sbcommon.encoders.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
 os.environ.setdefault("ENCODER_PROCESS", "1")
+
+logger = logging.getLogger(__name__)
+
+
+def _upload_limits() -> dict[str, Callable[[], int]]:
+    """The routes that take files, by URL name, each with the function that gives its largest upload (from its settings)."""
+    from experts.forms import MAX_IMPORT_BYTES
+    from knowledge.services import max_upload_bytes
+    from labeling.services import max_import_bytes
+
+    return {
+        "labeling-import": max_import_bytes, "api-queries-import": max_import_bytes,
+        "knowledge-upload": max_upload_bytes, "api-expert-documents": max_upload_bytes,
+        "expert-training-data-import": lambda: MAX_IMPORT_BYTES,
+    }
+
+
+class BodyTooLarge(Exception):
+    """A request body refused by ``BodyLimit`` before it was read further."""
+
+    def __init__(self, limit: int, declared: int | None):
+        super().__init__(f"request body over {limit} bytes")
+        self.limit = limit
+        self.declared = declared
+
+
+class BodyLimit:
+    """The largest body one request may send, checked while the body arrives, before anything is stored.
+
+    Django's handler read (and spooled to a temporary file) the whole body before any middleware or
+    view ran, so the views' "refused before the body is read" checks came after a 1 GiB body had been
+    written to disk. Every route accepts ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (Django refuses a larger
+    body that is not files); the routes that take files (``_upload_limits``) accept their own upload
+    limit. Both get ``MULTIPART_SLACK`` on top for the framing, as the upload views' own declared-size
+    check does (``sbcommon.uploads.declared_over_limit``); the finer checks (each file's size, Django's
+    limit on a form or JSON body) still run in the views. The route is looked up only for a body past
+    the first limit, so ordinary requests pay nothing. ``DATA_UPLOAD_MAX_MEMORY_SIZE = None`` lifts the
+    limit, as it does in Django.
+
+    Under WSGI (``wsgi.py``: ``manage.py runserver`` only; nothing here runs gunicorn) Django reads the
+    body lazily, at most the declared Content-Length (a chunked body not at all), so there the views'
+    declared-size checks and ``DATA_UPLOAD_MAX_MEMORY_SIZE`` do run before the body is read.
+    """
+
+    def __init__(self, scope: dict):
+        self.scope = scope
+        self.limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        self._route_checked = False
+
+    def exceeded_by(self, size: int) -> bool:
+        """Whether ``size`` bytes of body are over this request's limit (its route is looked up the first time it matters)."""
+        if self.limit is None or size <= self.limit + MULTIPART_SLACK:
+            return False
+        if not self._route_checked:
+            self._route_checked = True
+            upload = self._route_upload_limit()
+            if upload is not None and upload > self.limit:
+                self.limit = upload
+        return size > self.limit + MULTIPART_SLACK
+
+    def _route_upload_limit(self) -> int | None:
+        script_name = get_script_prefix(self.scope)
+        path = self.scope["path"]
+        try:  # as Django's ASGIRequest finds path_info
+            match = resolve(path.removeprefix(script_name) if script_name else path)
+        except Resolver404:
+            return None
+        limit = _upload_limits().get(match.url_name or "")
+        return limit() if limit is not None else None
+
+    def check_declared(self) -> None:
+        """Refuse a declared Content-Length over the limit before one byte of the body is read."""
+        declared = declared_length(self.scope)
+        if declared is not None and self.exceeded_by(declared):
+            raise BodyTooLarge(self.limit or 0, declared)
+
+
+def declared_length(scope: dict) -> int | None:
+    """The request's Content-Length, or None when it has none (a chunked body) or a garbled one (counted as it arrives)."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                return None
+            return length if length >= 0 else None
+    return None
+
+
+async def refuse_body(exc: BodyTooLarge, scope: dict, send) -> None:
+    """Answer 413 in the API's error shape (``sbcommon.api``), and close the connection: the rest of the body is never read."""
+    from sbcommon.api import error_body
+
+    logger.warning("request.body_too_large", extra={"path": scope["path"], "method": scope.get("method"), "declared": exc.declared,
+                                                    "limit": exc.limit})
+    body = error_body(f"Request body is too large: the limit is {exc.limit} bytes.", type_="request_too_large")
+    body["error"].update(param=None, code=None)  # OpenAI's four keys, as the chat endpoint's own 413
+    content = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": 413, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
+        (b"x-content-type-options", b"nosniff"), (b"connection", b"close"),
+    ]})
+    await send({"type": "http.response.body", "body": content})
 
 
 class RequestThreads:
@@ -102,12 +212,39 @@ class OneThreadASGIHandler(ASGIHandler):
             response._closed_in_thread = True
         return response
 
+    async def read_body(self, receive, limit: BodyLimit | None = None):
+        """Django's ``read_body``, stopping at ``limit``: a declared length over it before any ``receive``, else as soon as
+        the chunks add up to more (a chunked body, or a Content-Length that lies); what is spooled never exceeds it."""
+        if limit is not None:
+            limit.check_declared()
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted()  # the client went away early
+            if "body" in message:
+                size += len(message["body"])
+                if limit is not None and limit.exceeded_by(size):
+                    body_file.close()
+                    raise BodyTooLarge(limit.limit or 0, declared_length(limit.scope))
+                body_file.write(message["body"])
+            if not message.get("more_body", False):
+                break
+        body_file.seek(0)
+        return body_file
+
     async def handle(self, scope, receive, send):
         """Django 5.2's ``ASGIHandler.handle`` (pinned, ``Django>=5.2,<5.3``) with ``request_started`` and a
-        complete response's close moved into the request's one thread crossing (``_respond``)."""
+        complete response's close moved into the request's one thread crossing (``_respond``), and the
+        body limited as it is read (``BodyLimit``: a body over it is answered 413, never stored)."""
         try:
-            body_file = await self.read_body(receive)
+            body_file = await self.read_body(receive, BodyLimit(scope))
         except RequestAborted:
+            return
+        except BodyTooLarge as exc:
+            await refuse_body(exc, scope, send)
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
