@@ -8,7 +8,7 @@ from django import forms
 from django.conf import settings
 from django.core.validators import MaxLengthValidator
 
-from experts.access import visible_slugs
+from experts.access import Principal, askable_slugs
 from serving import conversations
 
 from . import selectors
@@ -34,9 +34,10 @@ class PlaygroundForm(forms.Form):
         question = self.fields["question"]
         question.validators.append(MaxLengthValidator(limit))
         question.widget.attrs["maxlength"] = str(limit)
-        # A team member may ask their own experts directly; staff (and callers without a user) any expert.
-        slugs = None if user is None or user.is_staff else visible_slugs(user)
-        self.fields["mode"].choices = selectors.playground_modes(slugs)
+        # The playground asks as its user, by the one access rule: the router, retrieval and the mode list see only what they may ask.
+        self.principal = Principal(user=user)
+        self.allowed = askable_slugs(self.principal)
+        self.fields["mode"].choices = selectors.playground_modes(self.allowed)
 
     def clean_conversation_id(self) -> str:
         value = self.cleaned_data.get("conversation_id") or ""
@@ -50,10 +51,11 @@ class PlaygroundForm(forms.Form):
         return lines[-conversations.CONTEXT_TURNS :]
 
     def ask(self) -> dict[str, Any]:
-        """The chat request's fields for the cleaned form: the question, the mode and the conversation so far."""
+        """The chat request's fields for the cleaned form: the question, the mode, the conversation so far, and who asks."""
         data = self.cleaned_data
         return {"question": data["question"], "model": data["mode"], "conversation_id": data.get("conversation_id") or "",
-                "history": [{"role": "user", "content": q} for q in data.get("earlier") or []]}
+                "history": [{"role": "user", "content": q} for q in data.get("earlier") or []],
+                "allowed": self.allowed, "user_id": self.principal.user_id}
 
 
 class ReviewDecisionForm(forms.Form):

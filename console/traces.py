@@ -218,8 +218,10 @@ class TraceFeedbackView(LoginRequiredMixin, View):
         data = form.cleaned_data
         wrong = data["verdict"] == "wrong_expert"
         try:
+            # The page checked that this user may see the response (visible_event); the verdict is the team's, not the asker's.
             record_feedback(request_id, 1 if data["verdict"] == "up" else -1, data["comment"], event.api_key_id,
-                            suggested_expert=data["right_expert"] if wrong else "")
+                            suggested_expert=data["right_expert"] if wrong else "", user_id=request.user.pk, check_owner=False,
+                            allowed=visible_slugs(request.user))
         except (ResponseNotFound, UnknownExpert) as exc:
             messages.error(request, str(exc))
         else:

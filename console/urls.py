@@ -22,6 +22,7 @@ urlpatterns = [
     path("experts/", views.ExpertsView.as_view(), name="console-experts"),
     path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
     path("experts/<slug:slug>/fallback/", views.ExpertFallbackView.as_view(), name="console-expert-fallback"),
+    path("experts/<slug:slug>/public/", views.ExpertPublicView.as_view(), name="console-expert-public"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for))),
     path("keys/", include("console.keys_urls")),

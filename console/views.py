@@ -175,10 +175,12 @@ def _refusal(form: PlaygroundForm, exc: Exception) -> tuple[dict[str, Any], int]
         return {"form": form, "unavailable": str(exc)}, 503
     if isinstance(exc, GenerationBusy):
         return {"form": form, "busy_retry_s": exc.retry_after_s}, 503
+    if isinstance(exc, route.ExpertNotAllowed):  # none of the router's experts is one this user may ask
+        return {"form": form, "unavailable": str(exc)}, 403
     return {"form": form, "experts_down": str(exc)}, 503
 
 
-_REFUSED = (route.RoutingUnavailable, route.AllExpertsDown, GenerationBusy)
+_REFUSED = (route.RoutingUnavailable, route.AllExpertsDown, GenerationBusy, route.ExpertNotAllowed)
 
 
 def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
@@ -342,6 +344,18 @@ class ExpertFallbackView(LoginRequiredMixin, View):
         expert_services.set_fallback(expert, on, user=request.user)
         messages.success(request, f"{expert.name} now answers the questions no expert is sure about." if on
                          else f"{expert.name} no longer answers the questions no expert is sure about.")
+        return redirect("console-expert", slug=expert.slug)
+
+
+class ExpertPublicView(LoginRequiredMixin, View):
+    """POST (the expert's team or staff): let anyone ask the expert, signed in or not, or only its team again."""
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        expert = get_expert_or_404(request.user, slug, edit=True)
+        on = request.POST.get("public") == "on"
+        expert_services.set_public(expert, on, user=request.user)
+        messages.success(request, f"Anyone may now ask {expert.name}, signed in or not; its documents and pages stay your team's." if on
+                         else f"Only {expert.team or 'staff'} may ask {expert.name} now.")
         return redirect("console-expert", slug=expert.slug)
 
 

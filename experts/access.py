@@ -1,21 +1,34 @@
-"""Who may see and change which expert: teams (Django groups) own experts, staff see everything.
+"""Who may see, change and ask which expert: the one access rule of the console, the API and serving.
 
-Every console page and API endpoint that shows or changes an expert's data goes through these
-functions, so the rule lives in one place:
+Every console page, API endpoint and chat path that shows, changes or asks an expert goes through
+these functions, so the rule lives in one place and is read from current team membership at request
+time (nothing about access is copied into a key, a conversation or a session):
 
-- staff (``is_staff``) see and change every expert;
-- a signed-in member of an expert's team sees and changes that expert and its data;
-- an expert with no team is visible to every signed-in user and changeable by staff only;
-- everyone else sees nothing of it: ``get_expert_or_404`` answers 404 for an expert the user may
-  not see (so its existence is not revealed) and ``PermissionDenied`` (403) for one they may see but
-  not change.
+- A **principal** is who is asking: a signed-in user (session or HTTP Basic), an API key (always on
+  behalf of the user who created it), or nobody (anonymous).
+- **See and change** (the console, the documents API, traces, review, discovery, jobs):
+  staff see and change every expert; a member of an expert's team sees and changes it and its data;
+  an expert with no team is visible to every signed-in user and changeable by staff only; keys and
+  anonymous callers see nothing in the console. ``get_expert_or_404`` answers 404 for an expert the
+  user may not see (so its existence is not revealed) and ``PermissionDenied`` (403) for one they may
+  see but not change.
+- **Ask** (chat completions, ``/v1/models``, routing candidates, retrieval, the playground): what the
+  principal's user may see, plus every *public* expert (``Expert.public``, which a team turns on).
+  An anonymous caller asks public experts only. A key asks what its user may ask today, narrowed to
+  its scopes when it has some: a key whose user left the team no longer reaches the team's experts,
+  and a key whose user is deactivated or deleted stops working (``key_owner_may_use``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import Http404
+
+from clients.models import ApiKey
 
 from .models import Expert
 
@@ -24,14 +37,82 @@ def _anonymous(user) -> bool:
     return user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False)
 
 
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: ``user`` (signed in, or the key's owner) and ``key`` (the API key used, if any).
+
+    Build it with ``Principal.of(request)`` at the edge (a view); services take it as it is.
+    """
+
+    user: Any = None
+    key: ApiKey | None = None
+
+    @classmethod
+    def of(cls, request) -> Principal:
+        """The principal of a Django or DRF request: its API key (with the key's owner) or its signed-in user."""
+        key = getattr(request, "auth", None)
+        if isinstance(key, ApiKey):
+            return cls(user=key.created_by, key=key)
+        user = getattr(request, "user", None)
+        return cls(user=None if _anonymous(user) else user)
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.key is None and _anonymous(self.user)
+
+    @property
+    def is_staff(self) -> bool:
+        return not _anonymous(self.user) and bool(self.user.is_staff)
+
+    @property
+    def user_id(self) -> int | None:
+        """The signed-in user's id (None for a key, whose requests are the key's, or for anonymous callers)."""
+        return None if self.key is not None or _anonymous(self.user) else self.user.pk
+
+    @property
+    def api_key_id(self) -> int | None:
+        return self.key.pk if self.key is not None else None
+
+    def owns(self, api_key_id: int | None, user_id: int | None) -> bool:
+        """Whether a conversation or response recorded for (``api_key_id``, ``user_id``) is this principal's own."""
+        return api_key_id == self.api_key_id and user_id == self.user_id
+
+
+def key_owner_may_use(key: ApiKey) -> bool:
+    """A key works only while the user who created it exists and is active."""
+    return not _anonymous(key.created_by)
+
+
 def visible_experts(user, queryset: QuerySet[Expert] | None = None) -> QuerySet[Expert]:
-    """The experts ``user`` may see (a filter of ``queryset``, default all experts)."""
+    """The experts ``user`` may see in the console (a filter of ``queryset``, default all experts)."""
     qs = Expert.objects.all() if queryset is None else queryset
     if _anonymous(user):
         return qs.none()
     if user.is_staff:
         return qs
     return qs.filter(Q(team__isnull=True) | Q(team__in=user.groups.all())).distinct()
+
+
+def askable_experts(principal: Principal, queryset: QuerySet[Expert] | None = None) -> QuerySet[Expert]:
+    """The experts ``principal`` may ask (route to, retrieve from, name as ``model``): see the module docstring."""
+    qs = Expert.objects.all() if queryset is None else queryset
+    if principal.key is not None and not key_owner_may_use(principal.key):
+        return qs.none()
+    user = None if _anonymous(principal.user) else principal.user
+    if user is None:
+        mine = qs.filter(public=True)
+    elif user.is_staff:
+        mine = qs
+    else:
+        mine = qs.filter(Q(public=True) | Q(team__isnull=True) | Q(team__in=user.groups.all())).distinct()
+    if principal.key is not None and principal.key.scopes:
+        mine = mine.filter(slug__in=principal.key.scopes)
+    return mine
+
+
+def askable_slugs(principal: Principal) -> set[str]:
+    """The slugs of ``askable_experts``: what serving takes as ``allowed`` (always a set, never "everything")."""
+    return set(askable_experts(principal).values_list("slug", flat=True))
 
 
 def visible_slugs(user) -> set[str]:
@@ -63,6 +144,15 @@ def can_edit(user, expert: Expert) -> bool:
     if user.is_staff:
         return True
     return expert.team_id is not None and user.groups.filter(pk=expert.team_id).exists()
+
+
+def user_teams(user) -> QuerySet:
+    """The teams (groups) ``user`` belongs to (none for anonymous callers)."""
+    from django.contrib.auth.models import Group
+
+    if _anonymous(user):
+        return Group.objects.none()
+    return user.groups.all()
 
 
 def get_expert_or_404(user, slug: str, *, edit: bool = False) -> Expert:

@@ -16,6 +16,9 @@ class Expert(models.Model):
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="experts")
     status = models.CharField(max_length=16, choices=ExpertStatus.choices, default=ExpertStatus.ACTIVE)
     is_fallback = models.BooleanField(default=False, help_text="Receives questions no expert covers.")
+    public = models.BooleanField(
+        default=False, help_text="Anyone may ask it, signed in or not (its documents and pages stay the team's). Off: its team and staff only.",
+    )
     chunk_size = models.PositiveIntegerField(default=1000, help_text="Target characters per chunk.")
     chunk_overlap = models.PositiveIntegerField(default=150, help_text="Characters shared by neighbouring chunks.")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -52,6 +52,21 @@ def set_fallback(expert: Expert, on: bool, user: Any = None) -> Expert:
     return expert
 
 
+def set_public(expert: Expert, on: bool, user: Any = None) -> Expert:
+    """Let anyone ask ``expert``, signed in or not (or only its team and staff again); audited.
+
+    Public opens the expert to questions only: its documents, traces and pages stay its team's.
+    """
+    from audit.services import record
+
+    if expert.public != on:
+        Expert.objects.filter(pk=expert.pk).update(public=on)
+        expert.public = on
+        clear_serving_caches()
+        record("expert.public", actor=user, obj=expert, changes={"public": on})
+    return expert
+
+
 def unique_slug(base: str) -> str:
     """A slug derived from ``base`` that no expert uses yet."""
     root = slugify(base)[:56] or "expert"
@@ -62,10 +77,16 @@ def unique_slug(base: str) -> str:
 
 
 @transaction.atomic
-def upsert_expert(slug: str, name: str, description: str = "", keywords: list[str] | None = None) -> tuple[Expert, bool]:
-    """Create the expert ``slug`` or update its name, description and keywords; returns (expert, created)."""
-    expert, created = Expert.objects.get_or_create(slug=slug, defaults={"name": name})
+def upsert_expert(slug: str, name: str, description: str = "", keywords: list[str] | None = None, *, team: Any = None,
+                  public: bool | None = None) -> tuple[Expert, bool]:
+    """Create the expert ``slug`` or update its name, description and keywords; returns (expert, created).
+
+    ``team`` (a group) owns a new expert; ``public`` (when given) sets whether anyone may ask it.
+    """
+    expert, created = Expert.objects.get_or_create(slug=slug, defaults={"name": name, "team": team})
     expert.name = name
+    if public is not None:
+        expert.public = public
     if description:
         expert.description = description
     if keywords is not None:

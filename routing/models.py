@@ -64,6 +64,7 @@ class RoutingEvent(models.Model):
     status_code = models.PositiveIntegerField(default=200)
     conversation_id = models.CharField(max_length=64, blank=True, db_index=True)
     api_key_id = models.PositiveIntegerField(null=True, blank=True, help_text="The client's API key (platform/clients), if any.")
+    user_id = models.PositiveIntegerField(null=True, blank=True, help_text="The signed-in user who asked (console or API without a key), if any.")
     experiment_id = models.PositiveIntegerField(null=True, blank=True, db_index=True, help_text="The A/B experiment this request took part in.")
     arm = models.CharField(max_length=32, blank=True, help_text="The experiment arm it was assigned to.")
     expert_version = models.PositiveIntegerField(null=True, blank=True, help_text="The version of the answering expert.")
@@ -97,6 +98,7 @@ class Feedback(models.Model):
         max_length=64, blank=True, help_text="Who should have answered, when the user reported a wrong expert (proposed in the review queue).",
     )
     api_key_id = models.PositiveIntegerField(null=True, blank=True)
+    user_id = models.PositiveIntegerField(null=True, blank=True, help_text="The signed-in user who gave it, if any.")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -115,6 +117,9 @@ class Conversation(models.Model):
     turns = models.JSONField(default=list, blank=True, help_text="Embeddings of the last user turns, oldest first (float16, base64).")
     n_turns = models.PositiveIntegerField(default=0)
     api_key_id = models.PositiveIntegerField(null=True, blank=True, help_text="The API key that started it; other keys cannot continue it.")
+    user_id = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The signed-in user that started it (without a key); nobody else can continue it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     expires_at = models.DateTimeField(db_index=True)

@@ -124,8 +124,10 @@ class ChatRequest:
     """One chat turn as the API received it.
 
     ``history`` holds the earlier messages of the request ([{"role", "content"}], oldest first),
-    ``allowed`` the expert slugs the caller's key may reach (None: all), ``user`` OpenAI's end-user
-    field (the experiment subject when there is no conversation id).
+    ``allowed`` the expert slugs the caller may ask (``experts.access.askable_slugs``; None, for
+    in-process callers such as the evaluations: every expert), ``user`` OpenAI's end-user field (the
+    experiment subject when there is no conversation id), ``api_key_id`` and ``user_id`` who asks
+    (the conversation and the response belong to them).
     """
 
     question: str
@@ -134,6 +136,7 @@ class ChatRequest:
     conversation_id: str = ""
     user: str = ""
     api_key_id: int | None = None
+    user_id: int | None = None
     allowed: set[str] | None = None
     max_tokens: int | None = None
     temperature: float = 0.0
@@ -296,7 +299,7 @@ class ChatTurn:
         req = self.request
         question = clean_question(req.question)
         self.question = question
-        self.conversation = conversations.resolve(req.conversation_id, req.api_key_id)
+        self.conversation = conversations.resolve(req.conversation_id, req.api_key_id, req.user_id)
         if not req.earlier_questions:  # the request did not send the conversation: its stored question embeddings stand in
             self._stored_turns = conversations.decode_turns(self.conversation.turns or [])
         subject = req.conversation_id or (f"user:{req.user}" if req.user else "") or (f"key:{req.api_key_id}" if req.api_key_id else "")
@@ -305,7 +308,7 @@ class ChatTurn:
             candidates = self._routed_candidates(question)
         else:
             if req.allowed is not None and req.model not in req.allowed:
-                raise ExpertNotAllowed(f"this API key may not reach expert {req.model!r}")
+                raise ExpertNotAllowed(f"you may not ask expert {req.model!r}")
             t0 = time.perf_counter()
             vector = get_encoder().encode([question])[0]
             self.decision = Decision(experts=[{"slug": req.model, "score": 1.0}], router_version=None, embed_ms=(time.perf_counter() - t0) * 1000,
@@ -657,7 +660,7 @@ class ChatTurn:
             conversation_expert=self.conversation_expert, conversation_expert_from=self._conversation_expert_from,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
-            conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id)
+            conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id, self.request.user_id)
         if (status_code == 200 and self._cache_key is not None and self.decision is not None and answer.grounded
                 and self.source.answer_source == "model" and not self.source.fallback_reason and answer.finish_reason == "stop"):
             answer_cache.get_cache().store(self._cache_key, self.decision.vector, answer_cache.Cached(
@@ -694,7 +697,7 @@ class ChatTurn:
             grounded=r.grounded if r else False, abstained=self.abstained, fallback_used=self.fallback_used,
             embed_ms=t["embed_ms"], route_ms=t["route_ms"], retrieve_ms=t["retrieve_ms"], generate_ms=t["generate_ms"], total_ms=t["total_ms"],
             status_code=status_code, error_kind=error_kind, conversation_id=self.conversation.conversation_id if self.conversation else "",
-            api_key_id=self.request.api_key_id, experiment_id=self.arm.experiment_id if self.arm else None, arm=self.arm.arm if self.arm else "",
+            api_key_id=self.request.api_key_id, user_id=self.request.user_id, experiment_id=self.arm.experiment_id if self.arm else None, arm=self.arm.arm if self.arm else "",
             expert_version=self.expert_version, failover_from=list(self.failover_from),
             answer_source=self.source.answer_source, fallback_reason=self.source.fallback_reason[:200], trace=traces.build(d, r),
         )

@@ -39,7 +39,7 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 
 
 class ConversationNotAllowed(Exception):
-    """The conversation belongs to another API key."""
+    """The conversation was started by someone else (another API key, another user, or a signed-in user for an anonymous caller)."""
 
 
 def new_id() -> str:
@@ -71,10 +71,12 @@ class ConversationState:
     row: Conversation | None = None
 
 
-def resolve(conversation_id: str | None, api_key_id: int | None) -> ConversationState:
+def resolve(conversation_id: str | None, api_key_id: int | None, user_id: int | None = None) -> ConversationState:
     """The conversation ``conversation_id`` names (or a new one: a client may choose its own id).
 
-    An expired conversation starts over; one started with another API key is refused.
+    A conversation belongs to whoever started it: the API key (``api_key_id``), else the signed-in
+    user (``user_id``), else nobody (anonymous). An expired conversation starts over; one that belongs
+    to another principal is refused, so its stored turns and expert never reach anyone else.
     """
     if not conversation_id:
         return ConversationState(conversation_id=new_id(), created=True, turns=[])
@@ -83,15 +85,15 @@ def resolve(conversation_id: str | None, api_key_id: int | None) -> Conversation
         return ConversationState(conversation_id=conversation_id, created=True, turns=[])
     if row.expires_at <= timezone.now():  # forgotten: whoever uses the id now starts it over
         return ConversationState(conversation_id=conversation_id, created=True, turns=[], row=row)
-    if row.api_key_id is not None and row.api_key_id != api_key_id:
-        raise ConversationNotAllowed(f"conversation {conversation_id!r} belongs to another API key")
+    if row.api_key_id != api_key_id or row.user_id != user_id:
+        raise ConversationNotAllowed(f"conversation {conversation_id!r} was started by someone else; start a new one")
     return ConversationState(conversation_id=conversation_id, created=False, expert=row.expert, turns=list(row.turns or []), row=row)
 
 
 # Rows written behind (see the module docstring), by conversation id, until the writer has saved them.
 _pending: dict[str, Conversation] = {}
 _pending_lock = threading.Lock()
-UPSERT_FIELDS = ["expert", "turns", "n_turns", "expires_at", "updated_at"]
+UPSERT_FIELDS = ["expert", "turns", "n_turns", "expires_at", "updated_at", "api_key_id", "user_id", "created_at"]
 
 
 def write_rows(rows: list[Conversation]) -> None:
@@ -111,11 +113,12 @@ def forget_written(rows: list[Conversation]) -> None:
                 del _pending[row.conversation_id]
 
 
-def _save_behind(state: ConversationState, values: dict, api_key_id: int | None) -> None:
+def _save_behind(state: ConversationState, values: dict, api_key_id: int | None, user_id: int | None) -> None:
     previous = state.row if state.row is not None and not state.created else None
     row = Conversation(
         conversation_id=state.conversation_id, n_turns=previous.n_turns + 1 if previous is not None else 1,
         api_key_id=previous.api_key_id if previous is not None else api_key_id,
+        user_id=previous.user_id if previous is not None else user_id,
         created_at=previous.created_at if previous is not None and previous.created_at else timezone.now(), **values,
     )
     with _pending_lock:
@@ -127,23 +130,24 @@ def _save_behind(state: ConversationState, values: dict, api_key_id: int | None)
             forget_written([row])
 
 
-def save_turn(state: ConversationState, vector: list[float] | np.ndarray, expert: str, api_key_id: int | None) -> None:
+def save_turn(state: ConversationState, vector: list[float] | np.ndarray, expert: str, api_key_id: int | None,
+              user_id: int | None = None) -> None:
     """Append this turn's embedding, remember the answering expert and push the expiry back."""
     turns = [*(state.turns or []), encode_turn(vector)][-CONTEXT_TURNS:]
     values = {"expert": expert, "turns": turns, "expires_at": _expiry(), "updated_at": timezone.now()}
     expired_row = state.created and state.row is not None and state.row.pk is not None
     if not settings.EVENTS_SYNC and not expired_row:
-        _save_behind(state, values, api_key_id)
+        _save_behind(state, values, api_key_id, user_id)
         return
     if state.row is None or state.row.pk is None:  # (a pending row only when EVENTS_SYNC was switched on meanwhile)
         row, created = Conversation.objects.get_or_create(
-            conversation_id=state.conversation_id, defaults={**values, "n_turns": 1, "api_key_id": api_key_id}
+            conversation_id=state.conversation_id, defaults={**values, "n_turns": 1, "api_key_id": api_key_id, "user_id": user_id}
         )
-        if not created:  # another request of the same new conversation saved it first
+        if not created and row.api_key_id == api_key_id and row.user_id == user_id:  # the same caller's other request saved it first
             Conversation.objects.filter(pk=row.pk).update(n_turns=row.n_turns + 1, **values)
         return
     if state.created:  # an expired conversation started over
-        Conversation.objects.filter(pk=state.row.pk).update(n_turns=1, api_key_id=api_key_id, created_at=timezone.now(), **values)
+        Conversation.objects.filter(pk=state.row.pk).update(n_turns=1, api_key_id=api_key_id, user_id=user_id, created_at=timezone.now(), **values)
         return
     Conversation.objects.filter(pk=state.row.pk).update(n_turns=state.row.n_turns + 1, **values)
 

@@ -363,7 +363,7 @@ def _decide(version: RouterVersion, arbiter: Arbiter, probs: np.ndarray, score: 
     if allowed is not None:
         raw = {slug: p for slug, p in raw.items() if slug in allowed}
         if not raw:
-            raise ExpertNotAllowed("this API key may not reach any of the router's experts")
+            raise ExpertNotAllowed("you may not ask any of the router's experts: sign in, use an API key, or ask a team to make an expert public")
     decided = arbiter.decide(raw, top_k=top_k, score=score, threshold=threshold)
     fallback = None
     if decided.abstained:

@@ -30,7 +30,7 @@ MAX_KEY_CHARS = 200  # anything longer is not one of ours; refuse before hashing
 
 
 class InvalidApiKey(Exception):
-    """The presented key is unknown, malformed or revoked."""
+    """The presented key is unknown, malformed or revoked, or its owner's account is gone or inactive."""
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,15 @@ def authenticate(secret: str) -> ApiKey:
     if not secret.startswith(KEY_PREFIX) or len(secret) > MAX_KEY_CHARS:
         raise InvalidApiKey("Incorrect API key provided: Switchboard keys start with sk-sb-.")
     digest = hash_key(secret)
-    key = ApiKey.objects.filter(key_hash=digest).first()
+    key = ApiKey.objects.filter(key_hash=digest).select_related("created_by").first()
     # The lookup is by digest; compare again in constant time so the answer cannot leak timing.
     if key is None or not hmac.compare_digest(key.key_hash, digest):
         raise InvalidApiKey(f"Incorrect API key provided: {secret[:PREFIX_SHOWN]}…; create one in the console (API keys).")
     if key.revoked_at is not None:
         raise InvalidApiKey(f"The API key {key.prefix}… was revoked on {key.revoked_at:%Y-%m-%d %H:%M} UTC.")
+    # A key acts for the user who created it: it stops working with their account (experts.access narrows it to their teams).
+    if key.created_by is None or not key.created_by.is_active:
+        raise InvalidApiKey(f"The API key {key.prefix}… belongs to an account that is no longer active; create a new key.")
     _touch(key)
     return key
 

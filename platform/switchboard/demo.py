@@ -90,7 +90,7 @@ def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, 
             say(f"  scripted review: {action}")
         labeling_proposals.promote_run(run)
     for slug, info in agencies.items():
-        expert_services.upsert_expert(slug, info["name"])
+        expert_services.upsert_expert(slug, info["name"], public=True)  # the demo answers anyone, signed in or not
     say("  experts: " + ", ".join(sorted(agencies)))
 
     say("5/6 indexing each expert's documents into its own collection")

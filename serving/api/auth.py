@@ -9,7 +9,9 @@ Every chat-facing view inherits ``ChatApiMixin``, so who may call them and how o
   HTTP basic auth); without it, anonymous calls are allowed.
 - Each key has its own requests-per-minute limit, anonymous callers one per address
   (``CHAT_API_ANON_RATE_PER_MINUTE``, off by default); over it: 429 with ``Retry-After``.
-- ``allowed_experts(request)`` gives the key's scopes (expert slugs), for the views to enforce.
+- ``allowed_experts(request)`` gives the experts the caller may ask, by the one access rule
+  (``experts.access.askable_slugs``): a key's user's experts today (narrowed to its scopes), a
+  signed-in user's, or the public ones for an anonymous caller.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from clients.models import ApiKey
+from experts.access import Principal, askable_slugs
 from clients.services import InvalidApiKey
 from clients.services import authenticate as authenticate_key
 from sbcommon.api import ApiError
@@ -169,12 +172,18 @@ class ChatApiMixin:
         return response
 
 
-def allowed_experts(request) -> set[str] | None:
-    """The expert slugs the caller's API key is scoped to, or None when it may reach every expert."""
-    key = getattr(request, "auth", None)
-    if isinstance(key, ApiKey) and key.scopes:
-        return set(key.scopes)
-    return None
+def allowed_experts(request) -> set[str]:
+    """The expert slugs the caller may ask (``experts.access``), read once per request."""
+    cached = getattr(request, "_switchboard_allowed", None)
+    if cached is None:
+        cached = askable_slugs(Principal.of(request))
+        request._switchboard_allowed = cached
+    return cached
+
+
+def user_id(request) -> int | None:
+    """The id of the signed-in user asking without a key (their conversations and responses are theirs), if any."""
+    return Principal.of(request).user_id
 
 
 def api_key_id(request) -> int | None:

@@ -17,6 +17,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from experts.access import Principal, askable_slugs
 from experts.generation import GenerationBusy, stream_by_words
 from experts.ml.extractive import Answer
 from experts.selectors import active_experts, expert_by_slug, experts_by_slug
@@ -26,7 +27,7 @@ from .. import chat, route, traces
 from ..conversations import ConversationNotAllowed
 from ..feedback import ResponseNotFound, UnknownExpert, record_feedback
 from ..sse import event_stream_response
-from .auth import ChatApiMixin, allowed_experts, api_key_id
+from .auth import ChatApiMixin, allowed_experts, api_key_id, user_id
 from .serializers import ChatCompletionRequestSerializer, FeedbackRequestSerializer, RouteRequestSerializer
 
 
@@ -36,6 +37,22 @@ def _error(message: str, http_status: int, type_: str, *, code: str | None = Non
     body["error"].setdefault("param", None)
     body["error"]["code"] = code
     return Response(body, status=http_status, headers=headers)
+
+
+def _model_refusal(request, model: str, allowed: set[str]) -> Response | None:
+    """The error for a ``model`` that names an expert the caller may not ask, or None when they may.
+
+    An expert the caller's user may ask but their key's scopes leave out is a 403 (the key is the
+    reason); any other expert the caller may not ask is "unknown" (404), so its existence is not
+    revealed, and the list of models names only what the caller may ask.
+    """
+    if model in allowed and expert_by_slug(model) is not None:
+        return None
+    principal = Principal.of(request)
+    if principal.key is not None and principal.key.scopes and model in askable_slugs(Principal(user=principal.user)):
+        return _error(f"this API key may not reach expert {model!r}", 403, "permission_denied", code="permission_denied", param="model")
+    known = ", ".join([*chat.MODES, *sorted(slug for slug in active_experts().values_list("slug", flat=True) if slug in allowed)])
+    return _error(f"unknown model {model!r}; use one of: {known}", 404, "invalid_request_error", code="model_not_found", param="model")
 
 
 class OpenAIErrorsMixin:
@@ -208,14 +225,13 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         model = data["model"]
         allowed = allowed_experts(request)
         if model not in chat.MODES:
-            if expert_by_slug(model) is None:
-                known = ", ".join([*chat.MODES, *active_experts().values_list("slug", flat=True)])
-                return _error(f"unknown model {model!r}; use one of: {known}", 404, "invalid_request_error", code="model_not_found", param="model")
-            if allowed is not None and model not in allowed:
-                return _error(f"this API key may not reach expert {model!r}", 403, "permission_denied", code="permission_denied", param="model")
+            refusal = _model_refusal(request, model, allowed)
+            if refusal is not None:
+                return refusal
         turn = chat.ChatTurn(chat.ChatRequest(
             question=data["question"], model=model, history=data["history"], conversation_id=data["conversation_id"], user=data.get("user", ""),
-            api_key_id=api_key_id(request), allowed=allowed, max_tokens=data["max_tokens"], temperature=data.get("temperature", 0.0),
+            api_key_id=api_key_id(request), user_id=user_id(request), allowed=allowed, max_tokens=data["max_tokens"],
+            temperature=data.get("temperature", 0.0),
         ))
         try:
             turn.start(stream=data["stream"])
@@ -246,14 +262,14 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
 
 
 class ModelsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
-    """``GET /v1/models``: the auto modes and every active expert (those the caller's key may reach)."""
+    """``GET /v1/models``: the auto modes and the active experts the caller may ask (``experts.access``)."""
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
         allowed = allowed_experts(request)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "switchboard"} for m in chat.MODES]
         data += [{"id": e.slug, "object": "model", "created": int(e.created_at.timestamp()), "owned_by": "switchboard"}
-                 for e in active_experts() if allowed is None or e.slug in allowed]
+                 for e in active_experts() if e.slug in allowed]
         return Response({"object": "list", "data": data})
 
 
@@ -286,7 +302,8 @@ class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
     """``POST /api/v1/feedback``: thumbs up or down (and a comment) on a chat completion, by its ``id``.
 
     Posting again for the same response updates the verdict (one row per response); a response
-    answered for another API key is "not found" to this one (``serving.feedback.record_feedback``).
+    answered for anyone else (another key, another user, an anonymous caller) is "not found" to this
+    caller (``serving.feedback.record_feedback``).
     """
 
     @extend_schema(request=FeedbackRequestSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
@@ -295,7 +312,8 @@ class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         try:
-            feedback, created = record_feedback(data["response_id"], data["rating"], data["comment"], api_key_id(request), data["suggested_expert"])
+            feedback, created = record_feedback(data["response_id"], data["rating"], data["comment"], api_key_id(request), data["suggested_expert"],
+                                                user_id=user_id(request), allowed=allowed_experts(request))
         except ResponseNotFound:
             return _error(f"no response with id {data['response_id']!r}", 404, "not_found_error", code="response_not_found", param="response_id")
         except UnknownExpert as exc:
