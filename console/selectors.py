@@ -19,7 +19,7 @@ from routing.experiments import selectors as experiment_selectors
 from routing.experiments.choices import AlarmStatus
 from routing.experiments.models import Alarm
 from routing.models import Feedback, RoutingEvent
-from routing.selectors import as_number
+from routing.selectors import as_number, event_is_visible, event_slugs_for
 
 
 def playground_modes(slugs: set[str] | None = None) -> list[tuple[str, str]]:
@@ -389,12 +389,15 @@ def review_reasons(event: RoutingEvent, thumbs_down: bool, min_score: float, min
     return tuple(reasons), top, margin
 
 
-def review_queue(visible: set[str], min_score: float, min_margin: float, days: int = 30, scan: int = 2000, limit: int = 50) -> list[ReviewItem]:
+def review_queue(visible: set[str] | None, min_score: float, min_margin: float, days: int = 30, scan: int = 2000, limit: int = 50) -> list[ReviewItem]:
     """Questions to label, newest first: thumbs-down answers, abstentions and low-confidence routings.
 
     Only the last ``scan`` events of the last ``days`` days are examined, so the page stays quick on
     a busy install; questions already decided (``ReviewDecision``) are left out. An item is shown
-    when its answering expert is in ``visible`` (abstentions, answered by no expert, are shown to all).
+    when the user may see its event (``routing.selectors.event_is_visible`` with ``visible``, the
+    experts they may see; ``None`` for staff: all of them): its answering expert is in ``visible``, or,
+    answered by no expert, one of its candidates is. A "wrong expert" proposal naming an expert
+    outside ``visible`` is left out of the item (another team's label stays theirs).
     """
     from labeling.models import ReviewDecision
 
@@ -411,15 +414,64 @@ def review_queue(visible: set[str], min_score: float, min_margin: float, days: i
     items: list[ReviewItem] = []
     seen: set[str] = set()
     for event in events:
-        if event.request_id in decided or event.request_id in seen or (event.expert and event.expert not in visible):
+        if event.request_id in decided or event.request_id in seen or not event_is_visible(event, visible):
             continue
         reasons, top, margin = review_reasons(event, event.request_id in down, min_score, min_margin)
         if reasons:
             seen.add(event.request_id)
-            items.append(ReviewItem(event, reasons, top, margin, down.get(event.request_id, ""), suggested.get(event.request_id, "")))
+            proposed = suggested.get(event.request_id, "")
+            items.append(ReviewItem(event, reasons, top, margin, down.get(event.request_id, ""),
+                                    proposed if visible is None or proposed in visible else ""))
             if len(items) >= limit:
                 break
     return items
+
+
+@dataclass(frozen=True)
+class RecentDecision:
+    """One of the review queue's recent decisions as a user may see it: the decision and who to say made it."""
+
+    decision: Any  # labeling.models.ReviewDecision
+    reviewer: str  # the reviewer's username; "another team" for a member of no team of the viewer's
+
+
+ANOTHER_TEAM = "another team"
+
+
+def recent_decisions(user: Any, limit: int = 15, scan: int = 50) -> list[RecentDecision]:
+    """The latest review decisions ``user`` may see, newest first (of the last ``scan``).
+
+    A decision is shown with its question when the user may see the question's event
+    (``routing.selectors.event_is_visible``; once retention removed the event, when its answering
+    expert is one they may see, so a question no expert answered is then staff's only) and its label,
+    if any, is an expert they may see. The reviewer is named when they are the user, staff, or in one
+    of the user's teams; otherwise "another team". Staff see every decision and every name.
+    """
+    from labeling.models import ReviewDecision
+
+    decisions = list(ReviewDecision.objects.select_related("expert", "user", "query").prefetch_related("user__groups")[:scan])
+    slugs = event_slugs_for(user)
+    if slugs is not None:
+        events: dict[str, RoutingEvent] = {}
+        for event in RoutingEvent.objects.filter(request_id__in=[d.request_id for d in decisions]).order_by("created_at", "id"):
+            events[event.request_id] = event  # the latest event of a request id wins, as on the trace page
+        decisions = [
+            d for d in decisions
+            if (event_is_visible(events[d.request_id], slugs) if d.request_id in events else bool(d.routed_expert) and d.routed_expert in slugs)
+            and (d.expert is None or d.expert.slug in slugs)
+        ]
+    mine = set() if slugs is None else set(user.groups.values_list("pk", flat=True))
+    out = []
+    for d in decisions[:limit]:
+        reviewer = d.user
+        if reviewer is None:
+            name = ""
+        elif slugs is None or reviewer.pk == user.pk or reviewer.is_staff or mine & {g.pk for g in reviewer.groups.all()}:
+            name = reviewer.get_username()
+        else:
+            name = ANOTHER_TEAM
+        out.append(RecentDecision(d, name))
+    return out
 
 
 def group_identical(items: list[ReviewItem]) -> list[list[ReviewItem]]:

@@ -1,8 +1,9 @@
 """Traces: every answered request as a page (question, router evidence, passages, answer, latency, arm, feedback).
 
 A trace is a ``RoutingEvent`` and what it kept (``serving.traces``). A team member sees the traces
-of the experts their teams can see, and those no expert answered; retention (``routing.retention``)
-removes them with their events.
+of the experts their teams can see, and those no expert answered that one of those experts was a
+candidate for (``routing.selectors.visible_events``); retention (``routing.retention``) removes them
+with their events.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -22,6 +23,7 @@ from django.views import View
 from console.templatetags.expert_names import expert_name
 from experts.access import visible_experts, visible_names, visible_slugs
 from experts.choices import ExpertStatus
+from routing import selectors as routing_selectors
 from routing.models import Feedback, RoutingEvent
 from sbcommon.console import LoginRequiredMixin
 from serving import events
@@ -75,11 +77,9 @@ def feedback_form(user: Any, **kwargs: Any) -> TraceFeedbackForm:
 
 
 def visible_events(user: Any) -> QuerySet[RoutingEvent]:
-    """The events ``user`` may see: those of visible experts, and those no expert answered."""
-    events = RoutingEvent.objects.all()
-    if getattr(user, "is_superuser", False) or getattr(user, "is_staff", False):
-        return events
-    return events.filter(Q(expert="") | Q(expert__in=visible_slugs(user)))
+    """The events ``user`` may see (``routing.selectors.visible_events``: their experts' answers, and the unanswered
+    questions one of their experts was a candidate for)."""
+    return routing_selectors.visible_events(user)
 
 
 def visible_event(user: Any, request_id: str) -> RoutingEvent:
@@ -183,6 +183,9 @@ class TraceDetailView(LoginRequiredMixin, View):
         scores = trace.get("scores") or {str(e.get("slug")): float(e.get("score") or 0.0) for e in ranked if isinstance(e, dict)}
         best = max(scores.values(), default=0.0) or 1.0
         feedback = Feedback.objects.filter(request_id=request_id).first()
+        suggested = feedback.suggested_expert if feedback is not None else ""
+        if suggested and not request.user.is_staff and suggested not in visible_slugs(request.user):
+            suggested = ""  # another team's label proposal for a question both teams may see stays theirs
         timings = [("Embedding", event.embed_ms), ("Routing", event.route_ms), ("Retrieval", event.retrieve_ms), ("Answer", event.generate_ms)]
         context = {
             "event": event,
@@ -198,6 +201,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
             "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
             "feedback": feedback,
+            "suggested_expert": suggested,
             "runner_up": ranked[1] if len(ranked) > 1 else None,
             "feedback_form": feedback_form(request.user),
         }

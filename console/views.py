@@ -360,14 +360,22 @@ class ExpertPublicView(LoginRequiredMixin, View):
 
 
 # --- review queue --------------------------------------------------------------------------------
+#
+# Who may review what: a user sees a queued question when they may see its event
+# (``routing.selectors.visible_events``); they may label it only to an active expert they may change
+# (``access.can_edit``), and dismiss it only when they may change one of the experts it belongs to
+# (``routing.selectors.event_experts``: the one that answered it, or its candidates). Staff do everything.
 
 def _review_choices(user: Any) -> list[tuple[str, str]]:
-    return [(e.slug, f"{e.name} ({e.slug})") for e in visible_experts(user).filter(status=ExpertStatus.ACTIVE).order_by("name")]
+    """The experts ``user`` may label questions to: the active ones they may change."""
+    experts = visible_experts(user).filter(status=ExpertStatus.ACTIVE, slug__in=access.editable_slugs(user)).order_by("name")
+    return [(e.slug, f"{e.name} ({e.slug})") for e in experts]
 
 
 def _review_context(request: HttpRequest, errors: dict[str, ReviewDecisionForm] | None = None) -> dict[str, Any]:
     items = selectors.review_queue(
-        visible_slugs(request.user), min_score=settings.REVIEW_MIN_SCORE, min_margin=settings.REVIEW_MIN_MARGIN, days=settings.REVIEW_WINDOW_DAYS,
+        routing_selectors.event_slugs_for(request.user), min_score=settings.REVIEW_MIN_SCORE, min_margin=settings.REVIEW_MIN_MARGIN,
+        days=settings.REVIEW_WINDOW_DAYS,
     )
     choices = _review_choices(request.user)
     errors = errors or {}
@@ -378,19 +386,27 @@ def _review_context(request: HttpRequest, errors: dict[str, ReviewDecisionForm] 
         form = errors.get(item.event.request_id) or ReviewDecisionForm(experts=choices, initial=initial, auto_id=f"id_%s_{item.event.pk}")
         rows.append({"item": item, "form": form, "count": len(group), "also": ",".join(o.event.request_id for o in others),
                      "ids": ",".join(g.event.request_id for g in group)})
-    from labeling.models import ReviewDecision
+    return {"rows": rows, "recent": selectors.recent_decisions(request.user), "min_score": settings.REVIEW_MIN_SCORE,
+            "min_margin": settings.REVIEW_MIN_MARGIN, "days": settings.REVIEW_WINDOW_DAYS, "bulk_choices": choices}
 
-    visible = visible_slugs(request.user)
-    recent = [d for d in ReviewDecision.objects.select_related("expert", "user", "query")[:50]
-              if request.user.is_staff or not d.routed_expert or d.routed_expert in visible][:15]
-    return {"rows": rows, "recent": recent, "min_score": settings.REVIEW_MIN_SCORE, "min_margin": settings.REVIEW_MIN_MARGIN, "days": settings.REVIEW_WINDOW_DAYS,
-            "bulk_choices": choices}
+
+def _reviewable_event(user: Any, request_id: str) -> RoutingEvent | None:
+    """The request's (latest) event if ``user`` may see it in the review queue, else None."""
+    event = RoutingEvent.objects.filter(request_id=request_id).order_by("-created_at", "-id").first()
+    if event is None or not routing_selectors.event_is_visible(event, routing_selectors.event_slugs_for(user)):
+        return None
+    return event
+
+
+def _may_dismiss(user: Any, event: RoutingEvent) -> bool:
+    """Dismissing takes a question out of every team's queue: staff, or a user who may change an expert it belongs to."""
+    return bool(user.is_staff or routing_selectors.event_experts(event) & access.editable_slugs(user))
 
 
 def _label_one(request: HttpRequest, request_id: str, expert: Any) -> tuple[bool, RoutingEvent | None]:
-    """Record the decision on one queued request the user may see: (created, event); (False, None) when it is not theirs."""
-    event = RoutingEvent.objects.filter(request_id=request_id).order_by("-created_at").first()
-    if event is None or (event.expert and event.expert not in visible_slugs(request.user)):
+    """Record the decision on one queued request the user may review: (created, event); (False, None) when it is not theirs."""
+    event = _reviewable_event(request.user, request_id)
+    if event is None or (expert is None and not _may_dismiss(request.user, event)):
         return False, None
     down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
     reasons, _, _ = selectors.review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
@@ -420,17 +436,17 @@ class ReviewQueueView(LoginRequiredMixin, View):
         choices = _review_choices(request.user)
         form = ReviewDecisionForm(request.POST, experts=choices)
         request_id = str(request.POST.get("request_id", ""))[:64]
-        event = RoutingEvent.objects.filter(request_id=request_id).order_by("-created_at").first()
+        event = _reviewable_event(request.user, request_id)
         if event is None:
-            raise Http404("no such request")
-        if event.expert and event.expert not in visible_slugs(request.user):
             raise Http404("no such request")
         if not form.is_valid():
             form.auto_id = f"id_%s_{event.pk}"
             return render(request, self.template_name, _review_context(request, {request_id: form}), status=400)
         expert = None
         if not form.cleaned_data["dismiss"]:
-            expert = get_expert_or_404(request.user, form.cleaned_data["expert"])
+            expert = get_expert_or_404(request.user, form.cleaned_data["expert"], edit=True)
+        elif not _may_dismiss(request.user, event):
+            raise PermissionDenied("You may dismiss only questions of experts you may change: ask their team.")
         down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
         reasons, _, _ = selectors.review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
         reason = selectors.primary_reason(reasons)
@@ -462,7 +478,7 @@ class ReviewQueueView(LoginRequiredMixin, View):
         if not ids or slug not in {s for s, _ in _review_choices(request.user)}:
             messages.error(request, "Select questions, and the expert that should answer them." if not ids else "Choose one of your experts.")
             return redirect("console-review")
-        expert = get_expert_or_404(request.user, slug)
+        expert = get_expert_or_404(request.user, slug, edit=True)
         labelled = 0
         try:
             for request_id in ids:

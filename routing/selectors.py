@@ -1,12 +1,17 @@
-"""Reads of routing records: traffic per expert, the active router, training runs and their history."""
+"""Reads of routing records: traffic per expert, who may see which routing event, the active router, training
+runs and their history."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast
+
+from experts.access import visible_slugs
 
 from .models import RouterVersion, RoutingEvent, TrainingRun
 
@@ -21,6 +26,83 @@ def traffic_by_expert(since: datetime | None = None) -> dict[str, int]:
         events = events.filter(created_at__gte=since)
     rows = events.order_by().values("expert").annotate(n=Count("id"))
     return {r["expert"]: r["n"] for r in rows}
+
+
+# --- who may see which event ----------------------------------------------------------------------
+
+def _slugs_of(entries: Any) -> set[str]:
+    """The ``slug`` of each ``{slug, ...}`` entry of a recorded list (the ranking, the failover list)."""
+    if not isinstance(entries, list):
+        return set()
+    return {e["slug"] for e in entries if isinstance(e, dict) and isinstance(e.get("slug"), str) and e["slug"]}
+
+
+def event_experts(event: RoutingEvent) -> set[str]:
+    """The experts ``event`` belongs to: the one that answered it; for a question no expert answered, its candidates.
+
+    A question no expert answered (``expert == ""``: the router abstained, every expert failed, the
+    request was refused) belongs to the experts it could have gone to: the router's ranked candidates
+    (``experts``), the experts it failed over from (``failover_from``) and the fallback expert its
+    trace names. Not every live expert's score in the trace (``trace["scores"]``): that would make
+    every question everyone's. A question with none of these belongs to no expert (staff only).
+    """
+    if event.expert:
+        return {event.expert}
+    slugs = _slugs_of(event.experts) | _slugs_of(event.failover_from)
+    evidence = event.trace.get("evidence") if isinstance(event.trace, dict) else None
+    fallback = evidence.get("fallback") if isinstance(evidence, dict) else None
+    if isinstance(fallback, str) and fallback:
+        slugs.add(fallback)
+    return slugs
+
+
+def event_is_visible(event: RoutingEvent, slugs: set[str] | None) -> bool:
+    """Whether an event is shown to a user who may see the experts ``slugs`` (``None``: staff, every event).
+
+    The rule of ``visible_events``, for an event already read: one of the experts it belongs to
+    (``event_experts``) is in ``slugs``.
+    """
+    return slugs is None or bool(event_experts(event) & slugs)
+
+
+def _names_a_candidate(slugs: set[str]) -> Q:
+    """Unanswered events whose recorded candidates (``event_experts``) include one of ``slugs``, as a database filter.
+
+    The ranking and the failover list are JSON lists of ``{"slug": ..., ...}`` objects of any length:
+    they are matched as text (``"slug": "<one of slugs>"``; slugs hold only letters, digits, ``-`` and
+    ``_``, so the quotes bound them), which every backend's JSON text and regular expressions support.
+    """
+    if not slugs:
+        return Q(pk__in=[])
+    pattern = r'"slug"\s*:\s*"(' + "|".join(re.escape(s) for s in sorted(slugs)) + ')"'
+    return Q(expert="") & (Q(ranked_text__regex=pattern) | Q(failover_text__regex=pattern) | Q(trace__evidence__fallback__in=sorted(slugs)))
+
+
+def _sees_every_event(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and (getattr(user, "is_staff", False) or getattr(user, "is_superuser", False)))
+
+
+def event_slugs_for(user: Any) -> set[str] | None:
+    """The experts whose events ``user`` sees: ``None`` for staff (every event), else the experts they may see."""
+    return None if _sees_every_event(user) else visible_slugs(user)
+
+
+def visible_events(user: Any, queryset: QuerySet[RoutingEvent] | None = None) -> QuerySet[RoutingEvent]:
+    """The routing events ``user`` may see (traces, the review queue): the one access rule of routing events.
+
+    Staff see every event. Anyone else sees an answered event when they may see the expert that
+    answered it, and a question no expert answered when they may see at least one of its candidates
+    (``event_experts``); a question with no candidate is staff's only. Anonymous callers see none.
+    """
+    events = RoutingEvent.objects.all() if queryset is None else queryset
+    slugs = event_slugs_for(user)
+    if slugs is None:
+        return events
+    if not slugs:
+        return events.none()
+    return events.alias(ranked_text=Cast("experts", TextField()), failover_text=Cast("failover_from", TextField())).filter(
+        Q(expert__in=sorted(slugs)) | _names_a_candidate(slugs)
+    )
 
 
 def active_router() -> RouterVersion | None:
