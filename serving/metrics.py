@@ -16,6 +16,7 @@ files with prometheus_client's multiprocess collector (gauges then report per pr
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 from typing import Any
 
@@ -103,8 +104,20 @@ def _registry():
     return REGISTRY
 
 
+def _from_this_machine(request: HttpRequest) -> bool:
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """``GET /metrics``: Prometheus' text format (404 when METRICS_ENABLED is off, 401 without METRICS_TOKEN when one is set)."""
+    """``GET /metrics``: Prometheus' text format, which names every expert, so never open to everyone.
+
+    404 when METRICS_ENABLED is off. With METRICS_TOKEN set, a scraper sends ``Authorization: Bearer
+    <token>`` (401 otherwise); without one, only this machine may read it (a loopback address; 403
+    for any other). Behind a reverse proxy on the same machine every request looks local: set a token.
+    """
     if not settings.METRICS_ENABLED:
         raise Http404("metrics are disabled (METRICS_ENABLED=false)")
     token = settings.METRICS_TOKEN
@@ -113,4 +126,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         if not hmac.compare_digest(sent.encode(), token.encode()):
             return HttpResponse("metrics need Authorization: Bearer <METRICS_TOKEN>\n", status=401, content_type="text/plain",
                                 headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+    elif not _from_this_machine(request):
+        return HttpResponse("metrics are served to this machine only; set METRICS_TOKEN to scrape them from elsewhere\n", status=403,
+                            content_type="text/plain")
     return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)

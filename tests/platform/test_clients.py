@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from clients.models import ApiKey
 from clients.services import InvalidApiKey, authenticate, create_key, revoke_key
+from tests.factories import make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -27,12 +28,12 @@ def test_it_stores_only_the_sha256_of_the_key_never_the_secret(owner):
 
 
 def test_two_keys_never_share_a_secret():
-    assert create_key("a").secret != create_key("b").secret
+    assert make_key("a").secret != make_key("b").secret
 
 
 def test_it_authenticates_the_right_key():
-    created = create_key("client")
-    create_key("other")
+    created = make_key("client")
+    make_key("other")
     assert authenticate(created.secret).pk == created.key.pk
 
 
@@ -43,7 +44,7 @@ def test_it_rejects_unknown_or_malformed_keys(secret):
 
 
 def test_a_revoked_key_is_rejected_and_revoking_twice_keeps_the_first_time():
-    created = create_key("client")
+    created = make_key("client")
     first = revoke_key(created.key).revoked_at
     assert first is not None
     assert revoke_key(created.key).revoked_at == first
@@ -53,7 +54,7 @@ def test_a_revoked_key_is_rejected_and_revoking_twice_keeps_the_first_time():
 
 def test_last_used_is_written_once_per_resolution_not_on_every_request(settings, django_assert_num_queries):
     settings.KEY_LAST_USED_RESOLUTION_S = 60
-    created = create_key("client")
+    created = make_key("client")
     with django_assert_num_queries(2):  # the lookup and the first last_used_at update
         authenticate(created.secret)
     with django_assert_num_queries(1):  # the lookup only
@@ -67,5 +68,5 @@ def test_last_used_is_written_once_per_resolution_not_on_every_request(settings,
 @pytest.mark.parametrize(("name", "rate"), [("", 10), ("x" * 101, 10), ("ok", -1)])
 def test_it_refuses_bad_key_parameters(name, rate):
     with pytest.raises(ValueError, match=r"name|negative"):
-        create_key(name, rate_limit_per_minute=rate)
+        make_key(name, rate_limit_per_minute=rate)
     assert not ApiKey.objects.exists()

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from clients.models import ApiKey
-from clients.services import create_key, hash_key
+from clients.services import hash_key
 from experts.models import Expert
 from sbcommon.logfilters import mask
+from tests.factories import make_key
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def experts(db):
 
 
 def test_only_the_hash_of_a_key_is_stored(experts):
-    created = create_key("front end", scopes=["alpha-desk"])
+    created = make_key("front end", scopes=["alpha-desk"])
     stored = json.dumps(list(ApiKey.objects.values()), default=str)
     assert created.secret not in stored
     assert ApiKey.objects.get().key_hash == hash_key(created.secret)
@@ -31,7 +32,7 @@ def test_a_key_never_reaches_the_logs():
 
 def test_a_key_scoped_to_one_expert_cannot_ask_another(client, experts, settings):
     settings.CHAT_API_REQUIRE_AUTH = True
-    created = create_key("front end", scopes=["alpha-desk"])
+    created = make_key("front end", scopes=["alpha-desk"])
     body = {"model": "beta-desk", "messages": [{"role": "user", "content": "hello there"}]}
     response = client.post("/v1/chat/completions", body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {created.secret}")
     assert response.status_code == 403

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from clients.services import create_key, revoke_key
+from clients.services import revoke_key
 from experts.models import Expert
+from tests.factories import make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +23,7 @@ def chat(client, model: str, **extra):
 
 
 def test_a_valid_key_is_accepted(client):
-    secret = create_key("front end").secret
+    secret = make_key("front end").secret
     assert client.get("/v1/models", **bearer(secret)).status_code == 200
 
 
@@ -38,7 +39,7 @@ def test_an_unknown_key_is_401_invalid_api_key_even_when_the_api_is_open(client,
 
 
 def test_a_revoked_key_is_401(client):
-    created = create_key("old client")
+    created = make_key("old client")
     revoke_key(created.key)
     response = chat(client, "auto", **bearer(created.secret))
     assert response.status_code == 401
@@ -60,7 +61,7 @@ def test_without_credentials_a_locked_api_answers_401_naming_how_to_authenticate
 
 def test_a_locked_api_accepts_a_key_or_a_signed_in_user(client, settings, owner):
     settings.CHAT_API_REQUIRE_AUTH = True
-    secret = create_key("front end").secret
+    secret = make_key("front end").secret
     assert client.get("/v1/models", **bearer(secret)).status_code == 200
     # HTTP basic auth of a console user still works (the Basic scheme is not taken for a key).
     import base64
@@ -69,14 +70,16 @@ def test_a_locked_api_accepts_a_key_or_a_signed_in_user(client, settings, owner)
     assert client.get("/v1/models", HTTP_AUTHORIZATION=f"Basic {basic}").status_code == 200
 
 
-def test_allowed_experts_is_the_keys_scope():
+def test_allowed_experts_is_the_keys_scope_within_what_its_user_may_ask():
     from rest_framework.test import APIRequestFactory
 
     from serving.api.auth import ApiKeyAuthentication, allowed_experts
 
-    scoped = create_key("scoped", scopes=["ssa"]).secret
-    unscoped = create_key("all").secret
-    for secret, expected in ((scoped, {"ssa"}), (unscoped, None)):
+    Expert.objects.create(slug="dmv", name="DMV")
+    Expert.objects.create(slug="ssa", name="SSA")
+    scoped = make_key("scoped", scopes=["ssa"]).secret
+    unscoped = make_key("all").secret  # a staff operator's key: every expert
+    for secret, expected in ((scoped, {"ssa"}), (unscoped, {"dmv", "ssa"})):
         request = APIRequestFactory().get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {secret}")
         _, key = ApiKeyAuthentication().authenticate(request)
         request.auth = key
@@ -86,7 +89,7 @@ def test_allowed_experts_is_the_keys_scope():
 def test_a_model_outside_the_keys_scope_is_403(client):
     Expert.objects.create(slug="dmv", name="DMV")
     Expert.objects.create(slug="ssa", name="SSA")
-    secret = create_key("ssa only", scopes=["ssa"]).secret
+    secret = make_key("ssa only", scopes=["ssa"]).secret
     response = chat(client, "dmv", **bearer(secret))
     assert response.status_code == 403
     assert response.json()["error"]["type"] in {"permission_error", "permission_denied"}
@@ -102,7 +105,7 @@ def test_the_official_openai_client_sees_auth_and_rate_limit_errors_as_it_expect
     with pytest.raises(openai.AuthenticationError) as caught:
         bad.models.list()
     assert caught.value.code == "invalid_api_key"
-    good = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=create_key("sdk", rate_limit_per_minute=1).secret, max_retries=0)
+    good = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=make_key("sdk", rate_limit_per_minute=1).secret, max_retries=0)
     assert any(m.id == "auto" for m in good.models.list())
     with pytest.raises(openai.RateLimitError) as limited:
         good.models.list()

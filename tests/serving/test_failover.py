@@ -132,7 +132,7 @@ def router(tmp_path, settings, encoder, db):
     settings.ROUTER_CAPACITY = 1.0
     settings.EVENTS_SYNC = True
     for slug in EXPERTS:
-        Expert.objects.create(slug=slug, name=slug.upper())
+        Expert.objects.create(slug=slug, name=slug.upper(), public=True)
     torch.manual_seed(0)
     model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
     with torch.no_grad():
@@ -344,14 +344,16 @@ def test_an_arm_pins_the_expert_version_that_answers(serving, monkeypatch):
     assert serving["generator"].requests[-1].adapter is None
 
 
-def test_a_key_scoped_to_some_experts_is_routed_among_them_only(serving, client, monkeypatch):
-    from serving.api import views
+def test_a_key_scoped_to_some_experts_is_routed_among_them_only(serving, client):
+    from tests.factories import make_key
 
-    monkeypatch.setattr(views, "allowed_experts", lambda request: {"ssa", "va"})
-    response = chat(client, "how do I renew my licence", model="auto:fast")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {make_key('ssa and va', scopes=['ssa', 'va']).secret}"}
+    ask = {"content_type": "application/json", **auth}
+    body = {"messages": [{"role": "user", "content": "how do I renew my licence"}]}
+    response = client.post("/v1/chat/completions", data=json.dumps({**body, "model": "auto:fast"}), **ask)
     assert response.json()["switchboard"]["expert"] in {"ssa", "va"}
     assert {e["slug"] for e in response.json()["switchboard"]["experts"]} <= {"ssa", "va"}
-    denied = chat(client, "how do I renew my licence", model="dmv")
+    denied = client.post("/v1/chat/completions", data=json.dumps({**body, "model": "dmv"}), **ask)
     assert denied.status_code == 403
     assert denied.json()["error"]["code"] == "permission_denied"
-    assert "dmv" not in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert "dmv" not in [m["id"] for m in client.get("/v1/models", **auth).json()["data"]]

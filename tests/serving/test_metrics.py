@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients.services import create_key
 from serving import events
+from tests.factories import make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +45,7 @@ def test_metrics_count_requests_experts_stages_fallbacks_and_errors(client, sett
 def test_refused_requests_are_counted_by_status_and_kind(client):
     before = scrape(client)
     client.get("/v1/models", HTTP_AUTHORIZATION="Bearer sk-sb-wrong")
-    client.get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {create_key('ok').secret}")
+    client.get("/v1/models", HTTP_AUTHORIZATION=f"Bearer {make_key('ok').secret}")
     after = scrape(client)
     key401 = ("switchboard_api_responses_total", (("endpoint", "models"), ("status", "401")))
     key200 = ("switchboard_api_responses_total", (("endpoint", "models"), ("status", "200")))

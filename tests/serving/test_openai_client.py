@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from tests.factories import make_key
+
 RETIREMENT = "How do I apply for retirement benefits?"
 
 
@@ -45,13 +47,13 @@ def live(demo, django_db_blocker):
     import uvicorn
     from django.core.asgi import get_asgi_application
 
-    from clients.services import create_key, revoke_key
+    from clients.services import revoke_key
 
     with django_db_blocker.unblock():
-        key = create_key("openai client test")
-        revoked = create_key("revoked")
+        key = make_key("openai client test")
+        revoked = make_key("revoked")
         revoke_key(revoked.key)
-        other = create_key("another client")
+        other = make_key("another client")
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(get_asgi_application(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
         thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from clients.services import create_key
+from tests.factories import make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def bearer(secret: str) -> dict[str, str]:
 
 
 def test_a_burst_over_the_keys_limit_is_429_with_retry_after(client):
-    secret = create_key("small", rate_limit_per_minute=3).secret
+    secret = make_key("small", rate_limit_per_minute=3).secret
     statuses = [client.get("/v1/models", **bearer(secret)).status_code for _ in range(5)]
     assert statuses == [200, 200, 200, 429, 429]
     response = client.get("/v1/models", **bearer(secret))
@@ -35,15 +35,15 @@ def test_a_burst_over_the_keys_limit_is_429_with_retry_after(client):
 
 
 def test_limits_are_per_key(client):
-    small = create_key("small", rate_limit_per_minute=1).secret
-    other = create_key("other", rate_limit_per_minute=1).secret
+    small = make_key("small", rate_limit_per_minute=1).secret
+    other = make_key("other", rate_limit_per_minute=1).secret
     assert client.get("/v1/models", **bearer(small)).status_code == 200
     assert client.get("/v1/models", **bearer(small)).status_code == 429
     assert client.get("/v1/models", **bearer(other)).status_code == 200
 
 
 def test_a_zero_limit_means_unlimited(client):
-    secret = create_key("unlimited", rate_limit_per_minute=0).secret
+    secret = make_key("unlimited", rate_limit_per_minute=0).secret
     assert {client.get("/v1/models", **bearer(secret)).status_code for _ in range(10)} == {200}
 
 
@@ -65,5 +65,5 @@ def test_an_unreachable_cache_serves_the_request_instead_of_failing(client, monk
         raise ConnectionError("redis is down")
 
     monkeypatch.setattr(auth.PerKeyRateThrottle, "_count", down)
-    secret = create_key("small", rate_limit_per_minute=1).secret
+    secret = make_key("small", rate_limit_per_minute=1).secret
     assert [client.get("/v1/models", **bearer(secret)).status_code for _ in range(3)] == [200, 200, 200]

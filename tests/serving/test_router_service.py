@@ -40,7 +40,7 @@ def router(tmp_path, settings, encoder):
     settings.ROUTER_LOAD_PENALTY = 0.0
     settings.ROUTER_CAPACITY = 1.0
     for slug in EXPERTS:
-        Expert.objects.create(slug=slug, name=slug.upper())
+        Expert.objects.create(slug=slug, name=slug.upper(), public=True)
     torch.manual_seed(0)
     model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
     with torch.no_grad():
@@ -70,7 +70,7 @@ def test_the_nearest_expert_is_ranked_first_with_all_three_as_failover(router):
 
 
 def test_a_question_like_nothing_seen_abstains_to_the_fallback_expert(router):
-    Expert.objects.create(slug="general", name="General", is_fallback=True)
+    Expert.objects.create(slug="general", name="General", is_fallback=True, public=True)
     decision = route.route("what is the meaning of life")
     assert decision.abstained
     assert decision.fallback == "general"
@@ -79,7 +79,7 @@ def test_a_question_like_nothing_seen_abstains_to_the_fallback_expert(router):
 
 
 def test_an_abstained_answer_comes_from_the_fallback_experts_collection(router, monkeypatch):
-    Expert.objects.create(slug="general", name="General", is_fallback=True)
+    Expert.objects.create(slug="general", name="General", is_fallback=True, public=True)
     searched = []
     monkeypatch.setattr(chat.knowledge, "search_experts", lambda experts, *a, **k: searched.append([e.slug for e in experts]) or [])
     result = chat.answer("what is the meaning of life", model="auto")
@@ -201,7 +201,7 @@ def labelled(db, settings, tmp_path, monkeypatch):
         rng = np.random.default_rng(0)
         run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(sizes), fingerprint="t", status=RunStatus.PROMOTED)
         for index, (slug, size) in enumerate(sizes.items()):
-            expert = Expert.objects.create(slug=slug, name=slug)
+            expert = Expert.objects.create(slug=slug, name=slug, public=True)
             proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
             for j in range(size):
                 text = f"{slug} question {j}"
@@ -219,7 +219,7 @@ def labelled(db, settings, tmp_path, monkeypatch):
 
 def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labelled):
     labelled({"dmv": 40, "ssa": 40, "va": 40})
-    Expert.objects.create(slug="empty", name="Nobody labelled me")
+    Expert.objects.create(slug="empty", name="Nobody labelled me", public=True)
     version = services.train_router_from_labels({"epochs": 5, "seed": 0, "hidden_dim": 128})
     assert version.is_active
     assert version.experts == EXPERTS

@@ -94,6 +94,6 @@ QDRANT_POINTER_TTL_S = envfloat("QDRANT_POINTER_TTL_S", 0.0 if CELERY_TASK_ALWAY
 
 # --- metrics ----------------------------------------------------------------------------------
 # /metrics (Prometheus): off with METRICS_ENABLED=false; with METRICS_TOKEN set, scrapers must send
-# `Authorization: Bearer <token>`.
+# `Authorization: Bearer <token>`; without a token only this machine (loopback) may read it.
 METRICS_ENABLED = envbool("METRICS_ENABLED", True)
 METRICS_TOKEN = envstr("METRICS_TOKEN", "")

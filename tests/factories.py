@@ -1,0 +1,31 @@
+"""Factories for the models tests make most: experts, teams, users and API keys (not a test module)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+
+from clients.services import CreatedKey, create_key
+from experts.models import Expert
+
+
+def make_user(username: str = "operator", *, staff: bool = False, teams: tuple[Group, ...] = ()) -> User:
+    """A user (created once by name), a member of ``teams``."""
+    user, _ = User.objects.get_or_create(username=username, defaults={"is_staff": staff})
+    user.groups.add(*teams)
+    return user
+
+
+def make_team(name: str) -> Group:
+    return Group.objects.get_or_create(name=name)[0]
+
+
+def make_expert(slug: str, name: str | None = None, *, public: bool = True, **fields: Any) -> Expert:
+    """An active expert; public by default, as the demo's are, so anonymous test callers may ask it."""
+    return Expert.objects.create(slug=slug, name=name or slug.upper(), public=public, **fields)
+
+
+def make_key(name: str = "test client", *, created_by: User | None = None, **fields: Any) -> CreatedKey:
+    """An API key; it acts for ``created_by`` (by default a staff operator, who may ask every expert)."""
+    return create_key(name, created_by=created_by or make_user("key-operator", staff=True), **fields)
