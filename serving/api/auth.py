@@ -26,9 +26,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from clients.models import ApiKey
-from experts.access import Principal, askable_slugs
 from clients.services import InvalidApiKey
 from clients.services import authenticate as authenticate_key
+from experts.access import Principal, askable_slugs
 from sbcommon.api import ApiError
 
 from .. import metrics
