@@ -87,3 +87,17 @@ def test_build_tiny_lm_refuses_to_write_over_the_prepared_model(shipped, tmp_pat
     run()
     with pytest.raises(CommandError, match="holds the base model converted by prepare_base_model"):
         call_command("build_tiny_lm", "--out", str(shipped), stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("generator", ["transformers", "vllm"])
+def test_when_needed_converts_for_a_generator_that_writes_with_the_model(shipped, settings, generator):
+    settings.GENERATOR = generator
+    assert run("--when-needed").startswith("converting")
+    assert (shipped / "provenance.json").is_file()
+
+
+def test_when_needed_converts_nothing_for_the_extractive_default(shipped, settings):
+    settings.GENERATOR = "extractive"
+    assert run("--when-needed").startswith("GENERATOR=extractive answers without a language model: nothing to prepare")
+    assert not shipped.exists()
+    assert run().startswith("converting")

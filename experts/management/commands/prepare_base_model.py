@@ -1,4 +1,4 @@
-"""``manage.py prepare_base_model [--output DIR] [--force]``: convert the shipped SmolLM2 GGUF into BASE_MODEL's folder, once."""
+"""``manage.py prepare_base_model [--output DIR] [--force] [--when-needed]``: convert the shipped SmolLM2 GGUF into BASE_MODEL's folder, once."""
 
 from __future__ import annotations
 
@@ -27,8 +27,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--output", default="", help=f"Folder to write (default: $VAR_DIR/models/{MODEL_NAME}).")
         parser.add_argument("--force", action="store_true", help="Convert again, and replace a folder this command did not write.")
+        parser.add_argument("--when-needed", action="store_true",
+                            help="Only when GENERATOR writes answers with a language model (what `make run` uses): "
+                                 "the extractive default needs none, and the conversion costs about a minute and 540 MB.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["when_needed"] and settings.GENERATOR == "extractive":
+            self.stdout.write("GENERATOR=extractive answers without a language model: nothing to prepare "
+                              "(GENERATOR=transformers or vllm needs it; `manage.py prepare_base_model` converts it now)")
+            return
         output = Path(options["output"]) if options["output"] else default_output()
         base_model = getattr(settings, "BASE_MODEL", "")
         if not options["output"] and base_model and not same_base(base_model, str(output)):
