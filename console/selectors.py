@@ -181,7 +181,8 @@ def circuit_states(slugs: list[str]) -> dict[str, str]:
 def open_alarms(visible: set[str] | None = None, limit: int = 10) -> list[Alarm]:
     """The latest open alarms, newest first.
 
-    With ``visible`` (a team member's experts), alarms about another team's expert are left out.
+    With ``visible`` (a team member's experts), only the alarms they may see (``visible_alarms``: by the
+    experts an alarm concerns, whatever its subject).
     """
     return list(experiment_selectors.visible_alarms(visible).filter(status=AlarmStatus.OPEN).order_by("-pk")[:limit])
 

@@ -43,6 +43,11 @@ class AlarmKind(models.TextChoices):
     ROUTER = "router", "Router candidate"
 
 
+# Alarms about the router as a whole, not about some experts: one of them that names no expert is shown to
+# every signed-in user (selectors.visible_alarms).
+ROUTER_WIDE_ALARMS = frozenset({AlarmKind.DRIFT, AlarmKind.ROUTER})
+
+
 class AlarmStatus(models.TextChoices):
     OPEN = "open", "Open"
     ACKNOWLEDGED = "acknowledged", "Acknowledged"

@@ -55,6 +55,11 @@ class Alarm(models.Model):
     kind = models.CharField(max_length=16, choices=AlarmKind.choices, db_index=True)
     key = models.CharField(max_length=128, help_text="Dedupe key: one open alarm per key, refreshed when it fires again.")
     subject = models.CharField(max_length=128, blank=True, help_text="The expert slug, experiment or router concerned.")
+    experts = models.JSONField(
+        default=list, blank=True,
+        help_text="The slugs of the experts it concerns, recorded when it is raised: who sees it (selectors.visible_alarms). "
+                  "Empty: it names no expert.",
+    )
     message = models.TextField()
     proposal = models.TextField(blank=True, help_text="What to do about it.")
     details = models.JSONField(default=dict, blank=True)

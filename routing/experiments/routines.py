@@ -87,6 +87,8 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
                 "Review these questions in Discovery and promote them as a new expert (with documents), or label them to an existing one. "
                 "Examples: " + " | ".join(q[:120] for q in examples),
                 {"size": len(cluster.members), "nearest_expert": nearest, "similarity": cluster.similarity, "examples": examples},
+                # Its examples are recent questions: with no nearest expert it names no one, and only staff see it.
+                experts=[nearest] if nearest else [],
             )
             proposals.append({"size": len(cluster.members), "nearest_expert": nearest, "similarity": round(cluster.similarity, 3)})
         reporter.log(f"{len(questions)} recent questions: {len(proposals)} uncovered dense cluster(s)")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.http import Http404
 
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
 from jobs.models import Job
 
 from . import schedule_words, scheduling
+from .choices import ROUTER_WIDE_ALARMS
 from .models import Alarm, DriftReport, EvaluationSnapshot
 
 
@@ -106,12 +109,26 @@ def experiment_choices(experts: Any, include_router: bool) -> tuple[list[tuple[s
 
 
 def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
-    """Every alarm, less those about an expert outside ``visible`` (a team member's experts; None: staff, all of them)."""
+    """The alarms shown to a user who may see the experts ``visible`` (``None``: staff, every alarm).
+
+    An alarm is shown by what it concerns, whatever its subject (an expert's slug, an experiment's
+    number, a router version): the experts recorded on it when it was raised (``Alarm.experts``:
+    an experiment's alarm names the experts of its arms). A user sees it when one of those experts
+    is one they may see. An alarm about the router as a whole (drift, a router candidate:
+    ``ROUTER_WIDE_ALARMS``) that names no expert carries no team's data (router versions, drift
+    statistics) and concerns every team's questions, so every signed-in user sees it; any other
+    alarm that names no expert (an uncovered cluster near no expert, whose examples are any team's
+    questions) is staff's only.
+    """
     alarms = Alarm.objects.all()
     if visible is None:
         return alarms
-    hidden = set(Expert.objects.values_list("slug", flat=True)) - visible
-    return alarms.exclude(subject__in=sorted(hidden))
+    router_wide = Q(kind__in=sorted(ROUTER_WIDE_ALARMS), experts=[])
+    if not visible:
+        return alarms.filter(router_wide)
+    # A JSON list of slugs, matched as text: each slug is a quoted string in it (slugs hold no quotes).
+    names_one = Q(experts_text__regex='"(' + "|".join(re.escape(s) for s in sorted(visible)) + ')"')
+    return alarms.alias(experts_text=Cast("experts", TextField())).filter(router_wide | names_one)
 
 
 def recent_drift_reports(limit: int = 10) -> list[DriftReport]:

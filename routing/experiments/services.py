@@ -358,19 +358,39 @@ def check_srm(experiment: Experiment) -> Alarm | None:
         f"Sample ratio mismatch in {experiment.name}: {counts['control']['units']} control vs {counts['treatment']['units']} treatment for a {1 - experiment.split:.0%}/{experiment.split:.0%} split (p = {p:.2g})",
         "Pause the experiment and check the assignment (caching, bots, a failing arm dropping events); its metrics cannot be trusted.",
         {"p_value": p, "control": counts["control"]["units"], "treatment": counts["treatment"]["units"]},
+        experts=experiment_experts(experiment),
     )
 
 
 # --- alarms ----------------------------------------------------------------------------------------
 
-def raise_alarm(kind: str, key: str, subject: str, message: str, proposal: str = "", details: dict[str, Any] | None = None) -> Alarm:
-    """Create an open alarm, or refresh the open one with the same key (one open alarm per key)."""
+def experiment_experts(experiment: Experiment) -> list[str]:
+    """The experts an experiment concerns: its expert, or for a router experiment the experts of both arms' router versions."""
+    if experiment.kind == ExperimentKind.EXPERT:
+        return [experiment.expert.slug] if experiment.expert_id else []
+    slugs: set[str] = set()
+    for experts in RouterVersion.objects.filter(version__in=[experiment.control_version, experiment.treatment_version]).values_list("experts", flat=True):
+        slugs.update(s for s in (experts if isinstance(experts, list) else []) if isinstance(s, str))
+    return sorted(slugs)
+
+
+def raise_alarm(kind: str, key: str, subject: str, message: str, proposal: str = "", details: dict[str, Any] | None = None,
+                experts: list[str] | tuple[str, ...] = ()) -> Alarm:
+    """Create an open alarm, or refresh the open one with the same key (one open alarm per key).
+
+    ``experts``: the slugs of the experts it concerns, whatever its subject (an experiment's number, a
+    router version), recorded on the row: who sees it (``selectors.visible_alarms``). An alarm that
+    names none is staff's only, unless it is about the router as a whole (``ROUTER_WIDE_ALARMS``).
+    """
+    concerned = sorted({s for s in experts if s})
     with transaction.atomic():
         alarm = Alarm.objects.select_for_update().filter(key=key, status=AlarmStatus.OPEN).first()
         if alarm is None:
-            return Alarm.objects.create(kind=kind, key=key, subject=subject, message=message, proposal=proposal, details=details or {})
+            return Alarm.objects.create(kind=kind, key=key, subject=subject, message=message, proposal=proposal, details=details or {},
+                                        experts=concerned)
         alarm.message, alarm.proposal, alarm.details, alarm.times_seen = message, proposal, details or {}, alarm.times_seen + 1
-        alarm.save(update_fields=["message", "proposal", "details", "times_seen", "updated_at"])
+        alarm.experts = concerned
+        alarm.save(update_fields=["message", "proposal", "details", "times_seen", "experts", "updated_at"])
         return alarm
 
 
@@ -405,5 +425,6 @@ def check_load(window_days: int = 7, threshold: float | None = None, min_request
                 f"Split {r['expert']}: re-cluster its recent traffic (Discovery) to find sub-domains and promote them as experts; "
                 "or add capacity (more workers / GPU replicas for its adapter) if the load is legitimate.",
                 {"share": share, "requests": r["n"], "total": total, "window_days": window_days, "threshold": threshold},
+                experts=[r["expert"]],
             ))
     return alarms

@@ -102,9 +102,9 @@ def test_open_alarms_show_on_the_overview_to_whom_they_concern(client, world):
     from routing.experiments.models import Alarm
 
     member, staff = world
-    Alarm.objects.create(kind="load", key="load:ssa", subject="ssa", message="Social Security took 80% of requests")
-    Alarm.objects.create(kind="load", key="load:dmv", subject="dmv", message="Motor Vehicles took 70% of requests")
-    Alarm.objects.create(kind="load", key="old", subject="dmv", message="resolved long ago", status="acknowledged")
+    Alarm.objects.create(kind="load", key="load:ssa", subject="ssa", experts=["ssa"], message="Social Security took 80% of requests")
+    Alarm.objects.create(kind="load", key="load:dmv", subject="dmv", experts=["dmv"], message="Motor Vehicles took 70% of requests")
+    Alarm.objects.create(kind="load", key="old", subject="dmv", experts=["dmv"], message="resolved long ago", status="acknowledged")
 
     client.force_login(member)
     assert [a.subject for a in client.get(reverse("console-overview")).context["alarms"]] == ["dmv"]
