@@ -43,7 +43,8 @@ def srm_alarm(expert: Expert) -> Alarm:
            for i in range(50)]
     )
     alarm = services.check_srm(experiment)
-    assert alarm is not None and alarm.subject == str(experiment.pk)
+    assert alarm is not None
+    assert alarm.subject == str(experiment.pk)
     return alarm
 
 
