@@ -3,6 +3,7 @@
 from django.urls import include, path
 
 from experts.access import editable_slugs, visible_slugs
+from experts.redaction import redactor_for
 from jobs.urls import console_urls as job_urls
 
 from . import audit, job_links, traces, views
@@ -24,7 +25,7 @@ urlpatterns = [
     path("experts/<slug:slug>/fallback/", views.ExpertFallbackView.as_view(), name="console-expert-fallback"),
     path("experts/<slug:slug>/public/", views.ExpertPublicView.as_view(), name="console-expert-public"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
-    path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for))),
+    path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for, redactor_for))),
     path("keys/", include("console.keys_urls")),
     path("audit/", audit.AuditLogView.as_view(), name="console-audit"),
 ]

@@ -30,7 +30,8 @@ from experts import services as expert_services
 from experts.access import can_edit, get_expert_or_404, visible_experts, visible_slugs
 from experts.choices import ExpertStatus
 from experts.generation import GenerationBusy
-from jobs.views import visible_jobs
+from experts.redaction import redactor_for
+from jobs.views import shown, visible_jobs
 from knowledge import selectors as knowledge_selectors
 from labeling.proposals import ReviewError
 from labeling.services import record_review_decision
@@ -57,6 +58,12 @@ def visible_jobs_for(user: Any) -> Any:
     return visible_jobs(user, visible_slugs)
 
 
+def shown_jobs(user: Any, jobs: list[Any]) -> list[Any]:
+    """``jobs`` as the jobs pages show them to ``user``: other teams' experts left out of their text."""
+    redact = redactor_for(user)
+    return [shown(job, redact) for job in jobs]
+
+
 def alarm_threshold() -> float:
     return float(getattr(settings, "ROUTER_ALARM_SHARE", 0.45))
 
@@ -80,8 +87,8 @@ class OverviewView(LoginRequiredMixin, TemplateView):
             router=router,
             router_accuracy=accuracy,
             router_accuracy_percent=None if accuracy is None else 100 * accuracy,
-            running=selectors.running_jobs(visible_jobs_for(user)),
-            jobs=list(visible_jobs_for(user)[:5]),
+            running=shown_jobs(user, selectors.running_jobs(visible_jobs_for(user))),
+            jobs=shown_jobs(user, list(visible_jobs_for(user)[:5])),
             alarms=selectors.open_alarms(None if user.is_staff else {e.slug for e in experts}),
             alarms_url=optional_url("console-alarms"),
             over=[h for h in health if h.over_threshold],

@@ -15,6 +15,7 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from experts import selectors as expert_selectors
+from experts.redaction import hidden_slugs, redactor_for
 from jobs.models import Job
 from jobs.services import enqueue_once
 from sbcommon.console import LoginRequiredMixin
@@ -58,8 +59,15 @@ def line_chart(series: dict[str, list[tuple[float, float | None]]], width: int =
     }
 
 
-def _confusion(metrics: dict[str, Any], version_experts: list[str]) -> dict[str, Any] | None:
-    """The stored validation confusion matrix with expert names, if present and well formed."""
+OTHER_EXPERTS = "Other teams' experts"
+
+
+def _confusion(metrics: dict[str, Any], version_experts: list[str], hidden: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    """The stored validation confusion matrix with expert names, if present and well formed.
+
+    The rows and columns of the ``hidden`` experts (those a team member may not see) are added up into
+    one "Other teams' experts" row and column: the counts stay whole, the names stay theirs.
+    """
     diagnostics = metrics.get("diagnostics") if isinstance(metrics.get("diagnostics"), dict) else {}
     matrix = diagnostics.get("confusion")
     if not isinstance(matrix, list) or not matrix or not all(isinstance(r, list) and len(r) == len(matrix) for r in matrix):
@@ -68,6 +76,12 @@ def _confusion(metrics: dict[str, Any], version_experts: list[str]) -> dict[str,
     slugs = version_experts if len(version_experts) == len(matrix) else [str(i) for i in range(len(matrix))]
     names = expert_selectors.expert_names(slugs)
     labels = [names.get(s, s) for s in slugs]
+    if hidden & set(slugs):
+        # Positions of the shown experts, then one for all the others; each cell adds up the cells it stands for.
+        shown = [i for i, s in enumerate(slugs) if s not in hidden]
+        groups = [[i] for i in shown] + [[i for i, s in enumerate(slugs) if s in hidden]]
+        labels = [labels[i] for i in shown] + [OTHER_EXPERTS]
+        matrix = [[sum(matrix[i][j] for i in rows for j in cols) for cols in groups] for rows in groups]
     return {"labels": labels, "rows": [{"label": label, "cells": [{"n": n, "diagonal": i == j} for j, n in enumerate(row)]} for i, (label, row) in enumerate(zip(labels, matrix, strict=True))]}
 
 
@@ -130,8 +144,15 @@ def _fast_tier(metrics: dict[str, Any]) -> dict[str, Any] | None:
             "accuracy_full": selectors.as_number(full.get("accuracy")), "cosine": selectors.as_number(distil.get("best_val_cosine"))}
 
 
-def training_detail_context(run: TrainingRun) -> dict[str, Any]:
-    """Everything the training run page shows, read defensively from the run's stored JSON."""
+def training_detail_context(run: TrainingRun, user: Any) -> dict[str, Any]:
+    """Everything the training run page shows ``user``, read defensively from the run's stored JSON.
+
+    A router is trained on every team's experts; a team member sees the per-expert figures of the
+    experts they may see (``experts.access``) only, the other experts' confusion added up in one row
+    and column, and any other expert named in its notes replaced (``experts.redaction``). Staff see all.
+    """
+    hidden = hidden_slugs(user)
+    redact = redactor_for(user)
     row = selectors.training_run_row(run)
     history = selectors.training_history(run)
     metrics = run.metrics if isinstance(run.metrics, dict) else {}
@@ -154,17 +175,18 @@ def training_detail_context(run: TrainingRun) -> dict[str, Any]:
         "diagnostic_facts": [(label, diagnostics[key]) for key, label in _DIAGNOSTIC_FACTS if isinstance(diagnostics.get(key), int | float)],
         "per_expert": [
             {"slug": slug, "name": names.get(slug, slug), **{k: v for k, v in values.items() if k in ("precision", "recall", "f1", "support")}}
-            for slug, values in per_expert.items() if isinstance(values, dict)
+            for slug, values in per_expert.items() if isinstance(values, dict) and slug not in hidden
         ],
-        "undecided": [str(s) for s in diagnostics.get("undecided") or [] if isinstance(s, str)],
-        "confusion": _confusion(metrics, version_experts),
+        "undecided": [str(s) for s in diagnostics.get("undecided") or [] if isinstance(s, str) and s not in hidden],
+        "confusion": _confusion(metrics, version_experts, hidden),
         "active_router": selectors.active_router(),
         "robustness": robustness_report(metrics.get("noise_report")),
         "spelling": _spelling(metrics),
-        "knowledge": _knowledge(metrics),
+        # Their reasons are free text (an exception's message, say) that may name any expert.
+        "knowledge": redact(_knowledge(metrics)),
         "out_of_scope": _out_of_scope(metrics),
         "similar_questions": _similar_questions(metrics),
-        "fast_tier": _fast_tier(metrics),
+        "fast_tier": redact(_fast_tier(metrics)),
         "serving_top_k": settings.ROUTER_TOP_K,
     }
 
@@ -269,7 +291,7 @@ class TrainingCompareView(LoginRequiredMixin, View):
         runs = {r.pk: r for r in TrainingRun.objects.select_related("router_version").filter(pk__in=ids)}
         if any(i not in runs for i in ids):
             raise Http404("no such training run")
-        left, right = (training_detail_context(runs[i]) for i in ids)
+        left, right = (training_detail_context(runs[i], request.user) for i in ids)
         keys = sorted({k for k, _ in left["params"]} | {k for k, _ in right["params"]})
         lp, rp = dict(left["params"]), dict(right["params"])
         metric_keys = sorted({k for k, _ in left["val_metrics"]} | {k for k, _ in right["val_metrics"]})
@@ -293,7 +315,7 @@ class TrainingRunView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         run = get_object_or_404(TrainingRun.objects.select_related("router_version"), pk=pk)
-        return render(request, self.template_name, training_detail_context(run))
+        return render(request, self.template_name, training_detail_context(run, request.user))
 
 
 def training_curves_json(run: TrainingRun) -> dict[str, Any]:
@@ -336,10 +358,10 @@ class TrainingRunActivateView(LoginRequiredMixin, View):
             raise PermissionDenied("Only staff users may activate a router version.")
         run = get_object_or_404(TrainingRun.objects.select_related("router_version"), pk=pk)
         if run.router_version is None:
-            context = {**training_detail_context(run), "activate_error": "This run produced no router version."}
+            context = {**training_detail_context(run, request.user), "activate_error": "This run produced no router version."}
             return render(request, TrainingRunView.template_name, context, status=400)
         if request.POST.get("confirm") != "yes":
-            context = {**training_detail_context(run), "activate_error": "Tick the box to confirm the switch."}
+            context = {**training_detail_context(run, request.user), "activate_error": "Tick the box to confirm the switch."}
             return render(request, TrainingRunView.template_name, context, status=400)
         version = services.activate_version(run.router_version)
         messages.success(request, f"Router v{version.version} now serves requests.")

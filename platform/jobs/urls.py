@@ -10,12 +10,14 @@ from . import views
 
 
 def console_urls(visible_slugs: views.SlugsFor | None = None, editable_slugs: views.SlugsFor | None = None,
-                 outcome_links: views.LinksFor | None = None) -> list[URLPattern]:
-    """The job pages with the console's access rules and its links to what each job made (``outcome_links``)."""
+                 outcome_links: views.LinksFor | None = None, redact_for: views.RedactFor | None = None) -> list[URLPattern]:
+    """The job pages with the console's access rules, its links to what each job made (``outcome_links``) and how a
+    user's pages hide other teams' experts in a job's text (``redact_for``)."""
     rules = {
         "visible_slugs": visible_slugs or views._no_slugs,
         "editable_slugs": editable_slugs or views._no_slugs,
         "outcome_links": outcome_links or views._no_links,
+        "redact_for": redact_for or views._as_is,
     }
     return [
         path("", views.JobListView.as_view(**rules), name="console-jobs"),

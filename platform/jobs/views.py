@@ -1,11 +1,17 @@
 """Console pages for background jobs: the list (with a self-refreshing htmx partial), one job's detail,
 and the retry and cancel actions.
 
-Who sees which job: staff see all; others see the jobs they started, platform-wide jobs (no
-``expert`` parameter: imports, clustering, router training) and the jobs of experts they may see.
+Who sees which job (``visible_jobs``): staff see all. Anyone else sees a job that names an expert
+(``params["expert"]``) only while they may see that expert, whoever started it; a job that belongs to
+a team (``params["team"]``: Discovery's imports and clustering runs record the team's id, ``None`` for
+staff-only work) only while they are in that team; and the platform-wide jobs that name neither
+(router training, scheduled checks). The text of a job a user sees may still name other teams'
+experts (a router training's log, a load check's result): the pages show it through the
+``redact_for`` rule, which replaces them (``experts.redaction``).
 Retry and cancel need staff, the job's creator, or an expert job of an expert they may change. The
 jobs app sits below the experts app, so the expert rules are handed in by the console's URLconf
-(``console_urls(visible_slugs, editable_slugs)``); without them only staff and creators act.
+(``console_urls(visible_slugs, editable_slugs, ..., redact_for)``); without them only staff and creators act,
+and other users see no expert's jobs.
 """
 
 from __future__ import annotations
@@ -39,12 +45,37 @@ def _no_slugs(user: object) -> set[str]:
     return set()
 
 
+def _team_ids(user: Any) -> list[int]:
+    """The ids of ``user``'s teams: a team is an auth group (``experts.access.user_teams``)."""
+    return list(user.groups.values_list("pk", flat=True)) if getattr(user, "is_authenticated", False) else []
+
+
 def visible_jobs(user: Any, visible_slugs: SlugsFor = _no_slugs) -> QuerySet[Job]:
-    """The jobs ``user`` may see: all for staff; else their own, platform-wide ones and their experts' ones."""
+    """The jobs ``user`` may see: all for staff; else the platform-wide ones, their experts' and their teams' (module docstring)."""
     jobs = Job.objects.select_related("created_by")
-    if user.is_staff:
+    if getattr(user, "is_staff", False):
         return jobs
-    return jobs.filter(Q(created_by=user) | ~Q(params__has_key="expert") | Q(params__expert__in=sorted(visible_slugs(user))))
+    if not getattr(user, "is_authenticated", False):
+        return jobs.none()
+    return jobs.filter(
+        ~Q(params__has_key="expert") | Q(params__expert__in=sorted(visible_slugs(user))),
+        ~Q(params__has_key="team") | Q(params__team__in=_team_ids(user)),
+    )
+
+
+Redact = Callable[[Any], Any]
+RedactFor = Callable[[object], Redact]
+
+
+def _as_is(user: object) -> Redact:
+    return lambda value: value
+
+
+def shown(job: Job, redact: Redact) -> Job:
+    """``job`` with the text it shows (title, message, log, error, result) passed through ``redact``; for display only, never saved."""
+    job.title, job.message, job.log, job.error = redact(job.title), redact(job.message), redact(job.log), redact(job.error)
+    job.result = redact(job.result)
+    return job
 
 
 LinksFor = Callable[[Job], list[tuple[str, str]]]
@@ -60,9 +91,15 @@ class JobAccessMixin(LoginRequiredMixin):
     visible_slugs: SlugsFor = staticmethod(_no_slugs)  # type: ignore[assignment]
     editable_slugs: SlugsFor = staticmethod(_no_slugs)  # type: ignore[assignment]
     outcome_links: LinksFor = staticmethod(_no_links)  # type: ignore[assignment]
+    redact_for: RedactFor = staticmethod(_as_is)  # type: ignore[assignment]
 
     def visible_jobs(self) -> QuerySet[Job]:
         return visible_jobs(self.request.user, self.visible_slugs)
+
+    @cached_property
+    def _redact(self) -> Redact:
+        """The signed-in user's redaction of other teams' experts, made once per request."""
+        return self.redact_for(self.request.user)
 
     def can_act(self, job: Job) -> bool:
         user = self.request.user
@@ -88,6 +125,7 @@ class JobAccessMixin(LoginRequiredMixin):
         jobs = list(self.visible_jobs()[:JOB_LIST_LIMIT])
         for job in jobs:
             job.can_retry, job.can_cancel = self.actions_for(job)
+            shown(job, self._redact)
         return {"jobs": jobs, "any_active": any(job.is_active for job in jobs)}
 
 
@@ -111,7 +149,7 @@ class JobDetailView(JobAccessMixin, TemplateView):
     template_name = "jobs/job_detail.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        job = self.get_job(kwargs["pk"])
+        job = shown(self.get_job(kwargs["pk"]), self._redact)
         result = json.dumps(job.result, indent=2, sort_keys=True, default=str) if job.result else ""
         can_retry, can_cancel = self.actions_for(job)
         # The result's plain figures, for a reader; the whole JSON stays one click away.

@@ -12,6 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from experts.access import can_edit, can_view, editable_slugs, get_expert_or_404, visible_experts, visible_slugs
+from experts.redaction import redactor_for
+from jobs.views import shown
 from sbcommon.console import LoginRequiredMixin
 
 from . import scheduling, selectors, services, wording
@@ -132,7 +134,11 @@ class ScheduleListView(LoginRequiredMixin, View):
     template_name = "experiments/schedule_list.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return render(request, self.template_name, {"rows": selectors.schedule_rows()})
+        rows, redact = selectors.schedule_rows(), redactor_for(request.user)
+        for row in rows:
+            if row.last_job is not None:
+                shown(row.last_job, redact)  # a check's last message may name any team's expert
+        return render(request, self.template_name, {"rows": rows})
 
 
 class ScheduleEditView(LoginRequiredMixin, View):

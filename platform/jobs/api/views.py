@@ -7,26 +7,29 @@ from rest_framework import generics
 from rest_framework.exceptions import NotFound
 
 from ..models import Job
-from ..views import _no_slugs, visible_jobs
+from ..views import _as_is, _no_slugs, shown, visible_jobs
 from .serializers import JobSerializer
 
 
 class JobDetailView(generics.RetrieveAPIView):
     """A job's status, progress, result and error; poll it until ``status`` is succeeded or failed.
 
-    Only jobs the caller may see (``jobs.views.visible_jobs``): another team's job is "not found".
-    The expert rules are handed in by the URLconf (``as_view(visible_slugs=...)``), as for the console.
+    Only jobs the caller may see (``jobs.views.visible_jobs``): another team's job is "not found";
+    its text passes through ``redact_for`` (other teams' experts replaced, ``experts.redaction``).
+    The expert rules are handed in by the URLconf (``as_view(visible_slugs=..., redact_for=...)``), as for the console.
     """
 
     queryset = Job.objects.all()
     serializer_class = JobSerializer
     visible_slugs = staticmethod(_no_slugs)
+    redact_for = staticmethod(_as_is)
 
     def get_queryset(self):
         return visible_jobs(self.request.user, self.visible_slugs)
 
     def get_object(self) -> Job:
         try:
-            return super().get_object()
+            job = super().get_object()
         except Http404 as exc:  # DRF's own NotFound, so the error body says not_found_error
             raise NotFound(f"No job {self.kwargs['pk']}.") from exc
+        return shown(job, self.redact_for(self.request.user))
