@@ -110,7 +110,7 @@ BATCH_SIZE = 8
 HELD_OUT = 8  # val examples per adapter for its held-out loss (the loss is a by-product; F1 is the figure)
 SEED = 0
 SAMPLES = 6  # questions whose answers the report shows in full
-# The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see the README): a stratified
+# The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see docs/EVALUATIONS.md): a stratified
 # sample of the test questions, and the training steps below. The steps were chosen on doc2dial's
 # validation split (`--split val --modes auto --generators extractive,lora`, 120 questions): routed
 # LoRA F1 0.159 with 40 + 10 steps, 0.206 with 80 + 20 (extractive 0.195): the adapters were

@@ -27,7 +27,7 @@ the suggested K and at the true K: clinc150 K=7 and 10, hwu64 K=15 and 18), neve
 whole topics 0.417), ``sweep`` 0.425, ``topics`` 0.388, plain KMeans(n_init=10) 0.405, and the
 single radius with noise left out (what the console ran before) 0.117: leaving a third of the
 queries out of every proposal costs more than any grouping wins. ``manage.py evaluate clustering
---dataset ... --split train --variants`` reproduces the comparison (README, "Evaluations").
+--dataset ... --split train --variants`` reproduces the comparison (docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilitie
 # The nearest training questions' weight in the logits (``fit_nearest_weight``), each expert's evidence a
 # mean cosine (0-1). The rule, not a figure, is the blend's; the grid spans "none" to "the nearest
 # questions decide" (a cosine gap of 0.05 at 40 is a factor of e^2). Validation picks, and what test
-# then said, are in the README's evaluate-router paragraph.
+# then said, are in docs/EVALUATIONS.md.
 NEAREST_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0)
 NEAREST_RULE = ("lowest validation NLL as written; within one standard error of it, the smallest weight within one standard error "
                 "of the lowest NLL on the typo copies")

@@ -172,7 +172,7 @@ ADAPTER_WARMUP = envint("ADAPTER_WARMUP", 4)
 
 # --- LoRA training ----------------------------------------------------------------------------
 # Training defaults (the console's form starts from these). Chosen for SmolLM2-135M on a shared CPU
-# with `manage.py evaluate answers --split val` on doc2dial's val split (README, Evaluations): every
+# with `manage.py evaluate answers --split val` on doc2dial's val split (docs/EVALUATIONS.md): every
 # projection of the last 10 layers (backpropagation stops there: ~2.4x faster steps than all 30
 # layers) at 1e-3 (2e-4 barely moved the answers in the few steps a CPU affords).
 LORA_RANK = envint("LORA_RANK", 8)
