@@ -7,8 +7,8 @@ from typing import Any
 from django import forms
 from django.contrib.auth.models import Group
 
+from . import access, selectors, services
 from . import proposals as edits
-from . import selectors, services
 from .models import ClusteringRun, Proposal
 
 
@@ -18,16 +18,39 @@ def sentence(message: str) -> str:
     return message[:1].upper() + message[1:] + "."
 
 
+def team_field(user: Any, what: str) -> forms.ModelChoiceField:
+    """The team new work of ``user`` is for: staff choose any or none, a member of several teams one of theirs.
+
+    A member of one team does not choose (the field is hidden and empty: ``access.team_for_new_work``
+    gives their team), yet a team posted by hand must still be theirs.
+    """
+    teams = access.work_teams(user)
+    if access.is_staff(user):
+        return forms.ModelChoiceField(
+            queryset=teams, required=False, empty_label="No team (staff only)", label="Team", help_text=f"Whose {what} these are.",
+        )
+    several = teams.count() > 1
+    return forms.ModelChoiceField(
+        queryset=teams, required=several, empty_label="Choose a team", label="Team", help_text=f"Whose {what} these are.",
+        widget=forms.Select if several else forms.HiddenInput,
+        error_messages={
+            "required": "Choose the team this is for.",
+            "invalid_choice": "You may import queries and start runs for your own teams only.",
+        },
+    )
+
+
 class ImportForm(forms.Form):
-    """A query log to upload, where it comes from, and whether to redact personal data."""
+    """A query log to upload, where it comes from, its team, and whether to redact personal data."""
 
     file = forms.FileField(allow_empty_file=True, error_messages={"required": "Choose a file to import."})
     source = forms.CharField(max_length=128, required=False, help_text="Where the queries come from. Default: the file name.")
     redact = forms.BooleanField(required=False, label="Redact e-mail addresses and phone numbers")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["file"].widget.attrs.update(accept=".csv,.tsv,.jsonl,.ndjson,.json,text/csv,application/x-ndjson")
+        self.fields["team"] = team_field(user, "queries")
         self.status = 400
 
     def clean_file(self) -> Any:
@@ -41,7 +64,10 @@ class ImportForm(forms.Form):
 
 
 class StartClusteringForm(forms.Form):
-    """Parameters of a new clustering run (empty fields are chosen from the data)."""
+    """The team and parameters of a new clustering run (empty fields are chosen from the data).
+
+    A run clusters its team's queries only; ``source`` narrows them to one of the team's sources.
+    """
 
     source = forms.ChoiceField(required=False, label="Queries")
     eps = forms.FloatField(
@@ -55,9 +81,27 @@ class StartClusteringForm(forms.Form):
         widget=forms.NumberInput(attrs={"placeholder": "auto"}),
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["source"].choices = [("", "All sources")] + [(s, f"{s} ({n:,})") for s, n in selectors.sources()]
+        self.sources = selectors.sources(user)
+        self.fields["team"] = team_field(user, "queries")
+        self.order_fields(["team"])
+        if self.fields["team"].widget.is_hidden:  # one team's sources (or none)
+            self.fields["source"].choices = [("", "All sources")] + [(s, f"{s} ({n:,})") for _, s, n in self.sources]
+            return
+        names = dict(access.work_teams(user).values_list("pk", "name"))
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for team_id, source, n in self.sources:
+            groups.setdefault(names.get(team_id, "No team") if team_id else "No team", []).append((source, f"{source} ({n:,})"))
+        self.fields["source"].choices = [("", "All sources of the team"), *sorted(groups.items())]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not self.fields["team"].widget.is_hidden and data.get("source") and "team" in data:
+            team = data["team"]
+            if (team.pk if team else None, data["source"]) not in {(t, s) for t, s, _ in self.sources}:
+                raise forms.ValidationError(f"{team.name if team else 'No team'} has no source '{data['source']}'.")
+        return data
 
 
 class RenameForm(forms.Form):
@@ -140,3 +184,5 @@ class PromoteForm(forms.Form):
         kwargs.setdefault("prefix", f"promote-{proposal.pk}")
         super().__init__(*args, **kwargs)
         self.fields["seed_queries"].choices = [(q, q) for q in proposal.representatives]
+        if proposal.run.team_id is not None:
+            del self.fields["team"]  # a team's run promotes into that team (labeling.proposals.promote_proposal)

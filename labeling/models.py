@@ -19,6 +19,10 @@ class Query(models.Model):
     timestamp = models.DateTimeField(null=True, blank=True)
     split = models.CharField(max_length=16, blank=True, help_text="train/val/test where the source defines one.")
     answer = models.TextField(blank=True, default="", help_text="The gold answer, where the log has one: grounded training examples learn it.")
+    team = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The team that imported it: only its members (and staff) see it and cluster it. Empty: staff only.",
+    )
     imported_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -45,7 +49,11 @@ class Embedding(models.Model):
 class ClusteringRun(models.Model):
     """One clustering of a query set into topics and expert proposals, and its review."""
 
-    source = models.CharField(max_length=128, blank=True, help_text="Empty: every source.")
+    source = models.CharField(max_length=128, blank=True, help_text="Empty: every source of the run's team.")
+    team = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The team that reviews it; it clusters that team's queries only. Empty: staff only.",
+    )
     model = models.CharField(max_length=255)
     eps = models.FloatField()
     min_samples = models.PositiveIntegerField()

@@ -407,8 +407,8 @@ def align_with_labels(run: ClusteringRun, user: Any = None) -> list[str]:
 
 def _promote(proposal: Proposal, name: str, description: str, team: Any, seed_queries: list[str] | None) -> Any:
     slug = proposal.expert.slug if proposal.expert else expert_services.slug_for(name)
-    expert, _ = expert_services.upsert_expert(slug, name, description=description, keywords=proposal.keywords)
-    if team is not None and expert.team_id != team.pk:
+    expert, _ = expert_services.upsert_expert(slug, name, description=description, keywords=proposal.keywords, team=team)
+    if team is not None and expert.team_id != team.pk:  # an existing expert promoted again goes to the team promoting it
         expert.team = team
         expert.save(update_fields=["team"])
     proposal.name = name[:128]
@@ -432,7 +432,8 @@ def promote_proposal(
         proposal: an open proposal.
         name: the expert's name.
         description: what the expert knows (default: from its size and representative queries).
-        team: the auth ``Group`` that owns the expert, if any.
+        team: the auth ``Group`` that owns the expert. A run with a team promotes into that team
+            (the default; another one is refused); a run without one (staff-only) into ``team``, if any.
         seed_queries: example queries kept with the proposal (default: its representatives).
         user: who did it.
 
@@ -440,6 +441,10 @@ def promote_proposal(
     """
     run = _lock(proposal.run)
     _editable(proposal)
+    if run.team_id is not None:
+        if team is not None and team.pk != run.team_id:
+            raise ReviewError(f"experts promoted from this run belong to its team, {run.team.name}")
+        team = run.team
     name = " ".join(name.split())[:128]
     if not name:
         raise ReviewError("the expert needs a name")
@@ -451,7 +456,7 @@ def promote_proposal(
 
 @transaction.atomic
 def promote_run(run: ClusteringRun, user: Any = None) -> list[Any]:
-    """Turn every reviewed proposal into an expert and mark the run promoted (idempotent)."""
+    """Turn every reviewed proposal into an expert of the run's team (if it has one) and mark the run promoted (idempotent)."""
     experts = []
     if not run.proposals.filter(status__in=OPEN_STATUSES).exists():
         raise ReviewError("no proposal is left to promote; undo a discard, or start a new clustering run")
@@ -459,7 +464,7 @@ def promote_run(run: ClusteringRun, user: Any = None) -> list[Any]:
         if proposal.status == ProposalStatus.PROMOTED and proposal.expert is not None:
             experts.append(proposal.expert)  # promoted by hand: keep the name, description and team chosen then
             continue
-        experts.append(_promote(proposal, proposal.name, default_description(proposal), None, None))
+        experts.append(_promote(proposal, proposal.name, default_description(proposal), run.team, None))
     if run.status != RunStatus.PROMOTED:
         run.status = RunStatus.PROMOTED
         run.save(update_fields=["status"])

@@ -15,6 +15,7 @@ from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
 from jobs.services import JobFailed
 
+from .access import team_ids, visible_runs
 from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, ReviewActionKind, RunStatus
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
 
@@ -136,9 +137,9 @@ class RunReview:
         return [row.proposal for row in self.rows if row.proposal.status == ProposalStatus.PROPOSED]
 
 
-def runs() -> QuerySet[ClusteringRun]:
-    """Clustering runs, newest first, with how many proposals are open."""
-    return ClusteringRun.objects.annotate(
+def runs(user: Any) -> QuerySet[ClusteringRun]:
+    """The clustering runs ``user`` may see (``access.visible_runs``), newest first, with how many proposals are open."""
+    return visible_runs(user).select_related("team").annotate(
         open_count=Count("proposals", filter=Q(proposals__status__in=OPEN_STATUSES)),
         promoted_count=Count("proposals", filter=Q(proposals__status=ProposalStatus.PROMOTED)),
     ).order_by("-created_at", "-pk")
@@ -149,14 +150,40 @@ def editable_proposals(run: ClusteringRun) -> QuerySet[Proposal]:
     return run.proposals.filter(status=ProposalStatus.PROPOSED).order_by("-size", "index")
 
 
-def sources() -> list[tuple[str, int]]:
-    """Query sources and how many queries each holds, largest first."""
-    return list(Query.objects.values_list("source").annotate(n=Count("id")).order_by("-n", "source"))
+def team_queries(team: Any) -> QuerySet[Query]:
+    """The queries a run of ``team`` clusters: the team's imports (``None``: the staff-only ones with no team)."""
+    return Query.objects.filter(team=team)
 
 
-def discovery_jobs(limit: int = 5) -> list[Job]:
-    """Recent import and discovery jobs, active ones first."""
-    recent = list(Job.objects.filter(kind__in=DISCOVERY_JOB_KINDS).order_by("-created_at", "-id")[:limit])
+def _seen_by(queries: QuerySet[Query], user: Any) -> QuerySet[Query]:
+    ids = team_ids(user)
+    return queries if ids is None else queries.filter(team_id__in=ids)
+
+
+def query_count(user: Any) -> int:
+    """How many imported queries ``user`` may cluster (staff: all; a member: their teams')."""
+    return _seen_by(Query.objects.all(), user).count()
+
+
+def sources(user: Any) -> list[tuple[int | None, str, int]]:
+    """(team id, source, queries) of the sources ``user`` may cluster, largest first.
+
+    A source is a name within a team: two teams' sources of the same name are two rows.
+    """
+    rows = _seen_by(Query.objects.all(), user).values_list("team_id", "source").annotate(n=Count("id")).order_by("-n", "source", "team_id")
+    return [(team_id, source, n) for team_id, source, n in rows]
+
+
+def discovery_jobs(user: Any, limit: int = 5) -> list[Job]:
+    """Recent import and discovery jobs of the teams ``user`` is in (staff: all), active ones first.
+
+    A job's team is its ``params["team"]`` (a group id, or ``None`` for staff-only work).
+    """
+    jobs = Job.objects.filter(kind__in=DISCOVERY_JOB_KINDS)
+    ids = team_ids(user)
+    if ids is not None:
+        jobs = jobs.filter(params__team__in=ids) if ids else jobs.none()
+    recent = list(jobs.order_by("-created_at", "-id")[:limit])
     return sorted(recent, key=lambda job: job.status not in ACTIVE_STATUSES)
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any
 import numpy as np
 from django.conf import settings
 from django.db import DatabaseError, transaction
+from django.db.models import QuerySet
 
 from experts.models import Expert
 from jobs.models import Job
@@ -26,6 +27,7 @@ from sbcommon.encoders import embedding_space, get_encoder
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size
 
+from .access import team_for_new_work
 from .choices import ProposalStatus
 from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format, iter_rows, sniff
 from .ml.dbscan import SparseDBSCAN
@@ -33,7 +35,7 @@ from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
-from .selectors import chunks, latest_promoted_run, load_embeddings
+from .selectors import chunks, latest_promoted_run, load_embeddings, team_queries
 
 logger = logging.getLogger(__name__)
 IMPORT_BATCH = 2000
@@ -80,8 +82,12 @@ def default_source(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", stem).strip("-")[:128] or "upload"
 
 
-def _row_hash(row: Row, source: str) -> str:
-    key = json.dumps([source, row.text, row.timestamp.isoformat() if row.timestamp else "", row.user, row.conversation, row.label])
+def _row_hash(row: Row, source: str, team: Any = None) -> str:
+    fields: list[Any] = [source, row.text, row.timestamp.isoformat() if row.timestamp else "", row.user, row.conversation, row.label]
+    if team is not None:
+        # The same row imported by two teams is two rows, one each (appended only then: rows without a team keep their hashes).
+        fields.append(f"team:{team.pk}")
+    key = json.dumps(fields)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -115,13 +121,17 @@ def _head(stream: IO[bytes]) -> tuple[IO[bytes], bytes]:
     return buffered, buffered.peek(SNIFF_BYTES)[:SNIFF_BYTES]
 
 
-def import_queries(stream: IO[bytes], name: str, source: str, redact: bool = False, reporter: JobReporter | None = None, total_bytes: int | None = None) -> ImportReport:
+def import_queries(
+    stream: IO[bytes], name: str, source: str, redact: bool = False, reporter: JobReporter | None = None, total_bytes: int | None = None,
+    team: Any = None,
+) -> ImportReport:
     """Import a CSV/TSV/JSONL query log, streamed, one transaction per batch; reruns import nothing twice.
 
     A row is identified by the hash of its content (source, text, timestamp, user, conversation,
-    label), so a rerun, or a row repeated in the file, counts as a duplicate. Rejected rows are
-    reported with their line numbers; a batch the database refuses is rolled back alone and reported
-    by its line range, and a rerun imports it without duplicating the rest.
+    label) and its team, so a rerun, or a row repeated in the file, counts as a duplicate, while
+    another team's copy of the same row never does (the report cannot tell a team what another
+    imported). Rejected rows are reported with their line numbers; a batch the database refuses is
+    rolled back alone and reported by its line range, and a rerun imports it without duplicating the rest.
 
     Args:
         stream: binary file object.
@@ -130,6 +140,7 @@ def import_queries(stream: IO[bytes], name: str, source: str, redact: bool = Fal
         redact: replace e-mail addresses and phone numbers before storing.
         reporter: progress sink.
         total_bytes: file size, for progress.
+        team: the auth group the queries belong to (``labeling.access``); ``None``: staff only.
 
     Raises:
         ImportRejected: the file is empty, not UTF-8, a CSV without a text column, or not JSON Lines.
@@ -152,9 +163,9 @@ def import_queries(stream: IO[bytes], name: str, source: str, redact: bool = Fal
             continue
         report.rows += 1
         batch.append((item.line, Query(
-            text=item.text, text_hash=text_hash(item.text), row_hash=_row_hash(item, source), source=source,
+            text=item.text, text_hash=text_hash(item.text), row_hash=_row_hash(item, source, team), source=source,
             label=item.label, user=item.user, conversation=item.conversation, timestamp=item.timestamp, split=item.split,
-            answer=item.answer,
+            answer=item.answer, team=team,
         )))
         if len(batch) >= IMPORT_BATCH:
             _flush(batch, report)
@@ -193,20 +204,31 @@ def save_upload(upload: Any) -> tuple[Path, str]:
     return uploads.save_upload(upload, upload_dir(), default_name="queries")
 
 
-def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any = None) -> Job:
-    """Validate, store and enqueue an uploaded query log; the same file twice gives the same active job.
+def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any = None, team: Any = None) -> Job:
+    """Validate, store and enqueue an uploaded query log for ``user``'s team; the same file twice gives the same active job.
+
+    The queries belong to ``team`` as ``access.team_for_new_work`` settles it for ``user`` (default:
+    the user's only team; with no user, ``team`` as given); the job's ``params["team"]`` is its id
+    (``None``: staff only).
 
     Raises:
+        PermissionDenied: ``user`` may not import (no team, or not in ``team``).
+        TeamNeeded: ``user`` is in several teams and named none.
         UploadRejected: see ``check_upload``.
     """
     from . import tasks  # tasks import this module
 
+    if user is not None:  # without one: the system (a script), which names the team itself
+        team = team_for_new_work(user, team)
     check_upload(upload)
     path, digest = save_upload(upload)
     source = source.strip()[:128] or default_source(upload.name)
+    team_id = team.pk if team is not None else None
     job = enqueue_once(
-        "import_queries", f"import_queries:{digest}:{int(bool(redact))}:{source}"[:255], f"Import {Path(upload.name).name[:200]}", tasks.import_queries,
-        {"path": str(path), "name": upload.name, "source": source, "redact": bool(redact), "sha256": digest, "uploaded": True}, user,
+        "import_queries", f"import_queries:{digest}:{int(bool(redact))}:{team_id or ''}:{source}"[:255], f"Import {Path(upload.name).name[:200]}",
+        tasks.import_queries,
+        {"path": str(path), "name": upload.name, "source": source, "redact": bool(redact), "sha256": digest, "uploaded": True, "team": team_id},
+        user,
     )
     if job.params.get("path") != str(path):
         path.unlink(missing_ok=True)  # the same file is already being imported
@@ -223,11 +245,16 @@ def encode_texts(texts: list[str], model: str | None = None) -> np.ndarray:
     return np.asarray(encoder.encode(list(texts), batch_size=settings.EMBEDDING_BATCH_SIZE), dtype=np.float32)
 
 
-def embed_missing(model: str | None = None, source: str | None = None, reporter: JobReporter | None = None) -> dict[str, int]:
-    """Embed every query text that has no cached embedding for ``model`` yet (resumable)."""
+def embed_missing(
+    model: str | None = None, source: str | None = None, reporter: JobReporter | None = None, queries: QuerySet[Query] | None = None,
+) -> dict[str, int]:
+    """Embed every query text that has no cached embedding for ``model`` yet (resumable).
+
+    ``queries`` narrows it (default: every query), ``source`` too (one source name).
+    """
     reporter = reporter or JobReporter()
     model = model or embedding_space()
-    queries = Query.objects.all()
+    queries = Query.objects.all() if queries is None else queries
     if source:
         queries = queries.filter(source=source)
     wanted = dict(queries.values_list("text_hash", "text").distinct())
@@ -252,6 +279,7 @@ def embed_missing(model: str | None = None, source: str | None = None, reporter:
 def cluster_queries(
     source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None,
     reporter: JobReporter | None = None, attach_noise: bool = DEFAULT_NOISE == "attach", grouping: str = DEFAULT_GROUPING,
+    team: Any = None,
 ) -> ClusteringRun:
     """Cluster the (embedded) queries into topics and group them into expert proposals.
 
@@ -261,7 +289,7 @@ def cluster_queries(
     nothing is recomputed.
 
     Args:
-        source: only queries from this source ("" for all).
+        source: only queries from this source of the team ("" for all of the team's).
         eps: DBSCAN radius in cosine distance (``None``: suggested from the data).
         min_samples: DBSCAN's core-point threshold.
         n_experts: proposals to group the topics into (``None``: suggested from the topics, never from labels).
@@ -269,10 +297,12 @@ def cluster_queries(
         attach_noise: leave every query in a proposal (noise queries keep topic -1, and the reviewer
             can detach them); when false DBSCAN's noise stays unassigned for the reviewer to attach.
         grouping: one of ``labeling.ml.discovery.GROUPINGS``.
+        team: the auth group whose imported queries it clusters, and which reviews the run; ``None``:
+            the queries imported with no team, in a staff-only run.
     """
     reporter = reporter or JobReporter()
     model = embedding_space()
-    queries = Query.objects.all().order_by("pk")
+    queries = team_queries(team).order_by("pk")
     if source:
         queries = queries.filter(source=source)
     rows = list(queries.values_list("pk", "text"))
@@ -283,6 +313,8 @@ def cluster_queries(
     if not attach_noise:
         key.append("noise-unassigned")  # appended only when set, so earlier runs keep their fingerprints
     key.append(f"grouping:{grouping}")  # a run grouped another way is another run
+    if team is not None:
+        key.append(f"team:{team.pk}")  # appended only when set, as above; another team's run is never returned
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).first()
     if existing is not None:
@@ -300,7 +332,7 @@ def cluster_queries(
     reporter.progress(0.8, f"{len(summaries)} proposals; saving")
     with transaction.atomic():
         run = ClusteringRun.objects.create(
-            source=source, model=model, eps=estimator.eps_, min_samples=min_samples, n_experts=len(summaries),
+            source=source, team=team, model=model, eps=estimator.eps_, min_samples=min_samples, n_experts=len(summaries),
             fingerprint=fingerprint, n_queries=len(ids), n_topics=estimator.n_clusters_,
             noise_share=float((labels == -1).mean()),
         )
@@ -320,18 +352,29 @@ def cluster_queries(
     return run
 
 
-def enqueue_discovery(source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None, user: Any = None) -> Job:
-    """Enqueue one job that embeds the missing queries and clusters them into a new run to review.
+def enqueue_discovery(
+    source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None, user: Any = None, team: Any = None,
+) -> Job:
+    """Enqueue one job that embeds the missing queries of a team and clusters them into a new run to review.
 
     The console's "start a run" and the monthly re-clustering both come here, with the product's
     grouping and noise attachment (``labeling.ml.discovery`` defaults: what the evaluation shows best).
+    For a ``user``, the run's team is ``team`` as ``access.team_for_new_work`` settles it (default:
+    the user's only team); with no user (a schedule) it is ``team`` as given, ``None`` for staff-only
+    work. The job's ``params["team"]`` is the team's id.
+
+    Raises:
+        PermissionDenied: ``user`` may not start runs (no team, or not in ``team``).
+        TeamNeeded: ``user`` is in several teams and named none.
     """
     from . import tasks  # tasks import this module
 
+    if user is not None:
+        team = team_for_new_work(user, team)
     params = {"source": source, "eps": eps, "min_samples": min_samples, "n_experts": n_experts,
-              "attach_noise": DEFAULT_NOISE == "attach", "grouping": DEFAULT_GROUPING}
+              "attach_noise": DEFAULT_NOISE == "attach", "grouping": DEFAULT_GROUPING, "team": team.pk if team is not None else None}
     key = "discover:" + hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-    title = f"Discover experts in {source or 'all queries'}"
+    title = f"Discover experts in {source or 'all queries'}" + (f" of {team.name}" if team is not None else "")
     return enqueue_once("discover", key, title, tasks.discover, params, user)
 
 
@@ -386,7 +429,7 @@ def record_review_decision(
         row_hash = hashlib.sha256(json.dumps([REVIEW_SOURCE, request_id, text]).encode()).hexdigest()
         query, _ = Query.objects.get_or_create(
             row_hash=row_hash,
-            defaults={"text": text, "text_hash": text_hash(text), "source": REVIEW_SOURCE, "label": expert.slug, "split": "train"},
+            defaults={"text": text, "text_hash": text_hash(text), "source": REVIEW_SOURCE, "label": expert.slug, "split": "train", "team": run.team},
         )
         proposal = _review_proposal(run, expert)
         # topic -1: the query was not clustered; it belongs to the proposal by the reviewer's word.

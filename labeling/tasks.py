@@ -10,7 +10,7 @@ from celery import shared_task
 
 from jobs.services import JobFailed, JobReporter, run_job
 
-from . import services
+from . import selectors, services
 
 
 @dataclass
@@ -24,6 +24,24 @@ class _Stage(JobReporter):
         super().progress(self.start + self.span * max(0.0, min(1.0, fraction)), message)
 
 
+def _team(job):
+    """The team of a job's imports and runs, from ``params["team"]`` (a group id; ``None`` or absent: no team, staff only)."""
+    from django.contrib.auth.models import Group
+
+    team_id = job.params.get("team")
+    if team_id is None:
+        return None
+    team = Group.objects.filter(pk=team_id).first()
+    if team is None:  # never fall back to "no team": the work would change hands
+        raise JobFailed(f"team #{team_id} no longer exists")
+    return team
+
+
+def _queries(job):
+    """The queries a job embeds: its team's when its params name one (``"team"``, even ``None``), else every query."""
+    return selectors.team_queries(_team(job)) if "team" in job.params else None
+
+
 def _import(job, reporter):
     path = job.params["path"]
     if not os.path.exists(path):
@@ -31,7 +49,7 @@ def _import(job, reporter):
     with open(path, "rb") as handle:
         report = services.import_queries(
             handle, job.params.get("name", path), job.params.get("source", "upload"),
-            redact=bool(job.params.get("redact")), reporter=reporter, total_bytes=os.path.getsize(path),
+            redact=bool(job.params.get("redact")), reporter=reporter, total_bytes=os.path.getsize(path), team=_team(job),
         )
     reporter.log(f"imported {report.imported}, duplicates {report.duplicates}, rejected {report.error_count}")
     for batch in report.failed_batches:
@@ -50,7 +68,8 @@ def import_queries(self, job_id: int) -> None:
 @shared_task(bind=True, acks_late=True, max_retries=3)
 def embed_queries(self, job_id: int) -> None:
     """Embed queries that have no cached embedding for the current model."""
-    run_job(job_id, lambda job, reporter: services.embed_missing(source=job.params.get("source") or None, reporter=reporter))
+    run_job(job_id, lambda job, reporter: services.embed_missing(source=job.params.get("source") or None, reporter=reporter, queries=_queries(job)))
+
 
 
 def _cluster(job, reporter):
@@ -58,7 +77,7 @@ def _cluster(job, reporter):
     run = services.cluster_queries(
         source=p.get("source", ""), eps=p.get("eps"), min_samples=int(p.get("min_samples", 5)),
         n_experts=p.get("n_experts"), reporter=reporter, attach_noise=p.get("attach_noise", True),
-        grouping=p.get("grouping", services.DEFAULT_GROUPING),
+        grouping=p.get("grouping", services.DEFAULT_GROUPING), team=_team(job),
     )
     return {"run": run.pk, "topics": run.n_topics, "proposals": run.n_experts, "noise_share": run.noise_share, "eps": run.eps}
 
@@ -71,7 +90,7 @@ def cluster_queries(self, job_id: int) -> None:
 
 def _discover(job, reporter):
     source = job.params.get("source") or None
-    embedded = services.embed_missing(source=source, reporter=_Stage(reporter.job_id, start=0.0, span=0.5))
+    embedded = services.embed_missing(source=source, reporter=_Stage(reporter.job_id, start=0.0, span=0.5), queries=_queries(job))
     reporter.log(f"embedded {embedded['embedded']} texts ({embedded['cached']} cached)")
     result = _cluster(job, _Stage(reporter.job_id, start=0.5, span=0.5))
     reporter.log(f"clustering run #{result['run']}: {result['topics']} topics, {result['proposals']} proposals")

@@ -1,5 +1,8 @@
 """Console pages for expert discovery: import query logs, start clustering runs, review their proposals.
 
+Every page and action reads its run or proposal through ``labeling.access`` (another team's is a
+404) and starts new work through services that settle its team (``access.team_for_new_work``).
+
 Review actions are POST forms. Sent by htmx, they answer with the review body (the run's page
 without its frame) for the page to swap in; sent without JavaScript, they redirect back to the run's
 page with a message. Errors a reviewer can fix come back as 400 with the message in the body.
@@ -26,10 +29,11 @@ from experts.services import slug_for
 from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
 from sbcommon.uploads import declared_over_limit
 
-from . import forms, selectors, services
+from . import access, forms, selectors, services
 from . import proposals as edits
+from .access import TeamNeeded
 from .choices import ProposalStatus
-from .models import ClusteringRun, Proposal, Query
+from .models import ClusteringRun, Proposal
 
 # Room for the multipart boundaries and the other fields on top of the file itself.
 
@@ -43,33 +47,43 @@ def _first_error(form: Any) -> str:
 
 # --- runs and starting one ------------------------------------------------------------------------
 
-def _list_context(form: forms.StartClusteringForm | None = None) -> dict[str, Any]:
+def _list_context(request: HttpRequest, form: forms.StartClusteringForm | None = None) -> dict[str, Any]:
+    user = request.user
     return {
-        "runs": selectors.runs(),
-        "form": form or forms.StartClusteringForm(),
-        "jobs": selectors.discovery_jobs(),
-        "query_count": Query.objects.count(),
+        "runs": selectors.runs(user),
+        "form": form or forms.StartClusteringForm(user),
+        "jobs": selectors.discovery_jobs(user),
+        "query_count": selectors.query_count(user),
+        "no_team": "" if access.may_start_work(user) else access.NO_TEAM,
     }
 
 
 class RunListView(LoginRequiredMixin, TemplateView):
-    """Clustering runs, the form that starts a new one, and the latest import and discovery jobs."""
+    """The clustering runs the user may see, the form that starts a new one, and their teams' latest import and discovery jobs."""
 
     template_name = "labeling/run_list.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {**super().get_context_data(**kwargs), **_list_context()}
+        return {**super().get_context_data(**kwargs), **_list_context(self.request)}
 
 
 class StartClusteringView(LoginRequiredMixin, View):
-    """Enqueue embedding + clustering as one job, then show its progress."""
+    """Enqueue embedding + clustering of a team's queries as one job, then show its progress."""
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        form = forms.StartClusteringForm(request.POST)
+        if not access.may_start_work(request.user):  # the page says why (NO_TEAM)
+            return render(request, "labeling/run_list.html", _list_context(request), status=403)
+        form = forms.StartClusteringForm(request.user, request.POST)
         if not form.is_valid():
-            return render(request, "labeling/run_list.html", _list_context(form), status=400)
+            return render(request, "labeling/run_list.html", _list_context(request, form), status=400)
         data = form.cleaned_data
-        job = services.enqueue_discovery(data["source"] or "", data["eps"], data["min_samples"], data["n_experts"], user=request.user)
+        try:
+            job = services.enqueue_discovery(
+                data["source"] or "", data["eps"], data["min_samples"], data["n_experts"], user=request.user, team=data.get("team"),
+            )
+        except (TeamNeeded, PermissionDenied) as exc:
+            form.add_error(None, forms.sentence(str(exc)))
+            return render(request, "labeling/run_list.html", _list_context(request, form), status=400 if isinstance(exc, TeamNeeded) else 403)
         return redirect("console-job", job.pk)
 
 
@@ -83,7 +97,11 @@ class ImportView(LoginRequiredMixin, UploadPageMixin, View):
     template_name = "labeling/import.html"
 
     def _context(self, form: forms.ImportForm) -> dict[str, Any]:
-        return {"form": form, "max_bytes": services.max_import_bytes(), "jobs": selectors.discovery_jobs()}
+        user = self.request.user
+        return {
+            "form": form, "max_bytes": services.max_import_bytes(), "jobs": selectors.discovery_jobs(user),
+            "no_team": "" if access.may_start_work(user) else access.NO_TEAM,
+        }
 
     def _refuse(self, form: forms.ImportForm, message: str, status: int) -> HttpResponse:
         if self._wants_json():
@@ -92,26 +110,32 @@ class ImportView(LoginRequiredMixin, UploadPageMixin, View):
         return render(self.request, self.template_name, self._context(form), status=status)
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return render(request, self.template_name, self._context(forms.ImportForm()))
+        return render(request, self.template_name, self._context(forms.ImportForm(request.user)))
 
     def post(self, request: HttpRequest) -> HttpResponse:
         limit = services.max_import_bytes()
         length = declared_over_limit(request.META, limit)
         if length is not None:
-            return self._refuse(forms.ImportForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
+            return self._refuse(forms.ImportForm(request.user), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
         refused = csrf_failure(request)
         if refused is not None:
             return refused
-        form = forms.ImportForm(request.POST, request.FILES)
+        if not access.may_start_work(request.user):
+            return self._refuse(forms.ImportForm(request.user), access.NO_TEAM, 403)
+        form = forms.ImportForm(request.user, request.POST, request.FILES)
         if not form.is_valid():
             if self._wants_json():
                 return JsonResponse({"error": {"message": _first_error(form)}}, status=form.status)
             return render(request, self.template_name, self._context(form), status=form.status)
         data = form.cleaned_data
         try:
-            job = services.accept_upload(data["file"], source=data["source"], redact=data["redact"], user=request.user)
+            job = services.accept_upload(data["file"], source=data["source"], redact=data["redact"], user=request.user, team=data.get("team"))
         except services.UploadRejected as exc:
             return self._refuse(form, forms.sentence(str(exc)), exc.status)
+        except TeamNeeded as exc:
+            return self._refuse(form, forms.sentence(str(exc)), 400)
+        except PermissionDenied as exc:
+            return self._refuse(form, str(exc), 403)
         job_url = reverse("console-job", args=[job.pk])
         if self._wants_json():
             return JsonResponse({"job": job.pk, "job_url": job_url}, status=202)
@@ -135,7 +159,7 @@ class RunView(LoginRequiredMixin, View):
     """One clustering run's review page."""
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        run = get_object_or_404(ClusteringRun, pk=pk)
+        run = access.get_run_or_404(request.user, pk)
         edits.ensure_proposal_stats(run)
         return render(request, "labeling/run_detail.html", _review_context(request, run))
 
@@ -144,7 +168,7 @@ class UnassignedView(LoginRequiredMixin, View):
     """One page of the run's unassigned queries (htmx pagination)."""
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        run = get_object_or_404(ClusteringRun, pk=pk)
+        run = access.get_run_or_404(request.user, pk)
         page = selectors.unassigned_page(run, request.GET.get("page") or 1)
         proposals = list(run.proposals.filter(status=ProposalStatus.PROPOSED))
         return render(request, "labeling/partials/unassigned.html", {
@@ -157,7 +181,7 @@ class ProposalQueriesView(LoginRequiredMixin, View):
     """One page of a proposal's queries, with a form to move some of them (htmx)."""
 
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        proposal = get_object_or_404(Proposal.objects.select_related("run"), pk=pk)
+        proposal = access.get_proposal_or_404(request.user, pk)
         page = selectors.proposal_queries(proposal, request.GET.get("page") or 1)
         return render(request, "labeling/partials/proposal_queries.html", {
             "proposal": proposal, "run": proposal.run, "page": page,
@@ -176,10 +200,10 @@ class ReviewActionView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         if self.proposal_action:
-            proposal = get_object_or_404(Proposal.objects.select_related("run"), pk=pk)
+            proposal = access.get_proposal_or_404(request.user, pk)
             run = proposal.run
         else:
-            proposal, run = None, get_object_or_404(ClusteringRun, pk=pk)
+            proposal, run = None, access.get_run_or_404(request.user, pk)
         error = notice = ""
         try:
             notice = self.act(request, run, proposal)
@@ -227,11 +251,11 @@ class SplitView(ReviewActionView):
 
 
 def _check_promotion(user: Any, proposal: Proposal, name: str, team: Group | None) -> None:
-    """Staff promote anything; a team member promotes only into one of their teams, and never over an
+    """Staff promote anything; a member of the run's team promotes into that team, and never over an
     expert they may not change (promoting reuses the expert that has the name's slug)."""
     if user.is_staff:
         return
-    if team is None or not user.groups.filter(pk=team.pk).exists():
+    if team is None or not user.groups.filter(pk=team.pk).exists():  # a member only ever sees their team's runs: defence in depth
         raise PermissionDenied("Promote to one of your teams; only staff create experts without a team or for other teams.")
     existing = proposal.expert or Expert.objects.filter(slug=slug_for(" ".join(name.split()))).first()
     if existing is not None and not can_edit(user, existing):
@@ -243,9 +267,10 @@ class PromoteView(ReviewActionView):
 
     def act(self, request, run, proposal):
         data = _valid(forms.PromoteForm(proposal, request.POST))
-        _check_promotion(request.user, proposal, data["name"], data["team"])
+        team = run.team if run.team_id is not None else data["team"]  # a team's run promotes into that team
+        _check_promotion(request.user, proposal, data["name"], team)
         expert = edits.promote_proposal(
-            proposal, data["name"], data["description"], team=data["team"], seed_queries=data["seed_queries"], user=request.user,
+            proposal, data["name"], data["description"], team=team, seed_queries=data["seed_queries"], user=request.user,
         )
         return f"Promoted '{expert.name}' to an expert ({expert.slug})."
 

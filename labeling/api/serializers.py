@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group
 from rest_framework import serializers
 
 from sbcommon.api import ApiError
@@ -12,11 +13,15 @@ from .. import services
 
 
 class QueryImportSerializer(serializers.Serializer):
-    """A query log upload: the file (CSV/TSV with a ``text`` column, or JSON Lines), its source, and whether to redact."""
+    """A query log upload: the file (CSV/TSV with a ``text`` column, or JSON Lines), its source, its team, and whether to redact."""
 
     file = serializers.FileField(allow_empty_file=True, use_url=False, help_text="CSV/TSV with a 'text' column, or JSON Lines.")
     source = serializers.CharField(max_length=128, required=False, allow_blank=True, default="", help_text="Default: the file name.")
     redact = serializers.BooleanField(required=False, default=False, help_text="Replace e-mail addresses and phone numbers.")
+    team = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True, default=None,
+        help_text="The team (by name) the queries belong to. Default: the caller's only team; staff may leave it out for staff-only queries.",
+    )
 
     def validate_file(self, upload: Any) -> Any:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Group
 
 from labeling import services
 from labeling.models import ClusteringRun, Embedding, Query
@@ -27,8 +28,8 @@ TOPICS = {
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def seed() -> ClusteringRun:
-    """Three topics of queries with hand-made embeddings (no encoder), clustered by the real service."""
+def seed(team: Group) -> ClusteringRun:
+    """Three topics of ``team``'s queries with hand-made embeddings (no encoder), clustered by the real service."""
     rng = np.random.default_rng(0)
     for axis, texts in TOPICS.items():
         for text in texts:
@@ -37,9 +38,9 @@ def seed() -> ClusteringRun:
                 vector = np.zeros(16, dtype=np.float32)
                 vector[axis] = 1.0
                 vector += 0.03 * rng.normal(size=16).astype(np.float32)
-                Query.objects.create(text=full, text_hash=text_hash(full), row_hash=text_hash("b:" + full), source="helpdesk")
+                Query.objects.create(text=full, text_hash=text_hash(full), row_hash=text_hash("b:" + full), source="helpdesk", team=team)
                 Embedding.objects.create(model=settings.EMBEDDING_MODEL, text_hash=text_hash(full), vector=(vector / np.linalg.norm(vector)).astype("<f4").tobytes())
-    return services.cluster_queries(source="helpdesk", eps=0.2, min_samples=3, n_experts=3, attach_noise=False)
+    return services.cluster_queries(source="helpdesk", eps=0.2, min_samples=3, n_experts=3, attach_noise=False, team=team)
 
 
 
@@ -47,8 +48,9 @@ def seed() -> ClusteringRun:
 def test_a_reviewer_renames_merges_and_undoes_on_the_run_page(live_server, django_user_model, browser_page):
     from playwright.sync_api import expect
 
-    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
-    run = seed()
+    team = Group.objects.create(name="Reviewers")
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD).groups.add(team)  # the run's team reviews it
+    run = seed(team)
     assert run.proposals.count() == 3
     page = browser_page
 

@@ -1,4 +1,7 @@
-"""Fixtures for the labeling tests: a logged-in console, and clustering runs built from hand-made embeddings.
+"""Fixtures for the labeling tests: a logged-in console, teams, and clustering runs built from hand-made embeddings.
+
+The console's user (``owner``, not staff) is a member of ``team``, which owns the runs ``make_run``
+builds unless told otherwise: Discovery shows a run to its team's members and staff only.
 
 Embeddings are inserted as rows (no encoder is loaded): each proposal's queries point along their
 own axis with a little jitter, so cohesion, nearest proposals and distances are known in advance.
@@ -7,10 +10,12 @@ own axis with a little jitter, so cohesion, nearest proposals and distances are 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Group
 
 from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
 from labeling.proposals import ensure_proposal_stats
@@ -21,15 +26,23 @@ PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
-def console(client, owner):
+def team(db) -> Group:
+    """The team ``owner`` reviews for; ``make_run``'s runs belong to it."""
+    return Group.objects.create(name="Reviewers")
+
+
+@pytest.fixture
+def console(client, owner, team):
+    owner.groups.add(team)
     client.force_login(owner)
     return client
 
 
-def add_query(text: str, vector: np.ndarray, source: str = "test") -> Query:
-    """A query and its cached embedding."""
+def add_query(text: str, vector: np.ndarray, source: str = "test", team: Group | None = None) -> Query:
+    """A query imported by ``team`` (``None``: staff only) and its cached embedding."""
     h = text_hash(text)
-    query = Query.objects.create(text=text, text_hash=h, row_hash=text_hash(f"{source}:{text}"), source=source)
+    key = f"{source}:{text}" if team is None else f"{team.pk}:{source}:{text}"
+    query = Query.objects.create(text=text, text_hash=h, row_hash=text_hash(key), source=source or "test", team=team)
     Embedding.objects.get_or_create(model=settings.EMBEDDING_MODEL, text_hash=h, defaults={"vector": vector.astype("<f4").tobytes()})
     return query
 
@@ -47,20 +60,23 @@ MakeRun = Callable[..., ClusteringRun]
 
 
 @pytest.fixture
-def make_run(db) -> MakeRun:
+def make_run(db, team) -> MakeRun:
     """Build a clustering run: ``groups`` maps a proposal name to (axis, texts) or (axis, {topic: texts}).
 
     Noise queries get topic -1: ``noise`` maps a text to its vector and ``noise_in`` names the
-    proposal they sit in (``None``: unassigned).
+    proposal they sit in (``None``: unassigned). The run and its queries belong to ``team`` (default:
+    the ``team`` fixture; ``None``: staff only); ``source`` names the run's source and its queries'
+    (default: the run has none, its queries come from "test").
     """
     counter = {"seed": 0}
+    default_team = team
 
     def make(groups: dict[str, tuple[int, list[str] | dict[int, list[str]]]], noise: dict[str, np.ndarray] | None = None,
-             noise_in: str | None = None) -> ClusteringRun:
+             noise_in: str | None = None, team: Any = default_team, source: str = "") -> ClusteringRun:
         n_queries = sum(len(t) if isinstance(t, list) else sum(len(v) for v in t.values()) for _, t in groups.values()) + len(noise or {})
         run = ClusteringRun.objects.create(
             model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(groups), fingerprint=f"test-{counter['seed']}",
-            n_queries=n_queries, n_topics=len(groups), noise_share=len(noise or {}) / max(n_queries, 1),
+            n_queries=n_queries, n_topics=len(groups), noise_share=len(noise or {}) / max(n_queries, 1), team=team, source=source,
         )
         proposals = {}
         topic_base = 0
@@ -73,13 +89,13 @@ def make_run(db) -> MakeRun:
                 lean = [axis] if topic == 0 else [axis, (axis + 7 + topic) % DIM]
                 for text in members:
                     counter["seed"] += 1
-                    q = add_query(text, direction(lean, jitter=0.05, seed=counter["seed"]))
+                    q = add_query(text, direction(lean, jitter=0.05, seed=counter["seed"]), source=source or "test", team=team)
                     Assignment.objects.create(run=run, query=q, topic=topic_base + topic, proposal=proposal)
             representatives = [t for members in by_topic.values() for t in members][:3]
             Proposal.objects.filter(pk=proposal.pk).update(representatives=representatives, size=Assignment.objects.filter(proposal=proposal).count())
             topic_base += len(by_topic)
         for text, vector in (noise or {}).items():
-            q = add_query(text, vector)
+            q = add_query(text, vector, source=source or "test", team=team)
             Assignment.objects.create(run=run, query=q, topic=-1, proposal=proposals.get(noise_in) if noise_in else None)
         if noise_in:
             Proposal.objects.filter(pk=proposals[noise_in].pk).update(size=Assignment.objects.filter(proposal=proposals[noise_in]).count())

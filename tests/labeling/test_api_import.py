@@ -24,7 +24,8 @@ def var_dir(tmp_path, settings):
 
 
 @pytest.fixture
-def api(owner):
+def api(owner, team):
+    owner.groups.add(team)
     client = APIClient()
     client.force_authenticate(owner)
     return client

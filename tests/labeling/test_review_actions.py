@@ -203,22 +203,40 @@ def test_undo_walks_back_several_actions_in_reverse_order(three_topics):
         edits.undo_last(three_topics)
 
 
-def test_promotion_creates_the_expert_with_its_team_and_seed_queries(three_topics, owner):
-    from django.contrib.auth.models import Group
-
+def test_promotion_creates_the_expert_of_the_runs_team_with_its_seed_queries(three_topics, owner, team):
     from experts.models import Expert
 
-    team = Group.objects.create(name="Licensing desk")
     licences = proposal(three_topics, "Licences")
 
-    expert = edits.promote_proposal(licences, "Driving licences", "Renewals and replacements.", team=team,
-                                       seed_queries=["renew my driving licence 0"], user=owner)
+    expert = edits.promote_proposal(licences, "Driving licences", "Renewals and replacements.", seed_queries=["renew my driving licence 0"], user=owner)
 
     expert = Expert.objects.get(pk=expert.pk)
     assert (expert.slug, expert.name, expert.description, expert.team) == ("driving-licences", "Driving licences", "Renewals and replacements.", team)
     licences.refresh_from_db()
     assert (licences.status, licences.expert_id, licences.seed_queries) == ("promoted", expert.pk, ["renew my driving licence 0"])
-    assert ReviewAction.objects.get(action="promote").summary == "Promoted 'Driving licences' to expert 'driving-licences' owned by Licensing desk"
+    assert ReviewAction.objects.get(action="promote").summary == "Promoted 'Driving licences' to expert 'driving-licences' owned by Reviewers"
+
+
+def test_a_teams_run_never_promotes_into_another_team(three_topics):
+    from django.contrib.auth.models import Group
+
+    from experts.models import Expert
+
+    with pytest.raises(edits.ReviewError, match="belong to its team, Reviewers"):
+        edits.promote_proposal(proposal(three_topics, "Licences"), "Driving licences", team=Group.objects.create(name="Licensing desk"))
+    assert not Expert.objects.exists()
+    assert proposal(three_topics, "Licences").status == "proposed"
+
+
+def test_a_staff_only_run_promotes_into_the_team_chosen(make_run):
+    from django.contrib.auth.models import Group
+
+    run = make_run({"Licences": (0, [f"renew my driving licence {i}" for i in range(4)])}, team=None)
+    desk = Group.objects.create(name="Licensing desk")
+
+    expert = edits.promote_proposal(proposal(run, "Licences"), "Driving licences", team=desk)
+
+    assert expert.team == desk
 
 
 def test_promotion_ends_undo_and_freezes_the_proposal(three_topics):
@@ -237,20 +255,18 @@ def test_promotion_ends_undo_and_freezes_the_proposal(three_topics):
     assert Proposal.objects.get(pk=passports.pk).name == "Travel documents"
 
 
-def test_finishing_the_review_promotes_the_rest_and_locks_the_run(three_topics):
-    from django.contrib.auth.models import Group
-
+def test_finishing_the_review_promotes_the_rest_into_the_runs_team_and_locks_the_run(three_topics, team):
     from labeling.selectors import routing_examples
 
-    team = Group.objects.create(name="Benefits")
-    edits.promote_proposal(proposal(three_topics, "Pensions"), "State pensions", "Custom.", team=team)
+    edits.promote_proposal(proposal(three_topics, "Pensions"), "State pensions", "Custom.")
     edits.discard_proposal(proposal(three_topics, "Passports"))
 
     experts = edits.promote_run(three_topics)
 
     assert sorted(e.slug for e in experts) == ["licences", "state-pensions"]
     pensions = next(e for e in experts if e.slug == "state-pensions")
-    assert (pensions.description, pensions.team) == ("Custom.", team)  # promoted by hand: kept as chosen
+    assert pensions.description == "Custom."  # promoted by hand: kept as chosen
+    assert {e.team for e in experts} == {team}
     three_topics.refresh_from_db()
     assert three_topics.status == "promoted"
     assert len(routing_examples(three_topics)) == 8

@@ -171,15 +171,12 @@ def test_attaching_and_detaching_noise_from_the_page(console, three_topics):
     assert Assignment.objects.filter(run=three_topics, proposal__isnull=True).count() == 2
 
 
-def test_promoting_from_the_page_creates_the_expert_with_the_team(console, three_topics, owner):
-    team = Group.objects.create(name="Licensing desk")
-    owner.groups.add(team)  # a member promotes into their own team
+def test_promoting_from_the_page_creates_the_expert_owned_by_the_runs_team(console, three_topics, team):
     licences = proposal(three_topics, "Licences")
     prefix = f"promote-{licences.pk}"
 
     response = console.post(reverse("labeling-promote", args=[licences.pk]), {
-        f"{prefix}-name": "Driving licences", f"{prefix}-description": "Renewals.", f"{prefix}-team": team.pk,
-        f"{prefix}-seed_queries": ["renew my driving licence 1"],
+        f"{prefix}-name": "Driving licences", f"{prefix}-description": "Renewals.", f"{prefix}-seed_queries": ["renew my driving licence 1"],
     }, headers=HTMX)
 
     assert response.status_code == 200
@@ -187,18 +184,31 @@ def test_promoting_from_the_page_creates_the_expert_with_the_team(console, three
     assert (expert.name, expert.description, expert.team) == ("Driving licences", "Renewals.", team)
     assert Proposal.objects.get(pk=licences.pk).seed_queries == ["renew my driving licence 1"]
     html = response.content.decode()
-    assert "Expert driving-licences · Licensing desk" in html
+    assert "Expert driving-licences · Reviewers" in html
     assert 'id="undo-button"' not in html
 
 
-def test_the_promote_form_offers_the_teams_and_the_representatives(console, three_topics):
+def test_the_promote_form_of_a_teams_run_names_its_team_and_offers_the_representatives(console, three_topics):
     Group.objects.create(name="Licensing desk")
 
     html = console.get(reverse("labeling-run", args=[three_topics.pk])).content.decode()
 
-    assert ">Licensing desk</option>" in html
+    assert "Owned by Reviewers, the run's team." in html
+    assert ">Licensing desk</option>" not in html
     assert 'value="renew my driving licence 0"' in html
     assert "checked" in html
+
+
+def test_on_a_staff_only_run_staff_choose_the_owning_team(console, make_run, owner):
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    run = make_run({"Licences": (0, [f"renew my driving licence {i}" for i in range(4)])}, team=None)
+    Group.objects.create(name="Licensing desk")
+
+    html = console.get(reverse("labeling-run", args=[run.pk])).content.decode()
+
+    assert ">Licensing desk</option>" in html
+    assert "no team (staff only)" in html
 
 
 def test_finishing_the_review_promotes_every_open_proposal(console, three_topics, owner):
@@ -229,21 +239,20 @@ def test_an_unknown_run_is_404(console):
 
 # --- teams ----------------------------------------------------------------------------------------
 
-def test_a_member_cannot_promote_into_another_team_or_over_another_teams_expert(console, three_topics, owner):
-    mine, theirs = Group.objects.create(name="Licensing desk"), Group.objects.create(name="Pensions desk")
-    owner.groups.add(mine)
-    Expert.objects.create(slug="state-pensions", name="State pensions", team=theirs)
+def test_a_member_promotes_into_the_runs_team_only_and_never_over_another_teams_expert(console, three_topics, owner, team):
+    theirs = Group.objects.create(name="Pensions desk")
+    owner.groups.add(theirs)  # even a member of the other team too: the run's team owns what it promotes
+    Expert.objects.create(slug="state-pensions", name="State pensions", team=Group.objects.create(name="Benefits"))
     pensions, licences = proposal(three_topics, "Pensions"), proposal(three_topics, "Licences")
 
     def promote(p, name, team):
         prefix = f"promote-{p.pk}"
         return console.post(reverse("labeling-promote", args=[p.pk]), {f"{prefix}-name": name, f"{prefix}-team": team.pk if team else ""})
 
-    assert promote(licences, "Driving licences", theirs).status_code == 403
-    assert promote(licences, "Driving licences", None).status_code == 403
-    assert promote(pensions, "State pensions", mine).status_code == 403
-    assert Expert.objects.get(slug="state-pensions").team == theirs
-    assert not Expert.objects.filter(slug="driving-licences").exists()
+    assert promote(pensions, "State pensions", None).status_code == 403
+    assert Expert.objects.get(slug="state-pensions").team.name == "Benefits"
+    assert promote(licences, "Driving licences", theirs).status_code == 302  # the team posted is not the form's: ignored
+    assert Expert.objects.get(slug="driving-licences").team == team
 
 
 def test_only_staff_finish_a_review(console, three_topics):

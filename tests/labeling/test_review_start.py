@@ -17,14 +17,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def queries(db):
-    """Three tight groups of eight queries along their own axes, and two strays (embeddings already cached)."""
+def queries(db, team):
+    """Three tight groups of eight queries of ``team`` along their own axes, and two strays (embeddings already cached)."""
     topics = {0: "renew driving licence", 1: "passport appointment", 2: "state pension age"}
     for axis, words in topics.items():
         for i in range(8):
-            add_query(f"{words} question {i}", direction(axis, jitter=0.03, seed=10 * axis + i), source="helpdesk")
-    add_query("what is the weather", direction(9), source="helpdesk")
-    add_query("tell me a joke", direction(12), source="helpdesk")
+            add_query(f"{words} question {i}", direction(axis, jitter=0.03, seed=10 * axis + i), source="helpdesk", team=team)
+    add_query("what is the weather", direction(9), source="helpdesk", team=team)
+    add_query("tell me a joke", direction(12), source="helpdesk", team=team)
 
 
 def test_the_runs_page_offers_the_sources_and_the_parameters(console, queries):

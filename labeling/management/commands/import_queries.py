@@ -1,10 +1,11 @@
-"""``manage.py import_queries FILE``: import a CSV/TSV/JSONL query log in this process and print the report."""
+"""``manage.py import_queries FILE [--team NAME]``: import a CSV/TSV/JSONL query log in this process and print the report."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.services import ConsoleReporter
@@ -23,18 +24,29 @@ class Command(BaseCommand):
         parser.add_argument("file", help="Path of the .csv, .tsv or .jsonl file.")
         parser.add_argument("--source", default="", help="Where the queries come from (default: the file name without extension).")
         parser.add_argument("--redact", action="store_true", help="Replace e-mail addresses and phone numbers in the text before storing it.")
+        parser.add_argument("--team", default="", help="The team (group name) the queries belong to; its members review them. Default: none, staff only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
         if not os.path.isfile(path):
             raise CommandError(f"{path}: no such file")
+        team = None
+        if options["team"]:
+            team = Group.objects.filter(name=options["team"]).first()
+            if team is None:
+                raise CommandError(f"no team named {options['team']!r}; teams: {', '.join(Group.objects.order_by('name').values_list('name', flat=True)) or 'none'}")
         source = options["source"].strip()[:128] or services.default_source(path)
         size = os.path.getsize(path)
-        self.stdout.write(f"Importing {path} ({size:,} bytes) as source '{source}'" + (", redacting" if options["redact"] else ""))
+        self.stdout.write(
+            f"Importing {path} ({size:,} bytes) as source '{source}'" + (f" of team {team.name}" if team else " (no team: staff only)")
+            + (", redacting" if options["redact"] else "")
+        )
         progress = ConsoleReporter(out=self.stderr, tty=self.stderr.isatty())
         try:
             with open(path, "rb") as handle:
-                report = services.import_queries(handle, os.path.basename(path), source, redact=options["redact"], reporter=progress, total_bytes=size)
+                report = services.import_queries(
+                    handle, os.path.basename(path), source, redact=options["redact"], reporter=progress, total_bytes=size, team=team,
+                )
         except services.ImportRejected as exc:
             raise CommandError(f"{path}: {exc}; nothing was imported") from exc
         finally:

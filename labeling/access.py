@@ -1,0 +1,122 @@
+"""Who may see and change Discovery's data: imported queries, clustering runs, their proposals and jobs.
+
+Discovery's one team rule, on top of ``experts.access`` (which owns teams and principals). Every
+console page and API endpoint of Discovery fetches what it shows or changes through these functions:
+
+- Imported queries and clustering runs belong to a team (an auth group) or to none. A run clusters
+  the queries of its own team only, so two teams' sources never mix, even under the same name: a
+  source is a name within a team.
+- Staff see and change everything. A member of a run's team sees and reviews the run, its proposals
+  and their queries, and sees the team's imports and discovery jobs. Work with no team (the demo's
+  run, the monthly re-clustering, anything from before teams) is staff-only.
+- Anyone else gets 404 for a run or proposal, so its existence is not revealed.
+- New work (importing a log, starting a run) belongs to a team: ``team_for_new_work`` gives the
+  one it will belong to, or refuses a non-staff user with no team (403) or a team they are not in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404
+
+from experts.access import user_teams
+
+from .models import ClusteringRun, Proposal
+
+NO_TEAM = (
+    "You belong to no team, so you cannot import queries or start clustering runs: "
+    "ask an administrator to add you to your team."
+)
+
+
+class TeamNeeded(ValueError):
+    """A user in several teams asked for new work without saying which team it belongs to (a 400, not a 403)."""
+
+
+def _signed_in(user: Any) -> bool:
+    return user is not None and getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)
+
+
+def is_staff(user: Any) -> bool:
+    return _signed_in(user) and bool(user.is_staff)
+
+
+def work_teams(user: Any) -> QuerySet[Group]:
+    """The teams ``user`` may import into and start runs for: every team for staff, their own otherwise."""
+    if is_staff(user):
+        return Group.objects.order_by("name")
+    return user_teams(user).order_by("name")
+
+
+def team_ids(user: Any) -> list[int] | None:
+    """The ids of the teams whose Discovery data ``user`` sees; ``None`` for staff, who see all of it."""
+    if is_staff(user):
+        return None
+    return list(user_teams(user).values_list("pk", flat=True))
+
+
+def visible_runs(user: Any, queryset: QuerySet[ClusteringRun] | None = None) -> QuerySet[ClusteringRun]:
+    """The clustering runs ``user`` may see and review (a filter of ``queryset``, default all runs)."""
+    qs = ClusteringRun.objects.all() if queryset is None else queryset
+    if not _signed_in(user):
+        return qs.none()
+    ids = team_ids(user)
+    return qs if ids is None else qs.filter(team_id__in=ids)
+
+
+def can_review(user: Any, run: ClusteringRun) -> bool:
+    """Whether ``user`` may see and review ``run``: staff, or a member of its team."""
+    if not _signed_in(user):
+        return False
+    return bool(user.is_staff or (run.team_id is not None and user.groups.filter(pk=run.team_id).exists()))
+
+
+def get_run_or_404(user: Any, pk: int) -> ClusteringRun:
+    """The run ``pk`` if ``user`` may see it; 404 otherwise (another team's run is "not found")."""
+    run = ClusteringRun.objects.filter(pk=pk).select_related("team").first()
+    if run is None or not can_review(user, run):
+        raise Http404(f"no clustering run {pk}")
+    return run
+
+
+def get_proposal_or_404(user: Any, pk: int) -> Proposal:
+    """The proposal ``pk`` if ``user`` may see its run; 404 otherwise."""
+    proposal = Proposal.objects.filter(pk=pk).select_related("run", "run__team").first()
+    if proposal is None or not can_review(user, proposal.run):
+        raise Http404(f"no proposal {pk}")
+    return proposal
+
+
+def may_start_work(user: Any) -> bool:
+    """Whether ``user`` may import queries and start runs at all: staff, or a member of some team."""
+    return is_staff(user) or (_signed_in(user) and user_teams(user).exists())
+
+
+def team_for_new_work(user: Any, team: Group | None = None) -> Group | None:
+    """The team a new import or clustering run of ``user`` belongs to.
+
+    Staff choose any team, or none (``team=None``: staff-only work). A member's work belongs to the
+    team they name, by default their only team.
+
+    Raises:
+        PermissionDenied: anonymous, a non-staff user in no team (``NO_TEAM``), or a team they are not in.
+        TeamNeeded: a member of several teams named none.
+    """
+    if not _signed_in(user):
+        raise PermissionDenied("Sign in to import queries or start clustering runs.")
+    if user.is_staff:
+        return team
+    mine = list(user_teams(user).order_by("name"))
+    if not mine:
+        raise PermissionDenied(NO_TEAM)
+    if team is None:
+        if len(mine) == 1:
+            return mine[0]
+        raise TeamNeeded(f"you belong to several teams ({', '.join(t.name for t in mine)}): choose the team this is for")
+    if team.pk not in {t.pk for t in mine}:
+        raise PermissionDenied(f"You are not in {team.name}: import queries and start runs for your own teams only.")
+    return team
