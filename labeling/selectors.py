@@ -155,6 +155,17 @@ def team_queries(team: Any) -> QuerySet[Query]:
     return Query.objects.filter(team=team)
 
 
+def teams_with_queries(at_least: int = 1) -> list[Any]:
+    """The teams (``None``: staff-only queries) holding at least ``at_least`` imported queries, for the monthly re-clustering."""
+    from django.contrib.auth.models import Group
+    from django.db.models import Count
+
+    counts = Query.objects.values("team").annotate(n=Count("id")).filter(n__gte=at_least)
+    ids = [row["team"] for row in counts]
+    groups = {g.pk: g for g in Group.objects.filter(pk__in=[i for i in ids if i is not None])}
+    return [groups.get(i) if i is not None else None for i in ids if i is None or i in groups]
+
+
 def _seen_by(queries: QuerySet[Query], user: Any) -> QuerySet[Query]:
     ids = team_ids(user)
     return queries if ids is None else queries.filter(team_id__in=ids)

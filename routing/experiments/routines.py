@@ -63,9 +63,14 @@ def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
     return slugs, np.stack(rows).astype(np.float32)
 
 
+# A team with fewer imported queries gets no monthly run: discovery refuses fewer than 10 (labeling.services.discover).
+MIN_QUERIES_TO_RECLUSTER = 10
+
+
 def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
     """Find dense clusters of recent questions that no expert covers (an alarm proposing a new expert each),
     and start a discovery run over the query log for review. Nothing is promoted automatically."""
+    from labeling.selectors import teams_with_queries
     from labeling.services import enqueue_discovery
     from sbcommon.encoders import get_encoder
 
@@ -92,9 +97,14 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
             )
             proposals.append({"size": len(cluster.members), "nearest_expert": nearest, "similarity": round(cluster.similarity, 3)})
         reporter.log(f"{len(questions)} recent questions: {len(proposals)} uncovered dense cluster(s)")
-    child = enqueue_discovery(source="")
-    reporter.log(f"discovery job {child.pk} enqueued: its proposals wait for review")
-    return {"recent_questions": len(questions), "uncovered_clusters": proposals, "discovery_job": child.pk}
+    # One run per team (and one for staff-only queries): a run clusters its own team's queries only.
+    children = [enqueue_discovery(source="", team=team) for team in teams_with_queries(at_least=MIN_QUERIES_TO_RECLUSTER)]
+    for child in children:
+        reporter.log(f"discovery job {child.pk} enqueued: its proposals wait for review")
+    if not children:
+        reporter.log(f"no team has {MIN_QUERIES_TO_RECLUSTER} imported queries: no discovery run started")
+    return {"recent_questions": len(questions), "uncovered_clusters": proposals,
+            "discovery_job": children[0].pk if children else None, "discovery_jobs": [c.pk for c in children]}
 
 
 def refresh_knowledge(job: Job, reporter: JobReporter) -> dict[str, Any]:

@@ -88,5 +88,21 @@ def test_recluster_proposes_a_new_expert_for_an_uncovered_group(trained, monkeyp
     assert [c["size"] for c in result["uncovered_clusters"]] == [15]
     alarm = Alarm.objects.get(kind="new_expert")
     assert "passport photo" in alarm.proposal
-    assert sent == [{"source": ""}]
+    assert sent == [{"source": "", "team": None}]
     assert Expert.objects.count() == 2  # proposed, never created
+
+
+def test_recluster_starts_one_run_per_team_with_enough_queries(trained, monkeypatch):
+    from django.contrib.auth.models import Group
+
+    from labeling.models import Query
+
+    sent = []
+    monkeypatch.setattr("labeling.services.enqueue_discovery", lambda **kw: sent.append(kw) or _job())
+    alpha, beta = Group.objects.create(name="Alpha"), Group.objects.create(name="Beta")
+    for team, n in ((alpha, jobs.MIN_QUERIES_TO_RECLUSTER), (beta, jobs.MIN_QUERIES_TO_RECLUSTER - 1)):
+        Query.objects.bulk_create([Query(text=f"{team.name} {i}", text_hash=f"{team.name}{i}", row_hash=f"{team.name}r{i}", source="t", team=team)
+                                   for i in range(n)])
+    result = jobs.recluster(_job(), jobs.JobReporter())
+    assert sorted((kw["team"].name if kw["team"] else "") for kw in sent) == ["", "Alpha"]
+    assert len(result["discovery_jobs"]) == 2
