@@ -15,7 +15,6 @@ vectors of two models cannot share one collection.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import logging
@@ -45,7 +44,6 @@ from sbcommon.uploads import UploadRejected, check_size, safe_filename
 from .ml.chunking import Chunk, chunk_text, section_title
 from .ml.conversation import SearchContext, expand_query
 from .ml.distinct import DistinctWords
-from .ml.rescoring import rescore
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
 from .ml.spelling import Correction, Vocabulary
@@ -616,40 +614,11 @@ post_save.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serv
 post_delete.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-delete-KnowledgeBase")
 
 
-def rescore_weight() -> float:
-    """The best sentence's share in a retrieved chunk's score (setting ``RETRIEVAL_RESCORE_WEIGHT``; 0: off)."""
-    return min(1.0, max(0.0, float(getattr(settings, "RETRIEVAL_RESCORE_WEIGHT", 0.0))))
-
-
-def _pool(limit: int) -> int:
-    """Chunks to fetch for ``limit`` results: more when re-scoring picks among them (``RETRIEVAL_RESCORE_POOL``)."""
-    return max(limit, int(getattr(settings, "RETRIEVAL_RESCORE_POOL", 10))) if rescore_weight() > 0 else limit
-
-
-def rescored(hits: list[Hit], query_vector: list[float], limit: int) -> list[Hit]:
-    """The best ``limit`` hits after re-scoring each by its best sentence's similarity to the question.
-
-    A hit's new ``score`` is ``(1 - w) * score / best score + w * best sentence cosine`` with
-    ``w = RETRIEVAL_RESCORE_WEIGHT`` (``knowledge.ml.rescoring``), from the sentence vectors indexing
-    keeps in the payload; a chunk without them counts its dense cosine instead. With ``w = 0`` the
-    hits are returned as retrieved.
-    """
-    weight = rescore_weight()
-    if weight <= 0 or len(hits) < 2:
-        return hits[:limit]
-    readers = [sentence_vector_reader(h.payload) for h in hits]
-    blocks = [read() if read is not None else None for read in readers]
-    mixed = rescore(np.asarray(query_vector, dtype=np.float32), [h.score for h in hits], blocks, weight, fallback=[h.dense_score for h in hits])
-    order = sorted(range(len(hits)), key=lambda i: (-float(mixed[i]), i))[:limit]
-    return [dataclasses.replace(hits[i], score=float(mixed[i])) for i in order]
-
-
 def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: list[float] | None = None, method: str = "hybrid") -> list[Hit]:
-    """Search one expert's collection: "hybrid" (dense + sparse, RRF-fused), "dense" or "sparse"; re-scored (``rescored``) when on."""
+    """Search one expert's collection: "hybrid" (dense + sparse, RRF-fused), "dense" or "sparse"."""
     dense, indices, values = _query(question, query_vector)
     method = _method_for(_models([expert]), [expert], method)
-    hits = get_store().search(collection_name(expert), dense, indices, values, limit=_pool(limit), method=method)
-    return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
+    return get_store().search(collection_name(expert), dense, indices, values, limit=limit, method=method)
 
 
 def context_weight() -> float:
@@ -726,8 +695,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
         flat: ignore the routing and search every active expert's collection as one (for comparison).
         allowed: the only expert slugs the caller may read (an API key's scope): widening never
             reaches past them. None: every active expert.
-        context: the user's earlier turns (``knowledge.ml.conversation``): the query is widened with
-            them; re-scoring still reads the question's own vector.
+        context: the user's earlier turns (``knowledge.ml.conversation``): the query is widened with them.
     """
     if flat:
         experts, weights = list(active_experts()), None
@@ -744,9 +712,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below(), power=weight_power(widens(context)))
     everyone = list(experts) + others
     method = _method_for(_models(everyone), everyone, method)
-    hits = search_collections(get_store(), plan, searched, indices, values, limit=_pool(limit), method=method)
-    # Re-scoring reads dense sentence vectors: not after a fall-back to keywords (another model's collection).
-    return rescored(hits, dense, limit) if method != "sparse" else hits[:limit]
+    return search_collections(get_store(), plan, searched, indices, values, limit=limit, method=method)
 
 
 # --- routing evidence ----------------------------------------------------------------------------

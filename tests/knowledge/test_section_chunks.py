@@ -55,21 +55,3 @@ def test_the_documents_own_url_wins_and_a_non_web_address_is_never_a_citation_li
 
     urls = {h.payload["document_title"]: h.payload["url"] for h in services.search_expert(dmv, "renew", limit=10)}
     assert urls == {"A": "https://dmv.ny.gov/a", "B": ""}
-
-
-def test_rescoring_by_sentences_is_off_by_default_and_reorders_when_on(kb, dmv, settings):
-    # The first document is all about renewing cards; one sentence of the second answers the question.
-    general = "Renew card renew card renew card. Card renew card renew at the office. Mail mail is sorted by the clerk."
-    answer = ("Offices open at nine on weekdays. Parking is free for visitors near the front. You can renew your card by mail. "
-              "Lunch breaks close the counter at noon. Bring a pen.")
-    ingest_jsonl(dmv, {"id": "general", "title": "Renewal", "text": general})
-    ingest_jsonl(dmv, {"id": "answer", "title": "Hours", "text": answer})
-    question = "renew card by mail"
-
-    off = services.search_expert(dmv, question, limit=2)
-    settings.RETRIEVAL_RESCORE_WEIGHT = 1.0
-    on = services.search_expert(dmv, question, limit=2)
-
-    assert [h.payload["document_title"] for h in off] == ["Renewal", "Hours"]
-    assert [h.payload["document_title"] for h in on] == ["Hours", "Renewal"]
-    assert on[0].score > on[1].score

@@ -82,9 +82,3 @@ CHUNK_BY_SECTIONS = envbool("CHUNK_BY_SECTIONS", True)
 # Search with the question's misspelt words corrected against the searched experts' documents
 # (knowledge.ml.spelling); the answer's sentences are picked for the corrected question too.
 RETRIEVAL_SPELLING = envbool("RETRIEVAL_SPELLING", True)
-# Re-score the best RETRIEVAL_RESCORE_POOL retrieved chunks by their best sentence (knowledge.ml.rescoring):
-# the sentence cosine's share of the score, 0 = off. Off: on doc2dial's validation split the best setting
-# (0.75, pool 10) raised answer recall@5 by 2.6 points but its interval reached zero, and the extractive
-# answer's F1 by 0.003, within noise (tools/measure_retrieval.py).
-RETRIEVAL_RESCORE_WEIGHT = envfloat("RETRIEVAL_RESCORE_WEIGHT", 0.0)
-RETRIEVAL_RESCORE_POOL = envint("RETRIEVAL_RESCORE_POOL", 10)
