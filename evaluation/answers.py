@@ -512,8 +512,7 @@ def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[Question]
     room = int(getattr(lm.config, "max_position_embeddings", 2048)) - serving.max_new_tokens  # as serving fits the prompt
     generated = generate_batch(lm, tokenizer, items, max_new_tokens=serving.max_new_tokens, prompt_tokens=room,
                                batch_size=config.batch_size, stop_strings=serving.stops, stats=stats,
-                               no_repeat_ngram=serving.generator.no_repeat_ngram, copy_bias=serving.generator.copy_bias,
-                               copy_spans=serving.generator.copy_spans, select=serving.generator.decoding == "select",
+                               select=serving.generator.decoding == "select",
                                scorer=serving.generator.sentence_scorer())
     say(f"    {stats.new_tokens} tokens in {stats.wall_s:.0f} s ({stats.tokens_per_s:.1f} tokens/s)")
     out: dict[str, list[_Answered]] = {}
@@ -671,8 +670,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "widen_below": threshold, "weight_power": weight_power(), "context_weight_power": weight_power(widened=True), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
-            "no_repeat_ngram": serving.generator.no_repeat_ngram, "copy_bias": serving.generator.copy_bias,
-            "copy_spans": serving.generator.copy_spans, "decoding": serving.generator.decoding,
+            "decoding": serving.generator.decoding,
             "select_shortlist": serving.generator.select_shortlist if serving.generator.decoding == "select" else None,
             "select_abstain": serving.generator.select_abstain if serving.generator.decoding == "select" else None, "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,

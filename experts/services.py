@@ -359,9 +359,6 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     model = attach_adapters(base, {"candidate": str(adapter_path)}, settings.BASE_MODEL)
     stops = STOPS + (("\n\n",) if getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True) else ())
     kwargs: dict[str, Any] = {"max_new_tokens": int(settings.GENERATOR_MAX_TOKENS), "stop_strings": stops,
-                              "no_repeat_ngram": int(getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0)),
-                              "copy_bias": float(getattr(settings, "GENERATION_COPY_BIAS", 0.0)),
-                              "copy_spans": bool(getattr(settings, "GENERATION_COPY_SPANS", False)),
                               # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
                               "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:

@@ -33,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
-from experts.ml.decoding import answer_no_repeat, copy_bias, marker_openings, processors, span_copy
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
-from experts.ml.prompting import STOPS, build_messages, render_citation
+from experts.ml.prompting import STOPS, build_messages
 from experts.ml.selection import ABSTAIN, Selected, SentenceScorer
 
 from .base import (
@@ -76,8 +75,8 @@ class TransformersGenerator:
 
     def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
-                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto", no_repeat_ngram: int = 0,
-                 copy_bias: float = 0.0, lead_sentence: bool = False, copy_spans: bool = False, decoding: str = "free",
+                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto",
+                 lead_sentence: bool = False, decoding: str = "free",
                  select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None, select_abstain: bool = ABSTAIN) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
@@ -89,8 +88,7 @@ class TransformersGenerator:
         if dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
         self.dtype = dtype
-        self.no_repeat_ngram, self.copy_bias = int(no_repeat_ngram), float(copy_bias)
-        self.lead_sentence, self.copy_spans = bool(lead_sentence), bool(copy_spans)
+        self.lead_sentence = bool(lead_sentence)
         self.decoding = check_decoding(decoding)
         if select_shortlist < 0:
             raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
@@ -119,9 +117,6 @@ class TransformersGenerator:
             # cores were ~5x slower than one: they spin waiting for each other).
             threads=settings.TORCH_THREADS,
             dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
-            no_repeat_ngram=getattr(settings, "GENERATION_NO_REPEAT_NGRAM", 0),
-            copy_bias=getattr(settings, "GENERATION_COPY_BIAS", 0.0),
-            copy_spans=getattr(settings, "GENERATION_COPY_SPANS", False),
             **select_settings(settings),
         )
 
@@ -347,20 +342,11 @@ class TransformersGenerator:
         ``shown``: ``prompt_passages(request)``, made before the queue is taken (finding the lead
         sentence calls the sentence encoder, which need not hold up the model).
         """
-        from transformers import LogitsProcessorList
         model, context = self._model_for(request.adapter)
         inputs = self._inputs(request, shown, self._max_new(request))
         stop = _stop_criteria(deadline, cancel, self._tokenizer, inputs["input_ids"].shape[1],
                               STOPS + (("\n\n",) if self.stop_at_paragraph else ()))
         kwargs = self._generate_kwargs(request, stop)
-        width, prompt = int(inputs["input_ids"].shape[1]), inputs["input_ids"][0].tolist()
-        chosen = processors(answer_no_repeat(width, self.no_repeat_ngram),
-                            copy_bias([prompt], self.copy_bias, [self._tokenizer.eos_token_id]))
-        if self.copy_spans:
-            openings = marker_openings(self._tokenizer, render_citation(1, request.citation_format))
-            chosen.append(span_copy([prompt], width, self._tokenizer, [self._tokenizer.eos_token_id, *openings]))
-        if chosen:
-            kwargs["logits_processor"] = LogitsProcessorList(chosen)
         prefix = self._prefix_cache(model, context, request, inputs["input_ids"][0].tolist())
         if prefix is not None:
             kwargs["cache"] = prefix

@@ -97,9 +97,6 @@ def generate_batch(
     batch_size: int = 8,
     stop_strings: Sequence[str] = (),
     stats: BatchStats | None = None,
-    no_repeat_ngram: int = 0,
-    copy_bias: float = 0.0,
-    copy_spans: bool = False,
     select: bool = False,
     scorer: Any = None,
 ) -> list[Generated]:
@@ -116,11 +113,7 @@ def generate_batch(
         stop_strings: an answer ends when it writes one of these (kept in its text, as a streamed
             answer's stop criteria leave them, for the answer parser to cut).
         stats: accumulates wall time and token counts when given.
-        no_repeat_ngram: forbid an answer to repeat an n-gram of its own (``decoding.answer_no_repeat``; 0: off).
-        copy_bias: added to the logits of each prompt's own tokens (``decoding.copy_bias``; 0: off).
-        copy_spans: answers are runs of spans of their own prompts (``decoding.span_copy``).
-        select: each answer is the passage sentence its adapter scores best (``selection``); the
-            decoding options above do not apply.
+        select: each answer is the passage sentence its adapter scores best (``selection``).
         scorer: with ``select``, the sentence scorer whose shortlist the adapter judges (``selection.SentenceScorer``;
             None: the adapter judges every sentence alone).
     """
@@ -128,10 +121,6 @@ def generate_batch(
 
     if select:
         return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, stats=stats, scorer=scorer)
-
-    from .decoding import answer_no_repeat, marker_openings, processors, span_copy
-    from .decoding import copy_bias as copy_bias_processor
-    from .prompting import render_citation
 
     stats = stats if stats is not None else BatchStats()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -153,16 +142,10 @@ def generate_batch(
                 ids[r, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
                 mask[r, width - len(prompts[i]) :] = 1
             t0 = time.perf_counter()
-            chosen = processors(answer_no_repeat(width, no_repeat_ngram),  # left-padded: every answer starts at ``width``
-                                copy_bias_processor([prompts[i] for i in chunk], copy_bias, [tokenizer.eos_token_id]))
-            if copy_spans:
-                openings = {t for i in chunk for t in marker_openings(tokenizer, render_citation(1, items[i].example.citation_format))}
-                chosen.append(span_copy([prompts[i] for i in chunk], width, tokenizer, [tokenizer.eos_token_id, *openings]))
-            extra = {"logits_processor": chosen} if chosen else {}
             with _context(model, adapter), torch.no_grad():
                 output = model.generate(
                     input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens, do_sample=False,
-                    pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id, **stops, **extra,
+                    pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id, **stops,
                 )
             wall = time.perf_counter() - t0
             stats.wall_s += wall
@@ -219,8 +202,7 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
 
 
 def held_out_f1_scores(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
-                       stop_strings: Sequence[str] = (), batch_size: int = 8, no_repeat_ngram: int = 0, copy_bias: float = 0.0,
-                       copy_spans: bool = False, select: bool = False, scorer: Any = None) -> list[float]:
+                       stop_strings: Sequence[str] = (), batch_size: int = 8, select: bool = False, scorer: Any = None) -> list[float]:
     """Each example's token F1 (``answer_metrics.token_f1``) of the greedy answer against its answer, in order; [] without examples.
 
     The activation gate compares an adapter's scores with the bare base model's (``adapter=None``) on
@@ -233,6 +215,5 @@ def held_out_f1_scores(model: Any, tokenizer: Any, examples: Sequence[Example], 
     room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format, whole=list(e.whole)), adapter) for e in examples]
     generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
-                               stop_strings=stop_strings, no_repeat_ngram=no_repeat_ngram, copy_bias=copy_bias,
-                               copy_spans=copy_spans, select=select, scorer=scorer)
+                               stop_strings=stop_strings, select=select, scorer=scorer)
     return [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]

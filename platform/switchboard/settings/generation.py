@@ -42,18 +42,6 @@ GENERATION_STOP_AT_PARAGRAPH = envbool("GENERATION_STOP_AT_PARAGRAPH", True)
 # project's CPU (AMX) a 480-token prompt took 0.37 s in bfloat16 against 1.32 s in float32, one thread:
 # the first token comes ~1 s sooner; a decoded token costs the same (~70 ms).
 GENERATION_DTYPE = envstr("GENERATION_DTYPE", "auto")
-# An answer may not repeat an n-gram (of tokens) it has already written (experts.ml.decoding): small
-# models decoding greedily loop ("The letter or order is a mistake. The letter or order is ...").
-# Only the answer's own words count, not the passages', so copying from them stays free. 0: off.
-# Off by default: on doc2dial's validation split (`evaluate answers --split val --modes auto`, 120
-# questions, the same adapters) routed LoRA token F1 was 0.160 off, 0.156 with n=3, 0.162 with n=4:
-# no gain beyond noise, and more answerable questions answered "not found" (9.6% -> 11.0% at n=4).
-GENERATION_NO_REPEAT_NGRAM = envint("GENERATION_NO_REPEAT_NGRAM", 0)
-# Added to the logit of every token of the answer's own prompt (experts.ml.decoding.copy_bias): among
-# near-ties the model copies the passages' words. 0: off. Off by default: on doc2dial's validation split
-# (`evaluate answers --split val --modes auto --generators extractive,lora`, 120 questions, the same
-# adapters) routed LoRA token F1 was 0.159 at 0 and 0.131 at 2 (extractive: 0.195).
-GENERATION_COPY_BIAS = envfloat("GENERATION_COPY_BIAS", 0.0)
 # The prompt names the sentence the extractive answer would quote ("Best matching sentence (passage
 # 2, cite as [2]): ..."), kept in its passage whatever the cut; adapters learn from the same prompts.
 # On by default, chosen on doc2dial's validation split (`evaluate answers --split val --modes auto`,
@@ -61,13 +49,6 @@ GENERATION_COPY_BIAS = envfloat("GENERATION_COPY_BIAS", 0.0)
 # run was in bfloat16 on a CPU with AMX, this one in float32 on one without); pooled held-out loss
 # 0.555 against 0.579. The bare model: 0.093 with it (0.076 in an earlier run without).
 GENERATION_LEAD_SENTENCE = envbool("GENERATION_LEAD_SENTENCE", True)
-# The answer is written only with spans copied from its prompt (experts.ml.decoding.span_copy): the model
-# picks where to start, what to leave out, where to cite and stop, but cannot change the passages' words.
-# (vLLM has no such rule for the answers it writes.) Off: measured on doc2dial's validation split
-# (`GENERATION_COPY_SPANS=true manage.py evaluate answers --split val --modes auto --generators
-# extractive,lora`, 120 questions, adapters of 80 + 20 steps, float32) routed LoRA token F1 is 0.198 with
-# it (0.176 when it could also cite or stop inside a span) against 0.226 decoding freely; extractive 0.289.
-GENERATION_COPY_SPANS = envbool("GENERATION_COPY_SPANS", False)
 # How the model answers, in-process or through vLLM (experts.generation.selecting): "select" scores each sentence of the passages
 # it is shown, followed by its marker, as its answer (mean log-probability per token, one prompt pass
 # shared by all) and gives the likeliest verbatim, cited; "free" lets it write token by token. A request
