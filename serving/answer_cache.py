@@ -1,26 +1,28 @@
-"""The semantic answer cache: a question close enough to one answered before gets that answer again.
+"""The answer cache: the language model's answer served again to the same question asked of the same expert.
 
-Only the language model's answers are cached (the extractive answer costs less than a lookup is
-worth). An entry belongs to one key: the expert, its serving version and adapter, the system
-prompt, the knowledge base's last change and the API key's scope. A new version, prompt or index
-is a new key, so older entries are never served again (they age out of the LRU), and one scope
-never reads another's. A question hits when its vector's cosine with a cached question's is at
-least ``ANSWER_CACHE_MIN_COSINE`` (chosen by ``evaluate cache``; see the setting). The cache lives
-in each web process (a second worker has its own); ``ANSWER_CACHE_SIZE`` 0 turns it off.
+Safe by construction: an entry is found only by everything the answer was written from, namely
+the question (letter case and spacing aside), the expert, its serving version and adapter, the
+system prompt and citation format, the passages the model was shown, the answer's length limit
+and the caller's allowed experts. A hit is the answer the model would write again: only greedy
+answers are cached (a request with a temperature never is), only a conversation's first question
+(a follow-up's answer reads its conversation), and a changed document, version or prompt is
+another key (old entries age out). Only the model's answers are kept: the extractive answer costs
+less than a lookup saves. The cache lives in each web process, least recently used entries go
+first, and ``ANSWER_CACHE_SIZE`` 0 (the default) turns it off.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 from django.conf import settings
 
-from experts.selectors import serving_cached
+from experts.generation import GenerationRequest
 
 
 @dataclass(frozen=True)
@@ -32,72 +34,56 @@ class Cached:
     citations: list[dict[str, Any]] = field(default_factory=list)
 
 
-def knowledge_snapshot(slug: str) -> str:
-    """The expert's knowledge base's last change (kept with the serving caches, cleared on its saves)."""
-    from knowledge.models import KnowledgeBase
-
-    def load() -> str:
-        kb = KnowledgeBase.objects.filter(expert__slug=slug).only("updated_at").first()
-        return kb.updated_at.isoformat() if kb is not None and kb.updated_at else ""
-
-    return serving_cached(("kb-snapshot", slug), load)
+def normalise(question: str) -> str:
+    """The question as the cache compares it: case folded, runs of spaces one space."""
+    return " ".join(question.split()).casefold()
 
 
-def cache_key(expert: str, version: int | None, adapter: str | None, system_prompt: str, allowed: Any) -> tuple[str, ...]:
-    """The key a question's answer is cached under (see the module docstring)."""
-    scope = "all" if allowed is None else ",".join(sorted(allowed))
-    prompt = hashlib.sha256((system_prompt or "").encode()).hexdigest()[:16]
-    return (expert, str(version), adapter or "", prompt, knowledge_snapshot(expert), scope)
+def cache_key(request: GenerationRequest, version: int | None, allowed: Any) -> str:
+    """The key of the model's answer to ``request`` (see the module docstring); ``allowed`` None: every expert."""
+    passages = [{f.name: getattr(p, f.name) for f in fields(p) if f.name != "sentence_vectors"} for p in request.passages]
+    parts = {
+        "expert": request.expert, "version": version, "adapter": request.adapter.name if request.adapter else "",
+        "question": normalise(request.question), "searched": normalise(request.search_question),
+        "prompt": request.system_prompt, "citation_format": request.citation_format, "max_tokens": request.max_tokens,
+        "passages": passages, "allowed": None if allowed is None else sorted(allowed),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class AnswerCache:
-    """Entries by key, each key's questions as unit vectors; least recently used keys and entries go first."""
+    """Answers by key, least recently used first out; ``size`` 0: off."""
 
-    def __init__(self, size: int, min_cosine: float, per_key: int = 512):
-        self.size, self.min_cosine, self.per_key = int(size), float(min_cosine), int(per_key)
-        self._keys: OrderedDict[tuple[str, ...], tuple[list[np.ndarray], list[Cached]]] = OrderedDict()
-        self._count = 0
+    def __init__(self, size: int):
+        self.size = int(size)
+        self._entries: OrderedDict[str, Cached] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
         return self.size > 0
 
-    def lookup(self, key: tuple[str, ...], vector: Any) -> tuple[Cached, float] | None:
-        """The cached answer whose question is nearest ``vector`` if within the threshold, with its cosine."""
-        if not self.enabled or vector is None:
+    def lookup(self, key: str) -> Cached | None:
+        """The answer cached under ``key``, or None."""
+        if not self.enabled:
             return None
-        v = np.asarray(vector, dtype=np.float32)
         with self._lock:
-            entry = self._keys.get(key)
-            if entry is None or not entry[0]:
-                return None
-            sims = np.stack(entry[0]) @ v
-            best = int(sims.argmax())
-            if float(sims[best]) < self.min_cosine:
-                return None
-            self._keys.move_to_end(key)
-            return entry[1][best], float(sims[best])
+            cached = self._entries.get(key)
+            if cached is not None:
+                self._entries.move_to_end(key)
+            return cached
 
-    def store(self, key: tuple[str, ...], vector: Any, cached: Cached) -> None:
-        if not self.enabled or vector is None or not cached.text.strip():
+    def store(self, key: str, cached: Cached) -> None:
+        if not self.enabled or not cached.text.strip():
             return
-        v = np.asarray(vector, dtype=np.float32)
         with self._lock:
-            vectors, answers = self._keys.setdefault(key, ([], []))
-            self._keys.move_to_end(key)
-            vectors.append(v)
-            answers.append(cached)
-            self._count += 1
-            if len(vectors) > self.per_key:
-                del vectors[0], answers[0]
-                self._count -= 1
-            while self._count > self.size and self._keys:
-                _, (old_vectors, _) = self._keys.popitem(last=False)
-                self._count -= len(old_vectors)
+            self._entries[key] = cached
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._entries)
 
 
 _cache: AnswerCache | None = None
@@ -105,12 +91,12 @@ _cache_lock = threading.Lock()
 
 
 def get_cache() -> AnswerCache:
-    """The process's answer cache, made on first use from ``ANSWER_CACHE_SIZE`` and ``ANSWER_CACHE_MIN_COSINE``."""
+    """The process's answer cache, made on first use from ``ANSWER_CACHE_SIZE``."""
     global _cache
     if _cache is None:
         with _cache_lock:
             if _cache is None:
-                _cache = AnswerCache(int(getattr(settings, "ANSWER_CACHE_SIZE", 0)), float(getattr(settings, "ANSWER_CACHE_MIN_COSINE", 1.0)))
+                _cache = AnswerCache(settings.ANSWER_CACHE_SIZE)
     return _cache
 
 

@@ -11,7 +11,7 @@ answer from the same passages, ``fallback_reason`` says why), "not_found" (no pa
 enough to show a model) or "none" (no expert covers the question). A broken adapter is replaced by
 the expert's previous active version's adapter, else the bare base model (``adapter`` and
 ``expert_version`` say which answered, ``fallback_reason`` why). A model's answer may come from the
-semantic answer cache (``serving.answer_cache``; ``cached_question`` names the question it was written for).
+answer cache (``serving.answer_cache``; ``cached_question`` names the question it was written for).
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ class ChatTurn:
         self.expert = ""
         self.expert_version: int | None = None
         self._recorded = False
-        self._cache_key: tuple[str, ...] | None = None  # set when the model's answer may be cached
+        self._cache_key: str | None = None  # set when the model's answer may be cached
         self._t0 = time.perf_counter()
         self._stream: Iterator[str | Answer] | None = None
         self._first: str | Answer | None = None
@@ -546,20 +546,16 @@ class ChatTurn:
         raise GenerationError(f"no adapter of expert {request.expert!r} could be used ({reason})")
 
     def _cached_answer(self, request: GenerationRequest, number: int | None) -> tuple[Answer, Source] | None:
-        """A cached answer to a question close enough to this one (a first question, greedy decoding only); else remember the key."""
+        """The model's cached answer to this very question, version and passages (a first question, greedy decoding only); else remember the key."""
         cache = answer_cache.get_cache()
         self._cache_key = None
-        if not cache.enabled or self.decision is None or self.request.history or self.search_context is not None or request.temperature:
+        if not cache.enabled or self.request.history or self.search_context is not None or request.temperature:
             return None
-        if self.decision.encoder != "full":  # the cache's distance was calibrated on the full encoder's vectors
-            return None
-        key = answer_cache.cache_key(request.expert, number, request.adapter.name if request.adapter else None, request.system_prompt,
-                                     self.request.allowed)
-        hit = cache.lookup(key, self.decision.vector)
-        if hit is None:
+        key = answer_cache.cache_key(request, number, self.request.allowed)
+        cached = cache.lookup(key)
+        if cached is None:
             self._cache_key = key
             return None
-        cached, _ = hit
         names = {f.name for f in fields(Passage)} - {"sentence_vectors"}
         citations = [Passage(**{k: v for k, v in c.items() if k in names}) for c in cached.citations]
         return Answer(text=cached.text, citations=citations, grounded=True), Source(
@@ -661,9 +657,9 @@ class ChatTurn:
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id, self.request.user_id)
-        if (status_code == 200 and self._cache_key is not None and self.decision is not None and answer.grounded
+        if (status_code == 200 and self._cache_key is not None and answer.grounded
                 and self.source.answer_source == "model" and not self.source.fallback_reason and answer.finish_reason == "stop"):
-            answer_cache.get_cache().store(self._cache_key, self.decision.vector, answer_cache.Cached(
+            answer_cache.get_cache().store(self._cache_key, answer_cache.Cached(
                 getattr(self, "question", ""), answer.text, [_passage_dict(p, i) for i, p in enumerate(answer.citations, start=1)]))
         self._record(status_code, error_kind)
 

@@ -44,7 +44,7 @@ def demo(django_db_setup, django_db_blocker):
 
 @pytest.fixture(autouse=True)
 def _fresh_answer_cache():
-    """The semantic answer cache is made per process from settings: every test starts with a fresh one."""
+    """The answer cache is made per process from settings: every test starts with a fresh one."""
     from serving import answer_cache
 
     answer_cache.reset()

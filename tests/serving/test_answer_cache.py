@@ -1,10 +1,11 @@
-"""The semantic answer cache: the model's answer served again to the same question, never across versions, prompts or key scopes."""
+"""The answer cache: the model's answer served again to the same question, never across versions, prompts, passages or key scopes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from experts.generation import GenerationRequest
+from experts.ml.extractive import Passage
 from serving import answer_cache
 from tests.serving import test_generation_fallback as support
 
@@ -16,10 +17,14 @@ chat, meta_of = support.chat, support.meta_of
 
 @pytest.fixture(autouse=True)
 def cache(settings):
-    settings.ANSWER_CACHE_SIZE, settings.ANSWER_CACHE_MIN_COSINE = 100, 0.95
+    settings.ANSWER_CACHE_SIZE = 100
     answer_cache.reset()
     yield answer_cache.get_cache()
     answer_cache.reset()
+
+
+def request(question: str = "How do I renew?", prompt: str = "Be brief.", text: str = "Renew by mail.") -> GenerationRequest:
+    return GenerationRequest(question=question, expert="dmv", passages=[Passage(text=text, title="dmv guide")], system_prompt=prompt)
 
 
 def test_the_same_question_again_gets_the_cached_answer_and_says_so(serving, client):
@@ -44,21 +49,23 @@ def test_a_new_version_or_another_key_scope_never_reads_the_entry(serving, clien
     meta = meta_of(chat(client, "how do I renew my licence", model="auto:fast"))
     assert meta["cached"] is False  # another version and prompt: another key
     assert len(serving["model"].requests) == 2
-    key_all = answer_cache.cache_key("dmv", 9, None, "Another prompt.", None)
-    key_scoped = answer_cache.cache_key("dmv", 9, None, "Another prompt.", {"dmv"})
-    v = np.ones(4, dtype=np.float32) / 2
-    cache.store(key_all, v, answer_cache.Cached("q", "an answer [1]"))
-    assert cache.lookup(key_scoped, v) is None
-    assert cache.lookup(key_all, v)[0].text == "an answer [1]"
+    key_all = answer_cache.cache_key(request(prompt="Another prompt."), 9, None)
+    key_scoped = answer_cache.cache_key(request(prompt="Another prompt."), 9, {"dmv"})
+    cache.store(key_all, answer_cache.Cached("q", "an answer [1]"))
+    assert cache.lookup(key_scoped) is None
+    assert cache.lookup(key_all).text == "an answer [1]"
 
 
-def test_the_threshold_and_the_size_bound_the_cache():
-    cache = answer_cache.AnswerCache(size=2, min_cosine=0.9)
-    a, b = np.array([1.0, 0.0], dtype=np.float32), np.array([0.8, 0.6], dtype=np.float32)  # cosine 0.8
-    cache.store(("k",), a, answer_cache.Cached("first", "A"))
-    assert cache.lookup(("k",), b) is None  # not close enough
-    assert cache.lookup(("k",), a)[0].question == "first"
-    cache.store(("k",), b, answer_cache.Cached("second", "B"))
-    cache.store(("other",), a, answer_cache.Cached("third", "C"))
-    assert len(cache) <= 2
-    assert answer_cache.AnswerCache(size=0, min_cosine=0.9).lookup(("k",), a) is None  # size 0: off
+def test_only_the_same_question_and_passages_hit_and_the_size_bounds_the_cache():
+    key = answer_cache.cache_key(request(), 1, None)
+    assert answer_cache.cache_key(request("  how do i   RENEW? "), 1, None) == key  # case and spacing aside
+    assert answer_cache.cache_key(request("How do I renew online?"), 1, None) != key  # another question
+    assert answer_cache.cache_key(request(text="Renew online."), 1, None) != key  # a changed document
+    cache = answer_cache.AnswerCache(size=2)
+    cache.store("a", answer_cache.Cached("first", "A"))
+    cache.store("b", answer_cache.Cached("second", "B"))
+    assert cache.lookup("a").question == "first"  # "a" is now the most recently used
+    cache.store("c", answer_cache.Cached("third", "C"))
+    assert len(cache) == 2
+    assert cache.lookup("b") is None  # the least recently used went first
+    assert answer_cache.AnswerCache(size=0).lookup("a") is None  # size 0: off

@@ -1,4 +1,4 @@
-"""``manage.py evaluate {clustering,router,retrieval,answers,sentences,cache,abtest} ...``: quality evaluations on datasets in the shared format.
+"""``manage.py evaluate {clustering,router,retrieval,answers,sentences,abtest} ...``: quality evaluations on datasets in the shared format.
 
 Each subcommand prints its figures and, with ``--json FILE``, writes them for scripts. The work is
 done by ``evaluation.clustering`` (clustering) and ``evaluation.router`` (router); this command only
@@ -65,11 +65,6 @@ class Command(BaseCommand):
         sentences.add_argument("--save-scorer", default=None, help="write the refitted sentence network here (JSON; EXTRACTIVE_SENTENCE_SCORER reads it)")
         sentences.add_argument("--json", dest="json_path", default=None)
         sentences.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
-        cache = sub.add_parser("cache", help="the semantic answer cache's cosine threshold: chosen on val, read on test and out-of-scope questions")
-        cache.add_argument("--dataset", required=True, help="folder with queries.jsonl whose rows carry 'intent' and 'split'")
-        cache.add_argument("--max-wrong", type=float, default=0.01, help="largest share of hits for another intent (default 0.01)")
-        cache.add_argument("--json", dest="json_path", default=None)
-        cache.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         abtest = sub.add_parser("abtest", help="A/B decision rule by simulation: false-positive rate (no effect) and power (at the minimum effect)")
         abtest.add_argument("--simulate", action="store_true", required=True, help="simulate experiments with a known effect and with none")
         abtest.add_argument("--n-simulations", type=int, default=2000)
@@ -91,11 +86,7 @@ class Command(BaseCommand):
         dataset = Path(options["dataset"])
         if not (dataset / "queries.jsonl").exists():
             raise CommandError(f"{dataset} has no queries.jsonl")
-        if options["target"] == "cache":
-            from evaluation.answer_cache import evaluate_cache
-
-            report = evaluate_cache(dataset, say=self.stdout.write, max_wrong=options["max_wrong"])
-        elif options["target"] == "clustering":
+        if options["target"] == "clustering":
             from evaluation.clustering import evaluate_clustering
 
             report = evaluate_clustering(dataset, label=options["label"], n_experts=options["experts"], limit=options["limit"], say=self.stdout.write,

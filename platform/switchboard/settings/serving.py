@@ -36,15 +36,10 @@ EVENTS_FLUSH_MS = envint("EVENTS_FLUSH_MS", 500)
 EVENTS_BATCH_SIZE = envint("EVENTS_BATCH_SIZE", 200)
 EVENTS_BUFFER_MAX = envint("EVENTS_BUFFER_MAX", 20000)
 
-# --- the semantic answer cache (serving.answer_cache) ------------------------------------------
-# Answers the language model wrote, per web process: a question whose vector is within
-# ANSWER_CACHE_MIN_COSINE of a cached question's (same expert version, prompt, knowledge base, key
-# scope) gets that answer. Off by default (0 entries): `evaluate cache` finds no cosine threshold at
-# which, with 95% confidence on the validation questions, at most 1% of hits would serve another
-# intent's answer (clinc150, hwu64, banking77). At 0.95, on the test questions: clinc150 13% hits,
-# 0.7% of them another intent's; hwu64 10.5%, 0.9%; banking77 31%, 2.6%. Turn it on knowing that.
+# --- the answer cache (serving.answer_cache) ---------------------------------------------------
+# Answers the language model wrote, kept per web process (this many; 0: off) and served again to the
+# same question (case and spacing aside) with the same expert version, prompt and passages.
 ANSWER_CACHE_SIZE = envint("ANSWER_CACHE_SIZE", 0)
-ANSWER_CACHE_MIN_COSINE = envfloat("ANSWER_CACHE_MIN_COSINE", 0.95)
 
 # --- conversations ----------------------------------------------------------------------------
 # A conversation's expert keeps answering unless another expert's router score beats it by more
