@@ -21,7 +21,7 @@ URL = "/api/v1/experts/dmv/documents"
 
 @pytest.fixture
 def api(owner):
-    # The experts here have no team: only staff may change them (experts.access); teams are tested in tests/platform/test_permission_matrix.py.
+    # The experts here have no team: only staff may change them (experts.access); teams are tested in tests/platform/test_team_matrix.py.
     owner.is_staff = True
     owner.save(update_fields=["is_staff"])
     client = APIClient()
