@@ -672,7 +672,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
             "decoding": serving.generator.decoding,
             "select_shortlist": serving.generator.select_shortlist if serving.generator.decoding == "select" else None,
-            "select_abstain": serving.generator.select_abstain if serving.generator.decoding == "select" else None, "lead_sentence": serving.generator.lead_sentence,
+            "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
             "search_context_weight": context_weight(), "questions_with_earlier_turns": sum(contexts[q.row] is not None for q in questions),
             "lora_target": settings.LORA_TARGET,

@@ -238,7 +238,7 @@ def bench_generation(requests: int = 10, concurrency: int = 8, adapter_rounds: i
         levels.append(_level(gen, asked[: max(requests, level)], level, say))
     report: dict[str, Any] = {
         "base_model": gen.base_model, "max_tokens": gen.max_tokens, "passages": gen.max_passages, "passage_chars": gen.passage_chars,
-        "decoding": gen.decoding, "select_shortlist": gen.select_shortlist if gen.decoding == "select" else None, "select_abstain": gen.select_abstain if gen.decoding == "select" else None, "torch_threads": gen.threads, "timeout_s": gen.timeout_s, "queue_max_setting": int(settings.GENERATION_QUEUE_MAX),
+        "decoding": gen.decoding, "select_shortlist": gen.select_shortlist if gen.decoding == "select" else None, "torch_threads": gen.threads, "timeout_s": gen.timeout_s, "queue_max_setting": int(settings.GENERATION_QUEUE_MAX),
         "queue_max_used": max(int(settings.GENERATION_QUEUE_MAX), concurrency), "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in load_before], "warm_up_s": round(load_s, 1), "levels": levels,
         "first_token_p50_ms": levels[0]["first_token_p50_ms"], "tokens_per_s": levels[0]["tokens_per_s"],

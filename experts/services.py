@@ -362,7 +362,7 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
                               # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
                               "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
     if kwargs["select"]:
-        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"], shape["select_abstain"])
+        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"])
     mine, base_scores = (held_out_f1_scores(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
     return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum, float(getattr(settings, "LORA_GATE_MIN_SE", 1.0)))
 

@@ -182,7 +182,7 @@ def select_parity(url: str, base: str, adapters: dict[str, Any]) -> dict[str, An
     from experts.generation.vllm import VllmGenerator
 
     remote = VllmGenerator(url, base_model_name="base", timeout_s=120, retries=0, decoding="select", tokenizer=AutoTokenizer.from_pretrained(base))
-    local = TransformersGenerator(base, dtype="float32", decoding="select", select_shortlist=settings.GENERATION_SELECT_SHORTLIST, select_abstain=settings.GENERATION_SELECT_ABSTAIN,
+    local = TransformersGenerator(base, dtype="float32", decoding="select", select_shortlist=settings.GENERATION_SELECT_SHORTLIST,
                                   lead_sentence=settings.GENERATION_LEAD_SENTENCE, max_passages=settings.GENERATION_PASSAGES,
                                   passage_chars=settings.GENERATION_PASSAGE_CHARS, max_tokens=16)
     cases = {"base": None, **adapters}

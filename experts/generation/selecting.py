@@ -24,7 +24,7 @@ from typing import Any
 from experts.ml.citations import CitationStream, parse_answer
 from experts.ml.extractive import Answer, Passage, quoted
 from experts.ml.prompting import STOPS, focus
-from experts.ml.selection import ABSTAIN, Selected, SentenceScorer
+from experts.ml.selection import Selected, SentenceScorer
 
 from .base import GenerationRequest
 from .extractive import chunk_cache, first_choices, scorer_spec
@@ -63,10 +63,9 @@ def shown_passages(request: GenerationRequest, *, max_passages: int, passage_cha
     return [replace(p, text=focus(p.text, request.question, passage_chars, keep=keep.get(i, ()))) for i, p in enumerate(passages, start=1)]
 
 
-def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None, abstain: bool = ABSTAIN) -> SentenceScorer | None:
+def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> SentenceScorer | None:
     """The scorer whose ``shortlist`` best sentences the model judges (the extractive answer's, on the process's
-    sentence encoder), with "not found" among them where ``abstain`` (``GENERATION_SELECT_ABSTAIN``); None when
-    ``shortlist`` is 0: the model judges every sentence alone."""
+    sentence encoder); None when ``shortlist`` is 0: the model judges every sentence alone."""
     if shortlist < 0:
         raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {shortlist}")
     if not shortlist:
@@ -74,7 +73,7 @@ def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None, abstain: 
     from sbcommon.encoders import get_encoder
 
     encoder = get_encoder()
-    return SentenceScorer(encoder.encode, spec, shortlist=shortlist, cache=chunk_cache(encoder.name), abstain=abstain)
+    return SentenceScorer(encoder.encode, spec, shortlist=shortlist, cache=chunk_cache(encoder.name))
 
 
 def citation_stream(request: GenerationRequest, max_passages: int, stop_at_paragraph: bool) -> CitationStream:
@@ -128,6 +127,5 @@ def select_settings(settings: Any) -> dict[str, Any]:
         "lead_sentence": getattr(settings, "GENERATION_LEAD_SENTENCE", False),
         "decoding": getattr(settings, "GENERATION_DECODING", "free"),
         "select_shortlist": getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
-        "select_abstain": bool(getattr(settings, "GENERATION_SELECT_ABSTAIN", ABSTAIN)),
         "scorer_spec": scorer_spec(settings),
     }

@@ -36,7 +36,7 @@ from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_an
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
 from experts.ml.prompting import STOPS, build_messages
-from experts.ml.selection import ABSTAIN, Selected, SentenceScorer
+from experts.ml.selection import Selected, SentenceScorer
 
 from .base import (
     AdapterError,
@@ -77,7 +77,7 @@ class TransformersGenerator:
                  queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
                  stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto",
                  lead_sentence: bool = False, decoding: str = "free",
-                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None, select_abstain: bool = ABSTAIN) -> None:
+                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None) -> None:
         self.base_model = base_model
         self.cache_size = max(1, cache_size)
         self.max_tokens = max_tokens
@@ -92,7 +92,7 @@ class TransformersGenerator:
         self.decoding = check_decoding(decoding)
         if select_shortlist < 0:
             raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
-        self.select_shortlist, self.scorer_spec, self.select_abstain = int(select_shortlist), scorer_spec, bool(select_abstain)
+        self.select_shortlist, self.scorer_spec = int(select_shortlist), scorer_spec
         self.queue = GenerationQueue(queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
@@ -123,7 +123,7 @@ class TransformersGenerator:
     def sentence_scorer(self) -> SentenceScorer | None:
         """The scorer whose shortlist a chosen answer is picked from (``selection.SentenceScorer``, the
         extractive answer's, on the process's sentence encoder); None: the model judges every sentence alone."""
-        return sentence_scorer(self.select_shortlist, self.scorer_spec, self.select_abstain)
+        return sentence_scorer(self.select_shortlist, self.scorer_spec)
 
     # --- loading (the caller holds the queue) ---------------------------------------------------
 

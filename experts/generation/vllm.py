@@ -84,7 +84,7 @@ class VllmGenerator:
         # chosen answers only where the server's LoRA path gives prompt log-probabilities (VLLM_SELECT)
         self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"] if getattr(settings, "VLLM_SELECT", False) else "free")
         self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
-        self.select_shortlist, self.scorer_spec, self.select_abstain = int(shape["select_shortlist"]), shape["scorer_spec"], shape["select_abstain"]
+        self.select_shortlist, self.scorer_spec = int(shape["select_shortlist"]), shape["scorer_spec"]
         # the shortlist kept in the cut passages follows the adapters' training prompts (GENERATION_DECODING), not VLLM_SELECT
         self.kept_choices = kept_choices(shape["decoding"], self.select_shortlist)
         self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))
@@ -235,7 +235,7 @@ class VllmGenerator:
             raise GenerationError(f"max_tokens leaves no room for the prompt in the served model's context ({context} tokens)")
         example = Example(request.question, "", self.shown(request), request.system_prompt, request.citation_format,
                           whole=request.passages[: self.max_passages])
-        plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.scorer_spec, self.select_abstain),
+        plan = plan_selection(self.tokenizer(), example, limit, history=request.history, scorer=sentence_scorer(self.select_shortlist, self.scorer_spec),
                               scorer_question=request.search_question)
         prompts = [plan.prompt + c for c in plan.continuations]
         longest = max(len(p) for p in prompts)

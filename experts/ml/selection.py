@@ -9,8 +9,8 @@ adapter's mean log-probability per token, and the likeliest is the answer. The p
 its key/value cache is shared by every candidate.
 
 The answer is then a verbatim copy of the documents, cited to the passage it came from: it cannot
-state what the passages do not say. ``NOT_FOUND`` is one more candidate, so the adapter can still
-abstain.
+state what the passages do not say. Without a scorer ``NOT_FOUND`` is one more candidate, so the
+adapter can still abstain.
 
 With a ``scorer`` (the extractive answer's fitted sentence scorer, ``sentence_scorer``), the adapter
 judges a shortlist: the scorer's ``SHORTLIST`` best sentences of the shown passages, ranked on the whole
@@ -18,8 +18,9 @@ passages exactly as the extractive answer ranks them (the prompt shows the passa
 kept), are scored by the adapter, and the answer is the one with the best ``scorer + LM_WEIGHT x mean
 log-probability``. The scorer was fitted on thousands of gold answers, the adapter on a few hundred steps:
 each corrects the other where it is unsure, and two candidates cost far less than every sentence. With a
-shortlist the model does not decide "not found" (``ABSTAIN``, measured below): the passages' weak evidence
-does, before the model is asked, as for the extractive answer.
+shortlist the model does not decide "not found": the passages' weak evidence does, before the model is
+asked, as for the extractive answer (a model's abstention beside the shortlist was measured and removed:
+docs/EVALUATIONS.md, "Measured and removed").
 """
 
 from __future__ import annotations
@@ -65,16 +66,6 @@ BATCH_TOKENS = 512
 # near-ties.
 SHORTLIST = 2
 LM_WEIGHT = 0.25
-# Whether "not found" is one of the options the model judges beside the shortlist (GENERATION_SELECT_ABSTAIN).
-# Off: the model's abstention says nothing about whether the passages answer. Measured on doc2dial's validation
-# split (`manage.py evaluate answers --split val --limit 0 --modes auto --generators base,lora`, 2026-12-05, every
-# option's scores recorded once and the rule replayed on them): the adapters never rated "not found" above both
-# shortlisted sentences (0 of 395); the bare base model did on 44 of 395, and the sentences it would have quoted
-# there score F1 0.322, as much as its answers elsewhere. Dropping the option: bare model +0.034 F1 over the 417
-# questions (paired standard error 0.007), adapters unchanged. On the adapters' own recorded scores the margin of
-# "not found" over their best sentence separates the questions whose passages hold the gold answer from the rest
-# with AUROC 0.49 (the scorer's best sentence: 0.73; the best passage's similarity, the gate serving uses: 0.65).
-ABSTAIN = False
 
 
 @dataclass(frozen=True)
@@ -201,8 +192,7 @@ class Selected:
 
 class SentenceScorer:
     """The extractive answer's sentence scorer over candidates (``sentence_scorer``'s model of their features),
-    and how ``select`` uses it: the adapter judges its ``shortlist`` best, with its log-probability weighing ``weight``,
-    and with ``abstain`` "not found" too.
+    and how ``select`` uses it: the adapter judges its ``shortlist`` best, with its log-probability weighing ``weight``.
 
     Each passage's candidates are its sentences in order (as ``candidates`` lists them), so the features
     that read a sentence's neighbours and its passage's rank mean what they mean to the extractive answer.
@@ -213,11 +203,10 @@ class SentenceScorer:
         shortlist: sentences the adapter judges (at least 1).
         weight: of the adapter's mean log-probability per token against the scorer's score.
         cache: chunk sentence vectors already computed (``extractive.ChunkSentenceCache``), or None.
-        abstain: whether "not found" is an option beside the shortlist (``ABSTAIN``); it always is when the passages hold no sentence.
     """
 
     def __init__(self, embed: Callable[[list[str]], Any], scorer: SentenceModel | str | dict[str, Any] | None = None, *, shortlist: int = SHORTLIST,
-                 weight: float = LM_WEIGHT, cache: ChunkSentenceCache | None = None, abstain: bool = ABSTAIN) -> None:
+                 weight: float = LM_WEIGHT, cache: ChunkSentenceCache | None = None) -> None:
         if shortlist < 1:
             raise ValueError(f"the shortlist holds at least one sentence, not {shortlist}")
         self.embed = embed
@@ -225,7 +214,6 @@ class SentenceScorer:
         self.shortlist = int(shortlist)
         self.weight = float(weight)
         self.cache = cache  # the extractive answer's chunk sentence cache: a passage it read is not encoded again
-        self.abstain = bool(abstain)
 
     def rank(self, question: str, passages: Sequence[Passage]) -> Ranking | None:
         """Every sentence of ``passages`` (whole), best first, as the extractive answer ranks them (``extractive.rank_sentences``)."""
@@ -234,16 +222,12 @@ class SentenceScorer:
 
 def shortlist_choice(options: Sequence[Candidate], scorer_scores: Sequence[float], lm_scores: Sequence[tuple[float, int]],
                      weight: float = LM_WEIGHT) -> int:
-    """The index (into ``options``) of the answer: the abstention if the adapter rates it above every other
-    option, else the best ``scorer + weight x mean log-probability per token``. ``scorer_scores`` are
-    ignored for the abstention (pass anything)."""
+    """The index (into ``options``) of the answer: the best ``scorer + weight x mean log-probability per token``
+    among the sentences; the abstention only when there is no sentence (``scorer_scores`` are ignored for it)."""
     per_token = [total / max(1, n) for total, n in lm_scores]
     answers = [k for k, c in enumerate(options) if c.passage]
-    abstain = [k for k, c in enumerate(options) if not c.passage]
     if not answers:
-        return abstain[0]
-    if abstain and per_token[abstain[0]] > max(per_token[k] for k in answers):
-        return abstain[0]
+        return next(k for k, c in enumerate(options) if not c.passage)
     return max(answers, key=lambda k: scorer_scores[k] + weight * per_token[k])
 
 
@@ -257,7 +241,7 @@ class SelectionPlan:
     """
 
     prompt: list[int]
-    options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention (with a scorer, where it ``abstain``s)
+    options: list[Candidate]  # the shortlisted sentences (all of them without a scorer), then the abstention (with a scorer, only without a sentence)
     continuations: list[list[int]]  # each option's tokens as the model would write them (``candidate_ids``)
     citation_format: str = DEFAULT_CITATION_FORMAT
     scorer: SentenceScorer | None = None  # whose shortlist the options are (None: every sentence)
@@ -269,8 +253,8 @@ class SelectionPlan:
 def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
                    scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
     """The prompt (built as generation builds it, ``lora.fit_prompt`` in ``room`` tokens) and the options the model
-    scores: the sentences of the passages that prompt holds and the abstention, or with ``scorer`` its shortlist (and
-    the abstention where ``scorer.abstain``, or where the passages hold no sentence).
+    scores: the sentences of the passages that prompt holds and the abstention, or with ``scorer`` its shortlist (the
+    abstention only where the passages hold no sentence).
 
     The scorer ranks the sentences of the shown passages whole (``example.whole``, where the prompt shows them
     cut), exactly as the extractive answer ranks them, so its shortlist is the extractive answer's first choices
@@ -288,7 +272,7 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
     ranking = scorer.rank(scorer_question or example.question, whole)
     best = ranking.sentences[: scorer.shortlist] if ranking is not None else []
     options = [Candidate(clean_passage_text(r.text, fmt), r.passage, r.sentence) for r in best]
-    if scorer.abstain or not options:
+    if not options:
         options.append(abstain)
     features = ranking.features if ranking is not None else np.zeros((0, len(FEATURES)))
     return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt, scorer, [r.score for r in best],

@@ -17,7 +17,7 @@ import pytest
 from experts.generation import AdapterRef, GenerationError, GenerationRequest
 from experts.generation.selecting import shown_passages
 from experts.generation.vllm import VllmGenerator, _option_logprobs
-from experts.ml.extractive import NOT_FOUND, Passage
+from experts.ml.extractive import Passage
 from experts.ml.prompting import build_messages
 
 from .ml.test_selection import _BagOfWordsEncoder
@@ -39,8 +39,8 @@ def recorded(name: str) -> dict:
 class TinyVllm:
     """A fake vLLM server: ``/v1/completions`` scores each prompt with the tiny LM, in the recorded JSON shape."""
 
-    def __init__(self, model, max_model_len: int = 2048, abstain: bool = False):
-        self.model, self.max_model_len, self.abstain = model, max_model_len, abstain
+    def __init__(self, model, max_model_len: int = 2048):
+        self.model, self.max_model_len = model, max_model_len
         self.bodies: list[dict] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -62,8 +62,6 @@ class TinyVllm:
         with torch.no_grad():
             logp = torch.log_softmax(self.model(input_ids=torch.tensor([ids])).logits[0].float(), dim=-1)
         entries = [None] + [{str(t): {"logprob": float(logp[k, t]), "rank": 1, "decoded_token": "x"}} for k, t in enumerate(ids[1:])]
-        if self.abstain and index == len(self.bodies[-1]["prompt"]) - 1:  # the abstention is the last option
-            entries = [None] + [{str(t): {"logprob": 0.0, "rank": 1, "decoded_token": "x"}} for t in ids[1:]]
         return {"index": index, "text": " ", "finish_reason": "length", "prompt_logprobs": entries}
 
 
@@ -117,23 +115,10 @@ def test_the_completion_holds_the_prompt_then_each_shortlisted_option_as_token_i
     assert body["model"] == "dmv-v1"
     assert (body["max_tokens"], body["prompt_logprobs"], body["temperature"]) == (1, 0, 0.0)
     prompts = body["prompt"]
-    assert len(prompts) == 2  # the scorer's two best sentences ("not found" is the passages' call: GENERATION_SELECT_ABSTAIN)
+    assert len(prompts) == 2  # the scorer's two best sentences ("not found" is the passages' call)
     shared = next(k for k in range(min(map(len, prompts))) if len({p[k] for p in prompts}) > 1)  # the prompt: what all share
     assert shared > 20
     assert all(p[-1] == tokenizer.eos_token_id for p in prompts)  # each option ends as a training target does
-
-
-def test_the_model_can_still_abstain_where_it_may(tiny, settings):
-    model, tokenizer = tiny
-    server = TinyVllm(model, abstain=True)  # rates the last option best
-    assert vllm(server).generate(request()).text != NOT_FOUND  # the last option is a sentence
-    settings.GENERATION_SELECT_ABSTAIN = True
-    answer = vllm(server).generate(request())
-    assert len(server.bodies[-1]["prompt"]) == 3  # the shortlist and "not found"
-    assert NOT_FOUND[:10] in tokenizer.decode(server.bodies[-1]["prompt"][-1])
-    assert answer.text == NOT_FOUND
-    assert not answer.grounded
-    assert answer.selection is None
 
 
 def test_a_real_servers_prompt_logprobs_are_read_per_option():

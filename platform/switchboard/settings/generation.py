@@ -69,12 +69,6 @@ GENERATION_DECODING = envstr("GENERATION_DECODING", "select")
 # ranked on whole passages, 0.347 against the extractive answer's 0.350). 0: the model judges every
 # sentence of the cut passages alone (and "not found"). Two candidates instead of ~10 also make the answer arrive sooner.
 GENERATION_SELECT_SHORTLIST = envint("GENERATION_SELECT_SHORTLIST", 2)
-# With a shortlist: whether the model may also answer "not found" (when it rates that above every shortlisted
-# sentence). Off: "not found" is then the passages' call (EXTRACTIVE_MIN_SCORE), as for the extractive answer.
-# Chosen on doc2dial's validation split (experts.ml.selection.ABSTAIN has the figures): the bare base model's
-# "not found" fell on questions as answerable as the rest and cost it 0.034 F1; the adapters never chose it.
-# Turn it on for a base model whose abstention you have measured to mean something.
-GENERATION_SELECT_ABSTAIN = envbool("GENERATION_SELECT_ABSTAIN", False)
 
 # --- the extractive backend -------------------------------------------------------------------
 # Below this best retrieved passage's similarity the answer is "I could not find this in the knowledge

@@ -225,7 +225,7 @@ def test_the_sentence_scorer_ranks_sentences_as_the_extractive_answer_ranks_them
         SentenceScorer(_bag_of_words, shortlist=0)
 
 
-def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_lets_it_abstain():
+def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_abstains_only_without_a_sentence():
     from experts.ml.selection import shortlist_choice
 
     options = [Candidate("A.", 1), Candidate("B.", 2), Candidate(NOT_FOUND, 0)]
@@ -234,8 +234,6 @@ def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_lets_it_a
     assert shortlist_choice(options, scorer, lm, weight=0.0) == 0  # the scorer alone
     assert shortlist_choice(options, scorer, lm, weight=0.5) == 1  # 0.8 - 0.25 beats 1.0 - 1.0
     assert shortlist_choice(options, scorer, lm, weight=0.1) == 0  # 1.0 - 0.2 beats 0.8 - 0.05
-    abstaining = [(-4.0, 2), (-3.0, 2), (-1.0, 1)]  # the model rates "not found" above both sentences
-    assert shortlist_choice(options, scorer, abstaining, weight=0.5) == 2
     assert shortlist_choice(options[2:], [0.0], [(-1.0, 1)]) == 0  # nothing but the abstention
 
 
@@ -256,19 +254,15 @@ def test_with_a_scorer_the_model_scores_only_its_shortlist(tiny, monkeypatch):
     scorer = selection.SentenceScorer(_bag_of_words, shortlist=2)
     ranked = [r.text for r in scorer.rank(example.question, _SCORED).sentences]
     chosen = selection.select(model, tokenizer, example, 1000, scorer=scorer)
-    assert seen == [2]  # the two shortlisted sentences, not all six; "not found" is the passages' call (ABSTAIN)
+    assert seen == [2]  # the two shortlisted sentences, not all six; "not found" is the passages' call
     assert chosen.text.rsplit(" [", 1)[0] in {ranked[0], ranked[1]}
-    abstaining = selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True)
-    chosen = selection.select(model, tokenizer, example, 1000, scorer=abstaining)
-    assert seen[-1] == 3  # GENERATION_SELECT_ABSTAIN: the shortlist and the abstention
-    assert chosen.text.rsplit(" [", 1)[0] in {ranked[0], ranked[1], NOT_FOUND}
     selection.select(model, tokenizer, example, 1000)
     assert seen[-1] == len(candidates(_SCORED))  # without a scorer: every sentence and the abstention
 
 
-def test_the_model_says_not_found_over_a_shortlist_only_where_it_may(tiny, monkeypatch):
-    """A model that rates "not found" above every sentence answers it only with GENERATION_SELECT_ABSTAIN; and a
-    question whose passages hold no sentence is "not found" either way."""
+def test_over_a_shortlist_not_found_is_the_answer_only_when_the_passages_hold_no_sentence(tiny, monkeypatch):
+    """A model that rates "not found" above every sentence still answers from the shortlist; a question whose
+    passages hold no sentence is "not found"."""
     from experts.ml import selection
     from experts.ml.lora import Example
 
@@ -284,9 +278,6 @@ def test_the_model_says_not_found_over_a_shortlist_only_where_it_may(tiny, monke
     kept = selection.select(model, tokenizer, example, 1000, scorer=scorer)
     assert kept.text == first.answer()  # the scorer's first choice (the model rates both alike): "not found" is not asked
     assert kept.choice is not None
-    refused = selection.select(model, tokenizer, example, 1000, scorer=selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True))
-    assert refused.text == NOT_FOUND
-    assert refused.choice is None
     empty = Example("how much does it cost", "", [Passage("   ", "Blank", score=0.9)])
     assert selection.select(model, tokenizer, empty, 1000, scorer=selection.SentenceScorer(_bag_of_words, shortlist=2)).text == NOT_FOUND
 
@@ -339,11 +330,6 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     assert preferred.grounded
     assert preferred.text.rsplit(" [", 1)[0] == choice["runner_up"]["text"]
     assert preferred.selection["quoted"][0]["reasons"][-1] == "the expert's model preferred it to the scorer's first choice"
-    gen.select_abstain = True  # GENERATION_SELECT_ABSTAIN: the model may rate "not found" above the shortlist
-    abstained = gen.generate(request)
-    assert abstained.text == NOT_FOUND
-    assert abstained.selection is None  # nothing quoted, nothing to explain
-    gen.select_abstain = False
     read: list[str] = []
     rank = selection.SentenceScorer.rank
     monkeypatch.setattr(selection.SentenceScorer, "rank", lambda self, question, passages: read.append(question) or rank(self, question, passages))
@@ -367,11 +353,6 @@ def test_any_backends_scores_decide_as_the_in_process_model_does(tiny):
     assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=scorer)
     with pytest.raises(ValueError, match="1 scores for 2 options"):
         selection.decide(plan, scores[:1])
-    abstaining = selection.SentenceScorer(_bag_of_words, shortlist=2, abstain=True)
-    plan = selection.plan_selection(tokenizer, example, 1000, scorer=abstaining)
-    assert [c.passage for c in plan.options] == [plan.options[0].passage, plan.options[1].passage, 0]  # and the abstention last
-    scores = score_continuations(model, plan.prompt, plan.continuations)
-    assert selection.decide(plan, scores) == selection.select(model, tokenizer, example, 1000, scorer=abstaining)
 
 
 def test_a_chosen_candidate_is_quoted_without_its_sections_heading_but_trained_on_as_shown():
