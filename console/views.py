@@ -65,7 +65,7 @@ def shown_jobs(user: Any, jobs: list[Any]) -> list[Any]:
 
 
 def alarm_threshold() -> float:
-    return float(getattr(settings, "ROUTER_ALARM_SHARE", 0.45))
+    return settings.ROUTER_ALARM_SHARE
 
 
 class OverviewView(LoginRequiredMixin, TemplateView):

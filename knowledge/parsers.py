@@ -29,7 +29,7 @@ from sbcommon.sanitize import clean_structure
 KINDS = ("text", "markdown", "html", "pdf", "docx", "jsonl")
 SNIFF_BYTES = 8192
 # 200,000 words of English are about 1.2 million characters; five million leaves room for manuals.
-DEFAULT_MAX_DOCUMENT_CHARS = 5_000_000
+MAX_DOCUMENT_CHARS = 5_000_000
 # A .docx is a ZIP: refuse one that would inflate past this (a "zip bomb"), whatever its own size.
 MAX_UNCOMPRESSED_BYTES = 512 * 1024 * 1024
 MAX_TITLE_CHARS = 500
@@ -366,7 +366,7 @@ def parse_jsonl(text: str, filename: str) -> tuple[list[DocumentInput], list[str
     return documents, errors
 
 
-def parse_bytes(data: bytes, filename: str, external_id: str | None = None, max_chars: int = DEFAULT_MAX_DOCUMENT_CHARS) -> ParsedFile:
+def parse_bytes(data: bytes, filename: str, external_id: str | None = None, max_chars: int = MAX_DOCUMENT_CHARS) -> ParsedFile:
     """Parse one file into documents.
 
     Args:

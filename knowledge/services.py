@@ -53,7 +53,6 @@ from .stores import Hit, PointRecord, VectorStore, get_store
 
 logger = logging.getLogger(__name__)
 POINT_NAMESPACE = uuid.UUID("6f1c1f6e-6c57-4d0c-9a55-9b1c2b3b6a11")
-DEFAULT_UPLOAD_MAX_BYTES = 100 * 1024 * 1024
 # 1.0: every expert is always searched, those the router did not pick sharing its leftover probability
 # (continuous soft routing). Lower it to skip the others when the router is that sure (fewer searches).
 DEFAULT_WIDEN_BELOW = 1.0
@@ -84,15 +83,8 @@ def collection_name(expert: Expert) -> str:
 
 
 def max_upload_bytes() -> int:
-    """The largest upload accepted (setting ``DOCUMENT_UPLOAD_MAX_BYTES``, default 100 MB), all files of a request together."""
-    return int(getattr(settings, "DOCUMENT_UPLOAD_MAX_BYTES", DEFAULT_UPLOAD_MAX_BYTES))
-
-
-def max_document_chars() -> int:
-    """The longest document text accepted (setting ``DOCUMENT_MAX_CHARS``)."""
-    from .parsers import DEFAULT_MAX_DOCUMENT_CHARS
-
-    return int(getattr(settings, "DOCUMENT_MAX_CHARS", DEFAULT_MAX_DOCUMENT_CHARS))
+    """The largest upload accepted (setting ``DOCUMENT_UPLOAD_MAX_BYTES``), all files of a request together."""
+    return settings.DOCUMENT_UPLOAD_MAX_BYTES
 
 
 def widen_below() -> float:
@@ -178,7 +170,7 @@ def _points(expert: Expert, document: Document) -> list[PointRecord]:
     if not chunks:
         return []
     encoder = get_encoder()
-    batch_size = getattr(settings, "EMBEDDING_BATCH_SIZE", 64)
+    batch_size = settings.EMBEDDING_BATCH_SIZE
     vectors = encoder.encode([embedding_text(title, c.text) for c, title in chunks], batch_size=batch_size)
     sentences = _sentence_payloads([c.text for c, _ in chunks], encoder, batch_size)
     url = document_url(document)
@@ -206,7 +198,7 @@ def _sentence_payloads(texts: list[str], encoder: Any, batch_size: int) -> list[
     The extractive generator answers from these sentences (``experts.ml.extractive``); with them in
     the payload, serving encodes only the question. Empty dicts when the setting is off.
     """
-    if not getattr(settings, "INDEX_SENTENCE_VECTORS", True):
+    if not settings.INDEX_SENTENCE_VECTORS:
         return [{} for _ in texts]
     from experts.ml.extractive import split_sentences
 
@@ -524,7 +516,7 @@ def ingest_file(expert: Expert, name: str, data: bytes, external_id: str | None 
     name = safe_filename(name)
     outcome: dict[str, Any] = {"file": name, "created": 0, "updated": 0, "unchanged": 0, "documents": []}
     try:
-        parsed = parse_bytes(data, name, external_id=external_id, max_chars=max_document_chars())
+        parsed = parse_bytes(data, name, external_id=external_id)
     except ParseError as exc:
         outcome["error"] = str(exc)
         return outcome

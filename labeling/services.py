@@ -40,7 +40,6 @@ from .selectors import chunks, latest_promoted_run, load_embeddings, team_querie
 logger = logging.getLogger(__name__)
 IMPORT_BATCH = 2000
 MAX_REPORTED_ERRORS = 200
-DEFAULT_IMPORT_MAX_BYTES = 2 * 1024**3
 
 
 # --- import ---------------------------------------------------------------------------------------
@@ -72,8 +71,8 @@ class ImportReport:
 
 
 def max_import_bytes() -> int:
-    """The largest query log accepted for import (setting ``QUERY_IMPORT_MAX_BYTES``, default 2 GiB)."""
-    return int(getattr(settings, "QUERY_IMPORT_MAX_BYTES", DEFAULT_IMPORT_MAX_BYTES))
+    """The largest query log accepted for import (setting ``QUERY_IMPORT_MAX_BYTES``)."""
+    return settings.QUERY_IMPORT_MAX_BYTES
 
 
 def default_source(name: str) -> str:

@@ -22,7 +22,7 @@ def client_ip(request: Any) -> str | None:
     if request is None:
         return None
     meta = getattr(request, "META", {})
-    forwarded = meta.get("HTTP_X_FORWARDED_FOR", "") if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) else ""
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR", "") if settings.SECURE_PROXY_SSL_HEADER else ""
     ip = (forwarded.split(",")[0].strip() if forwarded else meta.get("REMOTE_ADDR", "")) or None
     if ip is not None:
         from django.core.exceptions import ValidationError
@@ -77,6 +77,6 @@ def record(action: str, *, actor: Any = None, obj: Any = None, object_type: str 
 
 def prune(now: Any = None) -> int:
     """Delete entries older than ``AUDIT_RETENTION_DAYS``; returns how many went."""
-    cutoff = (now or timezone.now()) - timedelta(days=int(getattr(settings, "AUDIT_RETENTION_DAYS", 365)))
+    cutoff = (now or timezone.now()) - timedelta(days=settings.AUDIT_RETENTION_DAYS)
     deleted, _ = AuditEntry.objects.filter(at__lt=cutoff).delete()
     return deleted

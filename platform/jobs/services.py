@@ -38,16 +38,6 @@ from .models import Job
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_LEASE_S = 300
-DEFAULT_HEARTBEAT_S = 30
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_DISPATCH_GRACE_S = 30
-DEFAULT_REDELIVER_AFTER_S = 900
-
-
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
-
 
 class JobFailed(Exception):
     """A known failure: the job ends as failed with this message, without a traceback."""
@@ -135,7 +125,7 @@ def _with_last_seen():
 
 def _stale_running(now: Any) -> Q:
     """Running jobs whose worker has shown no sign of life for a lease: it was killed or lost."""
-    lease = timedelta(seconds=_setting("JOB_LEASE_S", DEFAULT_LEASE_S))
+    lease = timedelta(seconds=settings.JOB_LEASE_S)
     return Q(status=JobStatus.RUNNING, last_seen__lt=now - lease)
 
 
@@ -196,8 +186,8 @@ def sweep(now: Any = None, *, starting: bool = False) -> dict[str, int]:
     """
     now = now or timezone.now()
     counts = {"resent": 0, "requeued": 0, "failed": 0}
-    max_attempts = int(_setting("JOB_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
-    lease_s = _setting("JOB_LEASE_S", DEFAULT_LEASE_S)
+    max_attempts = settings.JOB_MAX_ATTEMPTS
+    lease_s = settings.JOB_LEASE_S
     # A process of this machine that is gone: no need to wait out its lease.
     running = Job.objects.filter(status=JobStatus.RUNNING).exclude(claimed_by="")
     for job in running.only("id", "attempts", "claimed_by"):
@@ -207,8 +197,8 @@ def sweep(now: Any = None, *, starting: bool = False) -> dict[str, int]:
     for job in _with_last_seen().filter(_stale_running(now)).only("id", "attempts"):
         still_lost = _with_last_seen().filter(_stale_running(now), pk=job.pk)
         _requeue_or_fail(job, still_lost, f"no heartbeat for {lease_s:.0f} s", max_attempts, now, counts)
-    grace = timedelta(seconds=_setting("JOB_DISPATCH_GRACE_S", DEFAULT_DISPATCH_GRACE_S))
-    redeliver = timedelta(seconds=_setting("JOB_REDELIVER_AFTER_S", DEFAULT_REDELIVER_AFTER_S))
+    grace = timedelta(seconds=settings.JOB_DISPATCH_GRACE_S)
+    redeliver = timedelta(seconds=settings.JOB_REDELIVER_AFTER_S)
     pending = Job.objects.filter(status=JobStatus.QUEUED).exclude(task_name="").filter(
         Q(dispatched_at__isnull=True, created_at__lt=now - grace)  # never reached the broker
         | Q(dispatched_at__isnull=True, attempts__gt=0)  # requeued after its worker died
@@ -237,7 +227,7 @@ def claim(job_id: int) -> Job | None:
     if not updated:
         return None
     job = Job.objects.get(pk=job_id)
-    max_attempts = int(_setting("JOB_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
+    max_attempts = settings.JOB_MAX_ATTEMPTS
     if job.attempts > max_attempts:
         _finish(job.pk, JobStatus.FAILED, error=f"gave up after {max_attempts} attempts (JOB_MAX_ATTEMPTS)")
         return None
@@ -271,9 +261,9 @@ class _Heartbeat(threading.Thread):
 
 
 def _start_heartbeat(job_id: int) -> _Heartbeat | None:
-    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+    if settings.CELERY_TASK_ALWAYS_EAGER:
         return None  # in-process runs: the caller is the worker, and tests share one database connection
-    beat = _Heartbeat(job_id, _setting("JOB_HEARTBEAT_S", DEFAULT_HEARTBEAT_S))
+    beat = _Heartbeat(job_id, settings.JOB_HEARTBEAT_S)
     beat.start()
     return beat
 

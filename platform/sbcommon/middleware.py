@@ -82,9 +82,9 @@ class DatabaseUnavailableMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
-        self.attempts = max(1, int(getattr(settings, "DB_UNAVAILABLE_RETRIES", 3)))
-        self.backoff = float(getattr(settings, "DB_UNAVAILABLE_BACKOFF_S", 0.2))
-        self.retry_after = int(getattr(settings, "DB_UNAVAILABLE_RETRY_AFTER_S", 5))
+        self.attempts = max(1, settings.DB_UNAVAILABLE_RETRIES)
+        self.backoff = settings.DB_UNAVAILABLE_BACKOFF_S
+        self.retry_after = settings.DB_UNAVAILABLE_RETRY_AFTER_S
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
@@ -125,11 +125,11 @@ class SecurityHeadersMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        policy = getattr(settings, "CONTENT_SECURITY_POLICY", "")
-        exempt = tuple(getattr(settings, "CONTENT_SECURITY_POLICY_EXEMPT", ()))
+        policy = settings.CONTENT_SECURITY_POLICY
+        exempt = tuple(settings.CONTENT_SECURITY_POLICY_EXEMPT)
         if policy and not request.path.startswith(exempt) and "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = policy
-        permissions = getattr(settings, "PERMISSIONS_POLICY", "")
+        permissions = settings.PERMISSIONS_POLICY
         if permissions and "Permissions-Policy" not in response:
             response["Permissions-Policy"] = permissions
         return response

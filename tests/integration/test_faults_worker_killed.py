@@ -33,6 +33,7 @@ WORKER = textwrap.dedent('''
     import sys
     import django
     django.setup()
+    from django.conf import settings
     from jobs import services
     from jobs.models import Job
     from knowledge.stores import PointRecord
@@ -43,6 +44,7 @@ WORKER = textwrap.dedent('''
         job = Job.objects.create(kind="index_documents", key="itest:index", title="Index", task_name="knowledge.tasks.index_expert_documents")
         print(job.pk)
     elif mode == "run":
+        settings.JOB_HEARTBEAT_S = 1  # beats every second: the sweep below sees a stale one soon after the kill
         def work(job, reporter):
             reporter.progress(0.1, "writing the new snapshot")
             points = [PointRecord(id=f"00000000-0000-0000-0000-{i:012d}", dense=[1.0 if j == i % 8 else 0.0 for j in range(8)],
@@ -52,6 +54,7 @@ WORKER = textwrap.dedent('''
             return {"points": len(points)}
         services.run_job(int(sys.argv[3]), work)
     elif mode == "sweep":
+        settings.JOB_LEASE_S = 1  # a heartbeat older than a second is a lost worker's
         print(services.sweep())
 ''')
 
@@ -90,7 +93,7 @@ def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_re
 
     faults_file = tmp_path / "faults.json"
     faults_file.write_text(json.dumps({"vector_store_write": {"mode": "slow", "delay_s": 30}}))
-    env = {**project_env, "SWITCHBOARD_FAULTS_FILE": str(faults_file), "JOB_HEARTBEAT_S": "1"}
+    env = {**project_env, "SWITCHBOARD_FAULTS_FILE": str(faults_file)}
     worker = run("run", str(store_path), str(job_id), env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until the new snapshot exists beside the active one
@@ -110,9 +113,8 @@ def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_re
     assert _texts(store_path) == {"old"}
     assert _job(db, job_id)["status"] == "running"  # the row says what happened: a run that never finished
 
-    sweep_env = {**project_env, "JOB_LEASE_S": "1"}
     time.sleep(2.5)  # past the lease: the dead worker's heartbeat is stale
-    swept = run("sweep", str(store_path), env=sweep_env)
+    swept = run("sweep", str(store_path), env=project_env)
     output = swept.communicate(timeout=120)[0]
     assert "'requeued': 1" in output, output
     row = _job(db, job_id)

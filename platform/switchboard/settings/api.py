@@ -31,8 +31,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- request limits ---------------------------------------------------------------------------
 # Request bodies: a chat request is small; uploads arrive through their own endpoints.
-DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # the largest body read into memory
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024  # a larger upload is spooled to disk
 QUERY_IMPORT_MAX_BYTES = envint("QUERY_IMPORT_MAX_BYTES", 2 * 1024**3)  # query-log uploads (streamed to disk)
 DOCUMENT_UPLOAD_MAX_BYTES = envint("DOCUMENT_UPLOAD_MAX_BYTES", 100 * 1024**2)  # all files of one knowledge upload
-DOCUMENT_MAX_CHARS = envint("DOCUMENT_MAX_CHARS", 5_000_000)  # longer documents are refused with a message
-FILE_UPLOAD_MAX_MEMORY_SIZE = envint("FILE_UPLOAD_MAX_MEMORY_SIZE", 5 * 1024 * 1024)

@@ -10,15 +10,13 @@ from sbcommon.env import envbool, envlist, envstr
 BASE_DIR = Path(__file__).resolve().parents[3]
 VAR_DIR = Path(envstr("VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-DEMO_DIR = Path(envstr("DEMO_DIR", str(BASE_DIR / "demo")))
+DEMO_DIR = BASE_DIR / "demo"  # the bundled demo load_demo reads
 
 # --- debug and the secret key -----------------------------------------------------------------
 DEBUG = envbool("DEBUG", False)
 SECRET_KEY = envstr("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and envbool("SWITCHBOARD_REQUIRE_SECRET_KEY", False):
-        raise RuntimeError("SECRET_KEY must be set in production")
-    # A per-installation key kept under var/, so a laptop install is not shipped with a known key.
+    # SWITCHBOARD_ENV=production refuses to start without one (security.py). Otherwise: a per-installation key kept under var/, so a laptop install is not shipped with a known key.
     _key_file = VAR_DIR / "secret_key"
     if not _key_file.exists():
         import secrets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dj_database_url
 
-from sbcommon.env import envfloat, envint, envstr
+from sbcommon.env import envstr
 
 from .core import VAR_DIR
 
@@ -13,7 +13,7 @@ DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'switchboard.sqlite3'}"),
         # Request threads are kept between requests (switchboard.asgi.RequestThreads), so is each one's connection.
-        conn_max_age=envint("DB_CONN_MAX_AGE", 60),
+        conn_max_age=60,
         conn_health_checks=True,
     )
 }
@@ -21,7 +21,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web server, worker and beat share one file: WAL lets readers run beside a writer, and
     # IMMEDIATE transactions make writers queue on the busy timeout instead of failing mid-way.
     DATABASES["default"]["OPTIONS"] = {
-        "timeout": envint("SQLITE_TIMEOUT", 30),
+        "timeout": 30,  # seconds a writer waits for the lock before failing
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
@@ -29,10 +29,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- database unavailable ---------------------------------------------------------------------
 # A database that is locked or briefly gone (sbcommon.middleware.DatabaseUnavailableMiddleware): safe
-# requests are retried, then 503 with Retry-After.
-DB_UNAVAILABLE_RETRIES = envint("DB_UNAVAILABLE_RETRIES", 3)
-DB_UNAVAILABLE_BACKOFF_S = envfloat("DB_UNAVAILABLE_BACKOFF_S", 0.2)
-DB_UNAVAILABLE_RETRY_AFTER_S = envint("DB_UNAVAILABLE_RETRY_AFTER_S", 5)
+# requests are retried this many times, the delay doubling from the first, then 503 with this Retry-After.
+DB_UNAVAILABLE_RETRIES = 3
+DB_UNAVAILABLE_BACKOFF_S = 0.2
+DB_UNAVAILABLE_RETRY_AFTER_S = 5
 
 # --- cache ------------------------------------------------------------------------------------
 # Rate-limit counters and circuit-breaker state live in the cache: per process (LocMem) on one

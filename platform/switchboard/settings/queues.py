@@ -5,7 +5,7 @@ Not named ``celery``: this package's modules import the real Celery library by t
 
 from __future__ import annotations
 
-from sbcommon.env import envbool, envfloat, envint, envstr
+from sbcommon.env import envbool, envstr
 
 from .core import TIME_ZONE, VAR_DIR
 
@@ -25,8 +25,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
 # Publishing a task message gives up fast when the broker is down (the sweeper sends it later).
-CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("CELERY_BROKER_CONNECTION_TIMEOUT", 2.0)
-CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", "") or None
+CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
+CELERY_RESULT_BACKEND = None  # jobs record their own status in the database
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -38,16 +38,18 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
 # --- jobs -------------------------------------------------------------------------------------
-# Jobs survive a broker outage and killed workers (jobs.services.sweep, run by beat every JOB_SWEEP_S).
-JOB_LEASE_S = envint("JOB_LEASE_S", 300)
-JOB_HEARTBEAT_S = envint("JOB_HEARTBEAT_S", 30)
-JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
-JOB_DISPATCH_GRACE_S = envint("JOB_DISPATCH_GRACE_S", 30)
-JOB_REDELIVER_AFTER_S = envint("JOB_REDELIVER_AFTER_S", 900)
-JOB_SWEEP_S = envint("JOB_SWEEP_S", 60)
-# The sweeper's queue. Behind long jobs on a busy `cpu` queue it waits its turn; a deployment can give it
-# a queue of its own and a small worker for it (a worker also sweeps once as it starts).
-JOB_SWEEP_QUEUE = envstr("JOB_SWEEP_QUEUE", "cpu")
+# Jobs survive a broker outage and killed workers (jobs.services.sweep, run by beat every JOB_SWEEP_S): a
+# running job whose worker sent no heartbeat (every JOB_HEARTBEAT_S) for JOB_LEASE_S is queued again, at
+# most JOB_MAX_ATTEMPTS runs in all; a message the broker never got is sent again after JOB_DISPATCH_GRACE_S,
+# one delivered but never claimed after JOB_REDELIVER_AFTER_S.
+JOB_LEASE_S = 300
+JOB_HEARTBEAT_S = 30
+JOB_MAX_ATTEMPTS = 3
+JOB_DISPATCH_GRACE_S = 30
+JOB_REDELIVER_AFTER_S = 900
+JOB_SWEEP_S = 60
+# The sweeper's queue. Behind long jobs on a busy `cpu` queue it waits its turn (a worker also sweeps once as it starts).
+JOB_SWEEP_QUEUE = "cpu"
 
 # --- beat schedule ----------------------------------------------------------------------------
 CELERY_BEAT_SCHEDULE = {

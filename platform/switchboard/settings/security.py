@@ -6,7 +6,7 @@ production start without a secret key from the environment.
 
 from __future__ import annotations
 
-from sbcommon.env import envbool, envint, envlist, envstr
+from sbcommon.env import envbool, envint, envstr
 
 from .core import DEBUG
 
@@ -29,15 +29,15 @@ SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", _PRODUCTION)
 CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", _PRODUCTION)
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the form, but Django's admin may read the cookie
-SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600)
+SESSION_COOKIE_AGE = 12 * 3600  # a console sign-in lasts 12 hours
 
 # --- HTTPS ------------------------------------------------------------------------------------
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _PRODUCTION)
 # Health probes come from the orchestrator over plain HTTP inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if _PRODUCTION else 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _PRODUCTION)
-SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", _PRODUCTION)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _PRODUCTION
+SECURE_HSTS_PRELOAD = _PRODUCTION
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_PROXY", False) else None
 
 # --- response headers -------------------------------------------------------------------------
@@ -47,13 +47,12 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 # Sent by sbcommon.middleware.SecurityHeadersMiddleware; empty: no CSP header. Console scripts are
 # files (no inline script); inline style attributes remain, hence 'unsafe-inline' for styles only.
-CONTENT_SECURITY_POLICY = envstr(
-    "CONTENT_SECURITY_POLICY",
+CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
-    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'" if _PRODUCTION else "",
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'" if _PRODUCTION else ""
 )
 # Swagger UI ships an inline bootstrap script: these path prefixes get no CSP header.
-CONTENT_SECURITY_POLICY_EXEMPT = envlist("CONTENT_SECURITY_POLICY_EXEMPT", ["/api/docs/"])
+CONTENT_SECURITY_POLICY_EXEMPT = ["/api/docs/"]
 PERMISSIONS_POLICY = "camera=(), microphone=(), geolocation=(), payment=(), usb=()"
 
 # --- audit log --------------------------------------------------------------------------------

@@ -197,8 +197,8 @@ class Command(BaseCommand):
                             help="Do not train the demo experts' adapters in the background once the server is ready.")
         parser.add_argument("--no-beat", action="store_true", help="Do not start Celery beat.")
         parser.add_argument("--queues", default=envstr("WORKER_QUEUES", "cpu,gpu"), help="Queues the worker consumes (env WORKER_QUEUES).")
-        parser.add_argument("--restarts", type=int, default=envint("WORKER_RESTARTS", 3),
-                            help="How often a dead worker or beat is started again within 10 minutes before everything stops (env WORKER_RESTARTS, default 3; 0: never).")
+        parser.add_argument("--restarts", type=int, default=3,
+                            help="How often a dead worker or beat is started again within 10 minutes before everything stops (default 3; 0: never).")
         parser.add_argument("--stop-timeout", type=float, default=30.0, help="Seconds to wait for children to stop before killing them.")
         parser.add_argument("--ready-timeout", type=float, default=180.0, help="Seconds to wait for /readyz after the web server starts.")
 
