@@ -74,16 +74,53 @@ def latest_promoted_run() -> ClusteringRun | None:
     return ClusteringRun.objects.filter(status=RunStatus.PROMOTED).order_by("-created_at", "-pk").first()
 
 
-def routing_examples(run: ClusteringRun) -> list[LabelledQuery]:
-    """Every query of the run that sits in a promoted proposal, with that proposal's expert."""
+def _runs_by_expert() -> dict[int, int]:
+    """Each promoted expert's id → the id of the newest promoted run that promoted it."""
+    latest: dict[int, int] = {}
+    proposals = (Proposal.objects.filter(status=ProposalStatus.PROMOTED, expert__isnull=False, run__status=RunStatus.PROMOTED)
+                 .order_by("-run__created_at", "-run_id").values_list("expert_id", "run_id"))
+    for expert_id, run_id in proposals:
+        latest.setdefault(expert_id, run_id)
+    return latest
+
+
+def latest_promoted_runs() -> list[ClusteringRun]:
+    """The promoted runs the router learns from, newest first: for each expert, the newest run that promoted it.
+
+    Runs belong to teams, and each team reviews and promotes its own: team A's newer run must not
+    hide team B's experts from the router, nor a staff run's older labels outvote a team's newer review.
+    """
+    ids = set(_runs_by_expert().values())
+    return list(ClusteringRun.objects.filter(pk__in=ids).order_by("-created_at", "-pk"))
+
+
+def promoted_run_of(expert: Any) -> ClusteringRun | None:
+    """Where a review label for ``expert`` goes: the newest promoted run that promoted it, else the newest
+    promoted run of its team (``None``: of no team); None when there is neither."""
+    run_id = _runs_by_expert().get(expert.pk)
+    if run_id is not None:
+        return ClusteringRun.objects.filter(pk=run_id).first()
+    return ClusteringRun.objects.filter(status=RunStatus.PROMOTED, team_id=expert.team_id).order_by("-created_at", "-pk").first()
+
+
+def routing_examples(runs: ClusteringRun | Iterable[ClusteringRun]) -> list[LabelledQuery]:
+    """Every query in a promoted proposal, with that proposal's expert: of one run, or of ``latest_promoted_runs``
+    (each expert's queries from the newest of those runs that promoted it)."""
+    runs = [runs] if isinstance(runs, ClusteringRun) else list(runs)
+    if len(runs) == 1:
+        pairs = None
+    else:
+        by_expert = _runs_by_expert()
+        wanted = {r.pk for r in runs}
+        pairs = {(expert_id, run_id) for expert_id, run_id in by_expert.items() if run_id in wanted}
     rows = (
-        Assignment.objects.filter(run=run, proposal__status=ProposalStatus.PROMOTED, proposal__expert__isnull=False)
+        Assignment.objects.filter(run__in=runs, proposal__status=ProposalStatus.PROMOTED, proposal__expert__isnull=False)
         .select_related("query", "proposal__expert")
         .order_by("query_id")
     )
     return [
         LabelledQuery(query_id=a.query_id, text=a.query.text, expert=a.proposal.expert.slug, split=a.query.split, conversation=a.query.conversation)
-        for a in rows
+        for a in rows if pairs is None or (a.proposal.expert_id, a.run_id) in pairs
     ]
 
 

@@ -35,7 +35,7 @@ from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
-from .selectors import chunks, latest_promoted_run, load_embeddings, team_queries
+from .selectors import chunks, load_embeddings, promoted_run_of, team_queries
 
 logger = logging.getLogger(__name__)
 IMPORT_BATCH = 2000
@@ -405,7 +405,8 @@ def record_review_decision(
     """Label one served question with the right expert (or dismiss it with ``expert=None``).
 
     The labelled question is stored as a ``Query`` (source ``review``, split ``train``) assigned to the
-    expert's promoted proposal of the latest promoted run, so ``train_router_from_labels`` trains on it.
+    expert's promoted proposal in the newest promoted run that promoted the expert (its team's run,
+    so the label never lands in another team's run), so ``train_router_from_labels`` trains on it.
     One decision per request id: a repeated submit returns the first decision and ``created=False``.
 
     Raises ``ReviewError`` when the question cannot become training data (no text, no promoted run).
@@ -420,9 +421,9 @@ def record_review_decision(
         text = " ".join((question or "").split())
         if not text:
             raise ReviewError("this request has no stored question text (STORE_QUESTION_TEXT was off); it can only be dismissed")
-        run = latest_promoted_run()
+        run = promoted_run_of(expert)
         if run is None:
-            raise ReviewError("no promoted clustering run to add the label to: promote experts in Discovery first")
+            raise ReviewError(f"no promoted clustering run holds {expert.name}: promote it in Discovery first")
         # Lock the run's row (not _lock: a promoted run is exactly what review labels extend).
         run = ClusteringRun.objects.select_for_update().get(pk=run.pk)
         row_hash = hashlib.sha256(json.dumps([REVIEW_SOURCE, request_id, text]).encode()).hexdigest()

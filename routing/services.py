@@ -121,10 +121,10 @@ def train_router_from_labels(
         raise JobFailed(f"unknown activation policy {activate!r}; one of {', '.join(ACTIVATION_POLICIES)}")
     reporter = reporter or JobReporter()
     params = dict(params or {})
-    run = labeling_selectors.latest_promoted_run()
-    if run is None:
+    runs = labeling_selectors.latest_promoted_runs()
+    if not runs:
         raise JobFailed("no promoted clustering run: promote proposals to experts first")
-    every = labeling_selectors.routing_examples(run)
+    every = labeling_selectors.routing_examples(runs)
     examples = [e for e in every if e.split != "test"]
     experts = sorted({e.expert for e in examples})
     if len(experts) < 2:
@@ -134,7 +134,7 @@ def train_router_from_labels(
         # Defined behaviour: an expert without labelled queries is left out of the router (it cannot
         # be learned); it stays reachable by its slug and the console lists it here.
         reporter.log(f"experts without labelled queries are not routable: {', '.join(without)}")
-    fingerprint = hashlib.sha256(json.dumps([run.pk, [e.query_id for e in examples], experts, params, embedding_space()], sort_keys=True).encode()).hexdigest()
+    fingerprint = hashlib.sha256(json.dumps([runs[0].pk if len(runs) == 1 else [r.pk for r in runs], [e.query_id for e in examples], experts, params, embedding_space()], sort_keys=True).encode()).hexdigest()
     active = RouterVersion.objects.filter(is_active=True).first()
     if active is not None and active.data_fingerprint == fingerprint:
         reporter.log(f"router v{active.version} was trained on the same data; nothing to do")

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from experts.models import Expert
 from experts.selectors import active_experts
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter
@@ -50,8 +51,8 @@ def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
     from labeling import selectors as labeling_selectors
     from labeling.services import load_embeddings
 
-    run = labeling_selectors.latest_promoted_run()
-    examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"][: limit * 20] if run else []
+    runs = labeling_selectors.latest_promoted_runs()
+    examples = [e for e in labeling_selectors.routing_examples(runs) if e.split != "test"][: limit * 20] if runs else []
     if not examples:
         return [], np.zeros((0, 1), dtype=np.float32)
     x = load_embeddings([e.query_id for e in examples], embedding_space())
@@ -75,7 +76,9 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
     from sbcommon.encoders import get_encoder
 
     since = timezone.now() - timedelta(days=int(job.params.get("window_days", 30)))
-    questions = _recent_questions(since, int(job.params.get("sample", 2000))) if settings.STORE_QUESTION_TEXT else []
+    recent = _recent_questions(since, int(job.params.get("sample", 2000))) if settings.STORE_QUESTION_TEXT else []
+    questions = [question for question, _ in recent]
+    team_of = dict(Expert.objects.values_list("slug", "team_id"))
     proposals = []
     if len(questions) >= 8:
         slugs, centroids = _expert_centroids(int(job.params.get("sample", 2000)))
@@ -92,8 +95,8 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
                 "Review these questions in Discovery and promote them as a new expert (with documents), or label them to an existing one. "
                 "Examples: " + " | ".join(q[:120] for q in examples),
                 {"size": len(cluster.members), "nearest_expert": nearest, "similarity": cluster.similarity, "examples": examples},
-                # Its examples are recent questions: with no nearest expert it names no one, and only staff see it.
-                experts=[nearest] if nearest else [],
+                # Its examples are recent questions: it names the nearest expert only when they are all that expert's team's.
+                experts=_readers_of([recent[i][1] for i in cluster.members], nearest, team_of),
             )
             proposals.append({"size": len(cluster.members), "nearest_expert": nearest, "similarity": round(cluster.similarity, 3)})
         reporter.log(f"{len(questions)} recent questions: {len(proposals)} uncovered dense cluster(s)")
@@ -143,8 +146,8 @@ def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
 
     from ..ml.textrouter import TextRouter
 
-    run = labeling_selectors.latest_promoted_run()
-    held = [e for e in labeling_selectors.routing_examples(run) if e.split == "test"] if run else []
+    runs = labeling_selectors.latest_promoted_runs()
+    held = [e for e in labeling_selectors.routing_examples(runs) if e.split == "test"] if runs else []
     held = [e for e in held if e.expert in active.experts]
     if not held:
         return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
@@ -178,16 +181,30 @@ def nightly_evaluation(job: Job, reporter: JobReporter) -> dict[str, Any]:
     return {"snapshot": snapshot.pk, **{k: v for k, v in metrics.items() if k != "shares"}}
 
 
-def _recent_questions(since: Any, limit: int) -> list[str]:
-    return list(RoutingEvent.objects.filter(created_at__gte=since).exclude(question="").order_by("-id").values_list("question", flat=True)[:limit])
+def _recent_questions(since: Any, limit: int) -> list[tuple[str, set[str]]]:
+    """Recent question texts, each with the experts it belongs to (``routing.selectors.event_experts``: who may read it)."""
+    from ..selectors import event_experts
+
+    events = RoutingEvent.objects.filter(created_at__gte=since).exclude(question="").order_by("-id")[:limit]
+    return [(event.question, event_experts(event)) for event in events]
+
+
+def _readers_of(owners: list[set[str]], nearest: str | None, team_of: dict[str, int | None]) -> list[str]:
+    """Whom an alarm quoting questions with these ``owners`` may name: ``[nearest]`` when every question belongs to
+    ``nearest``'s team (its team sees all of them), else nobody (a group mixing teams, or holding a question no
+    expert owns, is for staff only: naming any expert would show one team's questions to another)."""
+    if nearest is None or any(not slugs for slugs in owners):
+        return []
+    teams = {team_of.get(slug, -1) for slugs in owners for slug in slugs}
+    return [nearest] if teams == {team_of.get(nearest, -1)} else []
 
 
 def _reference_embeddings(limit: int, seed: int = 0) -> np.ndarray:
     from labeling import selectors as labeling_selectors
     from labeling.services import load_embeddings
 
-    run = labeling_selectors.latest_promoted_run()
-    examples = [e for e in labeling_selectors.routing_examples(run) if e.split != "test"] if run else []
+    runs = labeling_selectors.latest_promoted_runs()
+    examples = [e for e in labeling_selectors.routing_examples(runs) if e.split != "test"] if runs else []
     if len(examples) > limit:
         idx = np.random.default_rng(seed).choice(len(examples), limit, replace=False)
         examples = [examples[i] for i in sorted(idx)]
@@ -210,7 +227,7 @@ def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
         raise JobFailed("drift needs the recent question text: STORE_QUESTION_TEXT is off")
     active = RouterVersion.objects.filter(is_active=True).first()
     since = timezone.now() - timedelta(days=int(job.params.get("window_days", 7)))
-    questions = _recent_questions(since, int(job.params.get("sample", settings.DRIFT_SAMPLE)))
+    questions = [question for question, _ in _recent_questions(since, int(job.params.get("sample", settings.DRIFT_SAMPLE)))]
     reference = _reference_embeddings(int(job.params.get("sample", settings.DRIFT_SAMPLE)))
     if len(questions) < 10 or len(reference) < 10:
         reason = f"not enough data ({len(questions)} recent questions, {len(reference)} training questions; need 10 each)"

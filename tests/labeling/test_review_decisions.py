@@ -75,7 +75,7 @@ def test_a_label_needs_question_text_and_a_promoted_run(three_topics):
 
 def test_an_expert_without_a_proposal_in_the_run_gets_one_so_the_router_can_learn_it(promoted):
     run, _experts = promoted
-    roads = Expert.objects.create(slug="roads", name="Roads")
+    roads = Expert.objects.create(slug="roads", name="Roads", team=run.team)  # a label goes to a run of the expert's own team
 
     decision, _ = services.record_review_decision("chatcmpl-5", "Where do I pay road tax?", "abstained", "", roads)
 
@@ -83,3 +83,13 @@ def test_an_expert_without_a_proposal_in_the_run_gets_one_so_the_router_can_lear
     assert assignment.proposal.expert == roads
     assert assignment.proposal.status == "promoted"
     assert "roads" in {e.expert for e in selectors.routing_examples(run)}
+
+
+def test_a_label_never_lands_in_another_teams_run(promoted):
+    from django.contrib.auth.models import Group
+
+    run, _experts = promoted
+    elsewhere = Expert.objects.create(slug="payroll", name="Payroll", team=Group.objects.create(name="Another team"))
+    with pytest.raises(edits.ReviewError, match="no promoted clustering run holds Payroll"):
+        services.record_review_decision("chatcmpl-6", "When is payday?", "abstained", "", elsewhere)
+    assert not Assignment.objects.filter(run=run, proposal__expert=elsewhere).exists()
