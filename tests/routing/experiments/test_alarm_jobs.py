@@ -106,3 +106,12 @@ def test_recluster_starts_one_run_per_team_with_enough_queries(trained, monkeypa
     result = jobs.recluster(_job(), jobs.JobReporter())
     assert sorted((kw["team"].name if kw["team"] else "") for kw in sent) == ["", "Alpha"]
     assert len(result["discovery_jobs"]) == 2
+
+
+def test_a_new_expert_alarm_names_its_nearest_expert_only_when_every_question_is_that_teams():
+    team_of = {"a-desk": 1, "a-other": 1, "b-desk": 2, "shared": None}
+    assert jobs._readers_of([{"a-desk"}, {"a-other"}], "a-desk", team_of) == ["a-desk"]
+    assert jobs._readers_of([{"a-desk"}, {"b-desk"}], "a-desk", team_of) == []  # B's question would show to A
+    assert jobs._readers_of([{"a-desk"}, set()], "a-desk", team_of) == []  # a question no expert owns: staff only
+    assert jobs._readers_of([{"shared"}], "shared", team_of) == ["shared"]  # a single-team install: experts with no team
+    assert jobs._readers_of([{"a-desk"}], None, team_of) == []
