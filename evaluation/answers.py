@@ -94,7 +94,7 @@ from experts.generation.extractive import scorer_spec
 from experts.ml.answer_metrics import is_abstention, paired_difference, rouge_l, support, token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, extractive_answer, split_sentences
 from experts.ml.prompting import DEFAULT_CITATION_FORMAT, parse_answer
-from experts.ml.targets import MIN_SUPPORT, training_target
+from experts.ml.targets import MIN_SUPPORT, gold_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.conversation import SearchContext, expand_query
@@ -373,11 +373,8 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
     The prompt holds the passages serving would show for that search (``_Serving.shown``); the
     target cites the one holding the gold answer among those that fit ``max_length``.
     """
-    from django.conf import settings
-
     from experts.ml.lora import Example, fitted_passages
 
-    target_kind = settings.LORA_TARGET  # the gold answer, or the passage sentence closest to it
     out: dict[int, list[Any]] = defaultdict(list)
     counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
     for i in rows:
@@ -392,7 +389,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
         shown = serving.shown(question, passages)
         answer_room = len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 6  # the marker and the end token
         fit = fitted_passages(tokenizer, Example(question, answer, shown), params.max_length - answer_room)
-        target = training_target(target_kind, answer, shown[:fit])
+        target = gold_target(answer, shown[:fit])
         if target is None:
             counts["unsupported"] += 1
             continue
@@ -675,7 +672,6 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "lead_sentence": serving.generator.lead_sentence,
             "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
             "search_context_weight": context_weight(), "questions_with_earlier_turns": sum(contexts[q.row] is not None for q in questions),
-            "lora_target": settings.LORA_TARGET,
         },
     }
     _say_table(results, say)

@@ -40,14 +40,3 @@ def sentence_scorer_check(app_configs: Any = None, **kwargs: Any) -> list[checks
         return [checks.Error(f"EXTRACTIVE_SENTENCE_SCORER={spec!r}: {exc}",
                              hint='use "default", "linear", or a file written by `manage.py evaluate sentences --save-scorer FILE`', id="experts.E004")]
     return []
-
-
-@checks.register(checks.Tags.compatibility)
-def lora_target_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """``LORA_TARGET`` must name a kind of training target (``experts.ml.targets.TARGET_KINDS``)."""
-    from experts.ml.targets import TARGET_KINDS
-
-    kind = getattr(settings, "LORA_TARGET", "answer")
-    if kind not in TARGET_KINDS:
-        return [checks.Error(f"LORA_TARGET is {kind!r}; use one of {', '.join(TARGET_KINDS)}", id="experts.E003")]
-    return []

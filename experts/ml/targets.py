@@ -51,33 +51,11 @@ def gold_target(answer: str, passages: Sequence[Passage], *, citation_format: st
     return f"{text} {render_citation(index + 1, citation_format)}"
 
 
-# What an adapter learns to give (settings.LORA_TARGET): "answer", the gold answer as written, or
-# "sentence", the passage sentence closest to it (select decoding's candidates are passage sentences).
-TARGET_KINDS = ("answer", "sentence")
-
-
-def sentence_target(answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT,
-                    min_support: float = MIN_SUPPORT) -> str | None:
-    """The shown passages' sentence with the best token F1 against ``answer``, written as select decoding's candidate.
-
-    Only where ``gold_target`` would train (the answer is in the passages), so both kinds keep the
-    same questions; ties go to the earlier sentence of the better-ranked passage.
-    """
-    from .answer_metrics import token_f1
-    from .selection import candidates
-
-    if gold_target(answer, passages, citation_format=citation_format, min_support=min_support) is None:
-        return None
-    options = candidates(passages, abstain=False, citation_format=citation_format)
-    if not options:
-        return None
-    best = max(range(len(options)), key=lambda i: (token_f1(options[i].text, answer), -i))
-    return options[best].target(citation_format)
-
-
 def training_target(kind: str, answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT) -> str | None:
-    """``gold_target`` or ``sentence_target`` by ``kind`` (one of ``TARGET_KINDS``)."""
-    if kind not in TARGET_KINDS:
-        raise ValueError(f"unknown training target {kind!r}; use one of {', '.join(TARGET_KINDS)}")
-    build = gold_target if kind == "answer" else sentence_target
-    return build(answer, passages, citation_format=citation_format)
+    """``gold_target``, for callers that still name the kind of target ("answer", the only one left).
+
+    Remove with ``settings.LORA_TARGET`` once ``labeling.grounding`` calls ``gold_target`` itself.
+    """
+    if kind != "answer":
+        raise ValueError(f"unknown training target {kind!r}: adapters learn the gold answer (\"answer\")")
+    return gold_target(answer, passages, citation_format=citation_format)

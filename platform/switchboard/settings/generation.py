@@ -157,13 +157,9 @@ LORA_TARGET_MODULES = envlist("LORA_TARGET_MODULES", ["q_proj", "k_proj", "v_pro
 LORA_TOP_LAYERS = envint("LORA_TOP_LAYERS", 10)  # 0: every layer
 LORA_EPOCHS = envfloat("LORA_EPOCHS", 3.0)
 LORA_LEARNING_RATE = envfloat("LORA_LEARNING_RATE", 1e-3)
-# What adapters learn to give for a question with a gold answer: "answer" (the gold answer as written, cited) or
-# "sentence" (the shown passages' sentence closest to it, as select decoding answers; experts.ml.targets).
-# Measured on doc2dial's validation split (`LORA_TARGET=sentence manage.py evaluate answers --split val --modes auto
-# --generators extractive,lora`, 80 + 20 steps, 120 questions): routed LoRA F1 0.2917 against 0.2918 with "answer";
-# the sentence-trained adapters overrule the scorer's first choice more often (15 answers of 120 differ from the
-# extractive answer, against 8 of 109), as often for the worse as for the better. Kept at "answer".
-LORA_TARGET = envstr("LORA_TARGET", "answer")
+# Not an operator's setting: labeling/grounding.py still passes it to experts.ml.targets.training_target,
+# whose one kind left is "answer"; both go once it calls gold_target itself.
+LORA_TARGET = "answer"
 LORA_BATCH_SIZE = envint("LORA_BATCH_SIZE", 4)
 # Holds what serving shows the model (GENERATION_PASSAGES passages of GENERATION_PASSAGE_CHARS: ~470
 # prompt tokens, p90 ~530 with SmolLM2's tokenizer) and the answer, so no training prompt loses a passage.
