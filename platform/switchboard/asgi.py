@@ -71,14 +71,20 @@ class BodyLimit:
         self.limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         self._route_checked = False
 
-    def exceeded_by(self, size: int) -> bool:
-        """Whether ``size`` bytes of body are over this request's limit (its route is looked up the first time it matters)."""
+    async def exceeded_by(self, size: int) -> bool:
+        """Whether ``size`` bytes of body are over this request's limit.
+
+        The first time a body passes the default limit, the route is looked up: a route that takes
+        files raises the limit to its upload limit, for a caller who is signed in or sends a valid
+        API key (``caller_may_upload``). Anyone else's large body is refused before it is stored,
+        instead of being spooled to disk only for the view to answer 401 or 403.
+        """
         if self.limit is None or size <= self.limit + MULTIPART_SLACK:
             return False
         if not self._route_checked:
             self._route_checked = True
             upload = self._route_upload_limit()
-            if upload is not None and upload > self.limit:
+            if upload is not None and upload > self.limit and await sync_to_async(caller_may_upload, thread_sensitive=True)(self.scope):
                 self.limit = upload
         return size > self.limit + MULTIPART_SLACK
 
@@ -92,11 +98,55 @@ class BodyLimit:
         limit = _upload_limits().get(match.url_name or "")
         return limit() if limit is not None else None
 
-    def check_declared(self) -> None:
+    async def check_declared(self) -> None:
         """Refuse a declared Content-Length over the limit before one byte of the body is read."""
         declared = declared_length(self.scope)
-        if declared is not None and self.exceeded_by(declared):
+        if declared is not None and await self.exceeded_by(declared):
             raise BodyTooLarge(self.limit or 0, declared)
+
+
+def caller_may_upload(scope: dict) -> bool:
+    """Whether the request comes from a signed-in, active user (session cookie or HTTP Basic) or with a valid API key.
+
+    Read from the headers alone, before the body: the upload views check the same caller again (and
+    what they may upload where) once the body is in.
+    """
+    import base64
+    from http.cookies import SimpleCookie
+    from importlib import import_module
+
+    from django.contrib.auth import SESSION_KEY, authenticate, get_user_model
+    from django.contrib.sessions.backends.base import SessionBase
+
+    headers = {name.lower(): value.decode("latin-1") for name, value in scope.get("headers", ())}
+    scheme, _, credentials = headers.get(b"authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        from clients.services import InvalidApiKey
+        from clients.services import authenticate as authenticate_key
+
+        try:
+            authenticate_key(credentials.strip())
+        except InvalidApiKey:
+            return False
+        return True
+    if scheme.lower() == "basic":
+        try:
+            username, _, password = base64.b64decode(credentials.strip()).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        user = authenticate(None, username=username, password=password)
+        return user is not None and user.is_active
+    cookie = SimpleCookie()
+    try:
+        cookie.load(headers.get(b"cookie", ""))
+    except Exception:  # a garbled cookie header: no session
+        return False
+    morsel = cookie.get(settings.SESSION_COOKIE_NAME)
+    if morsel is None:
+        return False
+    session: SessionBase = import_module(settings.SESSION_ENGINE).SessionStore(morsel.value)
+    user_id = session.get(SESSION_KEY)
+    return user_id is not None and get_user_model().objects.filter(pk=user_id, is_active=True).exists()
 
 
 def declared_length(scope: dict) -> int | None:
@@ -216,7 +266,7 @@ class OneThreadASGIHandler(ASGIHandler):
         """Django's ``read_body``, stopping at ``limit``: a declared length over it before any ``receive``, else as soon as
         the chunks add up to more (a chunked body, or a Content-Length that lies); what is spooled never exceeds it."""
         if limit is not None:
-            limit.check_declared()
+            await limit.check_declared()
         body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
         size = 0
         while True:
@@ -226,7 +276,7 @@ class OneThreadASGIHandler(ASGIHandler):
                 raise RequestAborted()  # the client went away early
             if "body" in message:
                 size += len(message["body"])
-                if limit is not None and limit.exceeded_by(size):
+                if limit is not None and await limit.exceeded_by(size):
                     body_file.close()
                     raise BodyTooLarge(limit.limit or 0, declared_length(limit.scope))
                 body_file.write(message["body"])

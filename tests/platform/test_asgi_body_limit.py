@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.conf import settings as django_settings
 from django.http import HttpResponse
 from django.urls import get_resolver
 
@@ -44,8 +45,8 @@ class Client:
         return {"type": "http.request", "body": bytes(n), "more_body": self.pulled < self.size}
 
 
-def _scope(path: str, length: int | None, content_type: bytes = b"application/json") -> dict:
-    headers = [(b"host", b"testserver"), (b"content-type", content_type)]
+def _scope(path: str, length: int | None, content_type: bytes = b"application/json", extra: tuple[tuple[bytes, bytes], ...] = ()) -> dict:
+    headers = [(b"host", b"testserver"), (b"content-type", content_type), *extra]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
@@ -110,19 +111,51 @@ def test_a_body_within_the_limit_reaches_the_view_whole(settings):
         assert body == bytes(size)
 
 
+def _signed_in() -> tuple[bytes, bytes]:
+    """The cookie header of a signed-in, active user's session."""
+    from django.contrib.auth.models import User
+    from django.test import Client as DjangoClient
+
+    browser = DjangoClient()
+    browser.force_login(User.objects.create_user("uploader", password="pw-uploader-123456"))
+    name = django_settings.SESSION_COOKIE_NAME
+    return b"cookie", f"{name}={browser.cookies[name].value}".encode()
+
+
+def _bearer() -> tuple[bytes, bytes]:
+    from tests.factories import make_key
+
+    return b"authorization", f"Bearer {make_key('uploads').secret}".encode()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_an_upload_route_reads_a_body_over_the_default_limit(settings):
+@pytest.mark.parametrize("credentials", ["session", "key"])
+def test_an_upload_route_reads_a_signed_in_callers_body_over_the_default_limit(settings, credentials):
     settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
+    header = _signed_in() if credentials == "session" else _bearer()
     client = Client(4 * MiB)
-    status, _, _ = _send(_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x"), client)
-    assert status in (401, 403)  # the view's answer to a stranger: the body went through whole
-    assert client.pulled == 4 * MiB
+    _send(_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x", (header,)), client)
+    assert client.pulled == 4 * MiB  # the body went through whole, to the view's own checks
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("credentials", ["none", "unknown key", "forged session"])
+def test_an_upload_route_refuses_a_strangers_body_at_the_default_limit(settings, credentials):
+    settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
+    extra = {"none": (), "unknown key": ((b"authorization", b"Bearer sk-sb-" + b"x" * 43),),
+             "forged session": ((b"cookie", f"{settings.SESSION_COOKIE_NAME}=not-a-session".encode()),)}[credentials]
+    client = Client(GiB)
+    status, _, _ = _send(_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x", extra), client)
+    assert status == 413
+    assert client.pulled <= _default_limit(settings) + MiB
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_upload_route_refuses_a_declared_length_over_its_own_limit(settings):
     settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
     client = Client(GiB)
-    status, _, body = _send(_scope("/api/v1/queries/import", 8 * MiB + MULTIPART_SLACK + 1, b"multipart/form-data; boundary=x"), client)
+    scope = _scope("/api/v1/queries/import", 8 * MiB + MULTIPART_SLACK + 1, b"multipart/form-data; boundary=x", (_signed_in(),))
+    status, _, body = _send(scope, client)
     assert status == 413
     assert client.receives == 0
     assert json.loads(body)["error"]["message"] == f"Request body is too large: the limit is {8 * MiB} bytes."
@@ -158,8 +191,9 @@ def _bytes_on_disk(folder: Path) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open temporary files through /proc")
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/v1/queries/import"])
 @pytest.mark.parametrize("declared", [GiB, None], ids=["content-length", "chunked"])
-def test_a_one_gib_post_writes_nothing_to_disk(declared, settings, tmp_path, monkeypatch):
+def test_a_one_gib_post_writes_nothing_to_disk(declared, path, settings, tmp_path, monkeypatch):
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
@@ -176,7 +210,7 @@ def test_a_one_gib_post_writes_nothing_to_disk(declared, settings, tmp_path, mon
             peak[name] = max(peak[name], _bytes_on_disk(folder))
 
     client = Client(GiB, on_receive=measure)
-    status, _, _ = _send(_scope("/v1/chat/completions", declared), client)
+    status, _, _ = _send(_scope(path, declared, b"multipart/form-data; boundary=x"), client)  # a stranger's
     measure()
     assert peak == before  # while the body arrived
     assert {"temp": _bytes_on_disk(temp), "data": _bytes_on_disk(data)} == before
