@@ -70,23 +70,21 @@ class ProductRouter:
         ``contexts[k]``: the earlier user turns of question ``k`` (a ``SearchContext``: its ``turns``
         and ``vectors``; None for an opener). A question the router places but is unsure of alone is
         ranked again blended with them, as ``serving.route`` does (``routing.ml.conversation``, at
-        ``ROUTING_CONTEXT_WEIGHT`` and ``ROUTING_CONTEXT_BELOW``); abstention reads the question alone.
+        ``CONTEXT_WEIGHT`` and ``CONTEXT_BELOW``); abstention reads the question alone.
         The expert the earlier turns route to stands in for a stored conversation's
         (``serving.route.earlier_expert``): it keeps the question unless another expert beats it by
-        ``CONVERSATION_STICKY_MARGIN``, and it answers a question the router abstains on. Columns
+        ``STICKY_MARGIN``, and it answers a question the router abstains on. Columns
         follow ``domains`` (0 for a domain the router was not trained on).
         """
-        from django.conf import settings
-
-        from routing.ml.conversation import DEFAULT_BELOW, DEFAULT_WEIGHT, blend, earlier_vector, unsure, within_question
+        from routing.ml import conversation as conversation_rule
+        from routing.ml.conversation import blend, earlier_vector, unsure, within_question
         from serving.conversations import sticky_order
 
         n = len(vectors)
         vectors, texts = np.asarray(vectors), list(texts)
         probs, scores = (np.asarray(a, dtype=np.float64) for a in self._scorer.scores(vectors, texts)) if n else (np.zeros((0, len(self.classes))), np.zeros(0))
         abstained = scores < self.threshold
-        weight = float(getattr(settings, "ROUTING_CONTEXT_WEIGHT", DEFAULT_WEIGHT))
-        below = float(getattr(settings, "ROUTING_CONTEXT_BELOW", DEFAULT_BELOW))
+        weight, below = conversation_rule.CONTEXT_WEIGHT, conversation_rule.CONTEXT_BELOW
         with_turns = [k for k in range(n) if contexts[k] is not None and contexts[k].vectors is not None and len(contexts[k].vectors)]
         rows = [k for k in with_turns if weight > 0 and not abstained[k] and unsure(probs[k], below)]
         if rows:
@@ -99,7 +97,7 @@ class ProductRouter:
             turn_probs, turn_scores = self._scorer.scores(means, [" ".join(contexts[k].turns) for k in with_turns])
             earlier = {k: int(np.argmax(p)) for k, p, sc in zip(with_turns, np.asarray(turn_probs), np.asarray(turn_scores), strict=True)
                        if sc >= self.threshold}
-        margin = float(settings.CONVERSATION_STICKY_MARGIN)
+        margin = conversation_rule.STICKY_MARGIN
         served: list[list[str]] = []
         for k in range(n):
             keep = self.classes[earlier[k]] if k in earlier else ""
@@ -149,7 +147,7 @@ def product_routes(dataset: Path, queries: list[dict[str, Any]], qx: np.ndarray,
     follow_ups = sum(contexts[i] is not None for i in rows)
     report = {
         "kind": "the product's router (train_text_router, the default variant, as evaluate router trains it; the documents as evidence when "
-                "ROUTER_KNOWLEDGE is on), unsure follow-ups ranked with the user's earlier turns (ROUTING_CONTEXT_WEIGHT, ROUTING_CONTEXT_BELOW)",
+                "ROUTER_KNOWLEDGE is on), unsure follow-ups ranked with the user's earlier turns (routing.ml.conversation's CONTEXT_WEIGHT, CONTEXT_BELOW)",
         "routed": len(rows), "follow_ups": int(follow_ups), "ranked_with_conversation": int(blended.sum()), "abstained": int(abstained.sum()),
         # Served "No expert covers this question" (abstained, no conversation expert to stay with, no fallback expert):
         # the routed modes search nothing for them.

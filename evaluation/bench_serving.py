@@ -39,6 +39,7 @@ from typing import Any
 from django.conf import settings
 
 from evaluation.datasets import read_queries
+from sbcommon import encoders
 from sbcommon.env import envbool
 
 READY_MARKER = ".bench-demo-ready"
@@ -61,14 +62,23 @@ def _env(var_dir: Path, **extra: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "switchboard.settings",
         "GENERATOR": "extractive",
         "PYTHONUNBUFFERED": "1",
-        # The encoder's ONNX export (keyed by the weights' checksum, never changed once made) is shared, not
-        # made again in every data folder and embedding space the bench loads.
-        "ENCODER_EXPORT_DIR": str(settings.ENCODER_EXPORT_DIR),
     })
-    for name in ("DATABASE_URL", "QDRANT_URL", "QDRANT_PATH", "ROUTER_DIR", "CELERY_BROKER_URL"):
+    for name in ("DATABASE_URL", "QDRANT_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)  # everything lives in the bench's own data folder
     env.update(extra)
+    _share_encoder_exports(var_dir)
     return env
+
+
+def _share_encoder_exports(var_dir: Path) -> None:
+    """The encoder's ONNX export (keyed by the weights' checksum, never changed once made) is shared, not made
+    again in every data folder the bench loads: the folder's ``models/encoders`` links to this process's."""
+    link, target = var_dir / "models" / "encoders", Path(settings.ENCODER_EXPORT_DIR)
+    if link.exists() or link.is_symlink():
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)
 
 
 def served_env(var_dir: Path, **extra: str) -> dict[str, str]:
@@ -549,10 +559,10 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
         "server_processes": workers,
         "torch_threads": settings.TORCH_THREADS,
         "encoder_threads": _serving_threads(),
-        "encoder_sub_batch": settings.ENCODER_SUB_BATCH,
+        "encoder_sub_batch": encoders.SUB_BATCH,
         "encoder_in_child_process": envbool("ENCODER_PROCESS", True),  # the server's view: switchboard.asgi defaults it on
-        "encoder_max_batch": settings.ENCODER_MAX_BATCH,
-        "encoder_max_wait_ms": settings.ENCODER_MAX_WAIT_MS,
+        "encoder_max_batch": encoders.MAX_BATCH,
+        "encoder_max_wait_ms": encoders.MAX_WAIT_MS,
         "server_encoder_batches": batches,
         # Texts the server encoded per request during the run: the question, and the sentences of
         # retrieved chunks not yet in the chunk sentence cache.

@@ -21,7 +21,7 @@ import numpy as np
 def bare_encoder(encoder: Any) -> Any:
     """The sentence encoder under any micro-batching or caching wrapper (``MicroBatchingEncoder.inner``).
 
-    The wrapper waits up to ``ENCODER_MAX_WAIT_MS`` for company and answers repeated texts from its
+    The wrapper waits up to ``sbcommon.encoders.MAX_WAIT_MS`` for company and answers repeated texts from its
     cache: both belong to serving under load, not to the cost of routing one question.
     """
     while getattr(encoder, "inner", None) is not None:

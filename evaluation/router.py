@@ -362,7 +362,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         methods["router_knowledge"] = with_knowledge.served(experts)
     say(f"measuring latency on {len(texts)} queries, one at a time")
     try:
-        latency = measure_latency(texts, methods, model_name, threads=int(getattr(settings, "TORCH_THREADS", 1) or 1), warmup=warmup)
+        latency = measure_latency(texts, methods, model_name, threads=settings.TORCH_THREADS or 1, warmup=warmup)
         knowledge_report = with_knowledge.report(split, latency["router_knowledge"]) if with_knowledge is not None else None
     finally:
         if with_knowledge is not None:

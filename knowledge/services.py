@@ -41,9 +41,12 @@ from sbcommon.encoders import embedding_space, get_encoder, tokenizer_words
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size, safe_filename
 
+from .ml import chunking, routed
+from .ml import conversation as search_conversation
 from .ml.chunking import Chunk, chunk_text, section_title
 from .ml.conversation import SearchContext, expand_query
 from .ml.distinct import DistinctWords
+from .ml.routed import routing_weights
 from .ml.sentences import pack_vectors, unpack_vectors
 from .ml.sparse import bm25_vector
 from .ml.spelling import Correction, Vocabulary
@@ -53,28 +56,11 @@ from .stores import Hit, PointRecord, VectorStore, get_store
 
 logger = logging.getLogger(__name__)
 POINT_NAMESPACE = uuid.UUID("6f1c1f6e-6c57-4d0c-9a55-9b1c2b3b6a11")
-# 1.0: every expert is always searched, those the router did not pick sharing its leftover probability
-# (continuous soft routing). Lower it to skip the others when the router is that sure (fewer searches).
-DEFAULT_WIDEN_BELOW = 1.0
-# Chosen on doc2dial's validation split (`evaluate retrieval` on val questions; hybrid nDCG@5 of the
-# product's routed top-2 search by power: 1.0 0.513, 0.7 0.514, 0.5 0.521, 0.35 0.519, 0.25 0.515;
-# the question-only routers' top-2: 0.482 / 0.493 / 0.497 / 0.502 / 0.500; flat 0.497).
-DEFAULT_WEIGHT_POWER = 0.5
-# The same power for a follow-up searched with its conversation's earlier turns: they already say what
-# the conversation is about, and the router's weights lost answers there. Chosen on doc2dial's validation
-# split with the product's path (`evaluate answers --split val --limit 0 --generators extractive --modes
-# auto`, RETRIEVAL_WEIGHT_POWER set to each value): routed extractive F1 on the 348 follow-ups by power
-# 0: 0.3363, 0.25: 0.3346, 0.5: 0.3307, 1: 0.3281 (paired against 0: 0.25 -0.0017 se 0.0038, 0.5 -0.0056
-# se 0.0043, 1 -0.0083 se 0.0046); the 69 openers, searched alone, changed 1 answer across the four. The
-# default is the largest power within one standard error of the best: the router keeps the most say that costs nothing measurable.
-DEFAULT_CONTEXT_WEIGHT_POWER = 0.25
-# A follow-up's search reads the user's earlier turns at this weight (knowledge.ml.conversation); chosen on
-# doc2dial's validation split (the figures are at RETRIEVAL_CONTEXT_WEIGHT in the settings).
-DEFAULT_CONTEXT_WEIGHT = 0.5
 MAX_FILES_PER_UPLOAD = 100
 CHUNK_SIZE_RANGE = (100, 8000)
 
-__all__ = ["DocumentInput", "ParseError"]  # re-exported: callers build documents through this module
+# Re-exported: callers build documents through this module, and the evaluations plan routed searches with it.
+__all__ = ["DocumentInput", "ParseError", "routing_weights"]
 
 
 def collection_name(expert: Expert) -> str:
@@ -88,8 +74,8 @@ def max_upload_bytes() -> int:
 
 
 def widen_below() -> float:
-    """Router confidence under which routed search widens to every expert (setting ``RETRIEVAL_WIDEN_BELOW``, default 1.0: always)."""
-    return float(getattr(settings, "RETRIEVAL_WIDEN_BELOW", DEFAULT_WIDEN_BELOW))
+    """Router confidence under which routed search widens to every expert (``knowledge.ml.routed.WIDEN_BELOW``; 1.0: always)."""
+    return routed.WIDEN_BELOW
 
 
 # --- documents -----------------------------------------------------------------------------------
@@ -129,15 +115,15 @@ def chunk_settings(expert: Expert) -> tuple[int, int]:
 
 
 def chunk_by_sections() -> bool:
-    """Whether documents are chunked by their sections (setting ``CHUNK_BY_SECTIONS``, default on)."""
-    return bool(getattr(settings, "CHUNK_BY_SECTIONS", True))
+    """Whether documents are chunked by their sections (``knowledge.ml.chunking.CHUNK_BY_SECTIONS``)."""
+    return chunking.CHUNK_BY_SECTIONS
 
 
 def chunk_document(title: str, text: str, size: int, overlap: int, sections: bool | None = None) -> list[tuple[Chunk, str]]:
     """A document's chunks, each with its title: "Document — Section" when chunking by sections, else the document's.
 
     The title is what the chunk's embedding and BM25 terms start with and what its citation shows.
-    ``sections`` None: ``CHUNK_BY_SECTIONS``.
+    ``sections`` None: ``chunk_by_sections()``.
     """
     sections = chunk_by_sections() if sections is None else sections
     chunks = chunk_text(text, size=size, overlap=overlap, sections=sections)
@@ -614,46 +600,19 @@ def search_expert(expert: Expert, question: str, limit: int = 5, query_vector: l
 
 
 def context_weight() -> float:
-    """How much a conversation's earlier user turns count in its follow-up's search (setting ``RETRIEVAL_CONTEXT_WEIGHT``)."""
-    return float(getattr(settings, "RETRIEVAL_CONTEXT_WEIGHT", DEFAULT_CONTEXT_WEIGHT))
+    """How much a conversation's earlier user turns count in its follow-up's search (``knowledge.ml.conversation.CONTEXT_WEIGHT``)."""
+    return search_conversation.CONTEXT_WEIGHT
 
 
 def weight_power(widened: bool = False) -> float:
-    """How much the router's probabilities weigh in routed search: ``RETRIEVAL_WEIGHT_POWER`` for a question
-    searched alone, ``RETRIEVAL_CONTEXT_WEIGHT_POWER`` for one ``widened`` with its conversation's earlier turns."""
-    if widened:
-        return float(getattr(settings, "RETRIEVAL_CONTEXT_WEIGHT_POWER", DEFAULT_CONTEXT_WEIGHT_POWER))
-    return float(getattr(settings, "RETRIEVAL_WEIGHT_POWER", DEFAULT_WEIGHT_POWER))
+    """How much the router's probabilities weigh in routed search (``knowledge.ml.routed``): ``WEIGHT_POWER`` for a
+    question searched alone, ``CONTEXT_WEIGHT_POWER`` for one ``widened`` with its conversation's earlier turns."""
+    return routed.CONTEXT_WEIGHT_POWER if widened else routed.WEIGHT_POWER
 
 
 def widens(context: SearchContext | None) -> bool:
     """Whether a search with ``context`` reads the conversation's earlier turns (``expand_query`` widens its query)."""
     return context is not None and not context.empty
-
-
-def routing_weights(chosen: list[str], weights: list[float] | None, others: list[str], threshold: float,
-                    power: float | None = None) -> dict[str, float]:
-    """Collection weights for a routed search: the router's probabilities, widened when it is unsure, tempered.
-
-    The chosen collections get their router probability. If those add up to less than
-    ``threshold``, the router leaves real probability on the other experts, so they are searched
-    too, sharing what is left; at the limit (a router that knows nothing) this is the flat search.
-    Each weight is then raised to ``power`` (default ``weight_power()``): below 1 a confident
-    router's second expert keeps more of its say (0: the flat search; 1: the probabilities as
-    they are). Without weights every chosen collection counts the same and nothing widens.
-    """
-    if weights is None:
-        return dict.fromkeys(chosen, 1.0)
-    out = {name: max(0.0, float(w)) for name, w in zip(chosen, weights, strict=True)}
-    mass = sum(out.values())
-    rest = [name for name in others if name not in out]
-    if rest and mass < threshold:
-        share = max(0.0, 1.0 - mass) / len(rest)
-        out.update(dict.fromkeys(rest, share))
-    if not any(w > 0 for w in out.values()):
-        return dict.fromkeys(out, 1.0)
-    power = weight_power() if power is None else float(power)
-    return {name: w**power if w > 0 else 0.0 for name, w in out.items()}
 
 
 def search_collections(store: VectorStore, weights: dict[str, float], dense: list[float], indices: list[int], values: list[float],
@@ -673,7 +632,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     cosines over all collections, BM25 with IDF over all of them) before fusing, instead of fusing
     each collection's own ranks (every collection has a rank 1). A chunk's score is then its RRF
     score times its expert's weight: the router's probability that the answer lives there. When
-    the chosen experts' probabilities add up to less than ``RETRIEVAL_WIDEN_BELOW`` the other
+    the chosen experts' probabilities add up to less than ``widen_below()`` the other
     active experts are searched too with the probability left over, so an unsure router degrades
     to the flat search instead of losing the answer.
 

@@ -41,6 +41,7 @@ from experts.selectors import experts_by_slug, serving_version
 from knowledge import services as knowledge
 from knowledge.stores import StoreUnavailable
 from routing.experiments.assignment import ArmAssignment, assign
+from routing.ml import conversation as conversation_rule
 from sbcommon.encoders import EncoderUnavailable, get_encoder
 
 from . import answer_cache, conversations, events, traces
@@ -346,7 +347,7 @@ class ChatTurn:
                 self.fallback_used = True
                 return [d.fallback]
             return []
-        ranked, self.sticky = conversations.sticky_order(d.failover, expert, float(settings.CONVERSATION_STICKY_MARGIN))
+        ranked, self.sticky = conversations.sticky_order(d.failover, expert, conversation_rule.STICKY_MARGIN)
         return [str(e["slug"]) for e in ranked]
 
     def _earlier_expert(self) -> str:

@@ -3,7 +3,7 @@
 A conversation keeps no text. Each answered turn appends the question's embedding (float16,
 base64: ~1 KB a turn, the last ``CONTEXT_TURNS`` kept) and the expert that answered; the next turn
 routes with those embeddings as the router's context and, unless another expert beats the
-conversation's expert by ``CONVERSATION_STICKY_MARGIN``, is answered by the same expert, so answers
+conversation's expert by ``routing.ml.conversation.STICKY_MARGIN``, is answered by the same expert, so answers
 do not flip between experts mid-conversation. Rows expire ``CONVERSATION_TTL_HOURS`` after their
 last turn; ``purge_expired`` (``routing.retention.purge_expired_conversations``, run daily by the
 ``event_retention`` schedule) deletes them.

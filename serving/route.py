@@ -67,11 +67,10 @@ _router_lock = threading.Lock()
 
 def _arbiter_for(version: RouterVersion) -> Arbiter:
     threshold = (version.metrics or {}).get("abstain_threshold")
-    penalty = getattr(settings, "ROUTER_LOAD_PENALTY", None)
     return Arbiter(
-        window=LoadWindow(int(getattr(settings, "ROUTER_LOAD_WINDOW", 500))),
-        load_penalty=None if penalty in (None, "") else float(penalty),
-        capacity=float(getattr(settings, "ROUTER_CAPACITY", 1.0)),
+        window=LoadWindow(settings.ROUTER_LOAD_WINDOW),
+        load_penalty=settings.ROUTER_LOAD_PENALTY,
+        capacity=settings.ROUTER_CAPACITY,
         abstain_threshold=None if threshold is None else float(threshold),
     )
 
@@ -284,11 +283,10 @@ def _with_conversation(version: RouterVersion, router: TextRouter, vector: np.nd
     """The ranking of a follow-up the router is unsure of alone, read with the conversation's earlier turns.
 
     Returns (scored, probabilities, knowledge evidence, the turns' embeddings, what the question alone
-    said), or None: no conversation, the rule is off (``ROUTING_CONTEXT_WEIGHT`` 0), the router is
+    said), or None: no conversation, the rule is off (``routing.ml.conversation.CONTEXT_WEIGHT`` 0), the router is
     sure of the question alone, or the turns cannot be encoded (the question's ranking stands).
     """
-    weight = float(getattr(settings, "ROUTING_CONTEXT_WEIGHT", conversation_rule.DEFAULT_WEIGHT))
-    below = float(getattr(settings, "ROUTING_CONTEXT_BELOW", conversation_rule.DEFAULT_BELOW))
+    weight, below = conversation_rule.CONTEXT_WEIGHT, conversation_rule.CONTEXT_BELOW
     texts = [clean_question(c) for c in (context or []) if c and c.strip()][-CONTEXT_TURNS:]
     if weight <= 0 or not (texts or (context_vectors is not None and len(context_vectors))) or not conversation_rule.unsure(probs, below):
         return None

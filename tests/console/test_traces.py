@@ -300,11 +300,12 @@ def test_a_follow_up_ranked_with_its_conversation_says_so_on_its_trace(client, w
     assert "The conversation pointed to <strong>va</strong>, which this question on its own rules out (0.00)" in shown
 
 
-def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(client, world, settings):
+def test_an_answer_kept_with_the_conversations_expert_says_so_on_its_trace(client, world, monkeypatch):
+    from routing.ml import conversation as conversation_rule
     from serving.chat import ChatResult
 
     _, staff = world
-    settings.CONVERSATION_STICKY_MARGIN = 0.15
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.15)
     decision = Decision(experts=[{"slug": "ssa", "score": 0.6}, {"slug": "dmv", "score": 0.4}], router_version=3, embed_ms=1, route_ms=1,
                         raw_scores={"ssa": 0.6, "dmv": 0.4}, score=0.95, threshold=0.3)
     result = ChatResult(answer="...", expert="dmv", decision=decision, citations=[], passages=[], grounded=True, mode="auto", timings={},

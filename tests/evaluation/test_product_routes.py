@@ -6,6 +6,7 @@ import numpy as np
 
 from evaluation import abstentions
 from knowledge.ml.conversation import SearchContext
+from routing.ml import conversation as conversation_rule
 
 
 class ByAxis(abstentions.ProductRouter):
@@ -25,8 +26,10 @@ def unit(*v):
     return v / np.linalg.norm(v)
 
 
-def test_an_unsure_follow_up_is_ranked_with_its_turns_and_abstentions_read_the_question_alone(settings):
-    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW, settings.CONVERSATION_STICKY_MARGIN = 3.0, 0.6, 0.15
+def test_an_unsure_follow_up_is_ranked_with_its_turns_and_abstentions_read_the_question_alone(monkeypatch):
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 3.0)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_BELOW", 0.6)
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.15)
     router = ByAxis()
     about_ssa = SearchContext(turns=("my pension",), vectors=unit(0, 1, 0)[None, :], weight=1.0)
     about_weather = SearchContext(turns=("the weather",), vectors=unit(0, 1, 0)[None, :], weight=1.0)
@@ -42,7 +45,7 @@ def test_an_unsure_follow_up_is_ranked_with_its_turns_and_abstentions_read_the_q
     # Serving's order: a sure question leaves the conversation's expert; an abstained one stays with it, alone; earlier
     # questions the router places nowhere (the weather) stand in for nothing: no expert answers.
     assert ranking.served == [[1, 0], [0, 1], [1, 0], [0], []]
-    settings.ROUTING_CONTEXT_WEIGHT = 0
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 0)
     alone = router.route(vectors, texts, contexts, ["ssa", "dmv"])
     assert not alone.blended.any()
     assert int(np.argmax(alone.probs[1])) == 1

@@ -6,13 +6,15 @@ import pytest
 
 from experts.models import Expert
 from knowledge import services
+from knowledge.ml import conversation as search_conversation
+from knowledge.ml import routed
 from knowledge.services import routing_weights
 
 pytestmark = pytest.mark.django_db
 
 
 def test_by_default_the_others_share_whatever_probability_the_router_left():
-    weights = routing_weights(["a", "b"], [0.9, 0.08], ["a", "b", "c"], threshold=services.DEFAULT_WIDEN_BELOW, power=1.0)
+    weights = routing_weights(["a", "b"], [0.9, 0.08], ["a", "b", "c"], threshold=routed.WIDEN_BELOW, power=1.0)
 
     assert weights == {"a": 0.9, "b": 0.08, "c": pytest.approx(0.02)}
 
@@ -27,8 +29,8 @@ def test_a_sure_router_does_not_widen_below_the_threshold():
     assert routing_weights(["a", "b"], [0.95, 0.04], ["a", "b", "c"], threshold=0.9, power=1.0) == {"a": 0.95, "b": 0.04}
 
 
-def test_the_weights_are_tempered_by_the_configured_power(settings):
-    settings.RETRIEVAL_WEIGHT_POWER = 0.5
+def test_the_weights_are_tempered_by_the_configured_power(monkeypatch):
+    monkeypatch.setattr(routed, "WEIGHT_POWER", 0.5)
     weights = routing_weights(["a", "b"], [0.81, 0.09], ["a", "b", "c"], threshold=1.0)
     assert weights == {"a": pytest.approx(0.9), "b": pytest.approx(0.3), "c": pytest.approx(0.1 ** 0.5)}
     assert routing_weights(["a", "b"], [0.81, 0.09], ["a", "b", "c"], threshold=1.0, power=0.0) == {"a": 1.0, "b": 1.0, "c": 1.0}
@@ -66,9 +68,9 @@ def test_a_near_even_split_lets_the_better_match_win(three):
     assert hits[0].payload["expert"] == "ssa"
 
 
-def test_routed_search_widens_to_experts_the_router_did_not_pick(three, settings):
+def test_routed_search_widens_to_experts_the_router_did_not_pick(three, monkeypatch):
     dmv, _ssa, _va = three
-    settings.RETRIEVAL_WIDEN_BELOW = 0.9
+    monkeypatch.setattr(routed, "WIDEN_BELOW", 0.9)
 
     narrow = services.search_experts([dmv], "GI Bill education veterans", weights=[0.95], limit=3)
     wide = services.search_experts([dmv], "GI Bill education veterans", weights=[0.5], limit=3)
@@ -99,9 +101,9 @@ def test_no_experts_no_hits(kb):
     assert services.search_experts([], "anything") == []
 
 
-def test_widening_never_reaches_past_the_callers_scope(three, settings):
+def test_widening_never_reaches_past_the_callers_scope(three, monkeypatch):
     """An API key scoped to some experts must not get passages from the others, even when the router is unsure."""
-    settings.RETRIEVAL_WIDEN_BELOW = 1.0
+    monkeypatch.setattr(routed, "WIDEN_BELOW", 1.0)
     dmv, _ssa, _va = three
 
     unscoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10)
@@ -117,7 +119,7 @@ def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
 
     experts = list(three)
 
-    def first(turns: tuple[str, ...], weight: float = services.DEFAULT_CONTEXT_WEIGHT) -> str:
+    def first(turns: tuple[str, ...], weight: float = search_conversation.CONTEXT_WEIGHT) -> str:
         context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=weight)
         return services.search_experts(experts, "can I apply online", context=context)[0].payload["expert"]
 
@@ -127,27 +129,20 @@ def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
     assert first(("my retirement from social security",), weight=0.0) == alone  # weight 0: the question alone
 
 
-def test_a_follow_up_searched_with_its_conversation_weighs_the_router_by_the_context_power(three, settings):
-    """The earlier turns say which expert the conversation is about: there the router's weights count by RETRIEVAL_CONTEXT_WEIGHT_POWER."""
+def test_a_follow_up_searched_with_its_conversation_weighs_the_router_by_the_context_power(three, monkeypatch):
+    """The earlier turns say which expert the conversation is about: there the router's weights count by CONTEXT_WEIGHT_POWER."""
     from knowledge.ml.conversation import SearchContext
 
     dmv, ssa, _va = three
     turns = ("I served in the army, what about the GI Bill for veterans",)
-    context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=services.DEFAULT_CONTEXT_WEIGHT)
-    settings.RETRIEVAL_WEIGHT_POWER, settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = 1.0, 0.0
+    context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=search_conversation.CONTEXT_WEIGHT)
+    monkeypatch.setattr(routed, "WEIGHT_POWER", 1.0)
+    monkeypatch.setattr(routed, "CONTEXT_WEIGHT_POWER", 0.0)
 
     def first(**kwargs) -> str:
         return services.search_experts([dmv, ssa], "can I apply online", weights=[0.98, 0.01], **kwargs)[0].payload["expert"]
 
     assert first() == "dmv"  # asked alone: the router's 0.98 as it is
     assert first(context=context) == "va"  # with the conversation: every collection alike, the turns decide
-    settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = 1.0
+    monkeypatch.setattr(routed, "CONTEXT_WEIGHT_POWER", 1.0)
     assert first(context=context) == "dmv"
-
-
-def test_manage_check_refuses_a_negative_or_nan_power(settings):
-    from knowledge.checks import weight_power_check
-
-    assert weight_power_check() == []
-    settings.RETRIEVAL_WEIGHT_POWER, settings.RETRIEVAL_CONTEXT_WEIGHT_POWER = -1.0, float("nan")
-    assert [e.msg.split(" is ")[0] for e in weight_power_check()] == ["RETRIEVAL_WEIGHT_POWER", "RETRIEVAL_CONTEXT_WEIGHT_POWER"]

@@ -1,4 +1,4 @@
-"""Indexed chunks carry their section's title, the page's address and source; search can re-score by sentences."""
+"""Indexed chunks carry their section's title, the page's address and source."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import pytest
 
 from knowledge import services
+from knowledge.ml import chunking
 from knowledge.models import Document
 
 pytestmark = pytest.mark.django_db
@@ -34,8 +35,8 @@ def test_each_chunk_is_titled_by_its_document_and_section(kb, dmv):
     assert Document.objects.get().chunk_count == 2
 
 
-def test_chunking_by_paragraphs_keeps_the_document_title(kb, dmv, settings):
-    settings.CHUNK_BY_SECTIONS = False
+def test_chunking_by_paragraphs_keeps_the_document_title(kb, dmv, monkeypatch):
+    monkeypatch.setattr(chunking, "CHUNK_BY_SECTIONS", False)
     ingest_jsonl(dmv, {"id": "renew", "title": "Renew non-driver ID card", "text": GUIDE})
 
     assert {h.payload["title"] for h in services.search_expert(dmv, "renew", limit=10)} == {"Renew non-driver ID card"}

@@ -169,7 +169,7 @@ def test_bench_chat_runs_the_probe_on_the_demos_data_and_reports_its_best_round(
     assert argv[1:] == ["-m", "evaluation.chat_probe", "50", "2", "4"]
     assert env["VAR_DIR"] == str(tmp_path)
     assert env["ENCODER_PROCESS"] == "1"  # the encoder in its own child, as served: its CPU is not the web process's
-    assert env["EVENTS_SYNC"] == "0"  # events written behind the request, as a bench server writes them
+    assert env["CELERY_TASK_ALWAYS_EAGER"] == "0"  # so events are written behind the request (EVENTS_SYNC follows it), as a bench server writes them
     assert report["cpu_ms_per_request"] == 4.5
     assert report["cpu_ms_by_round"] == [4.9, 4.5]
 

@@ -100,8 +100,10 @@ def test_serving_processes_get_the_child_behind_the_vector_cache(monkeypatch, se
             pass
 
     monkeypatch.setattr(encoders, "ProcessEncoder", FakeProcessEncoder)
-    settings.ENCODER_PROCESS, settings.ENCODER_THREADS, settings.ENCODER_CACHE_SIZE = True, 2, 100
-    settings.ENCODER_MAX_BATCH, settings.ENCODER_MAX_WAIT_MS = 16, 3.0
+    settings.ENCODER_PROCESS, settings.ENCODER_THREADS = True, 2
+    monkeypatch.setattr(encoders, "CACHE_SIZE", 100)
+    monkeypatch.setattr(encoders, "MAX_BATCH", 16)
+    monkeypatch.setattr(encoders, "MAX_WAIT_MS", 3.0)
     built = encoders._build_encoder("some-model", 1)
     assert made == [{"name": "some-model", "threads": 2, "max_batch": 16, "max_wait_ms": 3.0}]
     assert isinstance(built, encoders.MicroBatchingEncoder)

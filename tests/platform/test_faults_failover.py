@@ -21,6 +21,7 @@ from experts.ml.extractive import Passage
 from experts.ml.prompting import build_messages
 from experts.models import Expert
 from knowledge import services as knowledge
+from knowledge.ml import routed
 from knowledge.parsers import DocumentInput
 from knowledge.stores import get_store
 from routing.models import RoutingEvent
@@ -43,7 +44,7 @@ def indexed(router, encoder, settings, tmp_path, monkeypatch, no_experiment):  #
     settings.QDRANT_PATH = str(tmp_path / "qdrant")
     settings.GENERATOR = "extractive"
     settings.EXTRACTIVE_MIN_SCORE = 0.0
-    settings.RETRIEVAL_WIDEN_BELOW = 0.0
+    monkeypatch.setattr(routed, "WIDEN_BELOW", 0.0)
     get_store.cache_clear()
     monkeypatch.setattr(knowledge, "get_encoder", lambda *a, **k: encoder)
     for slug, text in DOCS.items():
@@ -131,8 +132,8 @@ def test_text_in_a_document_that_gives_orders_is_shown_as_data_and_changes_nothi
 
 
 @pytest.mark.parametrize("weights", [None, [1.0]])
-def test_one_experts_search_never_returns_another_experts_chunks(indexed, weights, settings):
-    settings.RETRIEVAL_WIDEN_BELOW = 1.0  # the default: routed searches may widen, one expert's search does not
+def test_one_experts_search_never_returns_another_experts_chunks(indexed, weights, monkeypatch):
+    monkeypatch.setattr(routed, "WIDEN_BELOW", 1.0)  # the default: routed searches may widen, one expert's search does not
     dmv = Expert.objects.get(slug="dmv")
     for question in ("pension payments state pension age ssa-4412", "veteran benefits va-9055", "licence"):
         hits = knowledge.search_experts([dmv], question, limit=10, weights=weights)

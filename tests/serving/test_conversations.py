@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from knowledge.ml import conversation as search_conversation
+from routing.ml import conversation as conversation_rule
 from routing.models import Conversation, RoutingEvent
 from serving import chat as serving_chat
 from serving import conversations, route
@@ -129,16 +131,16 @@ def test_the_requests_earlier_messages_are_left_out_too_when_the_router_places_t
     assert meta["conversation_search"]["left_out"] == 2
 
 
-def test_a_zero_context_weight_searches_the_question_alone(serving, client, searches, settings):
-    settings.RETRIEVAL_CONTEXT_WEIGHT = 0.0
+def test_a_zero_context_weight_searches_the_question_alone(serving, client, searches, monkeypatch):
+    monkeypatch.setattr(search_conversation, "CONTEXT_WEIGHT", 0.0)
     history = [{"role": "user", "content": "how do I renew my licence"}]
     assert "conversation_search" not in chat(client, "what does renewing my licence cost", model="auto", history=history).json()["switchboard"]
     assert searches[-1] is None
 
 
-def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(serving, client, settings):
-    settings.CONVERSATION_STICKY_MARGIN = 0.5
-    settings.ROUTING_CONTEXT_WEIGHT = 0  # the router ranks the question alone: stickiness decides
+def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(serving, client, monkeypatch):
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.5)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 0)  # the router ranks the question alone: stickiness decides
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     response = chat(client, "licence and pension", conversation_id=conversation_id)  # dmv first by ~0.33
     meta = response.json()["switchboard"]
@@ -148,18 +150,18 @@ def test_the_conversations_expert_is_kept_when_another_is_only_slightly_better(s
     assert RoutingEvent.objects.get(request_id=response.json()["id"]).trace["kept_by_conversation"]["from"] == "stored"
 
 
-def test_a_clearly_better_expert_takes_the_conversation_over(serving, client, settings):
-    settings.CONVERSATION_STICKY_MARGIN = 0.15
-    settings.ROUTING_CONTEXT_WEIGHT = 0  # the router ranks the question alone: stickiness decides
+def test_a_clearly_better_expert_takes_the_conversation_over(serving, client, monkeypatch):
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.15)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 0)  # the router ranks the question alone: stickiness decides
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
     assert (meta["expert"], meta["sticky"]) == ("dmv", False)
     assert Conversation.objects.get(conversation_id=conversation_id).expert == "dmv"
 
 
-def test_an_unsure_follow_up_is_ranked_with_the_stored_conversations_questions(serving, client, settings):
-    settings.CONVERSATION_STICKY_MARGIN = 0.0  # stickiness alone would hand it to dmv, ranked first alone
-    settings.ROUTING_CONTEXT_BELOW = 0.8  # "licence and pension" gets ~0.67 alone: unsure under this threshold
+def test_an_unsure_follow_up_is_ranked_with_the_stored_conversations_questions(serving, client, monkeypatch):
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.0)  # stickiness alone would hand it to dmv, ranked first alone
+    monkeypatch.setattr(conversation_rule, "CONTEXT_BELOW", 0.8)  # "licence and pension" gets ~0.67 alone: unsure under this threshold
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]
     assert (meta["experts"][0]["slug"], meta["expert"], meta["sticky"]) == ("ssa", "ssa", False)
@@ -167,9 +169,9 @@ def test_an_unsure_follow_up_is_ranked_with_the_stored_conversations_questions(s
     assert meta["routing_evidence"]["conversation"]["question_alone"]["expert"] == "dmv"
 
 
-def test_a_request_that_sends_its_conversation_keeps_the_expert_its_earlier_questions_route_to(serving, client, searches, settings):
-    settings.CONVERSATION_STICKY_MARGIN = 0.5
-    settings.ROUTING_CONTEXT_WEIGHT = 0  # the question is ranked alone: dmv first by ~0.33
+def test_a_request_that_sends_its_conversation_keeps_the_expert_its_earlier_questions_route_to(serving, client, searches, monkeypatch):
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.5)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 0)  # the question is ranked alone: dmv first by ~0.33
     history = [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "Sure."}]
     response = chat(client, "licence and pension", model="auto", history=history)
     meta = response.json()["switchboard"]
@@ -200,8 +202,8 @@ def test_a_conversation_started_with_another_key_is_refused(serving):
         serving_chat.answer("my pension", conversation_id="shared", api_key_id=2)
 
 
-def test_an_expired_conversation_starts_over_and_is_purged(serving, client, settings):
-    settings.CONVERSATION_STICKY_MARGIN = 0.5
+def test_an_expired_conversation_starts_over_and_is_purged(serving, client, monkeypatch):
+    monkeypatch.setattr(conversation_rule, "STICKY_MARGIN", 0.5)
     conversation_id = chat(client, "my pension").json()["switchboard"]["conversation_id"]
     Conversation.objects.filter(conversation_id=conversation_id).update(expires_at=timezone.now() - timedelta(seconds=1))
     meta = chat(client, "licence and pension", conversation_id=conversation_id).json()["switchboard"]

@@ -16,6 +16,7 @@ import torch
 from experts.models import Expert
 from knowledge.ml.distinct import DistinctWords
 from routing import services
+from routing.ml import conversation as conversation_rule
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 from serving import chat, route, traces
@@ -309,9 +310,10 @@ def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_oth
 
 
 @pytest.fixture
-def unsure_below(settings):
+def unsure_below(monkeypatch):
     """The fixture's "licence and pension" gets ~0.67 alone: a threshold above it makes it an unsure question."""
-    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = 3.0, 0.8
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 3.0)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_BELOW", 0.8)
 
 
 def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, encoder, unsure_below):
@@ -332,7 +334,7 @@ def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, encode
     assert stored.raw_scores == follow_up.raw_scores
 
 
-def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_not_encoded(router, encoder, settings, unsure_below):
+def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_not_encoded(router, encoder, monkeypatch, unsure_below):
     sure = route.route("renew my licence", context=["my pension"])
     assert sure.experts[0]["slug"] == "dmv"
     assert sure.conversation is None
@@ -341,9 +343,10 @@ def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_no
     off_topic = route.route("the weather tomorrow", context=["my pension"])
     assert off_topic.abstained
     assert off_topic.conversation is None
-    settings.ROUTING_CONTEXT_WEIGHT = 0
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 0)
     assert route.route("licence and pension", context=["my pension"]).experts[0]["slug"] == "dmv"
-    settings.ROUTING_CONTEXT_WEIGHT, settings.ROUTING_CONTEXT_BELOW = 3.0, 0.6  # 0.67 alone is sure enough
+    monkeypatch.setattr(conversation_rule, "CONTEXT_WEIGHT", 3.0)
+    monkeypatch.setattr(conversation_rule, "CONTEXT_BELOW", 0.6)  # 0.67 alone is sure enough
     assert route.route("licence and pension", context=["my pension"]).conversation is None
 
 
