@@ -662,7 +662,6 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
             "train_limit": config.train_limit, "modes": modes, "base_model": settings.BASE_MODEL,
             "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
             "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
-            "extractive_sentence_weights": settings.EXTRACTIVE_SENTENCE_WEIGHTS or "default",
             "extractive_sentence_scorer": ctx["scorer_spec"],
             "widen_below": threshold, "weight_power": weight_power(), "context_weight_power": weight_power(widened=True), "chunks": corpus.chunks,
             "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,

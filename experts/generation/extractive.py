@@ -41,11 +41,10 @@ def clear_chunk_caches() -> None:
         _caches.clear()
 
 
-def scorer_spec(config: Any = settings) -> str | dict[str, Any] | None:
-    """The sentence scorer the settings name (``sentence_scorer.load_scorer``): ``EXTRACTIVE_SENTENCE_WEIGHTS``
-    (linear weights) where set, else ``EXTRACTIVE_SENTENCE_SCORER`` (the shipped network by default)."""
-    weights = getattr(config, "EXTRACTIVE_SENTENCE_WEIGHTS", None)
-    return weights if weights is not None else getattr(config, "EXTRACTIVE_SENTENCE_SCORER", "default")
+def scorer_spec(config: Any = settings) -> str:
+    """The sentence scorer the settings name (``sentence_scorer.load_scorer``): ``EXTRACTIVE_SENTENCE_SCORER``,
+    the shipped network (``"default"``) or the path of one fitted on your own data."""
+    return str(config.EXTRACTIVE_SENTENCE_SCORER)
 
 
 def _embedder(request: GenerationRequest, encoder: Any) -> Callable[[list[str]], np.ndarray]:

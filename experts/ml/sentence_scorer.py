@@ -21,14 +21,12 @@ weights``, or a small network over the same features) over:
   candidates: ``compare_candidates`` fills it once every passage's rows are in.
 
 ``HAND_SET`` is the scorer the extractive answer used before (cosine, 0.15 x overlap and a 0.02
-preference per better passage rank). ``DEFAULT_WEIGHTS`` were fitted by ``fit_weights`` on the
-train split of doc2dial (its 2,379 questions with gold answers; the sentences of the top three
-passages the product's routed search returns), with the targets and pull chosen on its
-validation split. ``manage.py evaluate sentences`` reproduces the fit and scores every scorer:
-the sentence these weights pick has token F1 0.295 against the gold answer on validation and 0.282
-on test (hand-set: 0.252 and 0.246; the best sentence within reach: 0.464 and 0.460). The features
-say nothing about any domain, so the weights carry over; a dataset of a different kind can be
-refitted the same way (``EXTRACTIVE_SENTENCE_WEIGHTS``).
+preference per better passage rank). ``fit_weights`` fits linear weights by a listwise objective;
+fitted on the train split of doc2dial (its 2,379 questions with gold answers; the sentences of the
+top three passages the product's routed search returns), the sentence they pick has token F1 0.295
+against the gold answer on validation and 0.282 on test (hand-set: 0.252 and 0.246; the best
+sentence within reach: 0.464 and 0.460). The product served those weights until the network below
+beat them; ``manage.py evaluate sentences`` keeps both linear scorers as its baselines.
 
 A linear score cannot say "a high cosine matters less in a low-ranked passage" or "a short sentence
 after a question is the answer only when it is close to the question". ``MlpScorer`` can: one
@@ -73,24 +71,16 @@ FEATURES = ("cosine", "overlap", "passage_rank", "first_in_passage", "heading", 
 # cosine 0.3056; the sentence's position 0.3058; pairs of these no better than ``overlap_gap`` alone.
 LISTWISE = ("overlap_gap",)
 HAND_SET = {"cosine": 1.0, "overlap": 0.15, "passage_rank": -0.02}
-# Fitted on doc2dial's train split; soft targets and no pull chosen on its validation split (see the module).
-DEFAULT_WEIGHTS = {
-    "cosine": 1.82, "overlap": 0.795, "passage_rank": -0.158, "first_in_passage": 0.439, "heading": 0.007,
-    "question": -0.501, "log_words": 0.522, "previous_cosine": 1.074, "after_question": 0.166,
-}
 _ENDS_SENTENCE = (".", "!", "?", ":", ";", ")")
 # Chosen on doc2dial's validation split (the refit's picked F1 there by cap, with routed search
 # weighing collections by the plain probabilities: none 0.288, 60 0.291, 40 0.290, 30 0.292,
 # 25 0.293, 20 0.287, 15 0.288).
 WORDS_CAP = 25
 _COLUMN = {name: j for j, name in enumerate(FEATURES)}
-_DEFAULT_VECTOR = np.array([float(DEFAULT_WEIGHTS.get(name, 0.0)) for name in FEATURES])
 
 
-def weight_vector(weights: dict[str, float] | None = None) -> np.ndarray:
-    """``weights`` (default: ``DEFAULT_WEIGHTS``) in ``FEATURES`` order; a feature not named weighs 0."""
-    if weights is None:
-        return _DEFAULT_VECTOR
+def weight_vector(weights: dict[str, float]) -> np.ndarray:
+    """``weights`` in ``FEATURES`` order; a feature not named weighs 0."""
     unknown = set(weights) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown sentence features {sorted(unknown)}; known: {', '.join(FEATURES)}")
@@ -381,19 +371,17 @@ def scorer_file(path: str | Path) -> MlpScorer:
 
 def load_scorer(spec: SentenceModel | str | dict[str, Any] | None = None) -> SentenceModel:
     """The sentence scorer ``spec`` names: a scorer itself as it is, None or ``"default"`` the shipped network (``DEFAULT_SCORER_FILE``),
-    ``"linear"`` the linear ``DEFAULT_WEIGHTS``, an object of numbers by feature a linear scorer with those
-    weights, an object with ``"kind": "mlp"`` a network (``MlpScorer.to_dict``), any other string the path of a
-    file holding one. Raises ValueError for anything else."""
+    any other string the path of a file holding a network, an object with ``"kind": "mlp"`` a network
+    (``MlpScorer.to_dict``), an object of numbers by feature a linear scorer with those weights (the baselines of
+    ``evaluate sentences``). Raises ValueError for anything else."""
     if hasattr(spec, "score"):
         return spec  # type: ignore[return-value]
     if spec is None or spec == "default":
         return scorer_file(DEFAULT_SCORER_FILE)
-    if spec == "linear":
-        return LinearScorer(_DEFAULT_VECTOR)
     if isinstance(spec, str):
         return scorer_file(spec)
     if isinstance(spec, dict) and spec.get("kind") == "mlp":
         return MlpScorer.from_dict(spec)
     if isinstance(spec, dict) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in spec.values()):
         return LinearScorer(weight_vector(spec))
-    raise ValueError('a sentence scorer is "default", "linear", a JSON object of numbers by feature, a saved network, or the path of one')
+    raise ValueError('a sentence scorer is "default", a saved network or the path of one, or a JSON object of numbers by feature')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sbcommon.env import envbool, envfloat, envint, envjson, envlist, envstr
+from sbcommon.env import envbool, envfloat, envint, envlist, envstr
 
 from .core import VAR_DIR
 
@@ -90,12 +90,9 @@ EXTRACTIVE_MAX_SENTENCES = envint("EXTRACTIVE_MAX_SENTENCES", 1)
 # experts.ml.sentence_scorer.FEATURES. "default": the small network shipped in
 # experts/ml/sentence_scorer.json, fitted on doc2dial's train split and chosen over the linear weights
 # on its validation split (first choice's token F1 0.319 against 0.295: `manage.py evaluate sentences`);
-# "linear": the linear weights fitted there (sentence_scorer.DEFAULT_WEIGHTS); or the path of a network
+# or the path of a network
 # `manage.py evaluate sentences --dataset YOUR_DATA --save-scorer FILE` fitted on your answered questions.
 EXTRACTIVE_SENTENCE_SCORER = envstr("EXTRACTIVE_SENTENCE_SCORER", "default")
-# Linear weights by feature as a JSON object (e.g. the "refit" weights `evaluate sentences` prints); when
-# set they are the scorer, whatever EXTRACTIVE_SENTENCE_SCORER says.
-EXTRACTIVE_SENTENCE_WEIGHTS = envjson("EXTRACTIVE_SENTENCE_WEIGHTS", None)
 # Sentence vectors of retrieved chunks kept per process by the extractive generator (chunks; 0 = off).
 EXTRACTIVE_CHUNK_CACHE = envint("EXTRACTIVE_CHUNK_CACHE", 5000)
 # Encode each chunk's sentences at index time and keep them in its payload (the extractive answer

@@ -211,11 +211,11 @@ def test_the_sentence_scorer_ranks_sentences_as_the_extractive_answer_ranks_them
     """The shortlist comes from the very scorer the extractive answer quotes with: same features, same model."""
     from experts.ml.extractive import candidate_sentences
     from experts.ml.selection import SentenceScorer
-    from experts.ml.sentence_scorer import load_scorer, weight_vector
+    from experts.ml.sentence_scorer import HAND_SET, load_scorer, weight_vector
 
     question = "how much does it cost to renew my license"
     listed, features = candidate_sentences(question, _SCORED, _bag_of_words)
-    for spec, expected in ((None, load_scorer(None).score(features)), ("linear", features @ weight_vector(None))):  # the shipped one, the linear one
+    for spec, expected in ((None, load_scorer(None).score(features)), (HAND_SET, features @ weight_vector(HAND_SET))):  # the shipped one, a linear one
         ranking = SentenceScorer(_bag_of_words, spec).rank(question, _SCORED)
         assert [r.score for r in ranking.sentences] == pytest.approx(sorted(expected.tolist(), reverse=True))
         assert [(r.passage, r.sentence, r.text) for r in ranking.sentences] == [

@@ -3,13 +3,14 @@ scorer learned, and the specs settings may name."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from experts.ml.extractive import Passage, extractive_answer
 from experts.ml.sentence_scorer import (
     DEFAULT_SCORER_FILE,
-    DEFAULT_WEIGHTS,
     FEATURES,
     HAND_SET,
     LISTWISE,
@@ -95,38 +96,31 @@ def test_the_fit_refuses_data_with_no_answer_among_the_candidates():
 def test_unknown_feature_names_are_refused():
     with pytest.raises(ValueError, match="unknown sentence features"):
         weight_vector({"cosine": 1.0, "sentiment": 2.0})
-    assert weight_vector(None).tolist() == [DEFAULT_WEIGHTS.get(name, 0.0) for name in FEATURES]
 
 
-def test_the_default_weights_answer_an_faq_with_its_answer_not_its_question(encoder):
+def test_the_shipped_scorer_answers_an_faq_with_its_answer_not_its_question(encoder):
     faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes. "
                        "Offices are open on weekdays from nine to five.", title="Renewals", score=0.7)
     question = "Can I renew my driver license online?"
     hand_set = extractive_answer(question, [faq], encoder.encode, max_sentences=1, scorer=HAND_SET)
     assert hand_set.text.startswith("Can I renew")  # the question quoted back to the user
-    for scorer in (None, "linear"):  # the shipped network, and the linear weights before it
-        assert extractive_answer(question, [faq], encoder.encode, max_sentences=1, scorer=scorer).text.startswith("Yes, most drivers can renew online")
+    assert extractive_answer(question, [faq], encoder.encode, max_sentences=1).text.startswith("Yes, most drivers can renew online")
 
 
-def test_the_setting_is_checked_and_reaches_the_extractive_generator(settings, encoder, monkeypatch):
-    from experts.checks import sentence_weights_check
+def test_the_scorer_setting_reaches_the_extractive_generator(settings, encoder, monkeypatch, tmp_path):
     from experts.generation.base import GenerationRequest
     from experts.generation.extractive import ExtractiveGenerator
-
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
-    assert sentence_weights_check() == []
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = {"cosine": 1.0, "sentiment": 2.0}
-    assert [e.id for e in sentence_weights_check()] == ["experts.E002"]
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = ["cosine"]
-    assert [e.id for e in sentence_weights_check()] == ["experts.E001"]
 
     monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)
     faq = Passage(text="Can I renew my driver license online? Yes, most drivers can renew online at the DMV website in ten minutes.",
                   title="Renewals", score=0.7)
     request = GenerationRequest(question="Can I renew my driver license online?", expert="dmv", passages=[faq])
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = HAND_SET
+    # A network that scores as the hand-set weights do (GELU is the identity far above 0), saved as a fitted one is.
+    hand_set = MlpScorer(weight_vector(HAND_SET)[:, None], np.array([20.0]), np.array([1.0]))
+    (tmp_path / "hand_set.json").write_text(json.dumps(hand_set.to_dict()))
+    settings.EXTRACTIVE_SENTENCE_SCORER = str(tmp_path / "hand_set.json")
     assert ExtractiveGenerator().generate(request).text.startswith("Can I renew")
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
+    settings.EXTRACTIVE_SENTENCE_SCORER = "default"
     assert ExtractiveGenerator().generate(request).text.startswith("Yes, most drivers")
 
 
@@ -146,8 +140,9 @@ def test_the_answer_records_the_sentence_it_quoted_why_and_the_runner_up(encoder
     assert answer.selection["candidates"] == 3
     x = np.zeros((2, len(FEATURES)))
     x[0, COL["question"]] = 1.0  # the other candidate asks; the chosen one does not
-    assert reasons(x, 1, weight_vector(None)) == ["answers rather than asks"]
-    assert reasons(x[:1], 0, weight_vector(None)) == []  # nothing to stand out from
+    asking_costs = weight_vector({"cosine": 1.0, "question": -0.5})
+    assert reasons(x, 1, asking_costs) == ["answers rather than asks"]
+    assert reasons(x[:1], 0, asking_costs) == []  # nothing to stand out from
 
 
 def _xor_groups(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -191,7 +186,7 @@ def test_the_network_is_one_function_of_the_raw_features_and_its_local_weights_a
         assert (network.score(bumped)[2] - network.score(x)[2]) / eps == pytest.approx(local[j], rel=1e-3, abs=1e-5)
     restored = MlpScorer.from_dict(network.to_dict())
     assert np.allclose(restored.score(x), network.score(x), atol=1e-5)
-    assert np.array_equal(LinearScorer(weight_vector(None)).local_weights(x, 0), weight_vector(None))
+    assert np.array_equal(LinearScorer(weight_vector(HAND_SET)).local_weights(x, 0), weight_vector(HAND_SET))
 
 
 def test_scorer_specs_and_what_is_refused(tmp_path):
@@ -201,7 +196,6 @@ def test_scorer_specs_and_what_is_refused(tmp_path):
     assert load_scorer(shipped) is shipped  # a scorer is its own spec
     assert shipped.report["dataset"] == "doc2dial"
     assert shipped.report["picked_f1"]["val"]["network"] > shipped.report["picked_f1"]["val"]["linear"]
-    assert np.array_equal(load_scorer("linear").weights, weight_vector(None))
     assert np.array_equal(load_scorer({"cosine": 2.0}).weights, weight_vector({"cosine": 2.0}))
     saved = tmp_path / "mine.json"
     saved.write_text(DEFAULT_SCORER_FILE.read_text())
@@ -228,16 +222,13 @@ def test_the_scorer_setting_is_checked(settings, tmp_path):
     from experts.checks import sentence_scorer_check
     from experts.generation.extractive import scorer_spec
 
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = None
-    for ok in ("default", "linear", str(DEFAULT_SCORER_FILE)):
+    for ok in ("default", str(DEFAULT_SCORER_FILE)):
         settings.EXTRACTIVE_SENTENCE_SCORER = ok
         assert sentence_scorer_check() == []
         assert scorer_spec() == ok
-    settings.EXTRACTIVE_SENTENCE_SCORER = str(tmp_path / "nowhere.json")
-    assert [e.id for e in sentence_scorer_check()] == ["experts.E004"]
-    settings.EXTRACTIVE_SENTENCE_WEIGHTS = HAND_SET  # weights win: the scorer setting is not read
-    assert sentence_scorer_check() == []
-    assert scorer_spec() == HAND_SET
+    for bad in (str(tmp_path / "nowhere.json"), "linear"):  # the linear weights are no longer served
+        settings.EXTRACTIVE_SENTENCE_SCORER = bad
+        assert [e.id for e in sentence_scorer_check()] == ["experts.E004"]
 
 
 def test_a_network_fitted_before_a_feature_was_added_scores_as_it_did():
