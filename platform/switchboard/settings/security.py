@@ -35,7 +35,8 @@ SESSION_COOKIE_AGE = 12 * 3600  # a console sign-in lasts 12 hours
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _PRODUCTION)
 # Health probes come from the orchestrator over plain HTTP inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
-SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if _PRODUCTION else 0)
+# Strict-Transport-Security for a year in production (browsers heed it over HTTPS only).
+SECURE_HSTS_SECONDS = 31_536_000 if _PRODUCTION else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _PRODUCTION
 SECURE_HSTS_PRELOAD = _PRODUCTION
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_PROXY", False) else None
