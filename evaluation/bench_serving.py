@@ -82,8 +82,8 @@ def _share_encoder_exports(var_dir: Path) -> None:
 
 
 def served_env(var_dir: Path, **extra: str) -> dict[str, str]:
-    """``_env`` as a bench's server runs: events written behind the request, no eager Celery, the chat API open."""
-    return _env(var_dir, CELERY_TASK_ALWAYS_EAGER="0", EVENTS_SYNC="0", CHAT_API_REQUIRE_AUTH="0", **extra)
+    """``_env`` as a bench's server runs: no eager Celery (so events are written behind the request), the chat API open."""
+    return _env(var_dir, CELERY_TASK_ALWAYS_EAGER="0", CHAT_API_REQUIRE_AUTH="0", **extra)
 
 
 def deployment_env(database_url: str | None = None, redis_url: str | None = None) -> dict[str, str]:

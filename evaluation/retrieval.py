@@ -12,7 +12,7 @@ What the product runs, and so what the headline modes measure: the product's rou
 question, and a follow-up it is unsure of alone again with the *user's* earlier turns
 (``routing.ml.conversation``; serving keeps the embeddings of a conversation's earlier questions,
 never the agent's answers), and retrieval searches with the question widened by the same turns
-(``knowledge.ml.conversation`` at ``RETRIEVAL_CONTEXT_WEIGHT``: the last
+(``knowledge.ml.conversation`` at its ``CONTEXT_WEIGHT``: the last
 ``serving.conversations.CONTEXT_TURNS``). doc2dial's agent turns copy the gold document, so no mode
 here ever reads them (``datasets.user_turns``).
 
@@ -22,7 +22,7 @@ Modes, all through the serving code's search (``knowledge.services.search_collec
 * ``oracle``: the gold domain's collection alone (a perfect, hard router).
 * ``routed_top1`` / ``routed_top2``: the router's first one or two domains weighted by its
   probabilities, widened to every domain with the probability left over when the chosen ones hold
-  less than ``RETRIEVAL_WIDEN_BELOW`` (``knowledge.services.routing_weights``), i.e. what
+  less than ``knowledge.ml.routed.WIDEN_BELOW`` (``routing_weights``), i.e. what
   ``search_experts`` does for the ``auto:fast`` and ``auto`` chat modes, routed as served (above);
   the search reads the question widened with the user's earlier turns as serving does (alone for
   the follow-ups the product's router abstains on: a change of subject). ``routed_top1_question_search``
@@ -407,7 +407,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
 
     def plans(i: int) -> dict[str, tuple[dict[str, float], str]]:
         """Each mode's collection weights, and its retrieval query: the question's ("plain"), widened as serving
-        widens a follow-up's ("product", ``RETRIEVAL_CONTEXT_WEIGHT``), or by the yardstick's ``μ`` ("yardstick")."""
+        widens a follow-up's ("product", ``knowledge.ml.conversation.CONTEXT_WEIGHT``), or by the yardstick's ``μ`` ("yardstick")."""
         out = {"flat": (flat_plan, "plain"), "oracle": ({names[y[i]]: 1.0}, "plain")}
         for k in (1, 2):
             out[f"routed_top{k}"] = (routed(routers[main], i, k, routes.served.get(i), widens(product_contexts[i])), "product")
@@ -474,7 +474,7 @@ def evaluate_retrieval(dataset: Path, passages: bool = False, say: Callable[[str
         "query_context_weight": query_weight, "query_context_weight_val_ndcg": query_weight_scores,
         "query_context_weight_chosen_on": "val (flat_context hybrid nDCG@5)",
         "product_path": "routed_top1/routed_top2: router reads question + user turns, retrieval the question widened with the user's turns "
-                        "(RETRIEVAL_CONTEXT_WEIGHT), alone where the product's router abstains",
+                        "(knowledge.ml.conversation.CONTEXT_WEIGHT), alone where the product's router abstains",
         "follow_ups_searched_alone": len(searched_alone),
     }
     shown = ("flat", "oracle", "routed_top1", "routed_top2", "routed_question_only_top2", "routed_text_router_top2", "routed_knowledge_top1",
