@@ -1,7 +1,10 @@
-"""Django settings, every knob read from the environment with a working single-machine default.
+"""Django settings: what an operator decides is read from the environment, with a working single-machine default.
 
-See `.env.example` for the documented list. Nothing here needs a server: SQLite, kombu's filesystem
-broker and Qdrant's embedded mode all live under ``VAR_DIR``.
+`.env.example` lists exactly those variables (tests/platform/test_env_example.py keeps it so); the
+other values here are fixed settings, and the figures an evaluation tuned are constants of the ``ml/``
+modules that use them (docs/CONFIGURATION.md lists all three). Code reads ``settings.X``, never with a
+fallback of its own. Nothing here needs a server: SQLite, kombu's filesystem broker and Qdrant's
+embedded mode all live under ``VAR_DIR``.
 
 One module per topic, evaluated in this order (a module reads what it needs of an earlier one by
 importing it by name):
