@@ -26,7 +26,9 @@ LIBRARY = {
     "TRANSFORMERS_OFFLINE": "transformers: the encoder sets it so that nothing is downloaded",
     "TMPDIR": "the system's temporary folder (scripts/vllm_check.py puts its data folder there)",
 }
-LISTED = re.compile(r"^#?\s?([A-Z][A-Z0-9_]*)=", re.MULTILINE)
+# A variable's line, "NAME=default", or commented when best left unset, "# NAME=default" (a value without
+# spaces: "# GENERATOR=transformers answers ..." is a sentence about the variable, not its line).
+LISTED = re.compile(r"^([A-Z][A-Z0-9_]*)=|^#\s?([A-Z][A-Z0-9_]*)=\S*\s*$", re.MULTILINE)
 
 
 def _python_files() -> list[Path]:
@@ -80,7 +82,7 @@ def variables_read() -> set[str]:
 
 def variables_listed() -> list[str]:
     """The variables of .env.example: its ``NAME=`` lines and its commented ``# NAME=`` ones."""
-    return LISTED.findall((ROOT / ".env.example").read_text(encoding="utf-8"))
+    return [plain or commented for plain, commented in LISTED.findall((ROOT / ".env.example").read_text(encoding="utf-8"))]
 
 
 def test_env_example_lists_exactly_the_variables_the_code_reads():
@@ -103,3 +105,8 @@ def test_the_scan_finds_each_way_of_reading_a_variable():
         "e = 'BY_IN' in os.environ\nos.environ.setdefault('BY_SETDEFAULT', '1')\nf = os.environ.get(NAME)\nos.environ['WRITTEN'] = '1'\n"
     )
     assert _names_read(tree) == {"BY_HELPER", "BY_GET", "BY_INDEX", "BY_GETENV", "BY_IN", "BY_SETDEFAULT", "BY_CONSTANT"}
+
+
+def test_a_variables_line_is_told_from_a_sentence_about_it():
+    text = "# A comment.\nPLAIN=1\nEMPTY=\n# COMMENTED=/tmp/x\n# UNSET=\n# PROSE=transformers answers in-process\n# Scale out: URL=x\n"
+    assert [plain or commented for plain, commented in LISTED.findall(text)] == ["PLAIN", "EMPTY", "COMMENTED", "UNSET"]
