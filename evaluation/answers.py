@@ -12,7 +12,7 @@ trained on the train split as ``evaluate router`` trains it; a follow-up it is u
 ranked with the user's earlier turns, ``routing.ml.conversation``, and the expert those turns route
 to is kept as serving keeps it for a request that sends its messages; the same as ``evaluate retrieval``), the
 prompt builder (``experts.ml.prompting`` through ``lora.fit_prompt``), the extractive answer and
-the LoRA training function with the ``LORA_*`` settings.
+the LoRA training function with the product's parameters (``LoraParams``' defaults).
 
 Modes (which passages, and which adapter answers):
 
@@ -25,9 +25,9 @@ Modes (which passages, and which adapter answers):
 Generators: ``extractive`` (``experts.ml.extractive``, no LM), ``base`` (the bare ``BASE_MODEL``)
 and ``lora`` (the mode's adapter). The LM generators do what the serving backend does around the
 model (``experts.generation.transformers``, read through its ``from_settings``): a weak retrieval
-is answered "not found" without calling the model, the model sees the best ``GENERATION_PASSAGES``
-passages cut to their ``GENERATION_PASSAGE_CHARS`` most relevant characters, answers as
-``GENERATION_DECODING`` says (``select``: the passage sentence the model rates best; ``free``: greedy
+is answered "not found" without calling the model, the model sees the best ``prompting.SHOWN_PASSAGES``
+passages cut to their ``prompting.PASSAGE_CHARS`` most relevant characters, answers as
+``selection.DECODING`` says (``select``: the passage sentence the model rates best; ``free``: greedy
 decoding up to ``GENERATOR_MAX_TOKENS``, stopping at serving's stops), and its output goes through the
 same ``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches
 for free decoding, where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
@@ -135,7 +135,7 @@ class AnswerConfig:
     modes: tuple[str, ...] = DEFAULT_MODES
     pooled_steps: int = DEFAULT_POOLED_STEPS
     expert_steps: int = DEFAULT_EXPERT_STEPS  # 0: no continuation (experts and generalist are the pooled adapter)
-    lora: dict[str, Any] = field(default_factory=dict)  # LoraParams fields over the LORA_* settings (for choosing them on val)
+    lora: dict[str, Any] = field(default_factory=dict)  # LoraParams fields over the product's (for choosing them on val)
     max_new_tokens: int | None = None  # None: GENERATOR_MAX_TOKENS, as serving
     batch_size: int = BATCH_SIZE
     dtype: str = "auto"  # auto: serving's (GENERATION_DTYPE)
@@ -399,18 +399,12 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
 
 
 def _lora_params(config: AnswerConfig) -> Any:
-    """The product's training parameters (the ``LORA_*`` settings), with the run's overrides."""
+    """The product's training parameters (``LoraParams``' defaults, QLoRA and bfloat16 as the settings say), with the run's overrides."""
     from django.conf import settings
 
     from experts.ml.lora import LoraParams
 
-    return LoraParams.from_dict({
-        "rank": settings.LORA_RANK, "alpha": settings.LORA_ALPHA, "dropout": settings.LORA_DROPOUT,
-        "target_modules": list(settings.LORA_TARGET_MODULES), "learning_rate": settings.LORA_LEARNING_RATE,
-        "batch_size": settings.LORA_BATCH_SIZE, "max_length": settings.LORA_MAX_LENGTH, "checkpoint_steps": settings.LORA_CHECKPOINT_STEPS,
-        "qlora": settings.LORA_QLORA, "bf16": getattr(settings, "LORA_BF16", True), "top_layers": getattr(settings, "LORA_TOP_LAYERS", 0),
-        "seed": SEED, **config.lora,
-    })
+    return LoraParams.from_dict({**LoraParams(qlora=settings.LORA_QLORA, bf16=settings.LORA_BF16, seed=SEED).as_dict(), **config.lora})
 
 
 def _with_steps(params: Any, steps: int) -> Any:

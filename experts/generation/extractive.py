@@ -14,18 +14,18 @@ from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
 
-# The first retrieved passages the extractive answer reads, whole (the language model is shown as many by default, GENERATION_PASSAGES).
+# The first retrieved passages the extractive answer reads, whole (the language model is shown as many, prompting.SHOWN_PASSAGES).
 EXTRACTIVE_PASSAGES = 3
 _caches: dict[str, ChunkSentenceCache] = {}
 _caches_lock = threading.Lock()
 
 
 def chunk_cache(encoder_name: str) -> ChunkSentenceCache:
-    """The process's cache of chunk sentence vectors for one encoder (``EXTRACTIVE_CHUNK_CACHE`` chunks)."""
+    """The process's cache of chunk sentence vectors for one encoder (``extractive.CHUNK_CACHE_SIZE`` chunks)."""
     cache = _caches.get(encoder_name)
     if cache is None:
         with _caches_lock:
-            cache = _caches.setdefault(encoder_name, ChunkSentenceCache(int(getattr(settings, "EXTRACTIVE_CHUNK_CACHE", 5000))))
+            cache = _caches.setdefault(encoder_name, ChunkSentenceCache())
     return cache
 
 
@@ -83,7 +83,7 @@ def first_choices(request: GenerationRequest, count: int, max_passages: int = EX
     """The ``count`` sentences the extractive answer rates best for ``request``, best first (``extractive.rank_sentences``
     over its first ``max_passages`` passages, whole): none when it would answer "not found" (weak passages, no sentence).
 
-    The language model's prompt names the first (``GENERATION_LEAD_SENTENCE``) and, with select decoding, keeps
+    The language model's prompt names the first (``prompting.LEAD_SENTENCE``) and, with select decoding, keeps
     all of them in the passages it cuts: they are the shortlist the model judges (``selection.plan_selection``).
     """
     top = [p for p in request.passages[:max_passages] if p.text.strip()]
@@ -99,7 +99,7 @@ def lead_sentence(request: GenerationRequest) -> tuple[int, str] | None:
     """(place among ``request.passages``, 1-based; the sentence as quoted) that the extractive answer would quote first.
 
     None when it would answer "not found" (weak passages, no sentence). The language model's prompt
-    names it (``GENERATION_LEAD_SENTENCE``).
+    names it (``prompting.LEAD_SENTENCE``).
     """
     best = first_choices(request, 1)
     return (best[0].passage, quoted(best[0].text)) if best else None

@@ -17,6 +17,9 @@ from .faulty import with_fault_hooks
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("extractive", "transformers", "vllm")
+# Adapters of the busiest experts the in-process backend loads at server start (at most ADAPTER_CACHE_SIZE stay):
+# not a tuned figure, the first requests to the experts most asked for do not wait for their adapter.
+WARM_UP_ADAPTERS = 4
 
 
 @with_fault_hooks
@@ -65,10 +68,10 @@ def warm_up_hottest(traffic: Callable[[], dict[str, int]] | None = None) -> list
 
     from experts.selectors import serving_adapters
 
-    if settings.GENERATOR != "transformers" or settings.ADAPTER_WARMUP <= 0:
+    if settings.GENERATOR != "transformers":
         return []
     counts = traffic() if traffic is not None else {}
-    adapters = sorted(serving_adapters(), key=lambda a: -counts.get(a.expert, 0))[: settings.ADAPTER_WARMUP]
+    adapters = sorted(serving_adapters(), key=lambda a: -counts.get(a.expert, 0))[:WARM_UP_ADAPTERS]
     generator = get_generator()
     warm_up = getattr(generator, "warm_up", None)  # only backends that load adapters in-process have it
     try:

@@ -1,4 +1,4 @@
-"""Select decoding as both language-model backends serve it (``GENERATION_DECODING=select``).
+"""Select decoding as both language-model backends serve it (``selection.DECODING``, "select").
 
 A chosen answer is a passage sentence the expert's model rates best (``experts.ml.selection``). The
 in-process backend scores the options with its own model (``selection.score_continuations``); the
@@ -6,9 +6,9 @@ vLLM backend, with ``VLLM_SELECT``, asks its server for the same numbers (``/v1/
 prompt and each option as token ids, ``prompt_logprobs``). Everything around the scores is shared, so
 an expert answers a question the same way on a laptop and on a GPU server:
 
-* ``shown_passages``: what the model is shown, the best ``GENERATION_PASSAGES`` passages each cut to
-  its ``GENERATION_PASSAGE_CHARS`` most relevant characters with the lead sentence kept; the adapters
-  learn from prompts of the same shape (``experts.services.prompt_passages``);
+* ``shown_passages``: what the model is shown, the best ``prompting.SHOWN_PASSAGES`` passages each cut
+  to its ``prompting.PASSAGE_CHARS`` most relevant characters with the lead sentence kept; the adapters
+  learn from prompts of the same shape (``shown_shape``, ``experts.services.prompt_passages``);
 * ``sentence_scorer``: the extractive answer's scorer, whose shortlist the model judges;
 * ``chosen_answer`` and ``stream_chosen``: the chosen text read as a written answer is (its marker
   mapped to its passage), whole or streamed word by word, with why it was chosen.
@@ -23,11 +23,11 @@ from typing import Any
 
 from experts.ml.citations import CitationStream, parse_answer
 from experts.ml.extractive import Answer, Passage, quoted
-from experts.ml.prompting import STOPS, focus
-from experts.ml.selection import Selected, SentenceScorer
+from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOPS, focus
+from experts.ml.selection import DECODING, SHORTLIST, Selected, SentenceScorer
 
 from .base import GenerationRequest
-from .extractive import chunk_cache, first_choices, scorer_spec
+from .extractive import chunk_cache, first_choices
 
 # "free": the model writes its answer token by token; "select": it chooses the passage sentence it
 # rates best as the answer (experts.ml.selection), unless the request asks for sampling (temperature > 0).
@@ -37,7 +37,7 @@ _WORDS = re.compile(r"\S+\s*")  # a chosen answer is streamed a word at a time
 
 def check_decoding(decoding: str) -> str:
     if decoding not in DECODINGS:
-        raise ValueError(f"GENERATION_DECODING must be one of {', '.join(DECODINGS)}, not {decoding!r}")
+        raise ValueError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
     return decoding
 
 
@@ -67,7 +67,7 @@ def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> Senten
     """The scorer whose ``shortlist`` best sentences the model judges (the extractive answer's, on the process's
     sentence encoder); None when ``shortlist`` is 0: the model judges every sentence alone."""
     if shortlist < 0:
-        raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {shortlist}")
+        raise ValueError(f"the select shortlist must be 0 or more sentences, not {shortlist}")
     if not shortlist:
         return None
     from sbcommon.encoders import get_encoder
@@ -112,20 +112,10 @@ def kept_choices(decoding: str, shortlist: int) -> int:
     return max(0, int(shortlist)) if decoding == "select" else 0
 
 
-def shown_shape(settings: Any) -> dict[str, Any]:
-    """``shown_passages``' arguments as the settings give them: what the model is shown, and the adapters learn from."""
-    shape = select_settings(settings)
-    return {"max_passages": shape["max_passages"], "passage_chars": shape["passage_chars"], "lead_sentence": shape["lead_sentence"],
-            "shortlist": kept_choices(shape["decoding"], shape["select_shortlist"])}
+def shown_shape(_unused: Any = None) -> dict[str, Any]:
+    """``shown_passages``' arguments as both backends serve them: what the model is shown, and the adapters learn from.
 
-
-def select_settings(settings: Any) -> dict[str, Any]:
-    """The select-decoding options both backends read from settings."""
-    return {
-        "max_passages": settings.GENERATION_PASSAGES,
-        "passage_chars": settings.GENERATION_PASSAGE_CHARS,
-        "lead_sentence": getattr(settings, "GENERATION_LEAD_SENTENCE", False),
-        "decoding": getattr(settings, "GENERATION_DECODING", "free"),
-        "select_shortlist": getattr(settings, "GENERATION_SELECT_SHORTLIST", 0),
-        "scorer_spec": scorer_spec(settings),
-    }
+    (An argument is accepted and ignored: tests/platform/test_faults_failover.py still passes the settings.)
+    """
+    return {"max_passages": SHOWN_PASSAGES, "passage_chars": PASSAGE_CHARS, "lead_sentence": LEAD_SENTENCE,
+            "shortlist": kept_choices(DECODING, SHORTLIST)}

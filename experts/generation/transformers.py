@@ -12,7 +12,7 @@ adapters on a GPU server.
 Every generation has a time budget (``GENERATION_TIMEOUT_S``, waiting included): past it the
 model stops. A whole answer over budget raises ``GenerationTimeout`` (the serving path answers
 extractively); a streamed one keeps what was shown and ends with ``finish_reason="time_budget"``.
-The model sees the best ``GENERATION_PASSAGES`` passages, each cut to its ``GENERATION_PASSAGE_CHARS``
+The model sees the best ``prompting.SHOWN_PASSAGES`` passages, each cut to its ``prompting.PASSAGE_CHARS``
 most relevant characters (``prompting.focus``): the prompt's length is most of the wait for the first
 token on a CPU. For the same reason the model's
 state after the system message (the same for every question to an expert) is computed once per
@@ -29,14 +29,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import nullcontext
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
-from experts.ml.prompting import STOPS, build_messages
-from experts.ml.selection import Selected, SentenceScorer
+from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, STOPS, build_messages
+from experts.ml.selection import DECODING, SHORTLIST, Selected, SentenceScorer
 
 from .base import (
     AdapterError,
@@ -53,7 +54,6 @@ from .selecting import (
     chosen_answer,
     citation_stream,
     kept_choices,
-    select_settings,
     selects,
     sentence_scorer,
     shown_passages,
@@ -68,32 +68,68 @@ PREFIX_CACHE_SIZE = 16  # (adapter, system prompt) pairs whose prompt prefix sta
 MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a cache entry
 
 
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """What the in-process backend is told: the operator's settings and the tuned constants of ``experts.ml``.
+
+    It has no defaults of its own: ``from_settings`` fills every field, and its keyword arguments replace
+    single fields (tests and evaluations vary them).
+    """
+
+    base_model: str  # BASE_MODEL
+    cache_size: int  # ADAPTER_CACHE_SIZE: adapters kept loaded
+    max_tokens: int  # GENERATOR_MAX_TOKENS: the longest written answer
+    min_score: float  # EXTRACTIVE_MIN_SCORE: below it "not found", without asking the model
+    queue_max: int  # GENERATION_QUEUE_MAX: requests that may wait for the model
+    timeout_s: float  # GENERATION_TIMEOUT_S: an answer's time budget, waiting included
+    threads: int | None  # TORCH_THREADS
+    dtype: str  # GENERATION_DTYPE
+    scorer_spec: str  # EXTRACTIVE_SENTENCE_SCORER: whose shortlist select decoding judges
+    max_passages: int  # prompting.SHOWN_PASSAGES
+    passage_chars: int  # prompting.PASSAGE_CHARS
+    stop_at_paragraph: bool  # prompting.STOP_AT_PARAGRAPH
+    lead_sentence: bool  # prompting.LEAD_SENTENCE
+    decoding: str  # selection.DECODING
+    select_shortlist: int  # selection.SHORTLIST (0: the model judges every sentence alone)
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> GeneratorConfig:
+        from django.conf import settings
+
+        values = {
+            "base_model": settings.BASE_MODEL, "cache_size": settings.ADAPTER_CACHE_SIZE, "max_tokens": settings.GENERATOR_MAX_TOKENS,
+            "min_score": settings.EXTRACTIVE_MIN_SCORE, "queue_max": settings.GENERATION_QUEUE_MAX, "timeout_s": settings.GENERATION_TIMEOUT_S,
+            # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
+            # cores were ~5x slower than one: they spin waiting for each other).
+            "threads": settings.TORCH_THREADS, "dtype": settings.GENERATION_DTYPE, "scorer_spec": settings.EXTRACTIVE_SENTENCE_SCORER,
+            "max_passages": SHOWN_PASSAGES, "passage_chars": PASSAGE_CHARS, "stop_at_paragraph": STOP_AT_PARAGRAPH,
+            "lead_sentence": LEAD_SENTENCE, "decoding": DECODING, "select_shortlist": SHORTLIST,
+        }
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown generator options {sorted(unknown)}")
+        return cls(**{**values, **overrides})
+
+
 class TransformersGenerator:
     """Answers with ``base_model`` plus the request's LoRA adapter (or the bare base model)."""
 
     name = "transformers"
 
-    def __init__(self, base_model: str, *, cache_size: int = 8, max_tokens: int = 128, min_score: float = 0.25,
-                 queue_max: int = 4, timeout_s: float = 45.0, max_passages: int = 3, passage_chars: int = 450,
-                 stop_at_paragraph: bool = True, threads: int | None = None, dtype: str = "auto",
-                 lead_sentence: bool = False, decoding: str = "free",
-                 select_shortlist: int = 0, scorer_spec: str | dict[str, Any] | None = None) -> None:
-        self.base_model = base_model
-        self.cache_size = max(1, cache_size)
-        self.max_tokens = max_tokens
-        self.min_score = min_score
-        self.timeout_s = timeout_s
-        self.max_passages = max(1, max_passages)
-        self.passage_chars, self.stop_at_paragraph, self.threads = passage_chars, stop_at_paragraph, threads
-        if dtype not in ("auto", "float32", "bfloat16"):
-            raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {dtype!r}")
-        self.dtype = dtype
-        self.lead_sentence = bool(lead_sentence)
-        self.decoding = check_decoding(decoding)
-        if select_shortlist < 0:
-            raise ValueError(f"GENERATION_SELECT_SHORTLIST must be 0 or more, not {select_shortlist}")
-        self.select_shortlist, self.scorer_spec = int(select_shortlist), scorer_spec
-        self.queue = GenerationQueue(queue_max)
+    def __init__(self, config: GeneratorConfig) -> None:
+        if config.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"GENERATION_DTYPE must be auto, float32 or bfloat16, not {config.dtype!r}")
+        if config.select_shortlist < 0:
+            raise ValueError(f"the select shortlist must be 0 or more sentences, not {config.select_shortlist}")
+        self.config = config
+        self.base_model, self.dtype, self.threads = config.base_model, config.dtype, config.threads
+        self.cache_size = max(1, config.cache_size)
+        self.max_tokens, self.min_score, self.timeout_s = config.max_tokens, config.min_score, config.timeout_s
+        self.max_passages, self.passage_chars = max(1, config.max_passages), config.passage_chars
+        self.stop_at_paragraph, self.lead_sentence = config.stop_at_paragraph, config.lead_sentence
+        self.decoding = check_decoding(config.decoding)
+        self.select_shortlist, self.scorer_spec = config.select_shortlist, config.scorer_spec
+        self.queue = GenerationQueue(config.queue_max)
         self._tokenizer: Any = None
         self._base: Any = None
         self._peft: Any = None  # the PeftModel wrapping _base once an adapter is loaded
@@ -102,23 +138,9 @@ class TransformersGenerator:
         self._prefixes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()  # (adapter, ids) -> model state, LRU
 
     @classmethod
-    def from_settings(cls) -> TransformersGenerator:
-        from django.conf import settings
-
-        return cls(
-            settings.BASE_MODEL,
-            cache_size=settings.ADAPTER_CACHE_SIZE,
-            max_tokens=settings.GENERATOR_MAX_TOKENS,
-            min_score=settings.EXTRACTIVE_MIN_SCORE,
-            queue_max=settings.GENERATION_QUEUE_MAX,
-            timeout_s=settings.GENERATION_TIMEOUT_S,
-            stop_at_paragraph=settings.GENERATION_STOP_AT_PARAGRAPH,
-            # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
-            # cores were ~5x slower than one: they spin waiting for each other).
-            threads=settings.TORCH_THREADS,
-            dtype=getattr(settings, "GENERATION_DTYPE", "auto"),
-            **select_settings(settings),
-        )
+    def from_settings(cls, **overrides: Any) -> TransformersGenerator:
+        """The backend as configured (``GeneratorConfig.from_settings``), with ``overrides`` of single fields."""
+        return cls(GeneratorConfig.from_settings(**overrides))
 
     def sentence_scorer(self) -> SentenceScorer | None:
         """The scorer whose shortlist a chosen answer is picked from (``selection.SentenceScorer``, the

@@ -6,14 +6,14 @@ only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stay
 - Each request is a ``POST /v1/chat/completions`` with ``model`` set to the expert's adapter name
   (``AdapterRef.name``, e.g. ``dmv-v3``) or, for an expert without an adapter, to the base model's
   served name (``VLLM_BASE_MODEL_NAME``). The messages come from ``experts.ml.prompting``.
-- Connection errors and 5xx answers are retried ``VLLM_RETRIES`` times with exponential backoff; a
+- Connection errors and 5xx answers are retried ``RETRIES`` times with exponential backoff; a
   4xx is never retried (the same request would fail the same way), and neither is a read timeout
   (the server got the request; a retry doubles the wait and the load).
 - Anything unusable becomes a ``GenerationError`` (or ``GenerationTimeout``/``GenerationUnavailable``)
   with a message that says what happened, so the serving path records it on the expert's circuit
   breaker and fails over to the next expert.
-- With ``VLLM_SELECT`` on, answers are chosen as the in-process backend chooses them where
-  ``GENERATION_DECODING=select`` (``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
+- With ``VLLM_SELECT`` on, answers are chosen as the in-process backend chooses them
+  (``selection.DECODING``, ``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
   (the base model's tokenizer, read from ``BASE_MODEL`` on this host) with ``prompt_logprobs``, and the
   options' log-probabilities decide as the in-process model's do (``selection.decide``). Without the
   tokenizer here the answers are written freely (logged once). Either way the model is shown the
@@ -38,15 +38,19 @@ from django.conf import settings
 
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora import Example
-from experts.ml.prompting import build_messages, parse_answer
-from experts.ml.selection import Selected, SelectionPlan, decide, plan_selection
+from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, build_messages, parse_answer
+from experts.ml.selection import DECODING, SHORTLIST, Selected, SelectionPlan, decide, plan_selection
 
 from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
-from .selecting import check_decoding, chosen_answer, kept_choices, select_settings, selects, sentence_scorer, shown_passages, stream_chosen
+from .extractive import scorer_spec
+from .selecting import check_decoding, chosen_answer, kept_choices, selects, sentence_scorer, shown_passages, stream_chosen
 
 logger = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({500, 502, 503, 504})
+# Retries of a connection error or a 5xx answer, the first after ``backoff_s``, each wait doubled: not a tuned
+# figure, enough to ride out a server restarting its engine without holding a request for long.
+RETRIES = 2
 
 
 class VllmGenerator:
@@ -68,26 +72,26 @@ class VllmGenerator:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         decoding: str | None = None,
+        lead_sentence: bool = LEAD_SENTENCE,
         tokenizer: Any = None,
     ):
         self.base_url = (base_url or settings.VLLM_URL).rstrip("/")
         self.timeout_s = float(timeout_s if timeout_s is not None else settings.VLLM_TIMEOUT_S)
-        self.retries = max(0, int(retries if retries is not None else settings.VLLM_RETRIES))
-        self.base_model_name = base_model_name if base_model_name is not None else (settings.VLLM_BASE_MODEL_NAME or getattr(settings, "BASE_MODEL", ""))
+        self.retries = max(0, int(retries if retries is not None else RETRIES))
+        self.base_model_name = base_model_name if base_model_name is not None else (settings.VLLM_BASE_MODEL_NAME or settings.BASE_MODEL)
         self.max_tokens = int(max_tokens or settings.VLLM_MAX_TOKENS)
         # Below this best-passage score the answer is an honest "not found", as in the extractive backend.
         self.min_score = float(min_score if min_score is not None else settings.EXTRACTIVE_MIN_SCORE)
         self.backoff_s = backoff_s
         self._sleep = sleep
-        # What the model is shown and how answers are chosen: as the in-process backend (generation.selecting)
-        shape = select_settings(settings)
+        # What the model is shown and how answers are chosen: as the in-process backend (generation.selecting);
         # chosen answers only where the server's LoRA path gives prompt log-probabilities (VLLM_SELECT)
-        self.decoding = check_decoding(decoding if decoding is not None else shape["decoding"] if getattr(settings, "VLLM_SELECT", False) else "free")
-        self.max_passages, self.passage_chars, self.lead_sentence = max(1, int(shape["max_passages"])), int(shape["passage_chars"]), bool(shape["lead_sentence"])
-        self.select_shortlist, self.scorer_spec = int(shape["select_shortlist"]), shape["scorer_spec"]
-        # the shortlist kept in the cut passages follows the adapters' training prompts (GENERATION_DECODING), not VLLM_SELECT
-        self.kept_choices = kept_choices(shape["decoding"], self.select_shortlist)
-        self.stop_at_paragraph = bool(getattr(settings, "GENERATION_STOP_AT_PARAGRAPH", True))
+        self.decoding = check_decoding(decoding if decoding is not None else DECODING if settings.VLLM_SELECT else "free")
+        self.max_passages, self.passage_chars, self.lead_sentence = SHOWN_PASSAGES, PASSAGE_CHARS, bool(lead_sentence)
+        self.select_shortlist, self.scorer_spec = SHORTLIST, scorer_spec()
+        # the shortlist kept in the cut passages follows the adapters' training prompts (selection.DECODING), not VLLM_SELECT
+        self.kept_choices = kept_choices(DECODING, self.select_shortlist)
+        self.stop_at_paragraph = STOP_AT_PARAGRAPH
         self._tokenizer = tokenizer  # the base model's, for chosen answers; loaded on first use when None
         self._no_tokenizer = False  # set once loading it failed: answers are written freely
         self._max_len: dict[str, int] = {}  # served model -> its max_model_len (from /v1/models)
@@ -205,14 +209,14 @@ class VllmGenerator:
         if self._tokenizer is None and not self._no_tokenizer:
             from experts.ml.lora import LoraError, resolve_base_model
 
-            base = getattr(settings, "BASE_MODEL", "")
+            base = settings.BASE_MODEL
             try:
                 from transformers import AutoTokenizer
 
                 self._tokenizer = AutoTokenizer.from_pretrained(resolve_base_model(base), local_files_only=True)
             except (LoraError, OSError, ValueError) as exc:
                 self._no_tokenizer = True
-                logger.warning("vllm.select_unavailable base_model=%s why=%s: answers are written freely (GENERATION_DECODING=select "
+                logger.warning("vllm.select_unavailable base_model=%s why=%s: answers are written freely (choosing them "
                                "needs the base model's tokenizer on this host)", base, exc)
         return self._tokenizer
 

@@ -111,6 +111,11 @@ class _ChunkSentences:
     vectors: np.ndarray  # (sentences, dim), read-only
 
 
+# Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
+# figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.
+CHUNK_CACHE_SIZE = 5000
+
+
 class ChunkSentenceCache:
     """A bounded LRU of each chunk's sentences, their word sets and their vectors, by chunk id.
 
@@ -119,7 +124,7 @@ class ChunkSentenceCache:
     length and hash, so a chunk re-indexed with other text is split and encoded again.
     """
 
-    def __init__(self, size: int = 5000):
+    def __init__(self, size: int = CHUNK_CACHE_SIZE):
         self.size = max(0, int(size))
         self._items: OrderedDict[tuple[str, int, int], _ChunkSentences] = OrderedDict()
         self._lock = threading.Lock()

@@ -40,7 +40,7 @@ from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons
 # How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
 # sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
 # ``evaluate answers --split val``'s questions) pairs as candidates gave routed F1 0.303-0.310 against
-# 0.319-0.323 with single sentences alone, at twice the cost (settings.GENERATION_DECODING).
+# 0.319-0.323 with single sentences alone, at twice the cost.
 MAX_SPAN = 1
 # Padded candidate positions per forward pass: candidates of similar length go together, so little
 # of a pass is padding (a pass's cost grows with its rows x the longest candidate).
@@ -55,7 +55,7 @@ BATCH_TOKENS = 512
 # Measured again on all 417 validation questions (2026-12-05, `--split val --limit 0 --modes auto`): routed
 # LoRA F1 0.3299 at weight 0.5 and 0.3317 at 0 (paired -0.0018, standard error 0.003), both below the
 # extractive answer's 0.3498 (-0.018 at 0): the shortlist was scored on the sentences of the passages as the
-# prompt shows them (each cut to GENERATION_PASSAGE_CHARS), not on the whole passages the extractive answer
+# prompt shows them (each cut to prompting.PASSAGE_CHARS), not on the whole passages the extractive answer
 # reads (at weight 0, 73 of the 417 answers quoted another sentence than the extractive one).
 # Since then the shortlist is ranked on the whole passages and kept in the cut (``plan_selection``); the same
 # command, adapters trained again on the new prompts: routed LoRA F1 0.3474 at weight 0.5 (extractive 0.3498,
@@ -66,6 +66,11 @@ BATCH_TOKENS = 512
 # near-ties.
 SHORTLIST = 2
 LM_WEIGHT = 0.25
+# How a served model answers, in-process or through vLLM (``experts.generation.selecting``): "select", the passage
+# sentence it rates best, verbatim and cited; "free", written token by token (a request asking for sampling always
+# is). Chosen on doc2dial's validation split (`manage.py evaluate answers --split val --modes auto`, 120 questions,
+# the same adapters): routed LoRA token F1 0.263 against 0.220 decoding freely (paired +0.043, standard error 0.020).
+DECODING = "select"
 
 
 @dataclass(frozen=True)

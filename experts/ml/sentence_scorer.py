@@ -200,7 +200,7 @@ def picked_f1(groups: Sequence[tuple[np.ndarray, np.ndarray]], scorer: Any) -> f
 def best_of_top(groups: Sequence[tuple[np.ndarray, np.ndarray]], scorer: Any, k: int) -> float | None:
     """The mean F1 of the best of the ``k`` sentences ``scorer`` ranks first, over the questions with candidates.
 
-    With ``k`` = 1 it is ``picked_f1``; with ``k`` = ``GENERATION_SELECT_SHORTLIST`` it is the most
+    With ``k`` = 1 it is ``picked_f1``; with ``k`` = ``selection.SHORTLIST`` it is the most
     any judge of that shortlist (the language model's ``select`` decoding) can reach: the ceiling
     of choosing among the scorer's first choices.
     """

@@ -129,7 +129,7 @@ def train_adapters(say: Callable[[str], None] = print, max_steps: int | None = N
     An expert is skipped when a version already trained on its current examples exists (whatever the
     gate said: rerunning would give the same adapter). Trainings run one after another on the
     worker; each activates its adapter only if it beats the base model (``activate_if_better``).
-    ``max_steps`` caps each training (``DEMO_ADAPTER_STEPS``; 0: the LORA_* epochs decide).
+    ``max_steps`` caps each training (``DEMO_ADAPTER_STEPS``; 0: the training's epochs decide).
     """
     from experts.models import Expert
 
@@ -151,7 +151,7 @@ def train_adapters(say: Callable[[str], None] = print, max_steps: int | None = N
             continue
         params = {**expert_services.default_training_params(), **({"max_steps": steps} if steps else {})}
         job = expert_services.start_adapter_training(expert, params, activate_if_better=True)
-        say(f"  {expert.slug}: adapter training queued (job {job.pk}, {steps or 'LORA_EPOCHS'} steps)")
+        say(f"  {expert.slug}: adapter training queued (job {job.pk}, {f'{steps} steps' if steps else 'as many steps as its epochs take'})")
         summary[expert.slug]["job"] = job.pk
         jobs.append(job)
     if wait_for_training:

@@ -18,6 +18,8 @@ from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixtu
 from tests.knowledge.conftest import HashingEncoder
 
 DOC2DIAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "doc2dial"
+# Small adapters for the tiny LM; max_length: its tokenizer spends ~290 tokens on the rules, and one passage fits.
+TINY_LORA = {"max_length": 480, "batch_size": 2, "rank": 4, "alpha": 8}
 
 TOPICS = {
     "cars": {
@@ -65,9 +67,6 @@ def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
     settings.EMBEDDING_MODEL = encoder.name
     settings.BASE_MODEL = str(tiny_lm_dir)
     settings.EXTRACTIVE_MIN_SCORE = 0.1
-    settings.LORA_MAX_LENGTH = 480  # the tiny tokenizer spends ~290 tokens on the rules; one passage fits
-    settings.LORA_BATCH_SIZE = 2
-    settings.LORA_RANK, settings.LORA_ALPHA = 4, 8
     write_dataset(tmp_path)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -78,7 +77,7 @@ def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
 @pytest.mark.django_db
 def test_the_answers_evaluation_reports_every_mode_and_generator_and_reuses_its_adapters(tiny_setup):
     folder, _encoder = tiny_setup
-    config = AnswerConfig(limit=None, pooled_steps=2, expert_steps=1, max_new_tokens=6, batch_size=4)
+    config = AnswerConfig(limit=None, pooled_steps=2, expert_steps=1, max_new_tokens=6, batch_size=4, lora=TINY_LORA)
     lines: list[str] = []
 
     report = evaluate_answers(folder, config, say=lines.append)

@@ -108,7 +108,7 @@ def test_lora_prompt_edit_makes_a_version_and_older_ones_can_be_rolled_back_to(a
 def test_the_adapters_page_shows_each_version_s_held_out_answers_and_the_gate_s_verdict(as_member, dmv):
     ExpertVersion.objects.create(expert=dmv, version=1, status=VersionStatus.CANDIDATE, adapter_path="/x", n_train=40, n_eval=2,
                                  metrics={"held_out_f1": 0.41, "base_held_out_f1": 0.38, "held_out_n": 2, "beats_base": None,
-                                          "gate": "not judged: 2 held-out questions, fewer than the 10 the gate needs (LORA_GATE_MIN_HELD_OUT); a person decides"})
+                                          "gate": "not judged: 2 held-out questions, fewer than the 10 the gate needs; a person decides"})
     html = as_member.get(PAGE).content.decode()
     assert "F1 0.410 against the base model's 0.380 on 2 questions" in html
     assert "Not judged: 2 held-out questions, fewer than the 10" in html

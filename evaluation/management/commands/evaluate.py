@@ -54,7 +54,7 @@ class Command(BaseCommand):
         answers.add_argument("--pooled-steps", type=int, default=None, help="steps of the pooled adapter")
         answers.add_argument("--expert-steps", type=int, default=None, help="steps each expert continues for (the generalist: all of theirs)")
         answers.add_argument("--max-new-tokens", type=int, default=None, help="answer length limit (default: GENERATOR_MAX_TOKENS)")
-        answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the LORA_* settings, e.g. learning_rate=1e-3")
+        answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the product's defaults, e.g. learning_rate=1e-3")
         answers.add_argument("--json", dest="json_path", default=None)
         answers.add_argument("--answers", dest="answers_path", default=None, metavar="FILE",
                              help="also write every question's answers, per mode and generator, with their F1 (JSON lines)")

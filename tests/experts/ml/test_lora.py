@@ -33,7 +33,8 @@ SSA = [
     Example("What is Medicare?", "Medicare is health insurance for people 65 or older.", []),
     Example("How do I replace my card?", "Replace a Social Security card online with your account.", []),
 ]
-FAST = dict(rank=4, alpha=8, dropout=0.0, epochs=1, max_steps=4, batch_size=2, max_length=128, learning_rate=5e-2, checkpoint_steps=2)
+FAST = dict(rank=4, alpha=8, dropout=0.0, epochs=1, max_steps=4, batch_size=2, max_length=128, learning_rate=5e-2, checkpoint_steps=2,
+            target_modules=["q_proj", "v_proj"], top_layers=0)
 
 
 def _logits(model, tokenizer, text: str) -> torch.Tensor:

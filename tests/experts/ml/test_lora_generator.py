@@ -12,6 +12,9 @@ from experts.ml.lora import LoraParams, train_lora
 
 from .test_lora import DMV, FAST, SSA
 
+# The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
+WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
+
 
 @pytest.fixture(scope="module")
 def adapters(tiny_lm_dir, tmp_path_factory):
@@ -30,7 +33,7 @@ def _request(adapter=None, **kw) -> GenerationRequest:
 
 
 def test_lora_generator_switches_adapter_per_request(tiny_lm_dir, adapters):
-    gen = TransformersGenerator(str(tiny_lm_dir), cache_size=4, max_tokens=8)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, cache_size=4, max_tokens=8)
     base = gen.next_token_logits(_request())
     dmv = gen.next_token_logits(_request(adapters["dmv"]))
     ssa = gen.next_token_logits(_request(adapters["ssa"]))
@@ -46,7 +49,7 @@ def test_lora_generator_switches_adapter_per_request(tiny_lm_dir, adapters):
 
 
 def test_lora_generator_evicts_the_least_recently_used_adapter(tiny_lm_dir, adapters):
-    gen = TransformersGenerator(str(tiny_lm_dir), cache_size=1, max_tokens=4)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, cache_size=1, max_tokens=4)
     first = gen.next_token_logits(_request(adapters["dmv"]))
     gen.next_token_logits(_request(adapters["ssa"]))
     assert gen.loaded_adapters == ["ssa-v1"]
@@ -57,7 +60,7 @@ def test_lora_generator_evicts_the_least_recently_used_adapter(tiny_lm_dir, adap
 
 
 def test_lora_generator_streams_deltas_then_the_answer(tiny_lm_dir, adapters):
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=6)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=6)
     items = list(gen.stream(_request(adapters["dmv"])))
     assert isinstance(items[-1], Answer)
     assert all(isinstance(i, str) for i in items[:-1])
@@ -65,34 +68,34 @@ def test_lora_generator_streams_deltas_then_the_answer(tiny_lm_dir, adapters):
 
 
 def test_lora_generator_warm_up_loads_the_hottest_adapters_first(tiny_lm_dir, adapters):
-    gen = TransformersGenerator(str(tiny_lm_dir), cache_size=1)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, cache_size=1)
     assert gen.warm_up([adapters["ssa"], adapters["dmv"]]) == ["ssa-v1"]
 
 
 def test_lora_generator_missing_base_model_is_unavailable(tmp_path):
-    gen = TransformersGenerator(str(tmp_path / "missing-model"))
+    gen = TransformersGenerator.from_settings(base_model=str(tmp_path / "missing-model"), **WRITES)
     with pytest.raises(GenerationUnavailable, match="does not exist"):
         gen.generate(_request())
 
 
 def test_lora_generator_refuses_an_adapter_for_another_base_model(tiny_lm_dir, adapters, tmp_path):
-    gen = TransformersGenerator(str(tiny_lm_dir))
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES)
     foreign = AdapterRef(expert="dmv", name="dmv-v9", path=adapters["dmv"].path, base_model="/models/llama-3-8b", version=9)
     with pytest.raises(GenerationError, match="trained on"):
         gen.generate(_request(foreign))
     # The same adapter folder declared against our base, but served by a generator on another base.
-    other = TransformersGenerator(str(tmp_path))
+    other = TransformersGenerator.from_settings(base_model=str(tmp_path), **WRITES)
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(GenerationError):
         other.generate(_request(adapters["dmv"]))
 
 
 def test_lora_generator_weights_dtype_follows_the_setting(tiny_lm_dir, adapters, monkeypatch):
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=4, dtype="bfloat16")
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=4, dtype="bfloat16")
     assert gen.generate(_request(adapters["dmv"])).text  # a float32 adapter on bfloat16 weights answers
     assert gen._base.dtype == torch.bfloat16
-    assert TransformersGenerator(str(tiny_lm_dir), dtype="float32").torch_dtype() == torch.float32
+    assert TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, dtype="float32").torch_dtype() == torch.float32
     monkeypatch.setattr("experts.generation.transformers.bf16_native", lambda: False)
-    assert TransformersGenerator(str(tiny_lm_dir)).torch_dtype() == torch.float32  # auto: float32 where bfloat16 is not native
+    assert TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES).torch_dtype() == torch.float32  # auto: float32 where bfloat16 is not native
     with pytest.raises(ValueError, match="GENERATION_DTYPE"):
-        TransformersGenerator(str(tiny_lm_dir), dtype="float16")
+        TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, dtype="float16")

@@ -14,6 +14,10 @@ from experts.generation.base import AdapterError, AdapterMismatch, AdapterRef, G
 from experts.generation.transformers import TransformersGenerator
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 
+# The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
+WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
+
+
 PASSAGES = [Passage("Renew your license online at the DMV website.", "Renewals", score=0.8),
             Passage("Inspections are due every 12 months.", "Inspections", score=0.6)]
 
@@ -44,18 +48,18 @@ def _ref(path, name="dmv-v1", base="") -> AdapterRef:
 
 @pytest.fixture(scope="module")
 def gen(tiny_lm_dir):
-    return TransformersGenerator(str(tiny_lm_dir), max_tokens=6, stop_at_paragraph=False, queue_max=1)
+    return TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=6, stop_at_paragraph=False, queue_max=1)
 
 
 def test_the_prompt_prefix_cache_changes_nothing_in_the_answer(tiny_lm_dir, monkeypatch, adapter_dir):
-    cached = TransformersGenerator(str(tiny_lm_dir), max_tokens=8, stop_at_paragraph=False)
+    cached = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=8, stop_at_paragraph=False)
     first = cached.generate(_request(system_prompt="You answer for the DMV."))
     assert len(cached._prefixes) == 1
     again = cached.generate(_request(system_prompt="You answer for the DMV."))  # from the cached state
     with_adapter = cached.generate(_request(_ref(adapter_dir), system_prompt="You answer for the DMV."))
     assert len(cached._prefixes) == 2  # one state per adapter: LoRA changes the keys and values
     monkeypatch.setattr(backend, "MIN_PREFIX_TOKENS", 10**6)
-    plain = TransformersGenerator(str(tiny_lm_dir), max_tokens=8, stop_at_paragraph=False)
+    plain = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=8, stop_at_paragraph=False)
     assert first.text == again.text == plain.generate(_request(system_prompt="You answer for the DMV.")).text
     assert with_adapter.text == plain.generate(_request(_ref(adapter_dir), system_prompt="You answer for the DMV.")).text
     assert plain._prefixes == {}
@@ -99,7 +103,7 @@ def test_a_streamed_answer_over_its_time_budget_ends_where_it_is_and_says_so(gen
 
 
 def test_closing_a_stream_early_stops_the_model_and_frees_the_queue(tiny_lm_dir):
-    slow = TransformersGenerator(str(tiny_lm_dir), max_tokens=200, stop_at_paragraph=False)
+    slow = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=200, stop_at_paragraph=False)
     stream = iter(slow.stream(_request()))
     next(stream)
     stream.close()
@@ -110,7 +114,7 @@ def test_closing_a_stream_early_stops_the_model_and_frees_the_queue(tiny_lm_dir)
 
 
 def test_weak_passages_get_not_found_without_the_model(tmp_path):
-    never = TransformersGenerator(str(tmp_path / "no-model"))  # would raise if the model were loaded
+    never = TransformersGenerator.from_settings(base_model=str(tmp_path / "no-model"), **WRITES)  # would raise if the model were loaded
     weak = [Passage("Unrelated.", "x", score=0.05)]
     assert never.generate(_request(passages=weak)) == Answer(text=NOT_FOUND, citations=[], grounded=False)
     assert list(never.stream(_request(passages=[])))[-1].grounded is False
@@ -132,7 +136,7 @@ def test_a_corrupt_adapter_folder_is_refused_and_the_base_model_still_answers(ti
         (broken / "adapter_config.json").write_text("{not json")
     else:
         weights.unlink()
-    fresh = TransformersGenerator(str(tiny_lm_dir), max_tokens=6, stop_at_paragraph=False)
+    fresh = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=6, stop_at_paragraph=False)
     before = fresh.generate(_request()).text
     with pytest.raises(AdapterError):
         fresh.generate(_request(_ref(broken, name="dmv-v2")))
@@ -149,7 +153,7 @@ def test_adapter_weights_that_do_not_fit_the_model_leave_a_clean_base(tiny_lm_di
     config = json.loads((wrong / "adapter_config.json").read_text())
     config["r"] = 16  # the saved matrices have rank 4: loading them fails halfway
     (wrong / "adapter_config.json").write_text(json.dumps(config))
-    fresh = TransformersGenerator(str(tiny_lm_dir), max_tokens=6, stop_at_paragraph=False)
+    fresh = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=6, stop_at_paragraph=False)
     before = fresh.generate(_request()).text
     with pytest.raises(AdapterError, match="could not be loaded"):
         fresh.generate(_request(_ref(wrong, name="dmv-v3")))
@@ -158,7 +162,7 @@ def test_adapter_weights_that_do_not_fit_the_model_leave_a_clean_base(tiny_lm_di
 
 
 def test_the_stream_gives_the_words_as_the_model_writes_them_with_markers_already_renumbered(tiny_lm_dir, monkeypatch):
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=12, stop_at_paragraph=False)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=12, stop_at_paragraph=False)
     from transformers import TextIteratorStreamer
 
     puts: list[int] = []

@@ -17,6 +17,10 @@ from experts.generation.transformers import TransformersGenerator
 from experts.ml.extractive import Answer, Passage
 from knowledge.ml.chunking import chunk_text
 
+# The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
+WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
+
+
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="run `manage.py prepare_base_model` first")]
@@ -35,7 +39,7 @@ def passages(expert: str, title: str, containing: str, n: int = 3) -> list[Passa
 
 @pytest.fixture(scope="module")
 def gen():
-    return TransformersGenerator(str(MODEL), max_tokens=96, timeout_s=120, threads=1)
+    return TransformersGenerator.from_settings(base_model=str(MODEL), **WRITES, max_tokens=96, timeout_s=120, threads=1)
 
 
 def answer(gen, question: str, ps: list[Passage]) -> tuple[str, Answer]:

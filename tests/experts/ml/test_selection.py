@@ -8,6 +8,9 @@ import torch
 from experts.ml.extractive import NOT_FOUND, Passage, split_sentences
 from experts.ml.selection import Candidate, candidate_ids, candidates, score_continuations
 
+# The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
+WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
+
 
 def test_candidates_are_each_run_of_neighbouring_sentences_then_the_abstention():
     passages = [
@@ -93,7 +96,7 @@ def _select_request(**kw):
 def test_the_serving_backend_answers_with_a_candidate_verbatim_and_cites_its_passage(tiny_lm_dir):
     from experts.generation.transformers import TransformersGenerator
 
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False)
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=0)
     answer = gen.generate(_select_request())
     sentences = {"Renew your license online at the DMV website.": 0, "The fee is 64 dollars.": 0, "Offices close at five on Fridays.": 1}
     if answer.grounded:
@@ -111,11 +114,11 @@ def test_the_serving_backend_answers_with_a_candidate_verbatim_and_cites_its_pas
 def test_sampling_still_writes_and_an_unknown_decoding_is_refused(tiny_lm_dir):
     from experts.generation.transformers import TransformersGenerator
 
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=4, decoding="select")
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=4, decoding="select", lead_sentence=False, select_shortlist=0)
     assert gen._selects(_select_request())
     assert not gen._selects(_select_request(temperature=0.7))  # sampling asks the model to write
-    with pytest.raises(ValueError, match="GENERATION_DECODING"):
-        TransformersGenerator(str(tiny_lm_dir), decoding="beam")
+    with pytest.raises(ValueError, match="decoding must be one of free, select"):
+        TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), decoding="beam", lead_sentence=False, select_shortlist=0)
 
 
 def test_an_adapter_trained_on_a_sentence_chooses_it(tiny_lm_dir, tmp_path):
@@ -126,7 +129,8 @@ def test_an_adapter_trained_on_a_sentence_chooses_it(tiny_lm_dir, tmp_path):
     passages = [Passage("Offices close at five on Fridays."), Passage("The renewal fee is 64 dollars.")]
     target = "The renewal fee is 64 dollars. [2]"
     examples = [Example(q, target, passages) for q in ("how much is it", "what does renewal cost", "fee?", "price of renewing")] * 4
-    params = LoraParams(rank=8, alpha=16, dropout=0.0, epochs=10, max_steps=40, batch_size=4, max_length=1024, learning_rate=5e-2, seed=0)
+    params = LoraParams(rank=8, alpha=16, dropout=0.0, epochs=10, max_steps=40, batch_size=4, max_length=1024, learning_rate=5e-2, seed=0,
+                        target_modules=["q_proj", "v_proj"], top_layers=0)
     train_lora(str(tiny_lm_dir), examples, [], params, tmp_path / "a", tmp_path / "w", threads=1)
     tokenizer, base = load_base(str(tiny_lm_dir))
     model = attach_adapters(base, {"fees": str(tmp_path / "a")}, str(tiny_lm_dir))
@@ -163,17 +167,18 @@ def test_the_serving_backend_chooses_the_same_with_adapters_loaded_and_its_prefi
 
     passages = _select_request().passages
     train_lora(str(tiny_lm_dir), [Example("fee?", "The fee is 64 dollars. [1]", passages)] * 4, [],
-               LoraParams(rank=4, alpha=8, dropout=0.0, epochs=1, max_steps=2, batch_size=2, max_length=1024, seed=0), tmp_path / "a", tmp_path / "w", threads=1)
+               LoraParams(rank=4, alpha=8, dropout=0.0, epochs=1, max_steps=2, batch_size=2, max_length=1024, seed=0,
+                          learning_rate=2e-4, target_modules=["q_proj", "v_proj"], top_layers=0), tmp_path / "a", tmp_path / "w", threads=1)
     ref = AdapterRef(expert="dmv", name="dmv-v1", path=str(tmp_path / "a"), base_model=str(tiny_lm_dir), version=1)
-    gen = TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select")
+    gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=0)
     first = [gen.generate(_select_request()).text, gen.generate(_select_request(adapter=ref)).text]
     assert gen.loaded_adapters == ["dmv-v1"]
     assert len(gen._prefixes) == 2  # one prefix state per adapter (and the bare model)
     again = [gen.generate(_select_request()).text, gen.generate(_select_request(adapter=ref)).text]  # the bare model with an adapter loaded
     assert again == first
-    fresh = TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select")  # an adapter loaded before the bare model's first prefix
+    fresh = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=0)  # an adapter loaded before the bare model's first prefix
     assert [fresh.generate(_select_request(adapter=ref)).text, fresh.generate(_select_request()).text] == first[::-1]
-    free = TransformersGenerator(str(tiny_lm_dir), max_tokens=4)  # free decoding walks the same path
+    free = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), **WRITES, max_tokens=4)  # free decoding walks the same path
     free.generate(_select_request(adapter=ref))
     assert free.generate(_select_request()).text is not None
 
@@ -287,16 +292,16 @@ def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monke
 
     monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
-    gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=1)
+    gen = backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=1)
     scorer = gen.sentence_scorer()
     assert scorer is not None
     assert scorer.shortlist == 1
     best = scorer.rank(request.question, _SCORED).sentences[0].text
     answer = gen.generate(request)
     assert answer.text == NOT_FOUND or answer.text.rsplit(" [", 1)[0] == best
-    assert backend.TransformersGenerator(str(tiny_lm_dir), decoding="select").sentence_scorer() is None  # 0: the model alone
-    with pytest.raises(ValueError, match="GENERATION_SELECT_SHORTLIST"):
-        backend.TransformersGenerator(str(tiny_lm_dir), decoding="select", select_shortlist=-1)
+    assert backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), decoding="select", lead_sentence=False, select_shortlist=0).sentence_scorer() is None  # 0: the model alone
+    with pytest.raises(ValueError, match="select shortlist must be 0 or more"):
+        backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), decoding="select", select_shortlist=-1, lead_sentence=False)
 
 
 def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir, monkeypatch):
@@ -310,7 +315,7 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     monkeypatch.setattr(selection, "score_continuations", model_prefers_any_sentence)
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
-    gen = backend.TransformersGenerator(str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=2)
+    gen = backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=2)
     answer = gen.generate(request)
     assert answer.grounded
     choice = answer.selection

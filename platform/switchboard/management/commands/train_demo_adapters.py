@@ -10,7 +10,7 @@ class Command(BaseCommand):
             "only when it beats the base model on the expert's held-out questions. Needs a running Celery worker.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=None, help="Training steps per expert (default: DEMO_ADAPTER_STEPS; 0: LORA_EPOCHS).")
+        parser.add_argument("--steps", type=int, default=None, help="Training steps per expert (default: DEMO_ADAPTER_STEPS; 0: the training's epochs decide).")
         parser.add_argument("--wait", action="store_true", help="Wait for the trainings and print each gate's figures.")
         parser.add_argument("--force", action="store_true", help="Queue them even when GENERATOR=extractive.")
 
