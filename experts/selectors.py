@@ -30,7 +30,7 @@ _refreshing: set[Any] = set()  # expired keys one caller is reading again
 
 
 def _ttl() -> float:
-    return float(getattr(settings, "SERVING_CACHE_TTL_S", 0.0) or 0.0)
+    return float(settings.SERVING_CACHE_TTL_S)
 
 
 def _cached(key: Any, load: Callable[[], Any]) -> Any:

@@ -37,7 +37,7 @@ class Command(BaseCommand):
                               "(GENERATOR=transformers or vllm needs it; `manage.py prepare_base_model` converts it now)")
             return
         output = Path(options["output"]) if options["output"] else default_output()
-        base_model = getattr(settings, "BASE_MODEL", "")
+        base_model = settings.BASE_MODEL
         if not options["output"] and base_model and not same_base(base_model, str(output)):
             # `make run` calls this on every start: a deployment with its own BASE_MODEL needs no copy of ours.
             self.stdout.write(f"BASE_MODEL is {base_model}, not the shipped model: nothing to prepare (--output converts it anyway)")
