@@ -1,50 +1,32 @@
 """Answering a chat turn end to end: route, retrieve from the chosen experts' collections, generate with
 failover, stream, and record the decision.
 
-Long because the turn's steps share one state (decision, passages, source, stream, timings) that
-the failover loop, the streamed and whole answers and the event record all read.
-
-Who writes the answer (``answer_source``): "model" (the configured language model, with the expert's
-adapter when it has one), "extractive" (``GENERATOR=extractive``: cited sentences, no model),
-"extractive_fallback" (the model failed, ran out of time or has its breaker open: the extractive
-answer from the same passages, ``fallback_reason`` says why), "not_found" (no passage was strong
-enough to show a model) or "none" (no expert covers the question). A broken adapter is replaced by
-the expert's previous active version's adapter, else the bare base model (``adapter`` and
-``expert_version`` say which answered, ``fallback_reason`` why). A model's answer may come from the
-answer cache (``serving.answer_cache``; ``cached_question`` names the question it was written for).
+``ChatTurn`` orchestrates; the failover loop is ``serving.failover``, ``auto:accurate``'s two answers
+and their merge ``serving.accurate``, and one expert's answer and who wrote it (``answer_source``)
+``serving.expert_answer``.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from experts.generation import (
-    AdapterError,
-    AdapterRef,
-    GenerationBusy,
-    GenerationError,
-    GenerationRequest,
-    get_fallback_generator,
-    get_generator,
-)
-from experts.ml.extractive import NOT_FOUND, Answer, Passage
-from experts.models import Expert, ExpertVersion
-from experts.selectors import experts_by_slug, serving_version
+from experts.generation import GenerationBusy, GenerationError, GenerationRequest
+from experts.ml.extractive import Answer, Passage
+from experts.selectors import experts_by_slug
 from knowledge import services as knowledge
-from knowledge.stores import StoreUnavailable
 from routing.experiments.assignment import ArmAssignment, assign
 from routing.ml import conversation as conversation_rule
 from sbcommon.encoders import EncoderUnavailable, get_encoder
 
-from . import answer_cache, conversations, events, traces
+from . import accurate, answer_cache, conversations, events, failover, traces
+from .expert_answer import Opened, Source, generation_settings, open_answer
 from .route import (
     NO_EXPERT_ANSWER,
     AllExpertsDown,
@@ -103,18 +85,6 @@ class ChatResult:
     conversation_expert_from: str = ""
 
 
-@dataclass
-class Source:
-    """Who wrote one expert's answer: ``answer_source`` (see the module), why a fallback, the adapter and version used."""
-
-    answer_source: str = ""
-    fallback_reason: str = ""
-    adapter: str | None = None
-    expert_version: int | None = None
-    citation_format: str = "[{index}]"
-    cached_question: str = ""  # the answer came from the answer cache, written for this question
-
-
 # model name → how many experts: ``auto`` fuses the top 2's passages into one answer, ``auto:fast``
 # asks the top 1, ``auto:accurate`` lets each of the top 2 answer from its own passages and merges.
 MODES = {"auto": 2, "auto:fast": 1, "auto:accurate": 2}
@@ -148,37 +118,6 @@ class ChatRequest:
         return [m["content"] for m in self.history if m.get("role") == "user" and m.get("content", "").strip()]
 
 
-def _breaker(slug: str):
-    from experts.breaker import breaker_for
-
-    return breaker_for(slug)
-
-
-def _generation_settings(slug: str, arm: ArmAssignment | None) -> tuple[ExpertVersion | None, AdapterRef | None]:
-    """The expert version that serves ``slug`` (the arm's, else the active one) and its adapter, if any."""
-    version = None
-    if arm is not None and slug in arm.expert_versions:
-        version = ExpertVersion.objects.filter(expert__slug=slug, version=arm.expert_versions[slug]).select_related("expert").first()
-    if version is None:
-        version = serving_version(slug)
-    adapter = None
-    if version is not None and version.adapter_path:
-        adapter = AdapterRef(expert=slug, name=version.adapter_name, path=version.adapter_path, base_model=version.base_model, version=version.version)
-    return version, adapter
-
-
-def _previous_adapter(slug: str, version: ExpertVersion | None) -> tuple[ExpertVersion, AdapterRef] | None:
-    """The adapter of the version that was active before ``version`` (the most recently activated other one), if any."""
-    earlier = ExpertVersion.objects.filter(expert__slug=slug, activated_at__isnull=False).exclude(adapter_path="")
-    if version is not None:
-        earlier = earlier.exclude(pk=version.pk).exclude(adapter_path=version.adapter_path)
-    previous = earlier.select_related("expert").order_by("-activated_at").first()
-    if previous is None:
-        return None
-    return previous, AdapterRef(expert=slug, name=previous.adapter_name, path=previous.adapter_path, base_model=previous.base_model,
-                                version=previous.version)
-
-
 def _source(payload: dict[str, Any]) -> str:
     """What a reader calls a passage's document: its title, else its file name or id."""
     for key in ("source", "title", "external_id", "file_name"):
@@ -196,48 +135,14 @@ def _to_passages(hits: list[Any]) -> list[Passage]:
     ]
 
 
-def _is_extractive(generator: Any) -> bool:
-    """Whether the configured backend is the extractive one (then there is nothing to fall back to)."""
-    return getattr(generator, "name", "") == "extractive"
-
-
-def _citation_pattern(citation_format: str) -> re.Pattern[str]:
-    fmt = citation_format if "{index}" in citation_format else "[{index}]"
-    return re.compile(re.escape(fmt).replace(re.escape("{index}"), r"(\d+)"))
-
-
-def merge_answers(parts: list[tuple[str, str, Answer, str]]) -> Answer:
-    """One answer from several experts' answers: each part labelled by its expert, citations renumbered.
-
-    Args:
-        parts: (slug, expert name, answer, citation format) per expert, best first. Parts that
-            found nothing are left out when another part is grounded.
-    """
-    grounded = [p for p in parts if p[2].grounded]
-    kept = grounded or parts[:1]
-    texts, citations = [], []
-    for slug, name, answer, fmt in kept:
-        offset = len(citations)
-        n = len(answer.citations)
-
-        def renumber(m: re.Match[str], offset: int = offset, n: int = n, fmt: str = fmt) -> str:
-            i = int(m.group(1))
-            return fmt.replace("{index}", str(i + offset)) if 1 <= i <= n else m.group(0)
-
-        text = _citation_pattern(fmt).sub(renumber, answer.text) if offset else answer.text
-        texts.append(f"{name} ({slug}): {text}")
-        citations.extend(answer.citations)
-    return Answer(text="\n\n".join(texts), citations=citations, grounded=bool(grounded))
-
-
 class ChatTurn:
     """One chat request through route → retrieve → generate with failover, streamed or not.
 
     ``start()`` does everything up to the first piece of the answer: it routes, picks the
-    candidates (stickiness, experiment arm, key scope), and walks them in order, skipping experts
-    whose circuit breaker is open, failing over on ``StoreUnavailable`` (and on ``GenerationError``
-    when even the extractive answer failed), until one expert produced its first output. A model
-    that fails answers extractively instead (``Source``). Errors there raise before any byte is sent.
+    candidates (stickiness, experiment arm, key scope), and hands them to the failover loop
+    (``serving.failover``, or ``serving.accurate`` for ``auto:accurate``), which walks them until one
+    expert produced its first output (``serving.expert_answer``: a model that fails answers
+    extractively instead). Errors there raise before any byte is sent.
     Iterating the turn yields the rest of the answer as text deltas; when it ends, ``result``
     holds the ``ChatResult``. The routing event is recorded exactly once: on success, on an error,
     or from ``close()`` when the client went away (status 499, ``client_cancelled``).
@@ -425,197 +330,41 @@ class ChatTurn:
         context = knowledge.SearchContext(turns=tuple(texts), vectors=vectors, weight=weight)
         return None if context.empty else context
 
-    def _generation_request(self, slug: str, passages: list[Passage]) -> tuple[GenerationRequest, ExpertVersion | None]:
-        version, adapter = _generation_settings(slug, self.arm)
-        self.expert_version = version.version if version is not None else None
-        request = GenerationRequest(
-            question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
-            system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
-            adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
-            question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" else None,
-        )
-        return request, version
-
-    def _fail(self, slug: str, reason: str, breaker: Any | None = None) -> None:
-        if breaker is not None:
-            breaker.record_failure(reason)
-        self.failover_from.append({"slug": slug, "reason": reason})
-        logger.warning("chat.failover", extra={"expert": slug, "reason": reason, "request_id": self.request_id})
+    def _answer_with(self, slug: str, passages: list[Passage], stream: bool, breaker: Any) -> Opened:
+        """``slug``'s first output from ``passages`` with the version that serves it (``serving.expert_answer``), timed."""
+        t0 = time.perf_counter()
+        try:
+            version, adapter = generation_settings(slug, self.arm)
+            self.expert_version = version.version if version is not None else None
+            request = GenerationRequest(
+                question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
+                system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
+                adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
+                question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" else None,
+            )
+            return open_answer(request, version, breaker, stream=stream, allowed=self.request.allowed, request_id=self.request_id,
+                               cacheable=not self.request.history and self.search_context is None)
+        finally:
+            self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
 
     def _first_output(self, candidates: list[str], width: int, stream: bool) -> None:
-        """Walk the candidates until one expert retrieved and produced its first output (the failover loop).
-
-        In ``auto`` the next healthy candidate's passages are fused in, and the expert whose passage
-        ranks first answers (its own adapter fits those passages best); if it fails, the candidate
-        itself answers from the same passages. A half-open breaker's probe answers alone.
-        """
-        failed: set[str] = set()
-        for position, slug in enumerate(candidates):
-            if slug in failed:
-                continue
-            breaker = _breaker(slug)
-            if not breaker.allow():
-                self._fail(slug, "circuit_open")
-                failed.add(slug)
-                continue
-            probing = breaker.state != "closed"
-            partners = [] if probing else [s for s in candidates[position + 1 :] if s not in failed and _breaker(s).state == "closed"][: width - 1]
-            slugs = [slug, *partners]
-            raw = self.decision.raw_scores if self.decision else {}
-            weights = [float(raw.get(s, 0.0)) for s in slugs] if raw else None
-            try:
-                passages = self._retrieve(slugs, weights)
-            except StoreUnavailable:
-                self._fail(slug, "store_unavailable", breaker)
-                failed.add(slug)
-                continue
-            leading = passages[0].expert if passages else slug
-            answerers = [leading, slug] if leading in partners else [slug]
-            for answering in answerers:
-                gen_breaker = breaker if answering == slug else _breaker(answering)
-                t0 = time.perf_counter()
-                try:
-                    output, source, answer_breaker = self._answer_with(answering, passages, stream, gen_breaker)
-                except GenerationError as exc:
-                    self._fail(answering, exc.kind, gen_breaker)
-                    failed.add(answering)
-                    continue
-                finally:
-                    self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
-                self.expert, self._passages, self._first, self._answer_breaker = answering, passages, output, answer_breaker
-                self.source, self.expert_version = source, source.expert_version
-                if not stream:
-                    answer_breaker.record_success()
-                self.fallback_used = self.fallback_used or bool(self.failover_from)
-                return
-        raise AllExpertsDown(self.failover_from)
-
-    def _answer_with(self, slug: str, passages: list[Passage], stream: bool, breaker: Any) -> tuple[str | Answer, Source, Any]:
-        """One expert's first output, who wrote it, and the breaker its success or failure counts on.
-
-        The extractive backend answers itself (its ``GenerationError`` fails the expert over). A
-        model answers unless the passages are weak (``NOT_FOUND`` then, the model is not asked),
-        its breaker (``<slug>:generation``) is open, or it fails: then the extractive answer from
-        the same passages. ``GenerationBusy`` goes up to the caller (HTTP 503).
-        """
-        self._stream = None  # a stream left by an earlier candidate that failed is not this one's
-        generator = get_generator()
-        request, version = self._generation_request(slug, passages)
-        number = version.version if version is not None else None
-        fmt = request.citation_format
-        if _is_extractive(generator):
-            return self._open(generator, request, stream), Source("extractive", expert_version=number, citation_format=fmt), breaker
-        if not passages or max(p.score for p in passages) < float(settings.EXTRACTIVE_MIN_SCORE):
-            return Answer(text=NOT_FOUND, citations=[], grounded=False), Source("not_found", expert_version=number, citation_format=fmt), breaker
-        model_breaker = _breaker(f"{slug}:generation")
-        if not model_breaker.allow():
-            return (*self._extractive(request, stream, "circuit_open", number), breaker)
-        try:
-            output, source = self._model_output(generator, request, version, stream)
-        except GenerationError as exc:
-            model_breaker.record_failure(exc.kind)
-            logger.warning("chat.generation_fallback", extra={"expert": slug, "reason": exc.kind, "request_id": self.request_id})
-            return (*self._extractive(request, stream, exc.kind, number), breaker)
-        return output, source, model_breaker
-
-    def _model_output(self, generator: Any, request: GenerationRequest, version: ExpertVersion | None, stream: bool) -> tuple[str | Answer, Source]:
-        """The model's first output with the request's adapter, else the previous active version's, else none."""
-        number = version.version if version is not None else None
-        hit = self._cached_answer(request, number)
-        if hit is not None:
-            return hit
-        options: list[tuple[GenerationRequest, int | None]] = [(request, number)]
-        if request.adapter is not None:
-            previous = _previous_adapter(request.expert, version)
-            if previous is not None:
-                older, adapter = previous
-                options.append((replace(request, adapter=adapter, system_prompt=older.system_prompt, citation_format=older.citation_format),
-                                older.version))
-            options.append((replace(request, adapter=None), number))
-        reason = ""
-        for option, option_version in options:
-            try:
-                output = self._open(generator, option, stream)
-            except AdapterError as exc:
-                reason = exc.kind
-                logger.warning("chat.adapter_unusable", extra={"expert": request.expert, "adapter": option.adapter.name if option.adapter else "",
-                                                               "reason": exc.kind, "error": str(exc), "request_id": self.request_id})
-                continue
-            adapter = option.adapter.name if option.adapter is not None else None
-            return output, Source("model", fallback_reason=reason, adapter=adapter, expert_version=option_version,
-                                  citation_format=option.citation_format)
-        raise GenerationError(f"no adapter of expert {request.expert!r} could be used ({reason})")
-
-    def _cached_answer(self, request: GenerationRequest, number: int | None) -> tuple[Answer, Source] | None:
-        """The model's cached answer to this very question, version and passages (a first question, greedy decoding only); else remember the key."""
-        cache = answer_cache.get_cache()
-        self._cache_key = None
-        if not cache.enabled or self.request.history or self.search_context is not None or request.temperature:
-            return None
-        key = answer_cache.cache_key(request, number, self.request.allowed)
-        cached = cache.lookup(key)
-        if cached is None:
-            self._cache_key = key
-            return None
-        names = {f.name for f in fields(Passage)} - {"sentence_vectors"}
-        citations = [Passage(**{k: v for k, v in c.items() if k in names}) for c in cached.citations]
-        return Answer(text=cached.text, citations=citations, grounded=True), Source(
-            "model", adapter=request.adapter.name if request.adapter else None, expert_version=number, citation_format=request.citation_format,
-            cached_question=cached.question)
-
-    def _extractive(self, request: GenerationRequest, stream: bool, reason: str, version: int | None) -> tuple[str | Answer, Source]:
-        """The extractive answer from the request's passages, standing in for the model (``reason``: why)."""
-        output = self._open(get_fallback_generator(), replace(request, adapter=None), stream)
-        return output, Source("extractive_fallback", fallback_reason=reason, expert_version=version, citation_format=request.citation_format)
-
-    def _open(self, generator: Any, request: GenerationRequest, stream: bool) -> str | Answer:
-        if not stream:
-            return generator.generate(request)
-        self._stream = iter(generator.stream(request))
-        try:
-            return next(self._stream)
-        except StopIteration:
-            raise GenerationError("the generator produced nothing") from None
+        """The first candidate that answers (``serving.failover``) and its first output."""
+        answered = failover.first_answer(candidates, width, self.decision.raw_scores if self.decision else {}, retrieve=self._retrieve,
+                                         answer_with=self._answer_with, stream=stream, skipped=self.failover_from, request_id=self.request_id)
+        opened = answered.opened
+        self.expert, self._passages, self._first, self._stream, self._answer_breaker = (
+            answered.expert, answered.passages, opened.output, opened.stream, opened.breaker)
+        self.source, self.expert_version, self._cache_key = opened.source, opened.source.expert_version, opened.cache_key
+        self.fallback_used = self.fallback_used or bool(self.failover_from)
 
     def _accurate(self, candidates: list[str]) -> Answer:
-        """``auto:accurate``: the top two healthy experts answer from their own passages; the answers are merged."""
-        names = dict(Expert.objects.filter(slug__in=candidates).values_list("slug", "name"))
-        parts: list[tuple[str, str, Answer, str, list[Passage], Source]] = []
-        for slug in candidates:
-            if len(parts) == 2:
-                break
-            breaker = _breaker(slug)
-            if not breaker.allow():
-                self._fail(slug, "circuit_open")
-                continue
-            try:
-                passages = self._retrieve([slug], None)
-            except StoreUnavailable:
-                self._fail(slug, "store_unavailable", breaker)
-                continue
-            t0 = time.perf_counter()
-            try:
-                output, source, answer_breaker = self._answer_with(slug, passages, False, breaker)
-            except GenerationError as exc:
-                self._fail(slug, exc.kind, breaker)
-                continue
-            finally:
-                self.timings["generate_ms"] += (time.perf_counter() - t0) * 1000
-            answer_breaker.record_success()
-            assert isinstance(output, Answer)
-            parts.append((slug, names.get(slug, slug), output, source.citation_format, passages, source))
-        if not parts:
-            raise AllExpertsDown(self.failover_from)
-        merged = merge_answers([p[:4] for p in parts])
-        kept = [p for p in parts if p[2].grounded] or parts[:1]
-        self._parts = [{"expert": p[0], "grounded": p[2].grounded, "citations": len(p[2].citations), "answer_source": p[5].answer_source,
-                        "fallback_reason": p[5].fallback_reason, "adapter": p[5].adapter} for p in kept]
-        self.expert = parts[0][0]
-        self.source = parts[0][5]
+        """``auto:accurate``'s merged answer (``serving.accurate``): the first part's expert and source stand for it."""
+        merged = accurate.answer_accurately(candidates, retrieve=self._retrieve, answer_with=self._answer_with, skipped=self.failover_from,
+                                            request_id=self.request_id)
+        self.expert, self.source, self._passages, self._parts = merged.expert, merged.source, merged.passages, merged.parts
         self.expert_version = self.source.expert_version  # the answering expert's version, for the event
-        self._passages = [passage for p in parts for passage in p[4]]
         self.fallback_used = bool(self.failover_from)
-        return merged
+        return merged.answer
 
     # -- the answer --------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from sbcommon import encoders
 from sbcommon.encoders import embedding_space
 from sbcommon.hashing import text_hash
 from serving import chat as serving_chat
-from serving import events, route
+from serving import events, expert_answer, route
 from tests.factories import make_key, make_team, make_user
 
 MARK = "MARK-B-"
@@ -285,7 +285,7 @@ def team_world(db, settings, tmp_path, monkeypatch) -> Iterator[TeamWorld]:
     monkeypatch.setattr(route, "get_encoder", lambda *a, **k: encoder)
     monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: encoder)
     monkeypatch.setattr(serving_chat.knowledge, "search_experts", store)
-    monkeypatch.setattr(serving_chat, "get_generator", lambda *a, **k: QuotingGenerator())
+    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: QuotingGenerator())
     monkeypatch.setattr(serving_chat, "assign", lambda subject: None)  # experiments assign no arm: answers stay comparable
     route._router_cache.clear()
     caches[settings.BREAKER_CACHE].clear()

@@ -24,8 +24,8 @@ from routing.experiments.assignment import ArmAssignment
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent
 from sbcommon.encoders import embedding_space
+from serving import accurate, events, expert_answer, route
 from serving import chat as serving_chat
-from serving import events, route
 
 DIM = 8
 EXPERTS = ["dmv", "ssa", "va"]
@@ -161,7 +161,7 @@ def store(monkeypatch):
 @pytest.fixture
 def generator(monkeypatch):
     fake = FakeGenerator()
-    monkeypatch.setattr(serving_chat, "get_generator", lambda *a, **k: fake)
+    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
     return fake
 
 
@@ -304,7 +304,7 @@ def test_accurate_mode_takes_the_next_expert_when_one_of_the_top_two_fails(servi
 def test_merge_keeps_markers_beyond_a_parts_citations_untouched():
     a = Answer(text="A [1] [2]", citations=[object(), object()])
     b = Answer(text="B [1] and [7]", citations=[object()])
-    merged = serving_chat.merge_answers([("a", "Alpha", a, "[{index}]"), ("b", "Beta", b, "[{index}]")])
+    merged = accurate.merge_answers([("a", "Alpha", a, "[{index}]"), ("b", "Beta", b, "[{index}]")])
     assert merged.text == "Alpha (a): A [1] [2]\n\nBeta (b): B [3] and [7]"
     assert len(merged.citations) == 3
 

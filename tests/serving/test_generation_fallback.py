@@ -28,8 +28,7 @@ from experts.generation.queue import GenerationQueue
 from experts.ml.extractive import Answer
 from experts.models import Expert, ExpertVersion
 from routing.models import RoutingEvent
-from serving import chat as serving_chat
-from serving import events
+from serving import events, expert_answer
 from tests.serving import test_failover as support
 
 encoder, no_experiment, router, store = support.encoder, support.no_experiment, support.router, support.store
@@ -64,14 +63,14 @@ class FakeModel:
 @pytest.fixture
 def model(monkeypatch):
     fake = FakeModel()
-    monkeypatch.setattr(serving_chat, "get_generator", lambda *a, **k: fake)
+    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
     return fake
 
 
 @pytest.fixture
 def fallback(monkeypatch):
     fake = support.FakeGenerator()
-    monkeypatch.setattr(serving_chat, "get_fallback_generator", lambda: fake)
+    monkeypatch.setattr(expert_answer, "get_fallback_generator", lambda: fake)
     return fake
 
 
@@ -214,7 +213,7 @@ class QueuedModel(FakeModel):
 
 def test_a_full_generation_queue_is_a_503_with_retry_after_and_routing_still_answers(router, store, fallback, no_experiment, client, monkeypatch):
     slow = QueuedModel(max_waiting=1)
-    monkeypatch.setattr(serving_chat, "get_generator", lambda *a, **k: slow)
+    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: slow)
     slow.queue.acquire()  # a long generation in progress...
     waiter = threading.Thread(target=lambda: slow.queue.acquire(timeout_s=10) or slow.queue.release(), daemon=True)
     waiter.start()  # ...and one request waiting for it: the queue is full
