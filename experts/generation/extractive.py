@@ -9,13 +9,11 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from experts.ml.extractive import Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
+from experts.ml.extractive import MAX_PASSAGES, Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
 from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
 
-# The first retrieved passages the extractive answer reads, whole (the language model is shown as many, prompting.SHOWN_PASSAGES).
-EXTRACTIVE_PASSAGES = 3
 _caches: dict[str, ChunkSentenceCache] = {}
 _caches_lock = threading.Lock()
 
@@ -71,7 +69,7 @@ class ExtractiveGenerator:
         encoder = get_encoder()
         return extractive_answer(
             request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_passages=EXTRACTIVE_PASSAGES, scorer=scorer_spec(settings),
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name),
         )
 
@@ -79,7 +77,7 @@ class ExtractiveGenerator:
         return stream_by_words(self.generate(request))
 
 
-def first_choices(request: GenerationRequest, count: int, max_passages: int = EXTRACTIVE_PASSAGES) -> list[RankedSentence]:
+def first_choices(request: GenerationRequest, count: int, max_passages: int = MAX_PASSAGES) -> list[RankedSentence]:
     """The ``count`` sentences the extractive answer rates best for ``request``, best first (``extractive.rank_sentences``
     over its first ``max_passages`` passages, whole): none when it would answer "not found" (weak passages, no sentence).
 

@@ -111,6 +111,10 @@ class _ChunkSentences:
     vectors: np.ndarray  # (sentences, dim), read-only
 
 
+# The first retrieved passages whose sentences the extractive answer reads, whole, and may cite (a language model
+# is shown as many, ``prompting.SHOWN_PASSAGES``): set with the sentence scorer, which was fitted on the sentences
+# of the top three passages of doc2dial's train questions (``sentence_scorer``, ``manage.py evaluate sentences``).
+MAX_PASSAGES = 3
 # Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
 # figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.
 CHUNK_CACHE_SIZE = 5000
@@ -245,7 +249,7 @@ class Ranking:
         return reasons(self.features, best.row, self.model.local_weights(self.features, best.row))
 
 
-def rank_sentences(question: str, passages: list[Passage], embed: Callable[[list[str]], np.ndarray], *, max_passages: int = 3,
+def rank_sentences(question: str, passages: list[Passage], embed: Callable[[list[str]], np.ndarray], *, max_passages: int = MAX_PASSAGES,
                    cache: ChunkSentenceCache | None = None, scorer: SentenceModel | str | dict[str, Any] | None = None) -> Ranking | None:
     """Every sentence of the first ``max_passages`` passages (whole), best first by the sentence scorer; None
     when they hold no sentence. What the extractive answer quotes from, and the shortlist a language model
@@ -267,8 +271,8 @@ def extractive_answer(
     passages: list[Passage],
     embed: Callable[[list[str]], np.ndarray],
     *,
-    max_sentences: int = 3,
-    max_passages: int = 3,
+    max_sentences: int = 1,
+    max_passages: int = MAX_PASSAGES,
     min_score: float = 0.25,
     cache: ChunkSentenceCache | None = None,
     scorer: SentenceModel | str | dict[str, Any] | None = None,
