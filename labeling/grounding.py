@@ -21,11 +21,11 @@ from django.conf import settings
 from experts.choices import ExampleSource, ExampleSplit
 from experts.generation.extractive import scorer_spec
 from experts.ml.extractive import Passage, extractive_answer
-from experts.ml.targets import training_target
+from experts.ml.targets import gold_target
 from experts.models import Expert
 from experts.services import TrainingDataError, add_example, current_prompt, prompt_passages
 from jobs.services import JobFailed, JobReporter
-from knowledge.services import search_expert
+from knowledge.search import search_expert
 from knowledge.stores.base import StoreUnavailable
 from sbcommon.encoders import get_encoder
 
@@ -49,7 +49,7 @@ class GroundingReport:
 # The imported log's own split (``Query.split``) decides where a grounded example goes: a question the
 # source holds out (its validation or test split, which the router's gate also holds out) never trains
 # an adapter; it is one of the held-out questions the activation gate answers. Questions without a
-# source split are held out by ``experts.services.held_out_split`` (LORA_EVAL_FRACTION).
+# source split are held out by ``experts.services.held_out_split`` (experts.services.EVAL_FRACTION).
 _HELD_OUT_SOURCE_SPLITS = frozenset({"val", "validation", "dev", "test"})
 
 
@@ -128,7 +128,7 @@ def build_grounded_examples(expert: Expert, limit: int = 200, reporter: JobRepor
         if gold:
             # Kept in retrieval order: the marker numbers the passage as serving's prompt will.
             weak = not passages or max(p.score for p in passages) < settings.EXTRACTIVE_MIN_SCORE
-            target = None if weak else training_target(settings.LORA_TARGET, gold, shown(question, passages), citation_format=citation_format)
+            target = None if weak else gold_target(gold, shown(question, passages), citation_format=citation_format)
             if target is None:
                 report.weak += weak
                 report.unsupported += not weak

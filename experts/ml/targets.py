@@ -49,13 +49,3 @@ def gold_target(answer: str, passages: Sequence[Passage], *, citation_format: st
     if index is None:
         return None
     return f"{text} {render_citation(index + 1, citation_format)}"
-
-
-def training_target(kind: str, answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT) -> str | None:
-    """``gold_target``, for callers that still name the kind of target ("answer", the only one left).
-
-    Remove with ``settings.LORA_TARGET`` once ``labeling.grounding`` calls ``gold_target`` itself.
-    """
-    if kind != "answer":
-        raise ValueError(f"unknown training target {kind!r}: adapters learn the gold answer (\"answer\")")
-    return gold_target(answer, passages, citation_format=citation_format)

@@ -83,6 +83,3 @@ LORA_QLORA = True
 # The demo's background adapter trainings (switchboard.demo.train_adapters): steps per expert (0: the
 # epochs of experts.ml.lora.LoraParams decide; `manage.py train_demo_adapters --steps N` chooses others).
 DEMO_ADAPTER_STEPS = 100
-# Not an operator's setting: labeling/grounding.py still passes it to experts.ml.targets.training_target,
-# whose one kind left is "answer"; both go once it calls gold_target itself.
-LORA_TARGET = "answer"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from experts.ml.extractive import Passage
-from experts.ml.targets import gold_target, supporting_passage, training_target
+from experts.ml.targets import gold_target, supporting_passage
 
 PASSAGES = [
     Passage("Registration needs proof of insurance and a title.", "Registration"),
@@ -29,10 +27,3 @@ def test_an_answer_none_of_the_passages_holds_is_skipped():
 
 def test_ties_go_to_the_better_ranked_passage():
     assert supporting_passage("renew license online", [PASSAGES[2], PASSAGES[1]]) == 0
-
-
-def test_training_target_is_the_gold_answer_and_refuses_any_other_kind():
-    answer = "Renew your driver license online up to a year before it expires."
-    assert training_target("answer", answer, PASSAGES) == gold_target(answer, PASSAGES)
-    with pytest.raises(ValueError, match="unknown training target"):
-        training_target("summary", answer, PASSAGES)
