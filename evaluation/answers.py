@@ -6,7 +6,7 @@ those steps share the same question records; each step is its own function.
 Questions are the test split's user turns (``--split val`` evaluates on val: that is where defaults
 are chosen) whose records carry a gold ``answer``; each is answered from the dataset's documents,
 chunked and indexed as an expert's are (one temporary collection per domain), through the
-product's own code: the serving search (``knowledge.services.search_collections``,
+product's own code: the serving search (``knowledge.search.search_collections``,
 ``RETRIEVAL_TOP_K`` chunks, hybrid), the product's router as served (``evaluation.abstentions.product_routes``:
 trained on the train split as ``evaluate router`` trains it; a follow-up it is unsure of alone is
 ranked with the user's earlier turns, ``routing.ml.conversation``, and the expert those turns route
@@ -98,8 +98,10 @@ from experts.ml.targets import MIN_SUPPORT, gold_target
 from experts.models import Expert
 from knowledge.ml.chunking import chunk_text
 from knowledge.ml.conversation import SearchContext, expand_query
+from knowledge.ml.routed import routing_weights
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import context_weight, embedding_text, routing_weights, search_collections, weight_power, widen_below, widens
+from knowledge.points import embedding_text
+from knowledge.search import context_weight, search_collections, weight_power, widen_below, widens
 from knowledge.stores.base import Hit
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 

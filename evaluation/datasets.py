@@ -252,7 +252,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
     from collections import defaultdict
 
     from knowledge.ml.sparse import bm25_vector
-    from knowledge.services import sparse_text
+    from knowledge.points import sparse_text
     from knowledge.stores.base import PointRecord
     from knowledge.stores.qdrant import EmbeddedQdrantStore
 
@@ -301,7 +301,7 @@ def build_domain_index(dataset: Path, passages: bool, say: Callable[[str], None]
 
     from experts.models import Expert
     from knowledge.ml.chunking import chunk_text
-    from knowledge.services import embedding_text
+    from knowledge.points import embedding_text
 
     units = read_jsonl(Path(dataset) / ("passages.jsonl" if passages else "docs.jsonl"))
     domains = sorted({u["domain"] for u in units})

@@ -20,8 +20,8 @@ import numpy as np
 
 from evaluation.latency import Served
 from evaluation.routing_metrics import method_report
+from knowledge.evidence import collection_lookup
 from knowledge.ml.distinct import DistinctWords
-from knowledge.services import collection_lookup
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
 from routing.ml.training import abstain_threshold

@@ -16,7 +16,7 @@ never the agent's answers), and retrieval searches with the question widened by 
 ``serving.conversations.CONTEXT_TURNS``). doc2dial's agent turns copy the gold document, so no mode
 here ever reads them (``datasets.user_turns``).
 
-Modes, all through the serving code's search (``knowledge.services.search_collections``):
+Modes, all through the serving code's search (``knowledge.search.search_collections``):
 
 * ``flat``: one search over every domain's collection as one (global ranks, IDF over all).
 * ``oracle``: the gold domain's collection alone (a perfect, hard router).
@@ -80,17 +80,11 @@ from evaluation.datasets import (
     validation_note,
 )
 from evaluation.fast_tier import fast_tier_vectors
+from knowledge.evidence import collection_lookup
 from knowledge.ml.conversation import SearchContext, expand_query
+from knowledge.ml.routed import routing_weights
 from knowledge.ml.sparse import bm25_vector
-from knowledge.services import (
-    collection_lookup,
-    context_weight,
-    routing_weights,
-    search_collections,
-    weight_power,
-    widen_below,
-    widens,
-)
+from knowledge.search import context_weight, search_collections, weight_power, widen_below, widens
 from knowledge.stores.qdrant import EmbeddedQdrantStore
 
 K = 5

@@ -63,7 +63,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     from django.conf import settings
 
     from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
-    from knowledge.services import context_weight, widen_below
+    from knowledge.search import context_weight, widen_below
     from sbcommon.encoders import get_encoder
 
     started = time.perf_counter()

@@ -7,8 +7,11 @@ from typing import Any
 
 from django import forms
 
-from . import services
+from sbcommon.uploads import UploadRejected
+
+from .ingest import check_upload, max_upload_bytes
 from .ml.index import METHODS
+from .points import CHUNK_SIZE_RANGE
 
 
 def sentence(message: str) -> str:
@@ -51,11 +54,11 @@ class UploadForm(forms.Form):
         uploads = self.cleaned_data["files"]
         try:
             total = sum(u.size for u in uploads)
-            if total > services.max_upload_bytes():
-                raise services.UploadRejected(f"the files add up to {total:,} bytes; the limit is {services.max_upload_bytes():,} bytes", status=413)
+            if total > max_upload_bytes():
+                raise UploadRejected(f"the files add up to {total:,} bytes; the limit is {max_upload_bytes():,} bytes", status=413)
             for upload in uploads:
-                services.check_upload(upload)
-        except services.UploadRejected as exc:
+                check_upload(upload)
+        except UploadRejected as exc:
             self.status = exc.status
             raise forms.ValidationError(sentence(str(exc))) from exc
         return uploads
@@ -64,7 +67,7 @@ class UploadForm(forms.Form):
 class ChunkingForm(forms.Form):
     """Chunk size and overlap of one expert; changing them rebuilds its collection."""
 
-    chunk_size = forms.IntegerField(min_value=services.CHUNK_SIZE_RANGE[0], max_value=services.CHUNK_SIZE_RANGE[1], label="Chunk size",
+    chunk_size = forms.IntegerField(min_value=CHUNK_SIZE_RANGE[0], max_value=CHUNK_SIZE_RANGE[1], label="Chunk size",
                                     help_text="Target characters per chunk.")
     chunk_overlap = forms.IntegerField(min_value=0, label="Overlap", help_text="Characters shared by neighbouring chunks (under half the size).")
 

@@ -1,18 +1,45 @@
-"""Reads of knowledge-base state."""
+"""Reads of knowledge-base state: each expert's collection, what it was built with, its documents and jobs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.signals import post_delete, post_save
 
 from experts.models import Expert
+from experts.selectors import clear_serving_caches, serving_cached
 from jobs.models import Job
 from sbcommon.encoders import embedding_space
 
 from .models import Document, KnowledgeBase
 
 JOB_KINDS = ("ingest_documents", "index_documents", "rebuild_index", "delete_document", "drop_collection")
+
+
+def collection_name(expert: Expert) -> str:
+    """The expert's collection (an alias on a Qdrant server)."""
+    return f"expert_{expert.slug}"
+
+
+def collection_models(experts: list[Expert]) -> dict[int, str]:
+    """The embedding model of each expert's knowledge base (read once per SERVING_CACHE_TTL_S, not per search)."""
+    every = serving_cached("knowledge-base-models", lambda: dict(KnowledgeBase.objects.values_list("expert_id", "embedding_model")))
+    return {e.pk: every[e.pk] for e in experts if e.pk in every}
+
+
+post_save.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-save-KnowledgeBase")
+post_delete.connect(clear_serving_caches, sender=KnowledgeBase, dispatch_uid="serving-cache-delete-KnowledgeBase")
+
+
+def model_mismatch(expert: Expert, kb: KnowledgeBase | None = None) -> str:
+    """Why the expert's collection no longer fits the configured encoder ("" when it does)."""
+    kb = kb if kb is not None else KnowledgeBase.objects.filter(expert=expert).first()
+    if kb is None:
+        return ""
+    if kb.embedding_model != embedding_space():
+        return f"built with {kb.embedding_model}, but the encoder now makes {embedding_space()} vectors (EMBEDDING_MODEL, EMBEDDING_BACKEND)"
+    return ""
 
 
 def document_counts() -> dict[int, dict[str, int]]:

@@ -26,9 +26,10 @@ from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
 from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
 from sbcommon.encoders import embedding_space, get_encoder
-from sbcommon.uploads import declared_over_limit
+from sbcommon.uploads import UploadRejected, declared_over_limit
 
-from . import forms, selectors, services
+from . import forms, search, selectors, services
+from .ingest import max_upload_bytes
 from .ml.index import METHODS
 from .models import Document
 
@@ -58,7 +59,7 @@ class KnowledgeListView(LoginRequiredMixin, TemplateView):
 def _expert_context(expert: Expert, **extra: Any) -> dict[str, Any]:
     context: dict[str, Any] = {
         "expert": expert, "summary": selectors.summary(expert), "documents": selectors.documents(expert),
-        "jobs": selectors.expert_jobs(expert), "collection": services.collection_name(expert), "max_bytes": services.max_upload_bytes(),
+        "jobs": selectors.expert_jobs(expert), "collection": selectors.collection_name(expert), "max_bytes": max_upload_bytes(),
         "upload_form": forms.UploadForm(), "chunking_form": forms.ChunkingForm(initial={"chunk_size": expert.chunk_size, "chunk_overlap": expert.chunk_overlap}),
         "search_form": forms.SearchForm(), "embedding_model": embedding_space(),
         "can_edit": True,  # the views that show the page to readers pass the real answer
@@ -89,7 +90,7 @@ class UploadView(LoginRequiredMixin, UploadPageMixin, View):
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
-        limit = services.max_upload_bytes()
+        limit = max_upload_bytes()
         length = declared_over_limit(request.META, limit)
         if length is not None:
             return self._refuse(expert, forms.UploadForm(), f"The upload is {length:,} bytes; the limit is {limit:,} bytes.", 413)
@@ -101,7 +102,7 @@ class UploadView(LoginRequiredMixin, UploadPageMixin, View):
             return self._refuse(expert, form, _first_error(form), form.status)
         try:
             job = services.accept_uploads(expert, form.cleaned_data["files"], user=request.user)
-        except services.UploadRejected as exc:
+        except UploadRejected as exc:
             return self._refuse(expert, form, forms.sentence(str(exc)), exc.status)
         job_url = reverse("console-job", args=[job.pk])
         if self._wants_json():
@@ -128,7 +129,7 @@ class SearchView(LoginRequiredMixin, View):
             results = []
             for method in METHODS:
                 t0 = time.perf_counter()
-                hits = services.search_expert(expert, question, limit=limit, query_vector=vector, method=method)
+                hits = search.search_expert(expert, question, limit=limit, query_vector=vector, method=method)
                 results.append({"method": method, "hits": hits, "ms": (time.perf_counter() - t0) * 1000})
             context.update(results=results, embed_ms=embed_ms, question=question)
         else:

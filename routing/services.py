@@ -205,8 +205,9 @@ def _fit_knowledge(result: Any, experts: list[str], texts_val: list[str], x_val:
     abstain threshold, or why there is none (the setting is off, experts without documents, or the
     vector store cannot be read). A combiner that validation did not keep is not saved.
     """
-    from knowledge.services import distinct_words, evidence_lookup, experts_without_documents
+    from knowledge.evidence import evidence_lookup, experts_without_documents
     from knowledge.stores import StoreUnavailable
+    from knowledge.vocabulary import distinct_words
 
     from .ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix
     from .ml.training import abstain_threshold

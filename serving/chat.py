@@ -20,7 +20,7 @@ from django.conf import settings
 from experts.generation import GenerationBusy, GenerationError, GenerationRequest
 from experts.ml.extractive import Answer, Passage
 from experts.selectors import experts_by_slug
-from knowledge import services as knowledge
+from knowledge import search as knowledge
 from routing.experiments.assignment import ArmAssignment, assign
 from routing.ml import conversation as conversation_rule
 from sbcommon.encoders import EncoderUnavailable, get_encoder

@@ -127,7 +127,7 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
 
 def warm_up() -> bool:
     """Load in this process what a first question would: the active router, and its experts' documents'
-    evidence and word tables where it reads them (``knowledge.services.distinct_words``: every expert's
+    evidence and word tables where it reads them (``knowledge.vocabulary.distinct_words``: every expert's
     documents read once). Routes one made-up question, whose choice the load window then forgets.
     False where there is no router to load yet.
     """
@@ -391,8 +391,9 @@ def _with_knowledge(version: RouterVersion, router: TextRouter, vector: np.ndarr
     Returns (probabilities, score, abstain threshold, evidence by expert). When the vector store
     cannot be read, the router's own figures and threshold, and ``{"unavailable": reason}``.
     """
-    from knowledge.services import distinct_words, evidence_lookup
+    from knowledge.evidence import evidence_lookup
     from knowledge.stores import StoreUnavailable
+    from knowledge.vocabulary import distinct_words
     from routing.ml.knowledge import evidence_one
 
     combiner = router.knowledge

@@ -28,7 +28,7 @@ def demo(django_db_setup, django_db_blocker):
     from django.core.management import call_command
 
     from experts.models import Expert
-    from knowledge.services import collection_name
+    from knowledge.selectors import collection_name
     from knowledge.stores import get_store
     from switchboard.demo import load_demo
 

@@ -13,9 +13,10 @@ from rest_framework.views import APIView
 from experts.access import get_expert_or_404
 from jobs.models import Job
 from sbcommon.api import ApiError
-from sbcommon.uploads import declared_over_limit
+from sbcommon.uploads import UploadRejected, declared_over_limit
 
 from .. import selectors, services
+from ..ingest import max_upload_bytes
 from ..models import Document
 from .serializers import DocumentSerializer, DocumentUploadSerializer, UploadAcceptedSerializer
 
@@ -49,7 +50,7 @@ class DocumentListView(APIView):
     )
     def post(self, request, slug: str):
         expert = get_expert_or_404(request.user, slug, edit=True)
-        limit = services.max_upload_bytes()
+        limit = max_upload_bytes()
         length = declared_over_limit(request.META, limit)
         if length is not None:  # refused before the body is read, let alone stored
             raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="files")
@@ -58,7 +59,7 @@ class DocumentListView(APIView):
             raise ApiError("send one or more files in the multipart field 'files'", param="files")
         try:
             job = services.accept_uploads(expert, uploads, user=request.user)
-        except services.UploadRejected as exc:
+        except UploadRejected as exc:
             code = "file_too_large" if exc.status == 413 else "invalid_request_error"
             raise ApiError(str(exc), status_code=exc.status, code=code, param="files") from exc
         return _accepted(job)

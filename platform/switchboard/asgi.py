@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 def _upload_limits() -> dict[str, Callable[[], int]]:
     """The routes that take files, by URL name, each with the function that gives its largest upload (from its settings)."""
     from experts.forms import MAX_IMPORT_BYTES
-    from knowledge.services import max_upload_bytes
+    from knowledge.ingest import max_upload_bytes
     from labeling.services import max_import_bytes
 
     return {

@@ -27,8 +27,9 @@ from experts.choices import VersionStatus
 from jobs.choices import JobStatus
 from jobs.models import Job
 from jobs.services import enqueue_once
-from knowledge import services as knowledge_services
 from knowledge import tasks as knowledge_tasks
+from knowledge.ingest import upsert_document
+from knowledge.parsers import DocumentInput
 from labeling import proposals as labeling_proposals
 from labeling import services as labeling_services
 from labeling import tasks as labeling_tasks
@@ -102,8 +103,8 @@ def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, 
         changed = 0
         for line in open(demo_dir / "documents" / f"{slug}.jsonl"):
             row = json.loads(line)
-            _, was_changed = knowledge_services.upsert_document(
-                expert, knowledge_services.DocumentInput(external_id=row["id"], title=row["title"], text=row["text"], metadata=row.get("metadata"))
+            _, was_changed = upsert_document(
+                expert, DocumentInput(external_id=row["id"], title=row["title"], text=row["text"], metadata=row.get("metadata"))
             )
             changed += was_changed
         wait(enqueue_once("index_documents", f"index:{slug}", f"Index {expert.name} documents", knowledge_tasks.index_expert_documents, {"expert": slug}), say)

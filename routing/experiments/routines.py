@@ -113,7 +113,7 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
 def refresh_knowledge(job: Job, reporter: JobReporter) -> dict[str, Any]:
     """Bring every knowledge base up to date with its documents.
 
-    A document whose content changed is stored with ``indexed_at`` cleared (``knowledge.services.
+    A document whose content changed is stored with ``indexed_at`` cleared (``knowledge.ingest.
     upsert_document``), and a failed one keeps its error: both are pending, and ``enqueue_index``
     (one active job per expert) indexes them. Collections built with another embedding model are
     rebuilt. Documents are uploads, not live links, so there is no remote source to re-fetch.

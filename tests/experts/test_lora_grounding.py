@@ -7,10 +7,10 @@ import pytest
 from experts.choices import ExampleSource
 from experts.models import Expert, TrainingExample
 from jobs.choices import JobStatus
-from knowledge import services as knowledge
+from knowledge.ingest import ingest_files
 from labeling.choices import ProposalStatus
 from labeling.models import Assignment, ClusteringRun, Proposal, Query
-from tests.knowledge.conftest import HashingEncoder
+from tests.knowledge.conftest import HashingEncoder, use_encoder
 
 pytestmark = pytest.mark.django_db
 
@@ -23,11 +23,12 @@ def grounded_setup(monkeypatch, settings, tmp_path):
     settings.EMBEDDING_MODEL = enc.name
     settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
     settings.EXTRACTIVE_MIN_SCORE = 0.2
-    for module in ("knowledge.services", "labeling.grounding", "experts.generation.extractive"):
+    use_encoder(monkeypatch, enc)
+    for module in ("labeling.grounding", "experts.generation.extractive"):
         monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: enc)
     get_store.cache_clear()
     expert = Expert.objects.create(slug="dmv", name="DMV", chunk_size=300, chunk_overlap=50)
-    knowledge.ingest_files(expert, [
+    ingest_files(expert, [
         ("renew.md", b"# Renewals\n\nRenew your driver license online before it expires. Renewal costs 64 dollars."),
         ("plates.md", b"# Plates\n\nOrder replacement licence plates at a service centre with the old plates."),
     ])

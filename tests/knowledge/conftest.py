@@ -17,6 +17,8 @@ import pytest
 from experts.models import Expert
 
 DIM = 64
+# The knowledge modules that look up the process's encoder (``get_encoder``): a test's encoder stands in for it in each.
+ENCODER_USERS = ("knowledge.points", "knowledge.indexing", "knowledge.search", "knowledge.views")
 
 
 class HashingEncoder:
@@ -42,9 +44,14 @@ def encoder_stub(monkeypatch, settings):
     """Every knowledge code path gets the hashing encoder; EMBEDDING_MODEL names it."""
     enc = HashingEncoder()
     settings.EMBEDDING_MODEL = enc.name
-    for module in ("knowledge.services", "knowledge.views"):
-        monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: enc)
+    use_encoder(monkeypatch, enc)
     return enc
+
+
+def use_encoder(monkeypatch, encoder) -> None:
+    """Every knowledge code path (indexing, search, the console's search page) encodes with ``encoder``."""
+    for module in ENCODER_USERS:
+        monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: encoder)
 
 
 @pytest.fixture

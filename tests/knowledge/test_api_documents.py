@@ -146,9 +146,9 @@ def test_strangers_are_turned_away(kb, dmv):
 
 
 def test_delete_removes_the_document_and_its_chunks(api, kb, dmv, django_capture_on_commit_callbacks):
-    from knowledge import services
+    from knowledge import ingest
 
-    services.ingest_files(dmv, [("a.txt", b"Licence renewal"), ("b.txt", b"Registration")])
+    ingest.ingest_files(dmv, [("a.txt", b"Licence renewal"), ("b.txt", b"Registration")])
     document = Document.objects.get(external_id="a.txt")
     with django_capture_on_commit_callbacks(execute=True):
         response = api.delete(f"{URL}/{document.pk}")

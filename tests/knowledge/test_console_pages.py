@@ -9,7 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
 
 from jobs.models import Job
-from knowledge import services
+from knowledge import ingest
 from knowledge.models import Document
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +27,7 @@ def console(client, owner):
 
 @pytest.fixture
 def filled(kb, dmv):
-    services.ingest_files(dmv, [
+    ingest.ingest_files(dmv, [
         ("renew.md", b"# Renewals\n\nRenew your driving licence online before it expires."),
         ("plates.txt", b"Licence plates\n\nOrder replacement plates at a service centre."),
     ])

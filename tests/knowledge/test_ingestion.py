@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge import services
+from knowledge import indexing, ingest, search, selectors, services
 from knowledge.models import Document, KnowledgeBase
-from knowledge.services import collection_name
+from knowledge.selectors import collection_name
 
 from .conftest import make_pdf
 
@@ -17,18 +17,18 @@ RENEW_V2 = b"Renewing a licence\n\nFrom March you renew your driving licence at 
 
 
 def texts(store, expert, query="licence renew", limit=10):
-    return [h.payload["text"] for h in services.search_expert(expert, query, limit=limit)]
+    return [h.payload["text"] for h in search.search_expert(expert, query, limit=limit)]
 
 
 def test_a_new_file_is_stored_indexed_and_searchable(kb, dmv):
-    report = services.ingest_files(dmv, [("renew.txt", RENEW)])
+    report = ingest.ingest_files(dmv, [("renew.txt", RENEW)])
 
     document = Document.objects.get()
     assert report.as_dict()["created"] == 1
     assert (document.external_id, document.title, document.version) == ("renew.txt", "Renewing a licence", 1)
     assert document.indexed_at is not None
     assert document.chunk_count == kb.count(collection_name(dmv)) >= 1
-    hit = services.search_expert(dmv, "renew driving licence online")[0]
+    hit = search.search_expert(dmv, "renew driving licence online")[0]
     assert hit.payload["document_id"] == document.pk
     assert hit.payload["title"] == "Renewing a licence"
     assert hit.payload["expert"] == "dmv"
@@ -36,11 +36,11 @@ def test_a_new_file_is_stored_indexed_and_searchable(kb, dmv):
 
 
 def test_the_same_file_again_changes_nothing(kb, dmv, encoder_stub):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     before = Document.objects.get()
     calls = encoder_stub.calls
 
-    report = services.ingest_files(dmv, [("renew.txt", RENEW)])
+    report = ingest.ingest_files(dmv, [("renew.txt", RENEW)])
 
     after = Document.objects.get()
     assert report.as_dict()["unchanged"] == 1
@@ -50,8 +50,8 @@ def test_the_same_file_again_changes_nothing(kb, dmv, encoder_stub):
 
 
 def test_a_changed_file_becomes_a_new_version_that_replaces_the_old_chunks(kb, dmv):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
-    services.ingest_files(dmv, [("renew.txt", RENEW_V2)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW_V2)])
 
     document = Document.objects.get()
     assert document.version == 2
@@ -59,11 +59,11 @@ def test_a_changed_file_becomes_a_new_version_that_replaces_the_old_chunks(kb, d
     assert any("service centre" in t for t in found)
     assert not any("six months" in t for t in found)
     assert kb.count(collection_name(dmv)) == document.chunk_count
-    assert {h.payload["document_version"] for h in services.search_expert(dmv, "licence", limit=10)} == {2}
+    assert {h.payload["document_version"] for h in search.search_expert(dmv, "licence", limit=10)} == {2}
 
 
 def test_when_indexing_fails_the_previous_version_keeps_serving(kb, dmv, monkeypatch):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
@@ -71,7 +71,7 @@ def test_when_indexing_fails_the_previous_version_keeps_serving(kb, dmv, monkeyp
     working = type(kb).replace_documents
     monkeypatch.setattr(type(kb), "replace_documents", broken)
     with pytest.raises(OSError, match="disk full"):
-        services.ingest_files(dmv, [("renew.txt", RENEW_V2)])
+        ingest.ingest_files(dmv, [("renew.txt", RENEW_V2)])
 
     document = Document.objects.get()
     assert document.version == 2
@@ -82,7 +82,7 @@ def test_when_indexing_fails_the_previous_version_keeps_serving(kb, dmv, monkeyp
     assert not any("service centre" in t for t in found)
 
     monkeypatch.setattr(type(kb), "replace_documents", working)
-    result = services.index_pending(dmv)  # a retry clears the error and swaps version 2 in
+    result = indexing.index_pending(dmv)  # a retry clears the error and swaps version 2 in
 
     document.refresh_from_db()
     assert result["documents"] == 1
@@ -91,7 +91,7 @@ def test_when_indexing_fails_the_previous_version_keeps_serving(kb, dmv, monkeyp
 
 
 def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, monkeypatch):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     name = collection_name(dmv)
     before = kb.count(name)
     from knowledge.stores import qdrant
@@ -108,7 +108,7 @@ def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, mo
     monkeypatch.setattr(qdrant, "_to_points", fail_second_batch)
     big = "\n\n".join(f"Paragraph {i} about licence renewal rules and fees." * 3 for i in range(400)).encode()
     with pytest.raises(RuntimeError):
-        services.ingest_files(dmv, [("renew.txt", big)])
+        ingest.ingest_files(dmv, [("renew.txt", big)])
 
     assert kb.count(name) == before
     snapshots = [p for p in (kb.root / name).iterdir() if p.is_dir()]
@@ -116,7 +116,7 @@ def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, mo
 
 
 def test_files_that_cannot_be_read_are_reported_and_the_others_ingested(kb, dmv):
-    report = services.ingest_files(dmv, [
+    report = ingest.ingest_files(dmv, [
         ("good.pdf", make_pdf("Licence plates\nOrder new plates online")),
         ("broken.pdf", b"%PDF-1.4\n\x00\x01 not really a pdf"),
         ("empty.txt", b""),
@@ -132,19 +132,19 @@ def test_files_that_cannot_be_read_are_reported_and_the_others_ingested(kb, dmv)
 
 
 def test_a_path_traversal_name_is_stored_under_its_safe_name(kb, dmv):
-    services.ingest_files(dmv, [("../../etc/passwd", b"root account notes\n\nnothing secret")])
+    ingest.ingest_files(dmv, [("../../etc/passwd", b"root account notes\n\nnothing secret")])
 
     assert Document.objects.get().external_id == "passwd"
 
 
 def test_indexing_records_the_embedding_model_and_a_new_model_reembeds_everything(kb, dmv, encoder_stub, settings):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     assert KnowledgeBase.objects.get(expert=dmv).embedding_model == "test-hashing-encoder"
 
     encoder_stub.name = settings.EMBEDDING_MODEL = "another-model"
-    assert services.model_mismatch(dmv).startswith("built with test-hashing-encoder, but the encoder now makes another-model vectors")
+    assert selectors.model_mismatch(dmv).startswith("built with test-hashing-encoder, but the encoder now makes another-model vectors")
 
-    result = services.index_pending(dmv)
+    result = indexing.index_pending(dmv)
 
     assert result["reembedded"] is True
     assert KnowledgeBase.objects.get(expert=dmv).embedding_model == "another-model"
@@ -152,10 +152,10 @@ def test_indexing_records_the_embedding_model_and_a_new_model_reembeds_everythin
 
 
 def test_search_falls_back_to_keywords_while_the_model_does_not_match(kb, dmv, settings):
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     settings.EMBEDDING_MODEL = "a-newer-model"
 
-    hits = services.search_expert(dmv, "renew licence online")
+    hits = search.search_expert(dmv, "renew licence online")
 
     assert hits
     assert all(h.sparse_score > 0 for h in hits)
@@ -163,11 +163,11 @@ def test_search_falls_back_to_keywords_while_the_model_does_not_match(kb, dmv, s
 
 def test_rebuild_rechunks_with_new_settings_behind_the_pointer(kb, dmv):
     long_text = ("Licence renewal. " * 40 + "\n\n") * 6
-    services.ingest_files(dmv, [("long.txt", long_text.encode())])
+    ingest.ingest_files(dmv, [("long.txt", long_text.encode())])
     before = Document.objects.get().chunk_count
 
     job = services.update_chunking(dmv, 1000, 100)
-    result = services.rebuild_index(dmv)
+    result = indexing.rebuild_index(dmv)
 
     assert job is not None
     assert job.kind == "rebuild_index"
@@ -186,37 +186,37 @@ def test_chunking_outside_its_limits_is_refused(kb, dmv):
 
 
 def test_delete_and_drop_are_idempotent(kb, dmv):
-    services.ingest_files(dmv, [("a.txt", b"Licence renewal rules"), ("b.txt", b"Vehicle registration rules")])
+    ingest.ingest_files(dmv, [("a.txt", b"Licence renewal rules"), ("b.txt", b"Vehicle registration rules")])
     first = Document.objects.get(external_id="a.txt")
 
-    assert services.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": True}
-    assert services.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": False}
+    assert indexing.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": True}
+    assert indexing.delete_document_by_id(dmv, first.pk) == {"document": first.pk, "deleted": False}
     assert kb.count(collection_name(dmv)) == Document.objects.get().chunk_count
 
-    dropped = services.drop_collection(dmv)
-    again = services.drop_collection(dmv)
+    dropped = indexing.drop_collection(dmv)
+    again = indexing.drop_collection(dmv)
 
     assert dropped == {"dropped_chunks": 1, "documents_pending": 1}
     assert again == {"dropped_chunks": 0, "documents_pending": 1}
     assert kb.count(collection_name(dmv)) == 0
     assert not KnowledgeBase.objects.exists()
-    assert services.index_pending(dmv)["documents"] == 1  # documents stay: indexing brings the collection back
+    assert indexing.index_pending(dmv)["documents"] == 1  # documents stay: indexing brings the collection back
     assert kb.count(collection_name(dmv)) == 1
 
 
 def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, monkeypatch):
-    services.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
+    ingest.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
     before = kb.count(collection_name(dmv))
-    real = services._points
+    real = indexing.document_points
 
     def fail_on_b(expert, document):
         if document.external_id == "b.txt":
             raise RuntimeError("encoder crashed")
         return real(expert, document)
 
-    monkeypatch.setattr(services, "_points", fail_on_b)
+    monkeypatch.setattr(indexing, "document_points", fail_on_b)
     with pytest.raises(RuntimeError, match="encoder crashed"):
-        services.rebuild_index(dmv)
+        indexing.rebuild_index(dmv)
 
     assert kb.count(collection_name(dmv)) == before
     assert "the previous collection keeps serving" in Document.objects.get(external_id="b.txt").index_error
@@ -226,15 +226,15 @@ def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, 
 def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, dmv, settings, encoder_stub):
     from experts.ml.extractive import split_sentences
 
-    get_encoder = services.get_encoder  # the hashing encoder (encoder_stub)
-    services.ingest_files(dmv, [("renew.txt", RENEW)])
-    hit = services.search_expert(dmv, "renew driving licence online")[0]
-    vectors = services.sentence_vector_reader(hit.payload)()
+    get_encoder = search.get_encoder  # the hashing encoder (encoder_stub)
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
+    hit = search.search_expert(dmv, "renew driving licence online")[0]
+    vectors = search.sentence_vector_reader(hit.payload)()
     assert hit.payload["sentence_model"] == get_encoder().name
     assert vectors.shape == (len(split_sentences(hit.payload["text"])), get_encoder().dimension)
     settings.INDEX_SENTENCE_VECTORS = False
-    services.ingest_files(dmv, [("renew-v2.txt", RENEW_V2)])
-    plain = [h for h in services.search_expert(dmv, "service centre", limit=10) if "From March" in h.payload["text"]]
+    ingest.ingest_files(dmv, [("renew-v2.txt", RENEW_V2)])
+    plain = [h for h in search.search_expert(dmv, "service centre", limit=10) if "From March" in h.payload["text"]]
     assert plain
     assert "sentence_vectors" not in plain[0].payload
-    assert services.sentence_vector_reader(plain[0].payload) is None
+    assert search.sentence_vector_reader(plain[0].payload) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job
-from knowledge import services, tasks
+from knowledge import ingest, services, tasks
 from knowledge.models import Document, KnowledgeBase
 
 pytestmark = pytest.mark.django_db
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def indexed(kb, dmv):
-    services.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
+    ingest.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
     return dmv
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from experts.models import Expert
-from knowledge import services
+from knowledge import ingest, search
 from knowledge.ml import conversation as search_conversation
 from knowledge.ml import routed
-from knowledge.services import routing_weights
+from knowledge.ml.routed import routing_weights
 
 pytestmark = pytest.mark.django_db
 
@@ -44,16 +44,16 @@ def test_without_weights_every_chosen_collection_counts_the_same():
 @pytest.fixture
 def three(kb, dmv, ssa):
     va = Expert.objects.create(slug="va", name="Veterans", chunk_size=300, chunk_overlap=50)
-    services.ingest_files(dmv, [("renew.txt", b"Renew your driving licence online at the motor vehicles office.")])
-    services.ingest_files(ssa, [("retire.txt", b"Apply for retirement benefits online with social security.")])
-    services.ingest_files(va, [("gi.txt", b"Veterans apply online for education benefits under the GI Bill.")])
+    ingest.ingest_files(dmv, [("renew.txt", b"Renew your driving licence online at the motor vehicles office.")])
+    ingest.ingest_files(ssa, [("retire.txt", b"Apply for retirement benefits online with social security.")])
+    ingest.ingest_files(va, [("gi.txt", b"Veterans apply online for education benefits under the GI Bill.")])
     return dmv, ssa, va
 
 
 def test_routed_search_puts_the_confident_experts_chunks_first(three):
     dmv, ssa, _va = three
 
-    hits = services.search_experts([ssa, dmv], "apply online benefits", weights=[0.9, 0.1])
+    hits = search.search_experts([ssa, dmv], "apply online benefits", weights=[0.9, 0.1])
 
     assert hits[0].payload["expert"] == "ssa"
     assert hits[0].collection == "expert_ssa"
@@ -63,7 +63,7 @@ def test_routed_search_puts_the_confident_experts_chunks_first(three):
 def test_a_near_even_split_lets_the_better_match_win(three):
     dmv, ssa, _va = three
 
-    hits = services.search_experts([dmv, ssa], "retirement benefits social security", weights=[0.5, 0.45])
+    hits = search.search_experts([dmv, ssa], "retirement benefits social security", weights=[0.5, 0.45])
 
     assert hits[0].payload["expert"] == "ssa"
 
@@ -72,8 +72,8 @@ def test_routed_search_widens_to_experts_the_router_did_not_pick(three, monkeypa
     dmv, _ssa, _va = three
     monkeypatch.setattr(routed, "WIDEN_BELOW", 0.9)
 
-    narrow = services.search_experts([dmv], "GI Bill education veterans", weights=[0.95], limit=3)
-    wide = services.search_experts([dmv], "GI Bill education veterans", weights=[0.5], limit=3)
+    narrow = search.search_experts([dmv], "GI Bill education veterans", weights=[0.95], limit=3)
+    wide = search.search_experts([dmv], "GI Bill education veterans", weights=[0.5], limit=3)
 
     assert {h.payload["expert"] for h in narrow} == {"dmv"}
     assert wide[0].payload["expert"] == "va"
@@ -83,7 +83,7 @@ def test_the_flat_mode_searches_every_active_expert(three):
     dmv, _ssa, va = three
     Expert.objects.filter(pk=va.pk).update(status="disabled")
 
-    hits = services.search_experts([dmv], "apply online", flat=True, limit=5)
+    hits = search.search_experts([dmv], "apply online", flat=True, limit=5)
 
     assert {h.payload["expert"] for h in hits} == {"dmv", "ssa"}
 
@@ -92,13 +92,13 @@ def test_the_flat_mode_searches_every_active_expert(three):
 def test_each_method_works_across_collections(three, method):
     dmv, ssa, va = three
 
-    hits = services.search_experts([dmv, ssa, va], "retirement benefits", weights=[0.2, 0.7, 0.1], method=method)
+    hits = search.search_experts([dmv, ssa, va], "retirement benefits", weights=[0.2, 0.7, 0.1], method=method)
 
     assert hits[0].payload["expert"] == "ssa"
 
 
 def test_no_experts_no_hits(kb):
-    assert services.search_experts([], "anything") == []
+    assert search.search_experts([], "anything") == []
 
 
 def test_widening_never_reaches_past_the_callers_scope(three, monkeypatch):
@@ -106,8 +106,8 @@ def test_widening_never_reaches_past_the_callers_scope(three, monkeypatch):
     monkeypatch.setattr(routed, "WIDEN_BELOW", 1.0)
     dmv, _ssa, _va = three
 
-    unscoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10)
-    scoped = services.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10, allowed={"dmv", "ssa"})
+    unscoped = search.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10)
+    scoped = search.search_experts([dmv], "veterans education benefits GI Bill", weights=[0.3], limit=10, allowed={"dmv", "ssa"})
 
     assert "va" in {h.payload["expert"] for h in unscoped}  # the leak this guards against
     assert {h.payload["expert"] for h in scoped} <= {"dmv", "ssa"}
@@ -120,12 +120,12 @@ def test_a_follow_up_is_searched_with_the_users_earlier_turns(three):
     experts = list(three)
 
     def first(turns: tuple[str, ...], weight: float = search_conversation.CONTEXT_WEIGHT) -> str:
-        context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=weight)
-        return services.search_experts(experts, "can I apply online", context=context)[0].payload["expert"]
+        context = SearchContext(turns=turns, vectors=search.get_encoder().encode(list(turns)), weight=weight)
+        return search.search_experts(experts, "can I apply online", context=context)[0].payload["expert"]
 
     assert first(("I served in the army, what about the GI Bill for veterans",)) == "va"
     assert first(("my retirement from social security",)) == "ssa"
-    alone = services.search_experts(experts, "can I apply online")[0].payload["expert"]
+    alone = search.search_experts(experts, "can I apply online")[0].payload["expert"]
     assert first(("my retirement from social security",), weight=0.0) == alone  # weight 0: the question alone
 
 
@@ -135,12 +135,12 @@ def test_a_follow_up_searched_with_its_conversation_weighs_the_router_by_the_con
 
     dmv, ssa, _va = three
     turns = ("I served in the army, what about the GI Bill for veterans",)
-    context = SearchContext(turns=turns, vectors=services.get_encoder().encode(list(turns)), weight=search_conversation.CONTEXT_WEIGHT)
+    context = SearchContext(turns=turns, vectors=search.get_encoder().encode(list(turns)), weight=search_conversation.CONTEXT_WEIGHT)
     monkeypatch.setattr(routed, "WEIGHT_POWER", 1.0)
     monkeypatch.setattr(routed, "CONTEXT_WEIGHT_POWER", 0.0)
 
     def first(**kwargs) -> str:
-        return services.search_experts([dmv, ssa], "can I apply online", weights=[0.98, 0.01], **kwargs)[0].payload["expert"]
+        return search.search_experts([dmv, ssa], "can I apply online", weights=[0.98, 0.01], **kwargs)[0].payload["expert"]
 
     assert first() == "dmv"  # asked alone: the router's 0.98 as it is
     assert first(context=context) == "va"  # with the conversation: every collection alike, the turns decide

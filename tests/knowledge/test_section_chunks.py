@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from knowledge import services
+from knowledge import ingest, search
 from knowledge.ml import chunking
 from knowledge.models import Document
 
@@ -21,13 +21,13 @@ GUIDE = (
 
 
 def ingest_jsonl(expert, row: dict) -> None:
-    services.ingest_files(expert, [("guide.jsonl", json.dumps(row).encode())])
+    ingest.ingest_files(expert, [("guide.jsonl", json.dumps(row).encode())])
 
 
 def test_each_chunk_is_titled_by_its_document_and_section(kb, dmv):
     ingest_jsonl(dmv, {"id": "renew", "title": "Renew non-driver ID card", "text": GUIDE})
 
-    hit = services.search_expert(dmv, "renew by mail envelope")[0]
+    hit = search.search_expert(dmv, "renew by mail envelope")[0]
     assert hit.payload["title"] == "Renew non-driver ID card — Renew by mail"
     assert hit.payload["document_title"] == "Renew non-driver ID card"
     assert hit.payload["heading"] == "Renew by mail"
@@ -39,14 +39,14 @@ def test_chunking_by_paragraphs_keeps_the_document_title(kb, dmv, monkeypatch):
     monkeypatch.setattr(chunking, "CHUNK_BY_SECTIONS", False)
     ingest_jsonl(dmv, {"id": "renew", "title": "Renew non-driver ID card", "text": GUIDE})
 
-    assert {h.payload["title"] for h in services.search_expert(dmv, "renew", limit=10)} == {"Renew non-driver ID card"}
+    assert {h.payload["title"] for h in search.search_expert(dmv, "renew", limit=10)} == {"Renew non-driver ID card"}
 
 
 def test_a_url_in_the_metadata_reaches_the_citation_and_so_does_the_source(kb, dmv):
     ingest_jsonl(dmv, {"id": "renew", "title": "Renew", "text": GUIDE,
                        "metadata": {"url": "https://dmv.ny.gov/renew", "source": "doc2dial: a dmv.ny.gov page"}})
 
-    hit = services.search_expert(dmv, "renew by mail")[0]
+    hit = search.search_expert(dmv, "renew by mail")[0]
     assert (hit.payload["url"], hit.payload["source"]) == ("https://dmv.ny.gov/renew", "doc2dial: a dmv.ny.gov page")
 
 
@@ -54,5 +54,5 @@ def test_the_documents_own_url_wins_and_a_non_web_address_is_never_a_citation_li
     ingest_jsonl(dmv, {"id": "a", "title": "A", "text": GUIDE, "url": "https://dmv.ny.gov/a", "metadata": {"url": "https://elsewhere.example"}})
     ingest_jsonl(dmv, {"id": "b", "title": "B", "text": GUIDE, "metadata": {"url": "javascript:alert(1)"}})
 
-    urls = {h.payload["document_title"]: h.payload["url"] for h in services.search_expert(dmv, "renew", limit=10)}
+    urls = {h.payload["document_title"]: h.payload["url"] for h in search.search_expert(dmv, "renew", limit=10)}
     assert urls == {"A": "https://dmv.ny.gov/a", "B": ""}

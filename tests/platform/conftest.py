@@ -39,7 +39,7 @@ from experts.generation import stream_by_words
 from experts.ml.extractive import NOT_FOUND, Answer
 from experts.models import Expert, ExpertVersion, TrainingExample
 from jobs.models import Job
-from knowledge import services as knowledge
+from knowledge.ingest import upsert_document
 from knowledge.models import Document
 from knowledge.parsers import DocumentInput
 from knowledge.stores import Hit
@@ -297,7 +297,7 @@ def team_world(db, settings, tmp_path, monkeypatch) -> Iterator[TeamWorld]:
     b_expert = Expert.objects.create(slug="b-desk", name=f"{MARK}name Payroll Desk", description=f"{MARK}description", team=team_b, public=False)
     version = _router(tmp_path)
 
-    b_document, _ = knowledge.upsert_document(b_expert, DocumentInput(external_id="salaries.txt", title=f"{MARK}document title",
+    b_document, _ = upsert_document(b_expert, DocumentInput(external_id="salaries.txt", title=f"{MARK}document title",
                                                                       text=f"Salary bands {MARK}document text."))
     b_versions = [
         ExpertVersion.objects.create(expert=b_expert, version=1, status=VersionStatus.ACTIVE, system_prompt=f"{MARK}prompt one"),

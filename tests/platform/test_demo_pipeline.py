@@ -11,7 +11,7 @@ import pytest
 
 from experts.models import Expert
 from jobs.models import Job
-from knowledge.services import collection_name
+from knowledge.selectors import collection_name
 from knowledge.stores import get_store
 from labeling.models import ClusteringRun, Query
 from routing.models import RouterVersion, RoutingEvent

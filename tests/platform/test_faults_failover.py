@@ -20,12 +20,13 @@ from experts.generation.selecting import shown_passages, shown_shape
 from experts.ml.extractive import Passage
 from experts.ml.prompting import build_messages
 from experts.models import Expert
-from knowledge import services as knowledge
+from knowledge import indexing, ingest, search
 from knowledge.ml import routed
 from knowledge.parsers import DocumentInput
 from knowledge.stores import get_store
 from routing.models import RoutingEvent
 from sbcommon import faults
+from tests.knowledge.conftest import use_encoder
 from tests.serving.test_failover import chat, encoder, event_for, no_experiment, router  # noqa: F401  (fixtures)
 
 DOCS = {
@@ -46,11 +47,11 @@ def indexed(router, encoder, settings, tmp_path, monkeypatch, no_experiment):  #
     settings.EXTRACTIVE_MIN_SCORE = 0.0
     monkeypatch.setattr(routed, "WIDEN_BELOW", 0.0)
     get_store.cache_clear()
-    monkeypatch.setattr(knowledge, "get_encoder", lambda *a, **k: encoder)
+    use_encoder(monkeypatch, encoder)
     for slug, text in DOCS.items():
         expert = Expert.objects.get(slug=slug)
-        knowledge.upsert_document(expert, DocumentInput(external_id=f"{slug}.txt", title=f"{slug} guide", text=text))
-        knowledge.index_pending(expert)
+        ingest.upsert_document(expert, DocumentInput(external_id=f"{slug}.txt", title=f"{slug} guide", text=text))
+        indexing.index_pending(expert)
     path = tmp_path / "faults.json"
     faults.write(path, {})
     monkeypatch.setenv(faults.ENV_VAR, str(path))
@@ -103,8 +104,8 @@ def test_every_expert_down_is_a_clean_503_never_a_crash(indexed, client):
 
 def test_text_in_a_document_that_gives_orders_is_shown_as_data_and_changes_nothing(indexed, client):
     dmv = Expert.objects.get(slug="dmv")
-    knowledge.upsert_document(dmv, DocumentInput(external_id="evil.txt", title="Licence notice", text=f"Licence holders note. {INJECTION}"))
-    knowledge.index_pending(dmv)
+    ingest.upsert_document(dmv, DocumentInput(external_id="evil.txt", title="Licence notice", text=f"Licence holders note. {INJECTION}"))
+    indexing.index_pending(dmv)
     experts_before = list(Expert.objects.order_by("slug").values())
     response = chat(client, "licence", model="dmv")
     assert response.status_code == 200, response.content
@@ -117,7 +118,7 @@ def test_text_in_a_document_that_gives_orders_is_shown_as_data_and_changes_nothi
     following = chat(client, "how do I renew my licence", model="auto:fast").json()
     assert following["switchboard"]["expert"] == "dmv"  # routing unchanged for the next question
     assert list(Expert.objects.order_by("slug").values()) == experts_before  # no setting or expert was changed
-    hits = knowledge.search_experts([dmv], INJECTION, limit=5)
+    hits = search.search_experts([dmv], INJECTION, limit=5)
     # As the model would be shown them: the planted sentence may also be the one named as the best match.
     passages = shown_passages(GenerationRequest(question=INJECTION, expert="dmv", passages=[
         Passage(text=h.payload["text"], title=h.payload.get("title", ""), score=h.dense_score) for h in hits]), **shown_shape(django_settings))
@@ -136,7 +137,7 @@ def test_one_experts_search_never_returns_another_experts_chunks(indexed, weight
     monkeypatch.setattr(routed, "WIDEN_BELOW", 1.0)  # the default: routed searches may widen, one expert's search does not
     dmv = Expert.objects.get(slug="dmv")
     for question in ("pension payments state pension age ssa-4412", "veteran benefits va-9055", "licence"):
-        hits = knowledge.search_experts([dmv], question, limit=10, weights=weights)
+        hits = search.search_experts([dmv], question, limit=10, weights=weights)
         assert {h.payload.get("expert") for h in hits} <= {"dmv"}
         assert all(h.collection == "expert_dmv" for h in hits)
         assert not any("ssa-4412" in h.payload["text"] or "va-9055" in h.payload["text"] for h in hits)

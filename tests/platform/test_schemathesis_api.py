@@ -19,8 +19,8 @@ from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from knowledge import services as knowledge
 from knowledge.stores import get_store
+from tests.knowledge.conftest import use_encoder
 from tests.serving.test_failover import encoder, generator, no_experiment, router, serving, store  # noqa: F401  (fixtures)
 
 PASSWORD = "schemathesis-password-1"
@@ -33,7 +33,7 @@ def api(serving, settings, tmp_path, monkeypatch, encoder):  # noqa: F811
     settings.CHAT_API_REQUIRE_AUTH = True
     settings.RATE_LIMIT_ENABLED = False
     get_store.cache_clear()
-    monkeypatch.setattr(knowledge, "get_encoder", lambda *a, **k: encoder)
+    use_encoder(monkeypatch, encoder)
     User.objects.create_user("fuzz", password=PASSWORD, is_staff=True)
     token = base64.b64encode(f"fuzz:{PASSWORD}".encode()).decode()
     schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())

@@ -390,11 +390,11 @@ def _with_combiner(version, weights=(0.2, 0.0, 5.0), threshold=0.3):
 
 
 def test_knowledge_evidence_reranks_the_candidates_and_is_shown(router, monkeypatch):
-    from knowledge import services as knowledge_services
+    from knowledge import evidence as knowledge_evidence
 
     _with_combiner(router)
     evidence = {"dmv": (0.2, 0.0), "ssa": (0.8, 9.0), "va": (0.1, 0.0)}
-    monkeypatch.setattr(knowledge_services, "evidence_lookup",
+    monkeypatch.setattr(knowledge_evidence, "evidence_lookup",
                         lambda slugs: lambda positions, vector, text: [evidence[slugs[j]] for j in positions])
     decision = route.route("how do I renew my licence")  # the router alone says dmv
     assert decision.experts[0]["slug"] == "ssa"
@@ -405,10 +405,11 @@ def test_knowledge_evidence_reranks_the_candidates_and_is_shown(router, monkeypa
 
 def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router, monkeypatch):
     """The router alone turns "what is PSLF?" away; with the word weight validation gave, its jargon keeps it."""
-    from knowledge import services as knowledge_services
+    from knowledge import evidence as knowledge_evidence
+    from knowledge import vocabulary as knowledge_vocabulary
     from routing.ml.knowledge import ROUTER_ALONE, KnowledgeCombiner
 
-    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.0, 0.0)] * len(positions))
+    monkeypatch.setattr(knowledge_evidence, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.0, 0.0)] * len(positions))
     asked = []
     # The documents: "PSLF" is Student Aid's word (here "va", the router's last candidate), "weather" is nobody's.
     words = DistinctWords.from_texts([["Renew your license."], ["Retirement benefits."], ["Apply for PSLF with the PSLF form."]],
@@ -418,7 +419,7 @@ def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router
         asked.append(list(slugs))
         return words
 
-    monkeypatch.setattr(knowledge_services, "distinct_words", distinct_words)
+    monkeypatch.setattr(knowledge_vocabulary, "distinct_words", distinct_words)
     KnowledgeCombiner(np.asarray(ROUTER_ALONE), score_scale=0.0, word_scale=1.0).save(router.path)
     router.metrics = {**router.metrics, "knowledge": {"fitted": True, "abstain_threshold": 1.0}}
     router.save()
@@ -440,16 +441,16 @@ def test_a_question_with_a_word_of_one_experts_documents_is_kept_in_scope(router
 
 
 def test_a_key_scoped_to_some_experts_sees_no_evidence_of_the_others(router, monkeypatch):
-    from knowledge import services as knowledge_services
+    from knowledge import evidence as knowledge_evidence
 
     _with_combiner(router)
-    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.5, 1.0)] * len(positions))
+    monkeypatch.setattr(knowledge_evidence, "evidence_lookup", lambda slugs: lambda positions, vector, text: [(0.5, 1.0)] * len(positions))
     decision = route.route("how do I renew my licence", allowed={"dmv", "va"})
     assert set(decision.views["knowledge"]) == {"dmv", "va"}
 
 
 def test_an_unreadable_store_routes_with_the_router_alone(router, monkeypatch, settings):
-    from knowledge import services as knowledge_services
+    from knowledge import evidence as knowledge_evidence
     from knowledge.stores import StoreUnavailable
 
     _with_combiner(router)
@@ -457,13 +458,13 @@ def test_an_unreadable_store_routes_with_the_router_alone(router, monkeypatch, s
     def down(positions, vector, text):
         raise StoreUnavailable("the store's folder is gone")
 
-    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: down)
+    monkeypatch.setattr(knowledge_evidence, "evidence_lookup", lambda slugs: down)
     decision = route.route("how do I renew my licence")
     assert decision.experts[0]["slug"] == "dmv"
     assert decision.threshold == 0.5
     assert "gone" in decision.views["knowledge"]["unavailable"]
     settings.ROUTER_KNOWLEDGE = False  # and switched off, no evidence is looked up at all
-    monkeypatch.setattr(knowledge_services, "evidence_lookup", lambda slugs: pytest.fail("looked up evidence with ROUTER_KNOWLEDGE off"))
+    monkeypatch.setattr(knowledge_evidence, "evidence_lookup", lambda slugs: pytest.fail("looked up evidence with ROUTER_KNOWLEDGE off"))
     assert "knowledge" not in route.route("how do I renew my licence").views
 
 

@@ -88,17 +88,17 @@ def test_a_conversation_is_written_behind_and_resolved_from_the_pending_row_mean
 
 def test_knowledge_base_models_are_read_once_within_the_ttl_and_again_after_a_save(ttl):
     from knowledge.models import KnowledgeBase
-    from knowledge.services import _models
+    from knowledge.selectors import collection_models
 
     dmv = Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
     kb = KnowledgeBase.objects.create(expert=dmv, embedding_model="model-a", dimension=384, chunk_size=800, chunk_overlap=100)
-    assert _models([dmv]) == {dmv.pk: "model-a"}
+    assert collection_models([dmv]) == {dmv.pk: "model-a"}
     with CaptureQueriesContext(connection) as queries:
-        assert _models([dmv]) == {dmv.pk: "model-a"}
+        assert collection_models([dmv]) == {dmv.pk: "model-a"}
     assert len(queries) == 0
     kb.embedding_model = "model-b"
     kb.save()
-    assert _models([dmv]) == {dmv.pk: "model-b"}
+    assert collection_models([dmv]) == {dmv.pk: "model-b"}
 
 
 def test_an_expired_entry_is_read_again_by_one_caller_while_the_others_keep_the_old_value(ttl, monkeypatch):

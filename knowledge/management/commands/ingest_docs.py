@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from experts.models import Expert
 from jobs.services import ConsoleReporter
-from knowledge import services
+from knowledge import ingest
 
 
 class Command(BaseCommand):
@@ -30,10 +30,10 @@ class Command(BaseCommand):
         missing = [p for p in options["paths"] if not Path(p).exists()]
         if missing:
             raise CommandError(f"no such file or folder: {', '.join(missing)}")
-        paths = services.walk_paths(options["paths"])
+        paths = ingest.walk_paths(options["paths"])
         if not paths:
             raise CommandError("no files found under the given paths")
-        limit = services.max_upload_bytes()
+        limit = ingest.max_upload_bytes()
         too_big = [p for p in paths if p.stat().st_size > limit]
         for path in too_big:
             self.stderr.write(f"  {path}: {path.stat().st_size:,} bytes; the limit is {limit:,} bytes (DOCUMENT_UPLOAD_MAX_BYTES): skipped")
@@ -41,7 +41,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Ingesting {len(paths)} file{'s' if len(paths) != 1 else ''} into {expert.name} ({expert.slug})")
         progress = ConsoleReporter(out=self.stderr, tty=self.stderr.isatty())
         try:
-            report = services.ingest_files(expert, [(p.name, p) for p in paths], reporter=progress, index=not options["no_index"])
+            report = ingest.ingest_files(expert, [(p.name, p) for p in paths], reporter=progress, index=not options["no_index"])
         finally:
             if progress.tty:
                 self.stderr.write("")
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         if report.failed or too_big:
             raise CommandError(f"{len(report.failed) + len(too_big)} file(s) could not be ingested; the others were")
 
-    def _print(self, report: services.IngestReport, too_big: list[Path]) -> None:
+    def _print(self, report: ingest.IngestReport, too_big: list[Path]) -> None:
         w = self.stdout.write
         for outcome in report.files:
             if outcome.get("error"):

@@ -1,0 +1,158 @@
+"""Indexing an expert's documents into its collection: pending versions, rebuilds, deletions.
+
+A new document version is indexed in one atomic swap of its chunks (``VectorStore.replace_documents``).
+Until that swap succeeds the previous version's chunks keep serving; a version that fails to index
+keeps its error on the row and stays pending.
+
+Every collection records what it was built with (``KnowledgeBase``: embedding model, dimension,
+chunking). Indexing into a collection built with another model re-embeds everything instead, since
+vectors of two models cannot share one collection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.utils import timezone
+
+from experts.models import Expert
+from jobs.services import JobReporter
+from sbcommon.encoders import embedding_space, get_encoder
+
+from .models import Document, KnowledgeBase
+from .points import chunk_settings, document_points
+from .selectors import collection_name, model_mismatch
+from .stores import PointRecord, get_store
+
+logger = logging.getLogger(__name__)
+
+
+def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
+    encoder = get_encoder()
+    size, overlap = chunk_settings(expert)
+    defaults: dict[str, Any] = {"embedding_model": embedding_space(), "dimension": encoder.dimension, "chunk_size": size, "chunk_overlap": overlap}
+    if built:
+        defaults["built_at"] = timezone.now()
+    kb, _ = KnowledgeBase.objects.update_or_create(expert=expert, defaults=defaults)
+    return kb
+
+
+def index_documents(expert: Expert, documents: list[Document]) -> int:
+    """(Re)index these documents' chunks in one atomic swap; returns the number of chunks.
+
+    A document that cannot be chunked or embedded keeps its error and its previous chunks; the
+    others are indexed. If the swap itself fails, nothing changes in the collection.
+    """
+    store = get_store()
+    store.ensure_collection(collection_name(expert), get_encoder().dimension)
+    batch: dict[int, list[PointRecord]] = {}
+    for document in documents:
+        try:
+            batch[document.pk] = document_points(expert, document)
+        except (ValueError, RuntimeError) as exc:
+            logger.warning("knowledge.index.document_failed", extra={"document": document.pk})
+            Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(index_error=f"{exc.__class__.__name__}: {exc}"[:2000])
+    if not batch:
+        return 0
+    try:
+        store.replace_documents(collection_name(expert), batch)
+    except Exception as exc:
+        Document.objects.filter(pk__in=list(batch)).update(index_error=f"indexing failed, the previous version keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
+        raise
+    now = timezone.now()
+    for document in documents:
+        if document.pk in batch:
+            # Only marks the version that was indexed: a newer upload stays pending.
+            Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now, index_error="")
+    return sum(len(points) for points in batch.values())
+
+
+def _index_pending_documents(expert: Expert, reporter: JobReporter, batch_size: int, rounds: int = 5) -> dict[str, int]:
+    done, chunks = 0, 0
+    for _ in range(rounds):  # uploads that arrive while this runs are picked up by the next round
+        pending = list(Document.objects.filter(expert=expert, indexed_at__isnull=True, index_error="").order_by("pk"))
+        if not pending:
+            break
+        for start in range(0, len(pending), batch_size):
+            part = pending[start : start + batch_size]
+            chunks += index_documents(expert, part)
+            done += len(part)
+            reporter.progress((start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
+    return {"documents": done, "chunks": chunks}
+
+
+def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = 50) -> dict[str, Any]:
+    """Index every document of ``expert`` not indexed at its current version (resumable, in batches).
+
+    Failed documents are tried again (their error is cleared first). A collection built with
+    another embedding model is rebuilt instead.
+    """
+    reporter = reporter or JobReporter()
+    kb = KnowledgeBase.objects.filter(expert=expert).first()
+    mismatch = model_mismatch(expert, kb)
+    if mismatch:
+        reporter.log(f"the collection was {mismatch}: re-embedding every document")
+        return {**rebuild_index(expert, reporter), "reembedded": True}
+    Document.objects.filter(expert=expert, indexed_at__isnull=True).exclude(index_error="").update(index_error="")
+    if kb is None:
+        get_store().ensure_collection(collection_name(expert), get_encoder().dimension)
+        _record_model(expert, built=False)
+    return _index_pending_documents(expert, reporter, batch_size)
+
+
+def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[str, Any]:
+    """Re-chunk and re-embed every document into a fresh collection, then switch to it in one step.
+
+    The old collection serves until the switch. If any document cannot be chunked or embedded,
+    the rebuild stops before the switch (the error is kept on that document), so a rebuild never
+    serves a collection with documents missing. Documents changed while the rebuild ran are
+    indexed right after it, so the collection ends up at every document's latest version.
+    """
+    reporter = reporter or JobReporter()
+    documents = list(Document.objects.filter(expert=expert).order_by("pk"))
+    points: list[PointRecord] = []
+    embedded: dict[int, tuple[str, int]] = {}
+    for i, document in enumerate(documents, start=1):
+        try:
+            doc_points = document_points(expert, document)
+        except (ValueError, RuntimeError) as exc:
+            Document.objects.filter(pk=document.pk).update(index_error=f"rebuild stopped here, the previous collection keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
+            raise
+        embedded[document.pk] = (document.content_hash, len(doc_points))
+        points.extend(doc_points)
+        reporter.progress(0.9 * i / max(1, len(documents)), f"embedded {i}/{len(documents)} documents")
+    get_store().rebuild(collection_name(expert), get_encoder().dimension, points)
+    _record_model(expert, built=True)
+    now = timezone.now()
+    stale = 0
+    for pk, (digest, n) in embedded.items():
+        if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, indexed_at=now, index_error=""):
+            stale += 1
+            Document.objects.filter(pk=pk).update(indexed_at=None)
+    follow_up = _index_pending_documents(expert, reporter, 50) if stale else {"documents": 0}
+    reporter.progress(1.0, f"{len(points)} chunks from {len(embedded)} documents")
+    return {"documents": len(embedded), "chunks": len(points), "updated_after": follow_up["documents"]}
+
+
+def delete_document(document: Document) -> None:
+    """Remove a document and its chunks."""
+    get_store().delete_document(collection_name(document.expert), document.pk)
+    document.delete()
+
+
+def delete_document_by_id(expert: Expert, document_id: int) -> dict[str, Any]:
+    """Delete a document and its chunks; running it again finds nothing left and changes nothing."""
+    get_store().delete_document(collection_name(expert), document_id)
+    deleted, _ = Document.objects.filter(pk=document_id, expert=expert).delete()
+    return {"document": document_id, "deleted": bool(deleted)}
+
+
+def drop_collection(expert: Expert) -> dict[str, Any]:
+    """Drop the expert's collection; its documents stay, pending, until the next index job rebuilds it."""
+    store = get_store()
+    chunks = store.count(collection_name(expert))
+    store.drop(collection_name(expert))
+    KnowledgeBase.objects.filter(expert=expert).delete()
+    pending = Document.objects.filter(expert=expert).update(indexed_at=None, chunk_count=0, index_error="")
+    return {"dropped_chunks": chunks, "documents_pending": pending}
