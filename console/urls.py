@@ -6,24 +6,24 @@ from experts.access import editable_slugs, visible_slugs
 from experts.redaction import redactor_for
 from jobs.urls import console_urls as job_urls
 
-from . import audit, job_links, traces, views
+from . import audit, expert, heatmap, job_links, overview, playground, review_queue, traces
 
 urlpatterns = [
-    path("", views.OverviewView.as_view(), name="console-overview"),
-    path("playground/", views.PlaygroundView.as_view(), name="console-playground"),
-    path("playground/answer/", views.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
-    path("playground/stream/", views.PlaygroundStreamView.as_view(), name="console-playground-stream"),
-    path("heatmap/", views.HeatmapView.as_view(), name="console-heatmap"),
-    path("heatmap/data.json", views.HeatmapDataView.as_view(), name="console-heatmap-data"),
-    path("review/", views.ReviewQueueView.as_view(), name="console-review"),
+    path("", overview.OverviewView.as_view(), name="console-overview"),
+    path("playground/", playground.PlaygroundView.as_view(), name="console-playground"),
+    path("playground/answer/", playground.PlaygroundAnswerView.as_view(), name="console-playground-answer"),
+    path("playground/stream/", playground.PlaygroundStreamView.as_view(), name="console-playground-stream"),
+    path("heatmap/", heatmap.HeatmapView.as_view(), name="console-heatmap"),
+    path("heatmap/data.json", heatmap.HeatmapDataView.as_view(), name="console-heatmap-data"),
+    path("review/", review_queue.ReviewQueueView.as_view(), name="console-review"),
     path("traces/", traces.TraceListView.as_view(), name="console-traces"),
     path("traces/<str:request_id>/", traces.TraceDetailView.as_view(), name="console-trace"),
     path("traces/<str:request_id>/feedback/", traces.TraceFeedbackView.as_view(), name="console-trace-feedback"),
     # The experts are listed on the overview; /experts/ (an expert page's URL cut short) leads there.
-    path("experts/", views.ExpertsView.as_view(), name="console-experts"),
-    path("experts/<slug:slug>/", views.ExpertView.as_view(), name="console-expert"),
-    path("experts/<slug:slug>/fallback/", views.ExpertFallbackView.as_view(), name="console-expert-fallback"),
-    path("experts/<slug:slug>/public/", views.ExpertPublicView.as_view(), name="console-expert-public"),
+    path("experts/", overview.ExpertsView.as_view(), name="console-experts"),
+    path("experts/<slug:slug>/", expert.ExpertView.as_view(), name="console-expert"),
+    path("experts/<slug:slug>/fallback/", expert.ExpertFallbackView.as_view(), name="console-expert-fallback"),
+    path("experts/<slug:slug>/public/", expert.ExpertPublicView.as_view(), name="console-expert-public"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for, redactor_for))),
     path("keys/", include("console.keys_urls")),

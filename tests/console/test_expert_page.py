@@ -94,12 +94,12 @@ def test_a_deleted_expert_gives_a_friendly_404(client, world, staff_user):
 
 
 def test_the_adapters_link_appears_only_when_that_page_exists(client, world, staff_user, monkeypatch):
-    from console import views
+    from console import expert
 
     client.force_login(staff_user)
-    monkeypatch.setattr(views, "optional_url", lambda name, *args: "")
+    monkeypatch.setattr(expert, "optional_url", lambda name, *args: "")
     assert 'id="adapters-link"' not in client.get(reverse("console-expert", args=["dmv"])).content.decode()
-    monkeypatch.setattr(views, "optional_url", lambda name, *args: f"/experts/{args[0]}/adapters/" if name == "expert-adapters" else "")
+    monkeypatch.setattr(expert, "optional_url", lambda name, *args: f"/experts/{args[0]}/adapters/" if name == "expert-adapters" else "")
     assert 'href="/experts/dmv/adapters/"' in client.get(reverse("console-expert", args=["dmv"])).content.decode()
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console import selectors
+from console.heatmap import Heatmap, HeatRow, traffic_heatmap
 from experts.models import Expert
 from routing.models import RoutingEvent
 
@@ -28,7 +28,7 @@ def event(slug: str, at: datetime) -> RoutingEvent:
     return e
 
 
-def row(heatmap: selectors.Heatmap, slug: str) -> selectors.HeatRow:
+def row(heatmap: Heatmap, slug: str) -> HeatRow:
     return next(r for r in heatmap.rows if r.slug == slug)
 
 
@@ -45,7 +45,7 @@ def test_it_counts_requests_in_the_right_hour_cells(experts):
     event("ssa", now - timedelta(hours=2, minutes=20))
     event("ssa", now - timedelta(hours=30))  # outside the window
 
-    heatmap = selectors.traffic_heatmap("24h", now=now)
+    heatmap = traffic_heatmap("24h", now=now)
 
     assert len(heatmap.buckets) == 24
     assert heatmap.buckets[-1] == now.replace(minute=0)
@@ -85,7 +85,7 @@ def test_shares_are_measured_against_the_fair_share_with_the_load_cv(experts):
     event("ssa", now)
     event("", now)  # an abstention: counted apart, not in anyone's share
 
-    heatmap = selectors.traffic_heatmap("24h", now=now)
+    heatmap = traffic_heatmap("24h", now=now)
 
     assert heatmap.fair_share == 0.5
     assert row(heatmap, "dmv").share == 0.75
@@ -129,7 +129,7 @@ def test_the_alarm_share_comes_from_settings(console, experts, settings):
 def test_a_disabled_expert_that_answered_still_gets_a_row_but_not_a_fair_share(experts):
     event("va", timezone.now())
 
-    heatmap = selectors.traffic_heatmap("24h")
+    heatmap = traffic_heatmap("24h")
 
     assert [r.slug for r in heatmap.rows] == ["dmv", "ssa", "va"]
     assert row(heatmap, "va").active is False
@@ -157,7 +157,7 @@ def test_day_windows_bucket_by_local_day(experts):
     event("dmv", now - timedelta(days=1, hours=11))
     event("dmv", now - timedelta(days=1, hours=-11))
 
-    heatmap = selectors.traffic_heatmap("7d", now=now)
+    heatmap = traffic_heatmap("7d", now=now)
 
     assert heatmap.buckets[-1] == now.replace(hour=0)
     assert [c.count for c in row(heatmap, "dmv").cells][-2:] == [2, 0]

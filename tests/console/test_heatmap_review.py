@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from console import selectors
+from console import heatmap
 from experts.models import Expert
 from labeling.models import ReviewDecision
 from routing.models import RoutingEvent
@@ -40,7 +40,7 @@ def test_the_confusion_counts_router_choice_against_reviewed_label(world):
     decide("d", "", ssa)
     decide("e", "ssa", None)  # dismissed: not a label
 
-    confusion = selectors.review_confusion()
+    confusion = heatmap.review_confusion()
 
     assert confusion["columns"] == ["dmv", "ssa"]
     assert [(r["routed"], [c["n"] for c in r["cells"]]) for r in confusion["rows"]] == [("dmv", [1, 2]), ("", [0, 1])]

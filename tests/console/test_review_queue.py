@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from console import selectors
+from console import review_queue
 from experts.models import Expert
 from labeling import selectors as labeling_selectors
 from labeling.models import Assignment, ClusteringRun, Proposal, Query, ReviewDecision
@@ -39,7 +39,7 @@ def world(django_user_model):
 
 def test_reasons_come_from_abstention_low_score_small_margin_and_thumbs_down():
     def reasons(e: RoutingEvent, down: bool = False) -> tuple[str, ...]:
-        return selectors.review_reasons(e, down, min_score=0.5, min_margin=0.1)[0]
+        return review_queue.review_reasons(e, down, min_score=0.5, min_margin=0.1)[0]
 
     assert reasons(event("a", "", [0.3, 0.2], abstained=True)) == ("abstained",)
     assert reasons(event("b", "dmv", [0.45, 0.05])) == ("low_confidence",)

@@ -34,7 +34,7 @@ def test_every_app_has_the_same_anatomy():
 def test_each_layer_has_its_home():
     assert (ROOT / "serving" / "chat.py").exists()
     assert (ROOT / "serving" / "route.py").exists()
-    assert (ROOT / "console" / "views.py").exists()
+    assert (ROOT / "console" / "overview.py").exists()
     assert (ROOT / "console" / "nav.py").exists()
     assert (ROOT / "evaluation" / "management" / "commands" / "evaluate.py").exists()
     for command in ("run_platform", "ensure_admin", "load_demo"):
