@@ -103,7 +103,7 @@ from knowledge.ml.sparse import bm25_vector
 from knowledge.points import embedding_text
 from knowledge.search import context_weight, search_collections, weight_power, widen_below, widens
 from knowledge.stores.base import Hit
-from knowledge.stores.qdrant import EmbeddedQdrantStore
+from knowledge.stores.embedded import EmbeddedQdrantStore
 
 MODES = ("flat", "auto", "oracle", "fast")
 DEFAULT_MODES = ("flat", "auto", "oracle")  # "fast" (auto:fast with the fast tier) on request: it trains the tier

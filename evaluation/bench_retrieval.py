@@ -21,7 +21,8 @@ import numpy as np
 
 from knowledge.ml.sparse import bm25_vector
 from knowledge.stores.base import PointRecord
-from knowledge.stores.qdrant import EmbeddedQdrantStore, _hybrid_search
+from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.qdrant_server import hybrid_search
 
 VOCABULARY = 20_000
 WORDS_PER_CHUNK = 160
@@ -94,7 +95,7 @@ def bench_retrieval(chunks: int = 10_000, queries: int = 200, dimension: int = 3
             client = QdrantClient(path=str(snapshot), force_disable_check_same_thread=True)
             try:
                 n = min(queries, 100)
-                report["local_mode"] = {"hybrid": _timed(lambda i: _hybrid_search(client, name, qvectors[i].tolist(), *qsparse[i], 5), n)}
+                report["local_mode"] = {"hybrid": _timed(lambda i: hybrid_search(client, name, qvectors[i].tolist(), *qsparse[i], 5), n)}
             finally:
                 client.close()
             say(f"  local mode hybrid p50 {report['local_mode']['hybrid']['p50_ms']:.2f} ms (the baseline)")

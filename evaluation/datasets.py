@@ -254,7 +254,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
     from knowledge.ml.sparse import bm25_vector
     from knowledge.points import sparse_text
     from knowledge.stores.base import PointRecord
-    from knowledge.stores.qdrant import EmbeddedQdrantStore
+    from knowledge.stores.embedded import EmbeddedQdrantStore
 
     by_domain: dict[str, list[PointRecord]] = defaultdict(list)
     for row, (i, text) in enumerate(chunks):
@@ -278,7 +278,7 @@ class DomainIndex:
     units: list[dict[str, Any]]
     domains: list[str]
     chunks: list[tuple[int, str]]  # (unit row, chunk text)
-    store: Any  # knowledge.stores.qdrant.EmbeddedQdrantStore
+    store: Any  # knowledge.stores.embedded.EmbeddedQdrantStore
     root: str
     index_s: float
     size: int

@@ -85,7 +85,7 @@ from knowledge.ml.conversation import SearchContext, expand_query
 from knowledge.ml.routed import routing_weights
 from knowledge.ml.sparse import bm25_vector
 from knowledge.search import context_weight, search_collections, weight_power, widen_below, widens
-from knowledge.stores.qdrant import EmbeddedQdrantStore
+from knowledge.stores.embedded import EmbeddedQdrantStore
 
 K = 5
 CHUNKS_PER_QUERY = 20  # chunks fetched before deduplicating by document and cutting at K

@@ -12,8 +12,10 @@ def get_store() -> VectorStore:
     """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else embedded Qdrant."""
     from django.conf import settings
 
-    from .qdrant import EmbeddedQdrantStore, ServerQdrantStore
-
     if settings.QDRANT_URL:
+        from .qdrant_server import ServerQdrantStore
+
         return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
+    from .embedded import EmbeddedQdrantStore
+
     return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=settings.QDRANT_POINTER_TTL_S)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from knowledge.stores import PointRecord
-from knowledge.stores.qdrant import EmbeddedQdrantStore
+from knowledge.stores.embedded import EmbeddedQdrantStore
 
 pytestmark = pytest.mark.slow  # four Django start-ups and a migration in subprocesses: ~1-2 min on 2 cores
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ WORKER = textwrap.dedent('''
     from jobs import services
     from jobs.models import Job
     from knowledge.stores import PointRecord
-    from knowledge.stores.qdrant import EmbeddedQdrantStore
+    from knowledge.stores.embedded import EmbeddedQdrantStore
 
     mode, store_path = sys.argv[1], sys.argv[2]
     if mode == "create":

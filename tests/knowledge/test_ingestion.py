@@ -94,9 +94,9 @@ def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, mo
     ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     name = collection_name(dmv)
     before = kb.count(name)
-    from knowledge.stores import qdrant
+    from knowledge.stores import embedded
 
-    real = qdrant._to_points
+    real = embedded.to_points
     calls = {"n": 0}
 
     def fail_second_batch(points):
@@ -105,7 +105,7 @@ def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, mo
             raise RuntimeError("crashed mid-write")
         return real(points)
 
-    monkeypatch.setattr(qdrant, "_to_points", fail_second_batch)
+    monkeypatch.setattr(embedded, "to_points", fail_second_batch)
     big = "\n\n".join(f"Paragraph {i} about licence renewal rules and fees." * 3 for i in range(400)).encode()
     with pytest.raises(RuntimeError):
         ingest.ingest_files(dmv, [("renew.txt", big)])

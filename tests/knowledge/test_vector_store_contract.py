@@ -10,7 +10,8 @@ import pytest
 
 from knowledge.ml.sparse import bm25_vector
 from knowledge.stores import PointRecord
-from knowledge.stores.qdrant import EmbeddedQdrantStore, ServerQdrantStore
+from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.qdrant_server import ServerQdrantStore
 
 DIM = 8
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from knowledge.stores import PointRecord, StoreUnavailable, get_store
-from knowledge.stores.qdrant import EmbeddedQdrantStore, ServerQdrantStore
+from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.qdrant_server import ServerQdrantStore
 from sbcommon import faults
 
 DIM = 8
@@ -153,7 +154,7 @@ def test_a_fused_search_skips_a_broken_secondary_collection_but_not_a_broken_pri
 
 def test_searches_trust_the_active_pointer_for_its_ttl_and_own_writes_at_once(tmp_path, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("knowledge.stores.qdrant.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("knowledge.stores.embedded.time.monotonic", lambda: clock[0])
     serving = EmbeddedQdrantStore(tmp_path / "qdrant", pointer_ttl_s=1.0)
     serving.rebuild("expert_a", DIM, _points("alpha"))
     assert _search(serving)[0].payload["expert"] == "alpha"
