@@ -36,8 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dbscan import NOISE, SparseDBSCAN, normalise
+from .dbscan import SparseDBSCAN
 from .grouping import group_topics, propose_experts, suggest_n_groups
+from .pair_labels import NOISE
+from .radius import normalise
 
 GROUPINGS = ("topics", "sweep", "smoothed_kmeans", "smoothed_kmeans_topics")
 NOISE_MODES = ("attach", "leave")

@@ -15,7 +15,9 @@ from scipy import sparse
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from labeling.ml.dbscan import NOISE, SparseDBSCAN, normalise
+from labeling.ml.dbscan import SparseDBSCAN
+from labeling.ml.pair_labels import NOISE
+from labeling.ml.radius import normalise
 
 
 @dataclass

@@ -5,15 +5,10 @@ import pytest
 from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score
 
-from labeling.ml.dbscan import (
-    SparseDBSCAN,
-    capped_pairs,
-    clustered_outside_largest,
-    dbscan_from_pairs,
-    radius_graph,
-    radius_pairs,
-    suggest_eps,
-)
+from labeling.ml.dbscan import SparseDBSCAN
+from labeling.ml.eps_sweep import clustered_outside_largest, suggest_eps
+from labeling.ml.pair_labels import dbscan_from_pairs
+from labeling.ml.radius import capped_pairs, radius_graph, radius_pairs
 
 from .conftest import blobs_on_sphere
 
