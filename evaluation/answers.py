@@ -11,7 +11,7 @@ product's own code: the serving search (``knowledge.search.search_collections``,
 trained on the train split as ``evaluate router`` trains it; a follow-up it is unsure of alone is
 ranked with the user's earlier turns, ``routing.ml.conversation``, and the expert those turns route
 to is kept as serving keeps it for a request that sends its messages; the same as ``evaluate retrieval``), the
-prompt builder (``experts.ml.prompting`` through ``lora.fit_prompt``), the extractive answer and
+prompt builder (``experts.ml.prompting`` through ``lora_examples.fit_prompt``), the extractive answer and
 the LoRA training function with the product's parameters (``LoraParams``' defaults).
 
 Modes (which passages, and which adapter answers):
@@ -273,7 +273,7 @@ def _fingerprint(*parts: Any) -> str:
 
 
 def _base_model_identity(base_model: str) -> dict[str, Any]:
-    from experts.ml.lora import resolve_base_model
+    from experts.ml.loading import resolve_base_model
 
     folder = Path(resolve_base_model(base_model))
     return {"config": hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()[:16],
@@ -293,16 +293,17 @@ class _Adapters:
     """
 
     def __init__(self, base_model: str, tokenizer: Any, say: Say):
-        from experts.ml import lora
+        from experts.ml import loading, lora, lora_examples
 
         self.base_model, self.tokenizer, self.say = base_model, tokenizer, say
         self.root = embedding_cache_dir().parent / "answers" / "adapters"
-        self.identity = {"base": _base_model_identity(base_model), "code": code_fingerprint(lora)}
+        self.identity = {"base": _base_model_identity(base_model), "code": code_fingerprint(lora, lora_examples, loading)}
         self.records: dict[str, dict[str, Any]] = {}
         self.train_s_now = 0.0
 
     def train(self, label: str, examples: list[Any], held_out: list[Any], params: Any, init: Path | None = None) -> Path:
-        from experts.ml.lora import encode_example, train_lora
+        from experts.ml.lora import train_lora
+        from experts.ml.lora_examples import encode_example
 
         data = hashlib.sha256(json.dumps([encode_example(self.tokenizer, e, params.max_length) for e in examples]).encode()).hexdigest()
         key = _fingerprint(self.identity, params.as_dict(), data, init.name if init else None)
@@ -375,7 +376,7 @@ def _training_examples(corpus: Corpus, queries: list[dict[str, Any]], qx: np.nda
     The prompt holds the passages serving would show for that search (``_Serving.shown``); the
     target cites the one holding the gold answer among those that fit ``max_length``.
     """
-    from experts.ml.lora import Example, fitted_passages
+    from experts.ml.lora_examples import Example, fitted_passages
 
     out: dict[int, list[Any]] = defaultdict(list)
     counts = {"questions": len(rows), "weak": 0, "unsupported": 0, "kept": 0}
@@ -481,7 +482,7 @@ def _generate(generator: str, lm: Any, tokenizer: Any, questions: list[Question]
               serving: _Serving, config: AnswerConfig, say: Say) -> dict[str, list[_Answered]]:
     """One LM generator's answers in every mode, batched; a prompt shared by two modes is generated once."""
     from experts.ml.batch_generation import BatchItem, BatchStats, generate_batch
-    from experts.ml.lora import Example
+    from experts.ml.lora_examples import Example
 
     items: list[Any] = []
     index: dict[tuple[Any, ...], int] = {}
@@ -528,7 +529,7 @@ def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say
     from django.conf import settings
 
     from experts.ml.batch_generation import attach_adapters
-    from experts.ml.lora import load_base
+    from experts.ml.loading import load_base
 
     config = config or AnswerConfig()
     unknown = (set(config.generators) - set(GENERATORS)) | (set(config.modes) - set(MODES))

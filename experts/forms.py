@@ -7,7 +7,8 @@ from typing import Any
 from django import forms
 
 from .choices import ExampleSplit
-from .ml.lora import LoraError, LoraParams
+from .ml.lora import LoraParams
+from .ml.lora_errors import LoraError
 from .ml.prompting import validate_citation_format
 
 MAX_IMPORT_BYTES = 20 * 1024 * 1024

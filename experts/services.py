@@ -22,17 +22,10 @@ from sbcommon.hashing import text_hash
 from .choices import ExampleSource, ExampleSplit, VersionStatus
 from .ml.answer_metrics import paired_difference
 from .ml.extractive import Passage
-from .ml.lora import (
-    MIN_EXAMPLES,
-    Example,
-    LoraError,
-    LoraParams,
-    check_adapter,
-    check_examples,
-    last_checkpoint_step,
-    resolve_base_model,
-    train_lora,
-)
+from .ml.loading import check_adapter, resolve_base_model
+from .ml.lora import MIN_EXAMPLES, LoraParams, last_checkpoint_step, train_lora
+from .ml.lora_errors import LoraError
+from .ml.lora_examples import Example, check_examples
 from .ml.prompting import DEFAULT_CITATION_FORMAT, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, validate_citation_format
 from .ml.selection import DECODING, SHORTLIST
 from .models import Expert, ExpertVersion, TrainingExample
@@ -354,7 +347,7 @@ def answer_gate(adapter_path: Path, held_out: list[Example], eval_loss: float | 
     from .generation.extractive import scorer_spec
     from .generation.selecting import sentence_scorer
     from .ml.batch_generation import attach_adapters, held_out_f1_scores
-    from .ml.lora import bf16_native, load_base
+    from .ml.loading import bf16_native, load_base
     from .ml.prompting import STOPS
 
     minimum = GATE_MIN_HELD_OUT

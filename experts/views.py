@@ -22,7 +22,8 @@ from sbcommon.console import LoginRequiredMixin
 from . import forms, services
 from .access import can_edit, get_expert_or_404
 from .choices import ExampleSplit, VersionStatus
-from .ml.lora import MIN_EXAMPLES, LoraError
+from .ml.lora import MIN_EXAMPLES
+from .ml.lora_errors import LoraError
 from .models import Expert, ExpertVersion
 
 COMPARED = (

@@ -72,7 +72,9 @@ def build_base(out_dir: Path) -> str:
 def train_adapter(base_model: str, agency: str, out_dir: Path, *, steps: int, seed: int) -> dict[str, Any]:
     """Train a LoRA adapter (r=8 on q_proj/v_proj) on one agency's documents; returns its figures."""
     from experts.ml.extractive import Passage
-    from experts.ml.lora import Example, LoraParams, device, train_lora
+    from experts.ml.loading import device
+    from experts.ml.lora import LoraParams, train_lora
+    from experts.ml.lora_examples import Example
 
     examples = []
     for d in documents(agency):

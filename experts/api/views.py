@@ -23,7 +23,8 @@ from ..access import get_expert_or_404
 from ..breaker import breaker_for
 from ..generation.base import AdapterRef, GenerationError, GenerationUnavailable
 from ..generation.vllm import VllmGenerator
-from ..ml.lora import LoraError, adapter_base_model, same_base
+from ..ml.loading import adapter_base_model, same_base
+from ..ml.lora_errors import LoraError
 from ..models import Expert
 from ..selectors import serving_version
 

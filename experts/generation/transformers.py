@@ -35,7 +35,9 @@ from typing import Any
 
 from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
-from experts.ml.lora import Example, LoraError, bf16_native, check_adapter, fit_prompt, load_base, render_prompt, same_base
+from experts.ml.loading import bf16_native, check_adapter, load_base, same_base
+from experts.ml.lora_errors import LoraError
+from experts.ml.lora_examples import Example, fit_prompt, render_prompt
 from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, STOPS, build_messages
 from experts.ml.selection import DECODING, SHORTLIST, Selected, SentenceScorer
 
@@ -169,7 +171,7 @@ class TransformersGenerator:
             torch.set_num_threads(self.threads)
 
     def torch_dtype(self) -> Any:
-        """The weights' torch dtype: ``dtype``, with "auto" meaning bfloat16 where it is native (``lora.bf16_native``)."""
+        """The weights' torch dtype: ``dtype``, with "auto" meaning bfloat16 where it is native (``loading.bf16_native``)."""
         import torch
 
         if self.dtype == "auto":

@@ -37,7 +37,7 @@ import httpx
 from django.conf import settings
 
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
-from experts.ml.lora import Example
+from experts.ml.lora_examples import Example
 from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, build_messages, parse_answer
 from experts.ml.selection import DECODING, SHORTLIST, Selected, SelectionPlan, decide, plan_selection
 
@@ -207,7 +207,8 @@ class VllmGenerator:
     def tokenizer(self) -> Any:
         """The base model's tokenizer (``BASE_MODEL`` on this host), or None where it cannot be read (logged once)."""
         if self._tokenizer is None and not self._no_tokenizer:
-            from experts.ml.lora import LoraError, resolve_base_model
+            from experts.ml.loading import resolve_base_model
+            from experts.ml.lora_errors import LoraError
 
             base = settings.BASE_MODEL
             try:

@@ -1,6 +1,6 @@
 """Greedy answers for many prompts at once, with one base model and its LoRA adapters. Pure: no Django.
 
-Prompts are built exactly as training builds them (``lora.fit_prompt``: the chat template of
+Prompts are built exactly as training builds them (``lora_examples.fit_prompt``: the chat template of
 ``prompting.build_messages``, the last passages dropped first when the prompt is too long), grouped
 by adapter, sorted by length and run in left-padded batches so that padding stays small. The
 serving backend (``experts.generation.transformers``) answers one request at a time; evaluations
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .lora import Example, check_adapter, fit_prompt
+from .loading import check_adapter
+from .lora_examples import Example, fit_prompt
 
 
 @dataclass
@@ -56,7 +57,7 @@ class BatchStats:
 def attach_adapters(base: Any, adapters: dict[str, str | Path], base_model: str) -> Any:
     """``base`` wrapped in one PeftModel holding every adapter of ``adapters`` (name -> folder), for inference.
 
-    Each adapter must have been trained on ``base_model`` (``lora.check_adapter``). Without adapters
+    Each adapter must have been trained on ``base_model`` (``loading.check_adapter``). Without adapters
     the base model is returned as it is.
     """
     if not adapters:

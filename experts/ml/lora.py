@@ -1,10 +1,9 @@
-"""LoRA adapters for one shared causal LM: validation, training with checkpoints and resume, evaluation.
-
-Long because training, its checkpoints and resume, and the held-out evaluation share the batching
-and the prompt encoding; apart they would import each other.
+"""LoRA adapters for one shared causal LM: training with checkpoints and resume, the held-out evaluation, saving.
 
 Pure ML code (torch, transformers, peft): no Django. The service in ``experts.services`` turns
 database rows into ``Example``s and ``LoraParams``, calls ``train_lora`` and records the result.
+The examples become token ids in ``lora_examples``, the base model is found and loaded in
+``loading``, and the errors every step may raise are in ``lora_errors``.
 
 Training is a plain loop rather than transformers' ``Trainer`` so that the resume contract is
 explicit and small: every ``checkpoint_steps`` optimiser steps the adapter weights, the optimiser
@@ -26,29 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .extractive import Passage
-from .prompting import DEFAULT_CITATION_FORMAT, build_messages
+from .loading import ADAPTER_META, bf16_native, device, load_base, qlora_available
+from .lora_errors import LoraError, TrainingOutOfMemory
+from .lora_examples import IGNORE_INDEX, Example, check_examples, collate, encode_example
 
-IGNORE_INDEX = -100
 CHECKPOINT = "checkpoint"
-ADAPTER_META = "switchboard.json"
-
-
-class LoraError(Exception):
-    """A known problem with the inputs or the environment: the message says what to fix."""
-
-
-class BaseModelNotFound(LoraError):
-    """BASE_MODEL is neither a local folder nor in the local model cache (we never download)."""
-
-
-class AdapterMismatch(LoraError):
-    """An adapter trained on another base model than the one being served."""
-
-
-class TrainingOutOfMemory(LoraError):
-    """The device ran out of memory: smaller batch, shorter sequences, lower rank or QLoRA."""
-
 
 # The fewest training examples an adapter training accepts (a floor, not a tuned figure).
 MIN_EXAMPLES = 8
@@ -124,20 +105,6 @@ class LoraParams:
 
 
 @dataclass
-class Example:
-    """One training or evaluation example: the prompt's parts and the answer to learn."""
-
-    question: str
-    answer: str
-    passages: list[Passage] = field(default_factory=list)
-    system_prompt: str = ""
-    citation_format: str = DEFAULT_CITATION_FORMAT
-    # The passages ``passages`` were cut from, in the same order: select decoding ranks their sentences
-    # whole, as the extractive answer does (``selection.plan_selection``). Empty: ``passages`` as they are.
-    whole: list[Passage] = field(default_factory=list)
-
-
-@dataclass
 class TrainResult:
     """What a training produced: the adapter folder and the figures to compare versions by."""
 
@@ -152,205 +119,6 @@ class TrainResult:
 
 
 StepCallback = Callable[[int, int, float], None]  # (step, total steps, loss)
-
-
-# --- validation -------------------------------------------------------------------------------
-
-
-def resolve_base_model(base_model: str) -> str:
-    """The local folder of ``base_model`` (a path, or a hub id already in the local cache).
-
-    Raises:
-        BaseModelNotFound: nothing local; the platform never downloads weights.
-    """
-    if not base_model or not base_model.strip():
-        raise BaseModelNotFound("BASE_MODEL is not set: give a local model folder or a hub id present in the local cache")
-    path = Path(base_model).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise BaseModelNotFound(f"BASE_MODEL {base_model!r} is a folder without config.json: not a transformers model")
-        return str(path.resolve())
-    if path.is_absolute() or base_model.startswith((".", "~")) or base_model.count("/") > 1:
-        raise BaseModelNotFound(f"BASE_MODEL {base_model!r} does not exist")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(base_model, local_files_only=True)
-    except Exception:
-        raise BaseModelNotFound(
-            f"BASE_MODEL {base_model!r} is not a local folder and not in the local model cache; "
-            "the platform never downloads weights: copy the model to a folder and point BASE_MODEL at it"
-        ) from None
-
-
-def same_base(a: str, b: str) -> bool:
-    """Whether two BASE_MODEL spellings name the same model (paths compared resolved)."""
-    def norm(x: str) -> str:
-        p = Path(x).expanduser()
-        return str(p.resolve()) if p.exists() else x.strip().rstrip("/")
-
-    return norm(a) == norm(b)
-
-
-def adapter_base_model(adapter_dir: str | Path) -> str:
-    """The base model recorded in an adapter's ``adapter_config.json``."""
-    config = Path(adapter_dir) / "adapter_config.json"
-    if not config.is_file():
-        raise LoraError(f"{adapter_dir} is not a peft adapter (no adapter_config.json)")
-    meta = Path(adapter_dir) / ADAPTER_META
-    if meta.is_file():  # our own record keeps the spelling the service used
-        return json.loads(meta.read_text())["base_model"]
-    return json.loads(config.read_text()).get("base_model_name_or_path") or ""
-
-
-def check_adapter(adapter_dir: str | Path, base_model: str) -> None:
-    """Raise ``AdapterMismatch`` unless the adapter was trained on ``base_model``."""
-    trained_on = adapter_base_model(adapter_dir)
-    if not same_base(trained_on, base_model):
-        raise AdapterMismatch(
-            f"the adapter in {adapter_dir} was trained on {trained_on!r}, not on the served base model {base_model!r}; "
-            "retrain it on this base model"
-        )
-
-
-def check_examples(examples: Sequence[Example], *, min_examples: int) -> None:
-    """Refuse data that cannot train anything: too few examples, empty questions or answers."""
-    if len(examples) < min_examples:
-        raise LoraError(f"{len(examples)} training examples; at least {min_examples} are needed")
-    empty = [i for i, e in enumerate(examples, start=1) if not e.answer.strip() or not e.question.strip()]
-    if empty:
-        raise LoraError(f"{len(empty)} examples have an empty question or answer (e.g. #{empty[0]}); fix or delete them")
-
-
-# --- tokenisation -----------------------------------------------------------------------------
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    # A base model without a chat template: plain role-prefixed turns.
-    turns = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages)
-    return (tokenizer.bos_token or "") + turns + "Assistant: "
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The text the model continues for these chat messages (its chat template, or a plain fallback)."""
-    return _render(tokenizer, messages)
-
-
-def fit_prompt(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]] = ()) -> list[int]:
-    """The prompt's token ids in at most ``room`` tokens.
-
-    The least relevant passages (the last ones) are dropped first, so the rules at the start and
-    the question at the end survive; only a prompt still too long without passages is cut from
-    the left.
-    """
-    return _fit(tokenizer, example, room, history)[0]
-
-
-def fitted_passages(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]] = ()) -> int:
-    """How many of the example's passages (the first ones) its prompt keeps in ``room`` tokens."""
-    return _fit(tokenizer, example, room, history)[1]
-
-
-def _fit(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]]) -> tuple[list[int], int]:
-    passages = list(example.passages)
-    while True:
-        messages = build_messages(example.question, passages, history=history, system_prompt=example.system_prompt,
-                                  citation_format=example.citation_format)
-        ids = tokenizer(_render(tokenizer, messages), add_special_tokens=False)["input_ids"]
-        if len(ids) <= room or not passages:
-            return (ids[-room:] if room > 0 else []), len(passages)
-        passages.pop()
-
-
-def encode_example(tokenizer: Any, example: Example, max_length: int) -> tuple[list[int], list[int]]:
-    """Input ids and labels for one example; only the answer (and its end token) is learned.
-
-    The answer is kept whole when it fits (cut to leave a little prompt otherwise); the prompt gets
-    the remaining room (``fit_prompt``).
-    """
-    answer_ids = tokenizer(example.answer.strip(), add_special_tokens=False)["input_ids"]
-    if tokenizer.eos_token_id is not None:
-        answer_ids = [*answer_ids, tokenizer.eos_token_id]
-    answer_ids = answer_ids[: max_length - 8]
-    prompt_ids = fit_prompt(tokenizer, example, max_length - len(answer_ids))
-    return prompt_ids + answer_ids, [IGNORE_INDEX] * len(prompt_ids) + answer_ids
-
-
-def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int):
-    import torch
-
-    width = max(len(ids) for ids, _ in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (ids, labs) in enumerate(batch):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        labels[i, : len(labs)] = torch.tensor(labs)
-        mask[i, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
-
-
-# --- loading ----------------------------------------------------------------------------------
-
-
-def device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _qlora_available() -> bool:
-    import importlib.util
-
-    import torch
-
-    return torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None
-
-
-def bf16_native() -> bool:
-    """Whether this machine multiplies bfloat16 natively (CUDA with bf16, a CPU with AMX or AVX512-BF16); elsewhere it is slower than float32."""
-    import torch
-
-    if torch.cuda.is_available():
-        return bool(torch.cuda.is_bf16_supported())
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
-    except OSError:
-        return False
-    return any(flag in flags for flag in (" amx_bf16", " avx512_bf16"))
-
-
-def load_base(base_model: str, *, qlora: bool = False, dtype: Any = None) -> tuple[Any, Any]:
-    """The tokenizer and model of ``base_model`` from local files only (4-bit when ``qlora`` is usable).
-
-    ``dtype`` (a torch dtype) casts the weights; None keeps the checkpoint's (float32 here).
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    local = resolve_base_model(base_model)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(local, local_files_only=True)
-        kwargs: dict[str, Any] = {"local_files_only": True}
-        if qlora and _qlora_available():
-            import torch
-            from transformers import BitsAndBytesConfig
-
-            kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
-            )
-            kwargs["device_map"] = {"": 0}
-        elif dtype is not None:
-            kwargs["dtype"] = dtype
-        model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise BaseModelNotFound(f"BASE_MODEL {base_model!r} could not be loaded: {exc}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if "quantization_config" not in kwargs:
-        model.to(device())
-    return tokenizer, model
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -470,7 +238,7 @@ def evaluate_loss(model: Any, encoded: list[tuple[list[int], list[int]]], pad_id
     total, tokens = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(encoded), batch_size):
-            batch = {k: v.to(model.device) for k, v in _collate(encoded[i : i + batch_size], pad_id).items()}
+            batch = {k: v.to(model.device) for k, v in collate(encoded[i : i + batch_size], pad_id).items()}
             loss, n = answer_loss(model, batch)
             total += float(loss)
             tokens += n
@@ -536,7 +304,7 @@ def _train(
     check_examples(evaluation, min_examples=0)
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(params.seed)
-    use_qlora = params.qlora and _qlora_available()
+    use_qlora = params.qlora and qlora_available()
     tokenizer, model = load_base(base_model, qlora=use_qlora, dtype=torch.bfloat16 if params.bf16 and not use_qlora and bf16_native() else None)
     if use_qlora:
         model = prepare_model_for_kbit_training(model)
@@ -569,7 +337,7 @@ def _train(
         for step in range(start + 1, total + 1):
             epoch, index = divmod(step - 1, steps_per_epoch)
             batch_ids = _batches(len(encoded_train), params.batch_size, params.seed, epoch)[index]
-            batch = {k: v.to(model.device) for k, v in _collate([encoded_train[i] for i in batch_ids], pad_id).items()}
+            batch = {k: v.to(model.device) for k, v in collate([encoded_train[i] for i in batch_ids], pad_id).items()}
             summed, tokens = answer_loss(model, batch)
             loss = summed / max(1, tokens)
             loss.backward()

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .extractive import NOT_FOUND, ChunkSentenceCache, Passage, Ranking, quoted, rank_sentences, split_sentences
-from .lora import Example, fit_prompt, fitted_passages
+from .lora_examples import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
 from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons
 
@@ -257,7 +257,7 @@ class SelectionPlan:
 
 def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
                    scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
-    """The prompt (built as generation builds it, ``lora.fit_prompt`` in ``room`` tokens) and the options the model
+    """The prompt (built as generation builds it, ``lora_examples.fit_prompt`` in ``room`` tokens) and the options the model
     scores: the sentences of the passages that prompt holds and the abstention, or with ``scorer`` its shortlist (the
     abstention only where the passages hold no sentence).
 

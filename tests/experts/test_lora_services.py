@@ -9,7 +9,7 @@ import torch
 
 from experts import services
 from experts.choices import ExampleSource, ExampleSplit, VersionStatus
-from experts.ml.lora import LoraError
+from experts.ml.lora_errors import LoraError
 from experts.models import Expert, ExpertVersion, TrainingExample
 from jobs.choices import JobStatus
 from jobs.models import Job

@@ -163,7 +163,7 @@ class Command(BaseCommand):
             config.pooled_steps = options["pooled_steps"]
         if options["expert_steps"] is not None:
             config.expert_steps = options["expert_steps"]
-        from experts.ml.lora import LoraError
+        from experts.ml.lora_errors import LoraError
 
         try:
             return evaluate_answers(dataset, config, say=self.stdout.write)

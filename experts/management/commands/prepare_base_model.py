@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from experts.ml.base_model import MODEL_NAME, BaseModelError, PrepareResult, TargetNotOurs, prepare_base_model
-from experts.ml.lora import same_base
+from experts.ml.loading import same_base
 
 
 def default_output() -> Path:

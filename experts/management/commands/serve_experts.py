@@ -25,7 +25,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from experts.generation.base import AdapterRef
-from experts.ml.lora import LoraError, adapter_base_model, same_base
+from experts.ml.loading import adapter_base_model, same_base
+from experts.ml.lora_errors import LoraError
 from experts.selectors import serving_adapters
 
 # vLLM accepts only these values for --max-lora-rank.

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from experts import services
-from experts.ml.lora import LoraError
+from experts.ml.lora_errors import LoraError
 from experts.models import Expert, ExpertVersion
 from jobs.models import Job
 from jobs.services import run_job

@@ -8,18 +8,10 @@ import pytest
 import torch
 
 from experts.ml.extractive import Passage
-from experts.ml.lora import (
-    AdapterMismatch,
-    BaseModelNotFound,
-    Example,
-    LoraError,
-    LoraParams,
-    TrainingOutOfMemory,
-    check_adapter,
-    last_checkpoint_step,
-    load_base,
-    train_lora,
-)
+from experts.ml.loading import check_adapter, load_base
+from experts.ml.lora import LoraParams, last_checkpoint_step, train_lora
+from experts.ml.lora_errors import AdapterMismatch, BaseModelNotFound, LoraError, TrainingOutOfMemory
+from experts.ml.lora_examples import Example
 
 DMV = [
     Example("How do I renew my driver license?", "Renew it online at the DMV website before it expires [1].", [Passage("Renew a license online at the DMV.", "Renewals", score=0.8)]),
@@ -137,7 +129,7 @@ def test_lora_out_of_memory_becomes_a_clear_error(tiny_lm_dir, tmp_path):
 
 
 def test_lora_long_prompts_lose_their_last_passages_before_anything_else(tiny_lm_dir):
-    from experts.ml.lora import fit_prompt
+    from experts.ml.lora_examples import fit_prompt
 
     tokenizer, _ = load_base(str(tiny_lm_dir))
     passages = [Passage("Licence renewal rules. " * 40, f"Doc {i}", score=0.9 - i / 10) for i in range(5)]
@@ -153,10 +145,11 @@ def test_lora_long_prompts_lose_their_last_passages_before_anything_else(tiny_lm
 
 
 def test_lora_the_answer_only_loss_is_the_models_own_loss(tiny_lm_dir):
-    from experts.ml.lora import _collate, answer_loss, encode_example
+    from experts.ml.lora import answer_loss
+    from experts.ml.lora_examples import collate, encode_example
 
     tokenizer, model = load_base(str(tiny_lm_dir))
-    batch = _collate([encode_example(tokenizer, e, 256) for e in DMV[:3]], tokenizer.pad_token_id)
+    batch = collate([encode_example(tokenizer, e, 256) for e in DMV[:3]], tokenizer.pad_token_id)
     with torch.no_grad():
         summed, tokens = answer_loss(model, batch)
         reference = model(**batch).loss

@@ -6,7 +6,9 @@ import pytest
 
 from experts.ml.batch_generation import BatchItem, BatchStats, attach_adapters, generate_batch
 from experts.ml.extractive import Passage
-from experts.ml.lora import Example, LoraParams, load_base, train_lora
+from experts.ml.loading import load_base
+from experts.ml.lora import LoraParams, train_lora
+from experts.ml.lora_examples import Example
 
 from .test_lora import DMV, FAST, SSA
 
@@ -56,7 +58,7 @@ def test_lora_each_item_is_answered_by_its_own_adapter(tiny_lm_dir, adapters):
 
 
 def test_lora_an_adapter_for_another_base_model_is_refused_and_the_bare_model_has_none(tiny_lm_dir, adapters):
-    from experts.ml.lora import AdapterMismatch
+    from experts.ml.lora_errors import AdapterMismatch
 
     tokenizer, base = load_base(str(tiny_lm_dir))
     with pytest.raises(AdapterMismatch):

@@ -124,7 +124,9 @@ def test_sampling_still_writes_and_an_unknown_decoding_is_refused(tiny_lm_dir):
 def test_an_adapter_trained_on_a_sentence_chooses_it(tiny_lm_dir, tmp_path):
     """The point of select decoding: what the adapter learned to answer is what it chooses."""
     from experts.ml.batch_generation import BatchItem, attach_adapters, generate_batch
-    from experts.ml.lora import Example, LoraParams, load_base, train_lora
+    from experts.ml.loading import load_base
+    from experts.ml.lora import LoraParams, train_lora
+    from experts.ml.lora_examples import Example
 
     passages = [Passage("Offices close at five on Fridays."), Passage("The renewal fee is 64 dollars.")]
     target = "The renewal fee is 64 dollars. [2]"
@@ -163,7 +165,8 @@ def test_a_prefix_state_computed_before_gives_the_same_scores(tiny):
 def test_the_serving_backend_chooses_the_same_with_adapters_loaded_and_its_prefix_cache(tiny_lm_dir, tmp_path):
     from experts.generation.base import AdapterRef
     from experts.generation.transformers import TransformersGenerator
-    from experts.ml.lora import Example, LoraParams, train_lora
+    from experts.ml.lora import LoraParams, train_lora
+    from experts.ml.lora_examples import Example
 
     passages = _select_request().passages
     train_lora(str(tiny_lm_dir), [Example("fee?", "The fee is 64 dollars. [1]", passages)] * 4, [],
@@ -244,7 +247,7 @@ def test_the_shortlists_choice_weighs_the_model_against_the_scorer_and_abstains_
 
 def test_with_a_scorer_the_model_scores_only_its_shortlist(tiny, monkeypatch):
     from experts.ml import selection
-    from experts.ml.lora import Example
+    from experts.ml.lora_examples import Example
 
     model, tokenizer = tiny
     seen: list[int] = []
@@ -269,7 +272,7 @@ def test_over_a_shortlist_not_found_is_the_answer_only_when_the_passages_hold_no
     """A model that rates "not found" above every sentence still answers from the shortlist; a question whose
     passages hold no sentence is "not found"."""
     from experts.ml import selection
-    from experts.ml.lora import Example
+    from experts.ml.lora_examples import Example
 
     model, tokenizer = tiny
 
@@ -345,7 +348,7 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
 def test_any_backends_scores_decide_as_the_in_process_model_does(tiny):
     """plan_selection needs no model and decide any backend's scores: select is the two around score_continuations."""
     from experts.ml import selection
-    from experts.ml.lora import Example
+    from experts.ml.lora_examples import Example
 
     model, tokenizer = tiny
     example = Example("how much does it cost to renew my license", "", _SCORED)
@@ -378,7 +381,7 @@ def test_decide_answers_with_the_quoted_candidate():
 def test_the_shortlist_is_the_extractive_answers_first_choices_from_whole_passages_though_the_prompt_shows_them_cut(tiny):
     """The model judges the sentences the extractive answer ranks first on the whole passages, kept in the cut prompt."""
     from experts.ml.extractive import extractive_answer
-    from experts.ml.lora import Example
+    from experts.ml.lora_examples import Example
     from experts.ml.prompting import focus
     from experts.ml.selection import SentenceScorer, plan_selection
 
