@@ -453,7 +453,7 @@ def _extractive(questions: list[Question], modes: list[str], known: dict[str, di
 
     ``known``: by mode, each question's vector (``fast``: the fast tier's, as serving hands it over).
     """
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     encoder = get_encoder(ctx["model"], ctx["threads"])
     cache = ChunkSentenceCache(size=100_000)

@@ -56,7 +56,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def demo_requests(n: int, top_k: int, min_score: float) -> list[GenerationRequest]:
     """``n`` held-out demo questions with their best ``top_k`` demo passages (questions with weak passages skipped)."""
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     chunks: list[Passage] = []
     for path in sorted((DEMO / "documents").glob("*.jsonl")):

@@ -38,8 +38,9 @@ from typing import Any
 
 from django.conf import settings
 
+from encoders import base as encoder_base
+from encoders import registry as encoder_registry
 from evaluation.datasets import read_queries
-from sbcommon import encoders
 from sbcommon.env import envbool
 
 READY_MARKER = ".bench-demo-ready"
@@ -419,7 +420,7 @@ def encoder_throughput(questions: list[str], encoder: Any, seconds: float = 8.0)
 
 
 def _serving_threads() -> int:
-    from sbcommon.encoders import serving_threads
+    from encoders import serving_threads
 
     return serving_threads()
 
@@ -440,7 +441,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     a backend of another space gets the demo loaded in a folder of its own). ``database_url`` and ``redis_url``
     run the servers (``workers`` of them) on a shared PostgreSQL and Redis, as a scaled-out deployment.
     """
-    from sbcommon.encoders import embedding_space, resolve_backend
+    from encoders import embedding_space, resolve_backend
 
     if concurrency < 1 or duration <= 0:
         raise ValueError("concurrency must be at least 1 and duration positive")
@@ -492,7 +493,7 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
                    encoder_seconds: float, max_warmup: float, max_chunk_miss_rate: float, say: Callable[[str], None],
                    deployment: dict[str, str] | None = None) -> dict[str, Any]:
     """One backend's run: the encoder alone before and after, and the server under load in between."""
-    from sbcommon.encoders import make_encoder
+    from encoders import make_encoder
 
     questions = held_out_questions()
     say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
@@ -559,10 +560,10 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
         "server_processes": workers,
         "torch_threads": settings.TORCH_THREADS,
         "encoder_threads": _serving_threads(),
-        "encoder_sub_batch": encoders.SUB_BATCH,
+        "encoder_sub_batch": encoder_base.SUB_BATCH,
         "encoder_in_child_process": envbool("ENCODER_PROCESS", True),  # the server's view: switchboard.asgi defaults it on
-        "encoder_max_batch": encoders.MAX_BATCH,
-        "encoder_max_wait_ms": encoders.MAX_WAIT_MS,
+        "encoder_max_batch": encoder_registry.MAX_BATCH,
+        "encoder_max_wait_ms": encoder_registry.MAX_WAIT_MS,
         "server_encoder_batches": batches,
         # Texts the server encoded per request during the run: the question, and the sentences of
         # retrieved chunks not yet in the chunk sentence cache.

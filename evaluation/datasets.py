@@ -89,7 +89,7 @@ def embedding_cache_path(name: str, texts: list[str], model: str) -> Path:
     A backend whose vectors differ from float32 torch's (bfloat16, int8) is part of the name: an
     evaluation embeds as serving does. torch and ONNX float32 share one file: their vectors agree to ~1e-6.
     """
-    from sbcommon.encoders import resolve_backend
+    from encoders import resolve_backend
 
     backend = resolve_backend()
     suffix = "" if backend in ("torch", "onnx") else f"-{backend}"
@@ -99,13 +99,13 @@ def embedding_cache_path(name: str, texts: list[str], model: str) -> Path:
 def cached_embeddings(name: str, texts: list[str], model: str, say: Say = print, threads: int = 0, batch_size: int = 128) -> np.ndarray:
     """Embeddings of ``texts`` by ``model`` (L2-normalised float32), computed once and then read from the cache.
 
-    ``threads`` and ``batch_size`` go to the encoder (``sbcommon.encoders.get_encoder``; 0 threads
+    ``threads`` and ``batch_size`` go to the encoder (``encoders.get_encoder``; 0 threads
     leaves torch's setting alone).
     """
     path = embedding_cache_path(name, texts, model)
     if path.exists():
         return np.load(path)
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     say(f"embedding {len(texts):,} texts of {name} with {model} (cached afterwards in {path})")
     x = get_encoder(model, threads).encode(texts, batch_size=batch_size)

@@ -23,8 +23,8 @@ def train_tier(model_name: str, texts_train: list[str], x_train: np.ndarray, y_t
                y_val: np.ndarray, n: int, documents: list[str], name: str, model_kwargs: dict[str, Any], config: TrainConfig,
                say: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
     """``routing.ml.textrouter.fast_tier_from_model`` with the dataset's cached embeddings of the documents' sentences; raises ValueError."""
+    from encoders import resolve_model_path
     from routing.ml.textrouter import fast_tier_from_model
-    from sbcommon.encoders import resolve_model_path
 
     def embed(texts: list[str]) -> np.ndarray:
         return cached_embeddings(f"{name}-fast-tier-document-sentences", texts, model_name, say)

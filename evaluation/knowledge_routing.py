@@ -112,7 +112,7 @@ def _distinct_words(documents: list[dict[str, Any]], domains: list[str]) -> Dist
     """``DistinctWords`` over the indexed documents, one expert per domain, as serving builds it from each expert's documents."""
     from django.conf import settings
 
-    from sbcommon.encoders import tokenizer_words
+    from encoders import tokenizer_words
 
     return DistinctWords.from_texts(([f"{d['title']}\n{d['text']}" for d in documents if d["domain"] == domain] for domain in domains),
                                     tokenizer_words(settings.EMBEDDING_MODEL))

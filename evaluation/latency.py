@@ -21,7 +21,7 @@ import numpy as np
 def bare_encoder(encoder: Any) -> Any:
     """The sentence encoder under any micro-batching or caching wrapper (``MicroBatchingEncoder.inner``).
 
-    The wrapper waits up to ``sbcommon.encoders.MAX_WAIT_MS`` for company and answers repeated texts from its
+    The wrapper waits up to ``encoders.registry.MAX_WAIT_MS`` for company and answers repeated texts from its
     cache: both belong to serving under load, not to the cost of routing one question.
     """
     while getattr(encoder, "inner", None) is not None:
@@ -56,7 +56,7 @@ def measure_latency(
     import torch
     from threadpoolctl import threadpool_limits
 
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     previous = torch.get_num_threads()  # before the encoder: a torch encoder sets the process's thread count
     encoder = bare_encoder(get_encoder(model, threads))
@@ -115,8 +115,9 @@ def _encoder_elsewhere(encoder: Any, model: str, threads: int) -> tuple[Callable
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from sbcommon.encoders import ProcessEncoder, SentenceTransformerEncoder
-    from sbcommon.onnx_encoder import OnnxEncoder
+    from encoders.onnx_encoder import OnnxEncoder
+    from encoders.process import ProcessEncoder
+    from encoders.torch_encoder import SentenceTransformerEncoder
 
     if isinstance(encoder, (SentenceTransformerEncoder, OnnxEncoder)):
         child = ProcessEncoder(model, threads=threads, max_batch=1, max_wait_ms=0.0)

@@ -217,9 +217,9 @@ def _typo_report(index: DomainIndex, queries: list[dict[str, Any]], qx: np.ndarr
     """
     from django.conf import settings
 
+    from encoders import tokenizer_words
     from knowledge.ml.spelling import Vocabulary
     from routing.ml.charview import typo_copies
-    from sbcommon.encoders import tokenizer_words
 
     model = settings.EMBEDDING_MODEL
     words = tokenizer_words(model)

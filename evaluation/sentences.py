@@ -62,9 +62,9 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     ``held_out``: also ``held_out_domains`` and ``own_domains``."""
     from django.conf import settings
 
+    from encoders import get_encoder
     from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
     from knowledge.search import context_weight, widen_below
-    from sbcommon.encoders import get_encoder
 
     started = time.perf_counter()
     dataset = Path(dataset)

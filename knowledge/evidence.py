@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from encoders import embedding_space
 from experts.selectors import experts_by_slug
-from sbcommon.encoders import embedding_space
 
 from .ml.sparse import bm25_vector
 from .selectors import collection_models, collection_name

@@ -16,9 +16,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from encoders import embedding_space, get_encoder
 from experts.models import Expert
 from jobs.services import JobReporter
-from sbcommon.encoders import embedding_space, get_encoder
 
 from .models import Document, KnowledgeBase
 from .points import chunk_settings, document_points

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
+from encoders import get_encoder
 from experts.models import Expert
-from sbcommon.encoders import get_encoder
 
 from .ml import chunking
 from .ml.chunking import Chunk, chunk_text, section_title

@@ -13,9 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
+from encoders import embedding_space, get_encoder, tokenizer_words
 from experts.models import Expert
 from experts.selectors import active_expert_slugs, active_experts, experts_by_slug
-from sbcommon.encoders import embedding_space, get_encoder, tokenizer_words
 
 from .ml import conversation as search_conversation
 from .ml import routed

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.signals import post_delete, post_save
 
+from encoders import embedding_space
 from experts.models import Expert
 from experts.selectors import clear_serving_caches, serving_cached
 from jobs.models import Job
-from sbcommon.encoders import embedding_space
 
 from .models import Document, KnowledgeBase
 

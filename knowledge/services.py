@@ -11,10 +11,10 @@ from typing import Any
 
 from django.db import transaction
 
+from encoders import embedding_space
 from experts.models import Expert
 from jobs.models import Job
 from jobs.services import enqueue_once
-from sbcommon.encoders import embedding_space
 from sbcommon.uploads import UploadRejected, safe_filename
 
 from .ingest import check_upload, max_upload_bytes, save_upload

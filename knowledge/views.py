@@ -22,10 +22,10 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
+from encoders import embedding_space, get_encoder
 from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
 from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
-from sbcommon.encoders import embedding_space, get_encoder
 from sbcommon.uploads import UploadRejected, declared_over_limit
 
 from . import forms, search, selectors, services

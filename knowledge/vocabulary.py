@@ -13,9 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Max
 
+from encoders import tokenizer_words
 from experts.models import Expert
 from experts.selectors import experts_by_slug, serving_cached
-from sbcommon.encoders import tokenizer_words
 
 from .ml.distinct import DistinctWords
 from .ml.spelling import Vocabulary

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
+from encoders import get_encoder
 from experts.choices import ExampleSource, ExampleSplit
 from experts.generation.extractive import scorer_spec
 from experts.ml.extractive import Passage, extractive_answer
@@ -27,7 +28,6 @@ from experts.services import TrainingDataError, add_example, current_prompt, pro
 from jobs.services import JobFailed, JobReporter
 from knowledge.search import search_expert
 from knowledge.stores.base import StoreUnavailable
-from sbcommon.encoders import get_encoder
 
 from .choices import ProposalStatus
 from .models import Assignment, ReviewDecision

@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 
+from encoders import embedding_space, get_encoder
 from experts.models import Expert
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
 from sbcommon import uploads
-from sbcommon.encoders import embedding_space, get_encoder
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size
 

@@ -14,11 +14,11 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
+from encoders import embedding_space
 from experts.selectors import active_experts
 from jobs.services import JobFailed, JobReporter
 from labeling import selectors as labeling_selectors
 from labeling.services import embed_missing, encode_texts, load_embeddings
-from sbcommon.encoders import embedding_space
 
 from .ml.diagnostics import diagnose
 from .ml.router import RouterNet
@@ -253,8 +253,8 @@ def _fit_fast_tier(result: Any, texts_train: list[str], x_train: np.ndarray, y_t
     folder without a tokenizer or weights file, a diverged distillation) is left out with the reason,
     and the router still trains: ``auto:fast`` then uses the full router.
     """
+    from encoders import resolve_model_path
     from knowledge.selectors import expert_document_texts
-    from sbcommon.encoders import resolve_model_path
 
     from .ml.textrouter import fast_tier_from_model
 

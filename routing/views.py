@@ -14,12 +14,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
+from encoders import embedding_space, model_name
 from experts import selectors as expert_selectors
 from experts.redaction import hidden_slugs, redactor_for
 from jobs.models import Job
 from jobs.services import enqueue_once
 from sbcommon.console import LoginRequiredMixin
-from sbcommon.encoders import embedding_space, model_name
 
 from . import selectors, services, tasks
 from .forms import TrainRouterForm

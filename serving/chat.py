@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from encoders import EncoderUnavailable, get_encoder
 from experts.generation import GenerationBusy, GenerationError, GenerationRequest
 from experts.ml.extractive import Answer, Passage
 from experts.selectors import experts_by_slug
 from knowledge import search as knowledge
 from routing.experiments.assignment import ArmAssignment, assign
 from routing.ml import conversation as conversation_rule
-from sbcommon.encoders import EncoderUnavailable, get_encoder
 
 from . import accurate, answer_cache, conversations, events, failover, traces
 from .expert_answer import Opened, Source, generation_settings, open_answer

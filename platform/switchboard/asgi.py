@@ -20,7 +20,7 @@ from django.urls import Resolver404, resolve, set_script_prefix
 from sbcommon.uploads import MULTIPART_SLACK
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchboard.settings")
-# A serving process encodes in a child process of its own (sbcommon.encoders.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
+# A serving process encodes in a child process of its own (encoders.process.ProcessEncoder); ENCODER_PROCESS=0 keeps it in.
 os.environ.setdefault("ENCODER_PROCESS", "1")
 
 logger = logging.getLogger(__name__)
@@ -377,7 +377,7 @@ def _warm_up() -> None:
     the active router with the tables it reads (``serving.route.warm_up``), then take what is loaded by
     now out of the garbage collector's walks (``sbcommon.gcfreeze``)."""
     try:
-        from sbcommon.encoders import get_encoder
+        from encoders import get_encoder
         from serving.route import warm_up
 
         get_encoder().encode(["warm-up"])

@@ -35,7 +35,7 @@ def _check_vector_store() -> None:
 
 
 def _check_embedding_model() -> None:
-    from sbcommon.encoders import resolve_backend, resolve_model_path
+    from encoders import resolve_backend, resolve_model_path
 
     resolve_model_path(settings.EMBEDDING_MODEL)
     if resolve_backend().startswith("onnx"):  # a bad EMBEDDING_BACKEND raises too

@@ -18,11 +18,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from encoders import embedding_space
 from experts.models import Expert
 from experts.selectors import active_experts
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter
-from sbcommon.encoders import embedding_space
 
 from ..ml import drift as drift_ml
 from ..models import Feedback, RouterVersion, RoutingEvent
@@ -71,9 +71,9 @@ MIN_QUERIES_TO_RECLUSTER = 10
 def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
     """Find dense clusters of recent questions that no expert covers (an alarm proposing a new expert each),
     and start a discovery run over the query log for review. Nothing is promoted automatically."""
+    from encoders import get_encoder
     from labeling.selectors import teams_with_queries
     from labeling.services import enqueue_discovery
-    from sbcommon.encoders import get_encoder
 
     since = timezone.now() - timedelta(days=int(job.params.get("window_days", 30)))
     recent = _recent_questions(since, int(job.params.get("sample", 2000))) if settings.STORE_QUESTION_TEXT else []
@@ -221,7 +221,7 @@ def _training_abstain_rate(metrics: dict[str, Any]) -> float | None:
 
 def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
     """Compare a week of recent questions (re-encoded) with the router's training questions; alarm on drift."""
-    from sbcommon.encoders import get_encoder
+    from encoders import get_encoder
 
     if not settings.STORE_QUESTION_TEXT:
         raise JobFailed("drift needs the recent question text: STORE_QUESTION_TEXT is off")

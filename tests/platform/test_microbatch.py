@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from sbcommon.encoders import MicroBatchingEncoder, SentenceTransformerEncoder
-from sbcommon.onnx_encoder import OnnxEncoder
+from encoders.batching import MicroBatchingEncoder
+from encoders.onnx_encoder import OnnxEncoder
+from encoders.torch_encoder import SentenceTransformerEncoder
 
 
 class CountingEncoder:
@@ -170,13 +171,13 @@ def test_bulk_calls_skip_the_cache():
 def test_encoder_threads_default_to_torch_threads_and_apply_once_the_batcher_runs(monkeypatch, settings):
     import torch
 
-    from sbcommon import encoders
+    from encoders import registry
 
     settings.ENCODER_THREADS = 0
     settings.TORCH_THREADS = 1
-    assert encoders.serving_threads() == 1
-    assert encoders.serving_threads(3) == 3
-    assert encoders.serving_threads(-1) == encoders.cpu_count()
+    assert registry.serving_threads() == 1
+    assert registry.serving_threads(3) == 3
+    assert registry.serving_threads(-1) == registry.cpu_count()
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     batched = MicroBatchingEncoder(CountingEncoder(delay=0.0), max_wait_ms=0.5, batch_threads=2)

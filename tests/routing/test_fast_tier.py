@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from encoders import embedding_space, get_encoder, resolve_model_path
 from routing import services
 from routing.ml.fast_encoder import StaticEncoder, distil, full_model_parts
 from routing.ml.textrouter import FAST_FOLDER, TextRouter, train_fast_tier
 from routing.models import RouterVersion
-from sbcommon.encoders import embedding_space, get_encoder, resolve_model_path
 from serving import route
 from tests.serving.test_failover import DIM, FakeEncoder, chat, encoder, generator, no_experiment, router, serving, store  # noqa: F401
 from tests.serving.test_router_service import labelled  # noqa: F401
@@ -181,7 +181,7 @@ def test_a_router_whose_fast_tier_lost_its_tokenizer_loads_without_the_tier(serv
 
 class DeadEncoder(FakeEncoder):
     def encode(self, texts, batch_size=64):
-        from sbcommon.encoders import EncoderUnavailable
+        from encoders import EncoderUnavailable
 
         raise EncoderUnavailable("the encoder process exited (exit code -9)")
 

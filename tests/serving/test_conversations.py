@@ -237,7 +237,7 @@ def test_a_malformed_conversation_id_is_a_400(serving, client):
 
 
 def test_a_follow_up_whose_earlier_turns_cannot_be_encoded_is_searched_with_their_words(serving, client, searches, monkeypatch):
-    from sbcommon.encoders import EncoderUnavailable
+    from encoders import EncoderUnavailable
 
     class Down:
         def encode(self, texts, **kwargs):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from django.core.cache import caches
 
+from encoders import embedding_space
 from experts.generation import GenerationError, GenerationTimeout, stream_by_words
 from experts.ml.extractive import NOT_FOUND, Answer
 from experts.models import Expert
@@ -23,7 +24,6 @@ from knowledge.stores import Hit, StoreUnavailable
 from routing.experiments.assignment import ArmAssignment
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent
-from sbcommon.encoders import embedding_space
 from serving import accurate, events, expert_answer, route
 from serving import chat as serving_chat
 

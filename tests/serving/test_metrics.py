@@ -56,7 +56,7 @@ def test_refused_requests_are_counted_by_status_and_kind(client):
 
 
 def test_encoder_batch_sizes_are_exported(client):
-    from sbcommon.encoders import MicroBatchingEncoder
+    from encoders.batching import MicroBatchingEncoder
 
     class Tiny:
         name, dimension = "tiny", 2

@@ -119,7 +119,7 @@ class Command(BaseCommand):
             if options.get("backend"):
                 from django.conf import settings
 
-                from sbcommon.encoders import resolve_backend
+                from encoders import resolve_backend
 
                 settings.EMBEDDING_BACKEND = resolve_backend(options["backend"])  # before any encoder is made (keyed by backend)
 
@@ -136,7 +136,7 @@ class Command(BaseCommand):
                                         foreign_oos=Path(options["oos_from"]) if options.get("oos_from") else None)
             except (MissingKnowledge, ValueError) as exc:
                 raise CommandError(str(exc)) from exc
-            from sbcommon.encoders import resolve_backend
+            from encoders import resolve_backend
 
             report["embedding_backend"] = resolve_backend()
         self.stdout.write(json.dumps(report, indent=2))

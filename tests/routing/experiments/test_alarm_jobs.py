@@ -35,7 +35,7 @@ def trained(settings, monkeypatch):
     from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
     from sbcommon.hashing import text_hash
 
-    monkeypatch.setattr("sbcommon.encoders.get_encoder", lambda *a, **k: AxisEncoder())
+    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: AxisEncoder())
     run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=2, fingerprint="t", status=RunStatus.PROMOTED)
     encoder = AxisEncoder()
     for index, (slug, word) in enumerate([("dmv", "licence"), ("ssa", "pension")]):

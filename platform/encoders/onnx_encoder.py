@@ -1,6 +1,6 @@
 """The sentence encoder run by ONNX Runtime: exported locally from the shipped weights, float32 or int8.
 
-``EMBEDDING_BACKEND=onnx`` and ``onnx-int8`` (see ``sbcommon.encoders.resolve_backend``). The first
+``EMBEDDING_BACKEND=onnx`` and ``onnx-int8`` (see ``encoders.space.resolve_backend``). The first
 use exports the sentence-transformers model's transformer, with its pooling and normalisation, to
 ONNX with ``torch.onnx.export``, and quantises a copy with ONNX Runtime's dynamic int8 quantisation;
 both are written once, atomically, under ``<cache>/<model>-<weights checksum>/`` beside a
@@ -11,7 +11,7 @@ The float32 export must reproduce torch's vectors (minimum cosine >= ``SAME_SPAC
 same embedding space, and a model it cannot reproduce is refused. The int8 model's vectors move (on
 MiniLM the minimum cosine over the sample is ~0.96), so ``onnx-int8`` is an embedding space of its own:
 switching to it re-embeds every query and collection, as a new model would
-(``sbcommon.encoders.embedding_space``).
+(``encoders.space.embedding_space``).
 
 Measured on this project's 2-core CPU (AMD EPYC with AVX512-VNNI, no AMX), MiniLM, one thread, 512
 questions of clinc150, hwu64 and doc2dial, through ``make_encoder``, two runs, passes of 8 / one question

@@ -1,0 +1,34 @@
+"""A bare encoder (no batching, no cache) for a model, run by the chosen backend: the only module that imports the backends."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from .base import SUB_BATCH, Encoder
+from .model_files import resolve_model_path
+from .space import model_name, resolve_backend
+from .torch_encoder import SentenceTransformerEncoder
+
+
+def export_cache_dir() -> str:
+    """Where exported encoders are kept: ``ENCODER_EXPORT_DIR`` (``$VAR_DIR/models/encoders``)."""
+    return str(settings.ENCODER_EXPORT_DIR)
+
+
+def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None,
+                 cache_dir: str | None = None) -> Encoder:
+    """A bare encoder (no batching, no cache) for ``name`` with ``backend`` (default: the setting)."""
+    backend = resolve_backend(backend)
+    if backend.startswith("onnx"):
+        from .onnx_encoder import OnnxEncoder
+
+        sub_batch = int(sub_batch if sub_batch is not None else SUB_BATCH)
+        if backend == "onnx-int8":
+            # Dynamic quantisation scales activations per pass, so a text's int8 vector depends on the texts
+            # beside it (alone against in a pass of 8: cosine down to 0.982 on demo questions). One text a
+            # pass keeps a question's vector, and so its route, the same under load, at a cost in speed
+            # (622 against 999 questions/s in passes of 8 on this project's CPU, one thread).
+            sub_batch = 1
+        return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads,
+                                    sub_batch=sub_batch)
+    return SentenceTransformerEncoder(model_name(name), threads=threads, sub_batch=sub_batch, backend=backend)
