@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
 # Texts per forward pass at most: a call's texts are sorted by length and run in passes of this many,
 # which pads less than one long pass (32 demo questions ran ~1.5x faster in passes of 8 than in one
 # pass of 32, on 1 thread and on 2).
@@ -51,6 +52,7 @@ def add_batch_listener(listener: Callable[[int], None]) -> None:
 
 
 def notify_batch_listeners(size: int) -> None:
+    """Tell every listener that a forward pass of ``size`` texts ran (batching.py and process.py call it)."""
     for listener in list(_batch_listeners):
         try:
             listener(size)
