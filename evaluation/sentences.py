@@ -63,7 +63,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     from django.conf import settings
 
     from encoders import get_encoder
-    from evaluation.answers import Question, index_corpus, mode_plans, route_questions, search_passages
+    from evaluation.answers_corpus import Question, index_corpus, mode_plans, route_questions, search_passages
     from knowledge.search import context_weight, widen_below
 
     started = time.perf_counter()

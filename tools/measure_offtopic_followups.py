@@ -12,7 +12,7 @@ earlier user turns) keeps its conversation, and its question is replaced by an o
 clinc150 of the same split (seeded draw). As serving does (``serving.chat``: a follow-up the router
 places nowhere stays with the conversation's expert, a stored conversation's or, for a request that
 sends its messages, the one its earlier questions route to), the conversation's own domain's
-collection is searched, through the product's search (``evaluation.answers.search_passages``, the index
+collection is searched, through the product's search (``evaluation.answers_corpus.search_passages``, the index
 ``evaluate answers`` builds). The router is the product's (``train_text_router`` with the default
 variant, as ``evaluate router`` trains it, on the dataset's train split, calibrated on its validation
 split; with the experts' documents as evidence when ``ROUTER_KNOWLEDGE`` is on, as training fits it).
@@ -51,7 +51,7 @@ def main() -> None:
     from django.conf import settings
 
     from evaluation.abstentions import ProductRouter
-    from evaluation.answers import index_corpus, search_passages
+    from evaluation.answers_corpus import index_corpus, search_passages
     from evaluation.datasets import cached_embeddings, dataset_embeddings, read_jsonl, search_contexts
     from experts.ml.answer_metrics import support
     from experts.ml.targets import MIN_SUPPORT

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluation.answers import DEFAULT_MODES, GENERATORS, AnswerConfig, evaluate_answers
+from evaluation.answers import evaluate_answers
+from evaluation.answers_config import DEFAULT_MODES, GENERATORS, AnswerConfig
 from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixture, shared with the experts tests)
 from tests.knowledge.conftest import HashingEncoder
 
@@ -206,7 +207,7 @@ def test_on_doc2dial_lora_answers_beat_the_base_model_and_the_extractive_answer(
 
 
 def test_paired_differences_are_the_mean_gap_and_its_standard_error_over_the_same_questions():
-    from evaluation.answers import paired_differences
+    from evaluation.answers_scoring import paired_differences
 
     f1 = {("auto", "lora"): [1.0, 0.5, 0.0, 0.5], ("auto", "extractive"): [0.5, 0.5, 0.5, 0.5], ("flat", "lora"): [1.0, 0.5, 0.0, 0.0]}
     got = paired_differences(f1)

@@ -145,7 +145,8 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
 
     def _answers(self, dataset: Path, options: dict) -> dict:
-        from evaluation.answers import DEFAULT_LIMIT, AnswerConfig, evaluate_answers
+        from evaluation.answers import evaluate_answers
+        from evaluation.answers_config import DEFAULT_LIMIT, AnswerConfig
 
         overrides = {}
         for item in options["lora"]:
