@@ -23,9 +23,9 @@ from jobs.models import Job
 from jobs.views import shown, visible_jobs
 from knowledge.selectors import document_counts
 from routing import selectors as routing_selectors
-from routing.experiments import selectors as experiment_selectors
-from routing.experiments.choices import AlarmStatus
-from routing.experiments.models import Alarm
+from routing.alarms import selectors as alarm_selectors
+from routing.alarms.choices import AlarmStatus
+from routing.alarms.models import Alarm
 from routing.models import RoutingEvent
 from sbcommon.console import LoginRequiredMixin
 
@@ -107,7 +107,7 @@ def open_alarms(visible: set[str] | None = None, limit: int = 10) -> list[Alarm]
     With ``visible`` (a team member's experts), only the alarms they may see (``visible_alarms``: by the
     experts an alarm concerns, whatever its subject).
     """
-    return list(experiment_selectors.visible_alarms(visible).filter(status=AlarmStatus.OPEN).order_by("-pk")[:limit])
+    return list(alarm_selectors.visible_alarms(visible).filter(status=AlarmStatus.OPEN).order_by("-pk")[:limit])
 
 
 def start_of_day(now: datetime) -> datetime:

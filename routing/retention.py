@@ -1,6 +1,6 @@
 """Retention of routing records: old routing events and expired conversations are deleted.
 
-Run daily by the ``event_retention`` schedule (``routing.experiments.routines``) and by the
+Run daily by the ``event_retention`` schedule (``routing.schedules.routines``) and by the
 ``routing.tasks.purge_routing_events`` task. ``serving.events`` and ``serving.conversations`` write
 these rows on the request path and keep these functions under their old names there.
 """

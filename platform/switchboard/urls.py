@@ -34,6 +34,8 @@ urlpatterns = [
     path("", include("console.urls")),
     path("", include("routing.urls")),
     path("", include("routing.experiments.urls")),
+    path("", include("routing.schedules.urls")),
+    path("", include("routing.alarms.urls")),
     path("experts/", include("experts.urls")),
     path("experts/", include(labeling_expert_urlpatterns)),  # grounded examples: labeling's action on an expert page
     path("discovery/", include("labeling.urls")),

@@ -1,4 +1,4 @@
-"""Console forms: a new experiment, and a schedule's crontab."""
+"""The new-experiment form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from django import forms
 from django.conf import settings
 
 from .choices import Design, ExperimentKind, Metric, Unit
-from .scheduling import CRON_FIELDS, InvalidCrontab, validate_crontab
 
 
 class ExperimentForm(forms.Form):
@@ -69,25 +68,4 @@ class ExperimentForm(forms.Form):
                 for field in ("control_version", "treatment_version"):
                     if field in data and data[field] not in self.versions.get(slug, set()):
                         self.add_error(field, f"{slug} has no version {data[field]}: choose one of its own versions.")
-        return data
-
-
-class CrontabForm(forms.Form):
-    """A schedule's crontab, each field checked with celery's parser; and whether it is enabled."""
-
-    minute = forms.CharField(max_length=240)
-    hour = forms.CharField(max_length=96)
-    day_of_month = forms.CharField(max_length=124, label="Day of month")
-    month_of_year = forms.CharField(max_length=64, label="Month")
-    day_of_week = forms.CharField(max_length=64, label="Day of week")
-    enabled = forms.BooleanField(required=False)
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if any(name not in data for name in CRON_FIELDS):
-            return data
-        try:
-            data.update(validate_crontab(**{name: data[name] for name in CRON_FIELDS}))
-        except InvalidCrontab as exc:
-            self.add_error(exc.field, str(exc))
         return data

@@ -1,4 +1,4 @@
-"""Console pages: experiments (plan, per-arm metrics, SRM, decision, actions), schedules, alarms."""
+"""Console pages of experiments: the list and the new-experiment form, the plan, per-arm metrics, SRM, decision and actions."""
 
 from __future__ import annotations
 
@@ -11,17 +11,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
-from experts.access import can_edit, can_view, editable_slugs, get_expert_or_404, visible_experts, visible_slugs
-from experts.redaction import redactor_for
-from jobs.views import shown
+from experts.access import can_edit, can_view, editable_slugs, get_expert_or_404, visible_experts
 from sbcommon.console import LoginRequiredMixin
 
-from . import scheduling, selectors, services, wording
-from .choices import AlarmStatus, ExperimentKind
-from .forms import CrontabForm, ExperimentForm
-from .models import Alarm, Experiment
+from . import selectors, services, wording
+from .choices import ExperimentKind
+from .forms import ExperimentForm
+from .models import Experiment
 
-# --- experiments -----------------------------------------------------------------------------------
 
 def _visible(user) -> Any:
     return Experiment.objects.filter(Q(kind=ExperimentKind.ROUTER) | Q(expert__in=visible_experts(user))).select_related("expert")
@@ -124,77 +121,3 @@ class ExperimentActionView(LoginRequiredMixin, View):
             return ExperimentDetailView().get(request, pk, error=str(exc), status=400)
         messages.success(request, f"{action.replace('_', ' ').capitalize()}: done.")
         return redirect("console-experiment", pk)
-
-
-# --- schedules -------------------------------------------------------------------------------------
-
-class ScheduleListView(LoginRequiredMixin, View):
-    """Every periodic task with its crontab, enabled flag and last outcome; staff edit them."""
-
-    template_name = "experiments/schedule_list.html"
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        rows, redact = selectors.schedule_rows(), redactor_for(request.user)
-        for row in rows:
-            if row.last_job is not None:
-                shown(row.last_job, redact)  # a check's last message may name any team's expert
-        return render(request, self.template_name, {"rows": rows})
-
-
-class ScheduleEditView(LoginRequiredMixin, View):
-    """POST (staff): a new crontab and enabled flag for one periodic task; field errors on a crontab celery rejects (400)."""
-
-    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("Only staff users may edit schedules.")
-        task = selectors.periodic_task_or_404(pk)
-        form = CrontabForm(request.POST)
-        if not form.is_valid():
-            rows = selectors.schedule_rows(invalid={task.pk: form})
-            return render(request, ScheduleListView.template_name, {"rows": rows}, status=400)
-        scheduling.save_crontab(task, form.cleaned_data)
-        messages.success(request, f"Schedule {task.name} saved.")
-        return redirect("console-schedules")
-
-
-class ScheduleRunNowView(LoginRequiredMixin, View):
-    """POST (staff): run a scheduled job now (still one active job per schedule)."""
-
-    def post(self, request: HttpRequest, name: str) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("Only staff users may run schedules.")
-        if name not in scheduling.BY_NAME:
-            raise Http404(f"no schedule {name!r}")
-        job = scheduling.fire(name, slot_seconds=1)
-        if job is None:
-            messages.info(request, "It was just started.")
-            return redirect("console-schedules")
-        return redirect("console-job", job.pk)
-
-
-# --- alarms ----------------------------------------------------------------------------------------
-
-class AlarmListView(LoginRequiredMixin, View):
-    """Open alarms (load, drift, SRM, uncovered clusters, router candidates) with their proposals; the last acknowledged ones."""
-
-    template_name = "experiments/alarm_list.html"
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        alarms = selectors.visible_alarms(None if request.user.is_staff else visible_slugs(request.user))
-        context = {
-            "open_alarms": alarms.filter(status=AlarmStatus.OPEN)[:200],
-            "acknowledged": alarms.filter(status=AlarmStatus.ACKNOWLEDGED)[:30],
-            "drift_reports": selectors.recent_drift_reports(),
-            "snapshots": selectors.recent_snapshots(),
-        }
-        return render(request, self.template_name, context)
-
-
-class AlarmAcknowledgeView(LoginRequiredMixin, View):
-    """POST (staff): acknowledge an alarm."""
-
-    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("Only staff users may acknowledge alarms.")
-        services.acknowledge(get_object_or_404(Alarm, pk=pk), request.user)
-        return redirect("console-alarms")

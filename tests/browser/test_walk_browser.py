@@ -238,7 +238,7 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("body")).not_to_contain_text("Social Security")
     shot(page, "10-denied")
     # ...nor another team's traces or alarms.
-    from routing.experiments.models import Alarm
+    from routing.alarms.models import Alarm
 
     Alarm.objects.create(kind="load", key="load:ssa", subject="ssa", message="Expert ssa answered 60% of 400 requests")
     page.goto(f"{base}/traces/")

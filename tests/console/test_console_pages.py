@@ -261,8 +261,8 @@ def test_the_playground_page_shows_form_errors_without_javascript(console):
 def test_one_request_does_not_raise_the_load_alarm_anywhere_and_teams_see_only_their_alarms(console, experts, django_user_model, client):
     from django.contrib.auth.models import Group
 
-    from routing.experiments import services as experiment_services
-    from routing.experiments.models import Alarm
+    from routing.alarms import services as alarm_services
+    from routing.alarms.models import Alarm
 
     RoutingEvent.objects.create(request_id="r1", mode="auto", expert="dmv")  # 100% of one request
     overview = console.get(reverse("console-overview"))
@@ -270,10 +270,10 @@ def test_one_request_does_not_raise_the_load_alarm_anywhere_and_teams_see_only_t
     assert 'id="load-alarm"' not in overview.content.decode()
     heatmap = console.get(reverse("console-heatmap"), {"window": "7d"})
     assert not any(row.over_threshold for row in heatmap.context["heatmap"].rows)
-    assert experiment_services.check_load() == []  # the scheduled check agrees: below LOAD_ALARM_MIN_REQUESTS
+    assert alarm_services.check_load() == []  # the scheduled check agrees: below LOAD_ALARM_MIN_REQUESTS
     for i in range(2, 51):
         RoutingEvent.objects.create(request_id=f"r{i}", mode="auto", expert="dmv")
-    assert [a.subject for a in experiment_services.check_load()] == ["dmv"]
+    assert [a.subject for a in alarm_services.check_load()] == ["dmv"]
     assert console.get(reverse("console-overview")).context["experts"][0].over_threshold  # and now they agree again
 
     roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")

@@ -47,12 +47,13 @@ from knowledge.parsers import DocumentInput
 from knowledge.stores import Hit
 from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
 from labeling.proposals import ensure_proposal_stats
+from routing.alarms.choices import AlarmKind
+from routing.alarms.models import Alarm
 from routing.experiments import services as experiments
-from routing.experiments.choices import AlarmKind
-from routing.experiments.models import Alarm, Experiment
-from routing.experiments.scheduling import BY_NAME, ensure_schedules, fire, run_scheduled
+from routing.experiments.models import Experiment
 from routing.ml.router import RouterNet
 from routing.models import Conversation, Feedback, RouterVersion, RoutingEvent, TrainingRun
+from routing.schedules.scheduling import BY_NAME, ensure_schedules, fire, run_scheduled
 from sbcommon.hashing import text_hash
 from serving import chat as serving_chat
 from serving import events, expert_answer, route

@@ -99,7 +99,7 @@ def test_a_forbidden_action_shows_the_friendly_403_page(client, world):
 
 
 def test_open_alarms_show_on_the_overview_to_whom_they_concern(client, world):
-    from routing.experiments.models import Alarm
+    from routing.alarms.models import Alarm
 
     member, staff = world
     Alarm.objects.create(kind="load", key="load:ssa", subject="ssa", experts=["ssa"], message="Social Security took 80% of requests")

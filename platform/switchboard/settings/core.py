@@ -48,7 +48,9 @@ INSTALLED_APPS = [
     "knowledge",
     "labeling",
     "routing",
-    "routing.experiments",
+    "routing.experiments",  # A/B tests; its tables also hold the schedules' and the alarms' rows (their models say app_label "experiments")
+    "routing.schedules",
+    "routing.alarms",
     "serving",
     "console",
     "evaluation",

@@ -9,7 +9,7 @@ from experts.models import Expert, ExpertVersion
 from routing.experiments import services
 from routing.experiments.models import Experiment
 
-from .conftest import PASSWORD
+from ..conftest import PASSWORD
 
 
 @pytest.fixture

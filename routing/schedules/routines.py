@@ -24,12 +24,15 @@ from experts.selectors import active_experts
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter
 
+from ..alarms import services as alarm_services
+from ..alarms.choices import AlarmKind
+from ..alarms.models import DriftReport, EvaluationSnapshot
+from ..experiments import services as experiment_services
+from ..experiments.choices import ExperimentStatus
+from ..experiments.models import Experiment
 from ..ml import drift as drift_ml
 from ..models import Feedback, RouterVersion, RoutingEvent
 from ..retention import purge_expired_conversations, purge_old_events
-from . import services
-from .choices import AlarmKind, ExperimentStatus
-from .models import DriftReport, EvaluationSnapshot, Experiment
 
 
 def retrain_router(job: Job, reporter: JobReporter) -> dict[str, Any]:
@@ -39,7 +42,7 @@ def retrain_router(job: Job, reporter: JobReporter) -> dict[str, Any]:
     version = routing_services.train_router_from_labels(job.params.get("train", {}), reporter=reporter, job_id=job.pk, activate="if_better")
     activation = (version.metrics or {}).get("activation", {})
     if not version.is_active:
-        services.raise_alarm(
+        alarm_services.raise_alarm(
             AlarmKind.ROUTER, "router:candidate", f"v{version.version}", f"Router v{version.version} was trained but not activated",
             activation.get("reason", ""), {"version": version.version, **activation},
         )
@@ -88,7 +91,7 @@ def recluster(job: Job, reporter: JobReporter) -> dict[str, Any]:
             examples = [questions[i] for i in cluster.members[:5]]
             nearest = slugs[cluster.nearest_expert] if cluster.nearest_expert is not None else None
             key = "new_expert:" + hashlib.sha256(" ".join(sorted(examples)).encode()).hexdigest()[:16]
-            services.raise_alarm(
+            alarm_services.raise_alarm(
                 AlarmKind.NEW_EXPERT, key, nearest or "",
                 f"{len(cluster.members)} recent questions form a dense group no expert covers"
                 + (f" (closest: {nearest}, similarity {cluster.similarity:.2f})" if nearest else ""),
@@ -243,7 +246,7 @@ def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
         metrics=result.to_dict(), drifted=result.drifted, reason="; ".join(result.reasons) or "no significant drift",
     )
     if result.drifted:
-        services.raise_alarm(
+        alarm_services.raise_alarm(
             AlarmKind.DRIFT, "drift:router", f"router v{active.version}" if active else "router", "Recent questions drifted from the router's training data: " + "; ".join(result.reasons),
             "Review recent low-confidence and abstained questions, label them, and retrain the router (Training); re-cluster if a new topic appears.",
             {"report": report.pk, **result.to_dict()},
@@ -252,12 +255,12 @@ def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
 
 
 def load_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
-    alarms = services.check_load(window_days=int(job.params.get("window_days", settings.LOAD_ALARM_WINDOW_DAYS)))
+    alarms = alarm_services.check_load(window_days=int(job.params.get("window_days", settings.LOAD_ALARM_WINDOW_DAYS)))
     return {"alarms": [a.subject for a in alarms]}
 
 
 def srm_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
-    alarms = [services.check_srm(e) for e in Experiment.objects.filter(status=ExperimentStatus.RUNNING)]
+    alarms = [experiment_services.check_srm(e) for e in Experiment.objects.filter(status=ExperimentStatus.RUNNING)]
     return {"alarms": [a.subject for a in alarms if a is not None]}
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the experiments tests: experts with versions, router versions, events with feedback."""
+"""Fixtures of the experiments, schedules and alarms tests: staff, experts with versions, router versions."""
 
 from __future__ import annotations
 
@@ -39,3 +39,10 @@ def routers(db):
         RouterVersion.objects.create(version=n, path=f"/nowhere/v{n}", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint=str(n), is_active=n == 1)
         for n in (1, 2)
     ]
+
+
+@pytest.fixture
+def admin_client(client, staff):
+    """The test client signed in as ``staff``."""
+    client.login(username=staff.username, password=PASSWORD)
+    return client

@@ -11,8 +11,9 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from experts.models import Expert
-from routing.experiments import services
-from routing.experiments.models import Alarm
+from routing.alarms import services
+from routing.alarms.models import Alarm
+from routing.experiments import services as experiment_services
 from routing.models import RoutingEvent
 
 pytestmark = pytest.mark.django_db
@@ -35,14 +36,14 @@ def teams(django_user_model, expert, lonely_expert, staff):
 
 def srm_alarm(expert: Expert) -> Alarm:
     """A running experiment of ``expert`` whose arms broke their 50/50 split: its SRM alarm (subject: the experiment's number)."""
-    experiment = services.start(services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2, name=SECRET))
+    experiment = experiment_services.start(experiment_services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2, name=SECRET))
     RoutingEvent.objects.bulk_create(
         [RoutingEvent(request_id=f"c{i}", mode="auto", expert=expert.slug, experiment_id=experiment.pk, arm="control", conversation_id=f"c{i}")
          for i in range(150)]
         + [RoutingEvent(request_id=f"t{i}", mode="auto", expert=expert.slug, experiment_id=experiment.pk, arm="treatment", conversation_id=f"t{i}")
            for i in range(50)]
     )
-    alarm = services.check_srm(experiment)
+    alarm = experiment_services.check_srm(experiment)
     assert alarm is not None
     assert alarm.subject == str(experiment.pk)
     return alarm
@@ -66,8 +67,8 @@ def test_an_experiments_alarm_shows_only_to_the_team_of_its_expert_though_its_su
 
 
 def test_a_router_experiments_alarm_concerns_the_experts_its_router_versions_route_to(teams, routers):
-    experiment = services.create_experiment(kind="router", control_version=1, treatment_version=2)
-    assert services.experiment_experts(experiment) == ["dmv", "ssa"]
+    experiment = experiment_services.create_experiment(kind="router", control_version=1, treatment_version=2)
+    assert experiment_services.experiment_experts(experiment) == ["dmv", "ssa"]
 
 
 def test_a_router_wide_alarm_naming_no_expert_shows_to_everyone_signed_in_and_other_unnamed_alarms_to_staff_only(client, teams):
@@ -94,8 +95,8 @@ def test_a_router_wide_alarm_naming_no_expert_shows_to_everyone_signed_in_and_ot
 
 
 def test_alarms_raised_before_they_recorded_their_experts_are_filled_in_from_their_subject(teams, expert, routers):
-    experiment = services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2, name=SECRET)
-    router_experiment = services.create_experiment(kind="router", control_version=1, treatment_version=2)
+    experiment = experiment_services.create_experiment(kind="expert", expert=expert, control_version=1, treatment_version=2, name=SECRET)
+    router_experiment = experiment_services.create_experiment(kind="router", control_version=1, treatment_version=2)
     Alarm.objects.bulk_create([
         Alarm(kind="srm", key="srm:e", subject=str(experiment.pk), message=f"Sample ratio mismatch in {SECRET}"),
         Alarm(kind="srm", key="srm:r", subject=str(router_experiment.pk), message="router arms"),

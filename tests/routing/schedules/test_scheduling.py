@@ -9,9 +9,11 @@ from django.core.management import call_command
 from django_celery_beat.models import PeriodicTask
 
 from jobs.models import Job
-from routing.experiments import scheduling, services
-from routing.experiments.models import Alarm, EvaluationSnapshot, ScheduledRun
+from routing.alarms import services as alarm_services
+from routing.alarms.models import Alarm, EvaluationSnapshot
 from routing.models import RoutingEvent
+from routing.schedules import scheduling
+from routing.schedules.models import ScheduledRun
 
 pytestmark = pytest.mark.django_db
 
@@ -87,7 +89,7 @@ def test_nightly_evaluation_stores_a_snapshot(django_capture_on_commit_callbacks
 def test_load_below_the_threshold_raises_nothing():
     for i in range(60):
         RoutingEvent.objects.create(request_id=f"r{i}", mode="auto", expert=["dmv", "ssa", "va"][i % 3])
-    assert services.check_load() == []
+    assert alarm_services.check_load() == []
 
 
 @pytest.mark.parametrize(
@@ -112,7 +114,7 @@ def test_knowledge_refresh_indexes_only_experts_with_pending_documents(settings,
 
     from experts.models import Expert
     from knowledge.models import Document
-    from routing.experiments import routines as jobs
+    from routing.schedules import routines as jobs
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     dmv, ssa = Expert.objects.create(slug="dmv", name="dmv"), Expert.objects.create(slug="ssa", name="ssa")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from routing.experiments.scheduling import ensure_schedules
+from routing.schedules.scheduling import ensure_schedules
 
 
 class Command(BaseCommand):

@@ -7,9 +7,9 @@ import pytest
 
 from experts.models import Expert
 from jobs.models import Job
-from routing.experiments import routines as jobs
-from routing.experiments.models import Alarm, DriftReport
+from routing.alarms.models import Alarm, DriftReport
 from routing.models import RouterVersion, RoutingEvent
+from routing.schedules import routines as jobs
 
 pytestmark = pytest.mark.django_db
 DIM = 16

@@ -1,5 +1,9 @@
 """Scheduled jobs: what beat fires, how a firing is claimed once, and the default schedules.
 
+The Celery task names (``experiments.fire_schedule``, ``experiments.run_scheduled``) and the
+``ScheduledRun`` table keep the experiments app's name, where the schedules began: beat's rows and
+queued messages name them.
+
 Beat sends ``experiments.fire_schedule(name)``; that task claims the row ``ScheduledRun(task=name,
 slot=<the period it belongs to>)`` (unique: a second firing in the same period, from a duplicated
 beat or a redelivered message, finds it taken and does nothing) and enqueues one Job through

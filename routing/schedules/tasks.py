@@ -1,4 +1,4 @@
-"""Celery tasks of experiments and scheduled jobs: thin, IDs in, work in ``jobs``/``scheduling``.
+"""Celery tasks of the schedules: thin, IDs in, work in ``jobs``/``scheduling``.
 
 ``run_scheduled`` (the task a firing enqueues) is defined in ``scheduling`` next to ``fire``, which
 enqueues it; it is exported here with the beat task, so the worker's autodiscovery finds both.

@@ -1,0 +1,42 @@
+"""Reads of the alarms page and the overview: the alarms a user may see, recent drift reports and evaluations."""
+
+from __future__ import annotations
+
+import re
+
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
+
+from .choices import ROUTER_WIDE_ALARMS
+from .models import Alarm, DriftReport, EvaluationSnapshot
+
+
+def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
+    """The alarms shown to a user who may see the experts ``visible`` (``None``: staff, every alarm).
+
+    An alarm is shown by what it concerns, whatever its subject (an expert's slug, an experiment's
+    number, a router version): the experts recorded on it when it was raised (``Alarm.experts``:
+    an experiment's alarm names the experts of its arms). A user sees it when one of those experts
+    is one they may see. An alarm about the router as a whole (drift, a router candidate:
+    ``ROUTER_WIDE_ALARMS``) that names no expert carries no team's data (router versions, drift
+    statistics) and concerns every team's questions, so every signed-in user sees it; any other
+    alarm that names no expert (an uncovered cluster near no expert, whose examples are any team's
+    questions) is staff's only.
+    """
+    alarms = Alarm.objects.all()
+    if visible is None:
+        return alarms
+    router_wide = Q(kind__in=sorted(ROUTER_WIDE_ALARMS), experts=[])
+    if not visible:
+        return alarms.filter(router_wide)
+    # A JSON list of slugs, matched as text: each slug is a quoted string in it (slugs hold no quotes).
+    names_one = Q(experts_text__regex='"(' + "|".join(re.escape(s) for s in sorted(visible)) + ')"')
+    return alarms.alias(experts_text=Cast("experts", TextField())).filter(router_wide | names_one)
+
+
+def recent_drift_reports(limit: int = 10) -> list[DriftReport]:
+    return list(DriftReport.objects.all()[:limit])
+
+
+def recent_snapshots(limit: int = 14) -> list[EvaluationSnapshot]:
+    return list(EvaluationSnapshot.objects.all()[:limit])

@@ -1,0 +1,1 @@
+"""The platform's schedules: what beat fires, the work each schedule does, and the schedules page."""
