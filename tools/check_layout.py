@@ -3,8 +3,7 @@
 1. No import cycle between modules, except an app's ``services`` <-> ``tasks`` pair (Django's usual
    "the service enqueues the task, the task calls the service").
 2. No app folder holds more than ``MAX_SHARE`` of the code (non-test, non-migration Python lines).
-3. No module is longer than ``MAX_LINES`` lines unless one of its first lines gives the reason
-   (``Long because ...``).
+3. No module is longer than ``MAX_LINES`` lines, without exception: a longer one does several jobs.
 
 Run by ``make check`` (``python tools/check_layout.py``); exits 1 and lists each violation.
 """
@@ -22,8 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("switchboard", "sbcommon", "encoders", "jobs", "clients", "audit", "experts", "knowledge", "labeling", "routing", "serving", "console", "evaluation")
 MAX_SHARE = 0.25
 MAX_LINES = 600
-REASON_MARK = "Long because"
-REASON_WITHIN = 15  # lines from the top of the module
 
 
 @dataclass(frozen=True)
@@ -136,15 +133,10 @@ def check_shares(lines_by_package: Mapping[str, int], max_share: float = MAX_SHA
     ]
 
 
-def has_reason(path: Path) -> bool:
-    head = path.read_text(encoding="utf-8").splitlines()[:REASON_WITHIN]
-    return any(REASON_MARK in line for line in head)
-
-
 def check_long_modules(files: Iterable[Path], max_lines: int = MAX_LINES) -> list[Violation]:
     return [
-        Violation("long module", f"{os.path.relpath(p, ROOT)} has {n} lines (over {max_lines}) and no '{REASON_MARK} ...' line at its top")
-        for p in files if (n := line_count(p)) > max_lines and not has_reason(p)
+        Violation("long module", f"{os.path.relpath(p, ROOT)} has {n} lines (over {max_lines}): split it along its jobs")
+        for p in files if (n := line_count(p)) > max_lines
     ]
 
 

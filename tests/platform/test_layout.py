@@ -68,7 +68,7 @@ def test_only_an_apps_services_and_tasks_may_import_each_other():
     assert check.check_cycles({"labeling.views": {"labeling.tasks"}, "labeling.tasks": {"labeling.views"}}) != []
 
 
-def test_a_folder_over_a_quarter_of_the_code_and_an_unexplained_long_module_are_reported(tmp_path):
+def test_a_folder_over_a_quarter_of_the_code_and_a_long_module_are_reported(tmp_path):
     check = _checker()
     assert [v.rule for v in check.check_shares({"a": 30, "b": 24, "c": 23, "d": 23})] == ["folder too large"]
     assert check.check_shares({"a": 25, "b": 25, "c": 25, "d": 25}) == []
@@ -77,4 +77,4 @@ def test_a_folder_over_a_quarter_of_the_code_and_an_unexplained_long_module_are_
     assert check.check_long_modules([module], max_lines=12) == []
     assert [v.rule for v in check.check_long_modules([module], max_lines=10)] == ["long module"]
     module.write_text('"""A module.\n\nLong because it is a test.\n"""\n' + "x = 1\n" * 11)
-    assert check.check_long_modules([module], max_lines=10) == []
+    assert [v.rule for v in check.check_long_modules([module], max_lines=10)] == ["long module"]  # no reason makes it short
