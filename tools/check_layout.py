@@ -155,7 +155,7 @@ def main() -> int:
     if violations:
         print(f"layout: {len(violations)} violation(s)")
         return 1
-    print("layout: no import cycle outside services<->tasks, no folder over 25%, no unexplained module over 600 lines")
+    print("layout: no import cycle outside services<->tasks, no folder over 25%, no module over 600 lines")
     return 0
 
 
