@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.serving import (  # noqa: F401  (the chat API's faked boundaries, for serving, platform and routing tests)
+    fake_encoder,
+    fake_fallback,
+    fake_model,
+    generator,
+    labelled,
+    model_serving,
+    no_experiment,
+    router,
+    serving,
+    store,
+)
+
 
 @pytest.fixture(scope="session")
 def encoder():

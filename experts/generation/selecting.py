@@ -112,10 +112,7 @@ def kept_choices(decoding: str, shortlist: int) -> int:
     return max(0, int(shortlist)) if decoding == "select" else 0
 
 
-def shown_shape(_unused: Any = None) -> dict[str, Any]:
-    """``shown_passages``' arguments as both backends serve them: what the model is shown, and the adapters learn from.
-
-    (An argument is accepted and ignored: tests/platform/test_faults_failover.py still passes the settings.)
-    """
+def shown_shape() -> dict[str, Any]:
+    """``shown_passages``' arguments as both backends serve them: what the model is shown, and the adapters learn from."""
     return {"max_passages": SHOWN_PASSAGES, "passage_chars": PASSAGE_CHARS, "lead_sentence": LEAD_SENTENCE,
             "shortlist": kept_choices(DECODING, SHORTLIST)}

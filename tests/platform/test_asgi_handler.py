@@ -9,10 +9,6 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from asgiref.testing import ApplicationCommunicator
 
 from switchboard.asgi import OneThreadASGIHandler, django_application
-from tests.serving import test_failover as support
-
-encoder, generator, no_experiment, router, serving, store = (
-    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
 
 
 def _scope(method: str, path: str, body: bytes = b"") -> dict:

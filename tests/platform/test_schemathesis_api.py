@@ -21,19 +21,18 @@ from hypothesis.errors import Unsatisfiable
 
 from knowledge.stores import get_store
 from tests.knowledge.conftest import use_encoder
-from tests.serving.test_failover import encoder, generator, no_experiment, router, serving, store  # noqa: F401  (fixtures)
 
 PASSWORD = "schemathesis-password-1"
 
 
 @pytest.fixture
-def api(serving, settings, tmp_path, monkeypatch, encoder):  # noqa: F811
+def api(serving, settings, tmp_path, monkeypatch, fake_encoder):
     settings.QDRANT_URL = ""
     settings.QDRANT_PATH = str(tmp_path / "qdrant")
     settings.CHAT_API_REQUIRE_AUTH = True
     settings.RATE_LIMIT_ENABLED = False
     get_store.cache_clear()
-    use_encoder(monkeypatch, encoder)
+    use_encoder(monkeypatch, fake_encoder)
     User.objects.create_user("fuzz", password=PASSWORD, is_staff=True)
     token = base64.b64encode(f"fuzz:{PASSWORD}".encode()).decode()
     schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())

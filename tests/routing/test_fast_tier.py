@@ -13,8 +13,7 @@ from routing.ml.fast_encoder import StaticEncoder, distil, full_model_parts
 from routing.ml.textrouter import FAST_FOLDER, TextRouter, train_fast_tier
 from routing.models import RouterVersion
 from serving import route
-from tests.serving.test_failover import DIM, FakeEncoder, chat, encoder, generator, no_experiment, router, serving, store  # noqa: F401
-from tests.serving.test_router_service import labelled  # noqa: F401
+from tests.support.serving import DIM, FakeEncoder, chat
 
 TOPICS = {
     "licence": ["renew my driving licence", "lost licence replacement", "licence photo appointment", "learner licence test"],
@@ -85,7 +84,7 @@ def _fake_tier(tmp_path) -> dict:
     return report
 
 
-def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(serving, client, tmp_path, encoder):  # noqa: F811
+def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(serving, client, tmp_path, fake_encoder):
     report = _fake_tier(tmp_path)
     assert report["val"]["accuracy"] >= 0.9
     version = serving["router"]
@@ -98,7 +97,7 @@ def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(servin
     assert decision.encoder == "fast"
     assert decision.experts[0]["slug"] == "dmv"
     assert decision.threshold == report["abstain_threshold"]
-    assert encoder.seen == []  # the sentence encoder never ran
+    assert fake_encoder.seen == []  # the sentence encoder never ran
 
     # The threshold keeps 95% of validation questions: these requests test the path, so nothing abstains.
     version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report, "abstain_threshold": 0.0}}
@@ -109,7 +108,7 @@ def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(servin
     meta = response.json()["switchboard"]
     assert meta["expert"] == "ssa", json.dumps(meta)[:1500]
     assert meta["routing_evidence"]["encoder"] == "fast"
-    assert encoder.seen == []
+    assert fake_encoder.seen == []
     full = chat(client, "when is my pension paid", model="auto")
     assert full.json()["switchboard"]["routing_evidence"]["encoder"] == "full"
 
@@ -119,14 +118,14 @@ def test_auto_fast_routes_with_the_fast_tier_without_the_sentence_encoder(servin
     assert api.json()["experts"][0]["slug"] == "va"
 
 
-def test_without_a_fast_tier_auto_fast_uses_the_full_router(serving, client, encoder):  # noqa: F811
+def test_without_a_fast_tier_auto_fast_uses_the_full_router(serving, client, fake_encoder):
     decision = route.route("my pension", fast=True)
     assert decision.encoder == "full"
     assert decision.experts[0]["slug"] == "ssa"
-    assert encoder.seen == ["my pension"]
+    assert fake_encoder.seen == ["my pension"]
 
 
-def test_router_training_trains_the_fast_tier_or_says_why_not(labelled, settings, monkeypatch):  # noqa: F811
+def test_router_training_trains_the_fast_tier_or_says_why_not(labelled, settings, monkeypatch):
     settings.ROUTER_FAST_TIER = True
     labelled({"dmv": 40, "ssa": 40, "va": 40})
     # The labelled fixture's encoder is 8-dimensional: the sentence encoder's piece table (384) cannot be distilled onto it.
@@ -169,7 +168,7 @@ def test_the_extractive_answer_reads_the_fast_tiers_vector_instead_of_encoding_t
     assert "renew my licence" in fake.seen
 
 
-def test_a_router_whose_fast_tier_lost_its_tokenizer_loads_without_the_tier(serving, tmp_path):  # noqa: F811
+def test_a_router_whose_fast_tier_lost_its_tokenizer_loads_without_the_tier(serving, tmp_path):
     _fake_tier(tmp_path)
     folder = tmp_path / "v1"
     assert TextRouter.load(folder).fast is not None
@@ -186,7 +185,7 @@ class DeadEncoder(FakeEncoder):
         raise EncoderUnavailable("the encoder process exited (exit code -9)")
 
 
-def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving, client, tmp_path, monkeypatch):  # noqa: F811
+def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving, client, tmp_path, monkeypatch):
     from serving import chat as serving_chat
 
     dead = DeadEncoder()
@@ -209,7 +208,7 @@ def test_when_the_sentence_encoder_dies_the_fast_tier_routes_and_says_so(serving
     assert response.json()["switchboard"]["expert"] == "ssa"
 
 
-def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(serving, client, tmp_path, encoder):  # noqa: F811
+def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(serving, client, tmp_path, fake_encoder):
     version = serving["router"]
     version.embedding_model = f"{embedding_space()}+onnx-int8"  # trained before a switch of EMBEDDING_BACKEND
     version.save()
@@ -222,7 +221,7 @@ def test_a_router_trained_in_another_embedding_space_routes_with_its_fast_tier(s
     version.metrics = {**version.metrics, "fast_tier": {"trained": True, **report, "abstain_threshold": 0.0}}
     version.save()
     route._router_cache.clear()
-    encoder.seen.clear()
+    fake_encoder.seen.clear()
     response = chat(client, "when is my pension paid")
     assert response.status_code == 200, response.content
     evidence = response.json()["switchboard"]["routing_evidence"]
@@ -253,7 +252,7 @@ def test_document_sentences_are_distinct_sized_and_sampled():
     assert set(picked) <= set(many)
 
 
-def test_router_training_distils_on_the_experts_documents_too(labelled, settings, monkeypatch):  # noqa: F811
+def test_router_training_distils_on_the_experts_documents_too(labelled, settings, monkeypatch):
     from experts.models import Expert
     from knowledge.models import Document
 
@@ -271,7 +270,7 @@ def test_router_training_distils_on_the_experts_documents_too(labelled, settings
     assert distil_report["questions"] > 0
 
 
-def test_callers_that_score_with_the_full_router_can_skip_the_fast_tier(serving, tmp_path):  # noqa: F811
+def test_callers_that_score_with_the_full_router_can_skip_the_fast_tier(serving, tmp_path):
     _fake_tier(tmp_path)
     assert TextRouter.load(tmp_path / "v1", with_fast=False).fast is None
     assert TextRouter.load(tmp_path / "v1").fast is not None

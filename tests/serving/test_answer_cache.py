@@ -7,12 +7,7 @@ import pytest
 from experts.generation import GenerationRequest
 from experts.ml.extractive import Passage
 from serving import answer_cache
-from tests.serving import test_generation_fallback as support
-
-# The fake router, store, encoder and model of the generation tests.
-encoder, no_experiment, router, store, model, fallback, serving = (
-    support.encoder, support.no_experiment, support.router, support.store, support.model, support.fallback, support.serving)
-chat, meta_of = support.chat, support.meta_of
+from tests.support.serving import chat, meta_of
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +22,7 @@ def request(question: str = "How do I renew?", prompt: str = "Be brief.", text: 
     return GenerationRequest(question=question, expert="dmv", passages=[Passage(text=text, title="dmv guide")], system_prompt=prompt)
 
 
-def test_the_same_question_again_gets_the_cached_answer_and_says_so(serving, client):
+def test_the_same_question_again_gets_the_cached_answer_and_says_so(model_serving, client):
     first = meta_of(chat(client, "how do I renew my licence", model="auto:fast"))
     assert first["cached"] is False
     response = chat(client, "how do I renew my licence", model="auto:fast")
@@ -35,10 +30,10 @@ def test_the_same_question_again_gets_the_cached_answer_and_says_so(serving, cli
     assert (meta["cached"], meta["cached_question"], meta["answer_source"]) == (True, "how do I renew my licence", "model")
     assert response.json()["choices"][0]["message"]["content"] == "model: The dmv office handles this. [1]"
     assert meta["citations"][0]["title"] == "dmv guide"  # the cited passage comes back with the answer
-    assert len(serving["model"].requests) == 1  # the model wrote it once
+    assert len(model_serving["model"].requests) == 1  # the model wrote it once
 
 
-def test_a_new_version_or_another_key_scope_never_reads_the_entry(serving, client, cache):
+def test_a_new_version_or_another_key_scope_never_reads_the_entry(model_serving, client, cache):
     from experts.models import Expert, ExpertVersion
 
     chat(client, "how do I renew my licence", model="auto:fast")
@@ -48,7 +43,7 @@ def test_a_new_version_or_another_key_scope_never_reads_the_entry(serving, clien
     clear_serving_caches()
     meta = meta_of(chat(client, "how do I renew my licence", model="auto:fast"))
     assert meta["cached"] is False  # another version and prompt: another key
-    assert len(serving["model"].requests) == 2
+    assert len(model_serving["model"].requests) == 2
     key_all = answer_cache.cache_key(request(prompt="Another prompt."), 9, None)
     key_scoped = answer_cache.cache_key(request(prompt="Another prompt."), 9, {"dmv"})
     cache.store(key_all, answer_cache.Cached("q", "an answer [1]"))

@@ -14,10 +14,7 @@ from routing.ml import conversation as conversation_rule
 from routing.models import Conversation, RoutingEvent
 from serving import chat as serving_chat
 from serving import conversations, route
-from tests.serving import test_failover as support
-
-encoder, generator, no_experiment, router, serving, store = (
-    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
+from tests.support.serving import DIM, FakeEncoder
 
 
 def chat(client, content, conversation_id=None, model="auto:fast", history=(), **extra):
@@ -66,8 +63,8 @@ def test_the_stored_turns_are_the_routers_context_on_the_next_turn(serving, clie
     chat(client, "and the fee?", conversation_id=first)
     assert routes[0]["context_vectors"] is None
     context = routes[1]["context_vectors"]
-    assert context.shape == (1, support.DIM)
-    expected = support.FakeEncoder().encode(["how do I renew my licence"])[0]
+    assert context.shape == (1, DIM)
+    expected = FakeEncoder().encode(["how do I renew my licence"])[0]
     assert np.allclose(context[0], expected, atol=1e-3)  # stored as float16
 
 
@@ -100,7 +97,7 @@ def test_a_follow_up_is_searched_with_the_users_earlier_messages_never_the_assis
     context = searches[-1]
     assert context.turns == ("how do I renew my licence",)
     assert context.weight == pytest.approx(0.5)
-    assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-6)
+    assert np.allclose(context.vectors[0], FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-6)
     assert follow_up["conversation_search"] == {"earlier_turns": 1}
 
 
@@ -109,8 +106,8 @@ def test_a_stored_conversation_is_searched_with_its_earlier_questions_embeddings
     chat(client, "what does renewing my licence cost", conversation_id=first, model="auto")
     context = searches[-1]
     assert context.turns == ()
-    assert context.vectors.shape == (1, support.DIM)
-    assert np.allclose(context.vectors[0], support.FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-3)
+    assert context.vectors.shape == (1, DIM)
+    assert np.allclose(context.vectors[0], FakeEncoder().encode(["how do I renew my licence"])[0], atol=1e-3)
 
 
 def test_a_follow_up_the_router_places_nowhere_is_searched_alone_with_its_conversations_expert(serving, client, searches):

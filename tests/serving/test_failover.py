@@ -1,192 +1,23 @@
 """Failover through circuit breakers: a failing expert's store or generator hands the question to the next-ranked expert.
 
-The fixtures here (a hand-built router over three experts, a keyword encoder, a fake store and a
-fake generator whose failures each test chooses) are shared by the other chat-API test modules:
-every decision is known in advance and nothing needs a model or a vector store.
+The fixtures (a hand-built router over three experts, a keyword encoder, a fake store and a fake
+generator whose failures each test chooses) are ``tests/support/serving.py``'s, shared by the other
+chat-API test modules: every decision is known in advance and nothing needs a model or a vector store.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 
-import numpy as np
-import pytest
-import torch
-from django.core.cache import caches
-
-from encoders import embedding_space
-from experts.generation import GenerationError, GenerationTimeout, stream_by_words
-from experts.ml.extractive import NOT_FOUND, Answer
+from experts.generation import GenerationError, GenerationTimeout
+from experts.ml.extractive import Answer
 from experts.models import Expert
-from knowledge.stores import Hit, StoreUnavailable
 from routing.experiments.assignment import ArmAssignment
-from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent
-from serving import accurate, events, expert_answer, route
+from serving import accurate, events
 from serving import chat as serving_chat
+from tests.support.serving import chat, event_for
 
-DIM = 8
-EXPERTS = ["dmv", "ssa", "va"]
-KEYWORDS = {"licence": 0, "pension": 1, "veteran": 2}
-
-
-class FakeEncoder:
-    """Keywords point along their expert's axis; "A and B" leans a little towards A; anything else points nowhere known."""
-
-    name = "fake"
-    dimension = DIM
-
-    def __init__(self):
-        self.seen: list[str] = []  # every text encoded, in order
-
-    def encode(self, texts, batch_size=64):
-        self.seen.extend(texts)
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            axes = [axis for word, axis in KEYWORDS.items() if word in text]
-            out[i, axes or [7]] = 1.0
-            if "and" in text.split() and len(axes) == 2:
-                out[i, axes[0]] = 1.05
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-class FakeStore:
-    """``knowledge.search_experts`` stand-in: one passage per searched expert, in the order asked; ``down`` experts raise."""
-
-    def __init__(self):
-        self.down: set[str] = set()
-        self.calls: list[list[str]] = []
-
-    def __call__(self, experts, question, limit=5, weights=None, query_vector=None, **kwargs):
-        slugs = [e.slug for e in experts]
-        self.calls.append(slugs)
-        if self.down & set(slugs):
-            raise StoreUnavailable("qdrant is unreachable")
-        return [
-            Hit(id=f"{slug}-1", score=1.0 - 0.1 * i, dense_score=0.9 - 0.1 * i,
-                payload={"text": f"The {slug} office handles this.", "title": f"{slug} guide", "expert": slug, "document_id": i + 1})
-            for i, slug in enumerate(slugs)
-        ]
-
-
-class FakeGenerator:
-    """Answers "<expert> says: <first passage> [1]"; ``fail`` maps an expert to the exception it raises.
-
-    ``fail_after`` (words) makes ``stream`` raise midway; ``gate`` (a threading.Event) holds the stream
-    after its second word until set, like a slow model; every stream's closing is recorded in ``closed``.
-
-    It stands in for the configured backend of the test settings, the extractive one (hence its
-    name): a failure then has nothing to fall back to but the next expert. The model backend's
-    fallback to the extractive answer is tested in test_generation_fallback.py.
-    """
-
-    name = "extractive"
-
-    def __init__(self):
-        self.fail: dict[str, type[Exception]] = {}
-        self.fail_after: int | None = None
-        self.gate: threading.Event | None = None
-        self.calls: list[str] = []
-        self.requests: list = []
-        self.closed: list[str] = []
-
-    def generate(self, request) -> Answer:
-        self.calls.append(request.expert)
-        self.requests.append(request)
-        if request.expert in self.fail:
-            raise self.fail[request.expert](f"{request.expert} backend is down")
-        if not request.passages:
-            return Answer(text=NOT_FOUND, citations=[], grounded=False)
-        first = request.passages[0]
-        return Answer(text=f"{request.expert} says: {first.text} [1]", citations=[first], grounded=True)
-
-    def stream(self, request) -> Iterator[str | Answer]:
-        answer = self.generate(request)
-        try:
-            for i, item in enumerate(stream_by_words(answer, words_per_chunk=1)):
-                if self.gate is not None and i >= 2:
-                    self.gate.wait(10)
-                if self.fail_after is not None and i >= self.fail_after:
-                    raise GenerationError("the backend dropped the connection")
-                yield item
-        finally:
-            self.closed.append(request.expert)
-
-
-@pytest.fixture
-def encoder(monkeypatch):
-    fake = FakeEncoder()
-    monkeypatch.setattr(route, "get_encoder", lambda *a, **k: fake)
-    monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: fake)
-    return fake
-
-
-@pytest.fixture
-def router(tmp_path, settings, encoder, db):
-    """An active router over dmv/ssa/va (one prototype per axis), abstaining below similarity 0.5; breakers start closed."""
-    settings.ROUTER_DIR = tmp_path
-    settings.ROUTER_LOAD_WINDOW = 10
-    settings.ROUTER_LOAD_PENALTY = 0.0
-    settings.ROUTER_CAPACITY = 1.0
-    settings.EVENTS_SYNC = True
-    for slug in EXPERTS:
-        Expert.objects.create(slug=slug, name=slug.upper(), public=True)
-    torch.manual_seed(0)
-    model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
-    with torch.no_grad():
-        model.gate[-1].weight.zero_()
-        model.gate[-1].bias.zero_()
-    model.set_prototypes([torch.eye(DIM)[i : i + 1] for i in range(3)])
-    model.save(tmp_path / "v1")
-    route._router_cache.clear()
-    caches[settings.BREAKER_CACHE].clear()
-    version = RouterVersion.objects.create(  # trained, as far as serving can tell, on the vectors the encoder makes now
-        version=1, path=str(tmp_path / "v1"), experts=EXPERTS, embedding_model=embedding_space(), data_fingerprint="test",
-        metrics={"abstain_threshold": 0.5}, is_active=True,
-    )
-    yield version
-    route._router_cache.clear()
-    caches[settings.BREAKER_CACHE].clear()
-
-
-@pytest.fixture
-def store(monkeypatch):
-    fake = FakeStore()
-    monkeypatch.setattr(serving_chat.knowledge, "search_experts", fake)
-    return fake
-
-
-@pytest.fixture
-def generator(monkeypatch):
-    fake = FakeGenerator()
-    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
-    return fake
-
-
-@pytest.fixture
-def no_experiment(monkeypatch):
-    monkeypatch.setattr(serving_chat, "assign", lambda subject: None)
-
-
-@pytest.fixture
-def serving(router, store, generator, no_experiment):
-    """Everything a chat request needs, faked at the boundaries (model, store, backend)."""
-    return {"router": router, "store": store, "generator": generator}
-
-
-def chat(client, content, model="auto", **extra):
-    body = {"model": model, "messages": [{"role": "user", "content": content}], **extra}
-    return client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
-
-
-def event_for(request_id: str) -> RoutingEvent:
-    events.flush()
-    return RoutingEvent.objects.get(request_id=request_id)
-
-
-# --- the tests ----------------------------------------------------------------------------------
 
 def test_when_the_first_experts_generator_fails_the_next_ranked_expert_answers(serving, client):
     serving["generator"].fail["dmv"] = GenerationError

@@ -7,10 +7,7 @@ import json
 import pytest
 
 from routing.models import Feedback
-from tests.serving import test_failover as support
-
-encoder, generator, no_experiment, router, serving, store = (
-    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
+from tests.support.serving import chat
 
 
 def feedback(client, **body):
@@ -19,7 +16,7 @@ def feedback(client, **body):
 
 @pytest.fixture
 def response_id(serving, client):
-    return support.chat(client, "how do I renew my licence").json()["id"]
+    return chat(client, "how do I renew my licence").json()["id"]
 
 
 def test_a_thumbs_up_is_stored_with_the_expert_that_answered(client, response_id):
@@ -42,7 +39,7 @@ def test_posting_again_updates_the_same_row(client, response_id):
 def test_a_response_still_in_the_event_buffer_is_found(serving, client, settings):
     settings.EVENTS_SYNC = False  # events are written by the background writer, in batches
     settings.EVENTS_FLUSH_MS = 60_000
-    response_id = support.chat(client, "how do I renew my licence").json()["id"]
+    response_id = chat(client, "how do I renew my licence").json()["id"]
     assert feedback(client, response_id=response_id, rating="down").status_code == 201
 
 

@@ -1,8 +1,8 @@
 """A language model answers; when it cannot, the extractive answer from the same passages does, and the response says so.
 
-The fake router, store and encoder are test_failover's; here the configured backend is a fake
-*model* (not the extractive backend), and the extractive fallback is test_failover's fake
-generator, which answers "<expert> says: <first passage> [1]".
+The fake router, store and encoder are those of ``tests/support/serving.py``; here the configured
+backend is a fake *model* (not the extractive backend), and the extractive fallback is the failover
+tests' fake generator, which answers "<expert> says: <first passage> [1]".
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from django.utils import timezone
@@ -22,69 +21,16 @@ from experts.generation import (
     GenerationTimeout,
     GenerationUnavailable,
     get_generator,
-    stream_by_words,
 )
 from experts.generation.queue import GenerationQueue
 from experts.ml.extractive import Answer
 from experts.models import Expert, ExpertVersion
 from routing.models import RoutingEvent
 from serving import events, expert_answer
-from tests.serving import test_failover as support
-
-encoder, no_experiment, router, store = support.encoder, support.no_experiment, support.router, support.store
-chat, event_for = support.chat, support.event_for
+from tests.support.serving import FakeModel, chat, event_for, meta_of
 
 
-class FakeModel:
-    """A language model backend: answers "model: <first passage> [1]"; ``fail`` maps an adapter name (or "*") to an exception."""
-
-    name = "fake-llm"
-
-    def __init__(self):
-        self.fail: dict[str, Exception] = {}
-        self.requests: list = []
-
-    def _check(self, request) -> None:
-        self.requests.append(request)
-        error = self.fail.get(request.adapter.name if request.adapter else "base") or self.fail.get("*")
-        if error is not None:
-            raise error
-
-    def generate(self, request) -> Answer:
-        self._check(request)
-        first = request.passages[0]
-        return Answer(text=f"model: {first.text} [1]", citations=[first], grounded=True)
-
-    def stream(self, request) -> Iterator[str | Answer]:
-        self._check(request)
-        yield from stream_by_words(self.generate(request), words_per_chunk=1)
-
-
-@pytest.fixture
-def model(monkeypatch):
-    fake = FakeModel()
-    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
-    return fake
-
-
-@pytest.fixture
-def fallback(monkeypatch):
-    fake = support.FakeGenerator()
-    monkeypatch.setattr(expert_answer, "get_fallback_generator", lambda: fake)
-    return fake
-
-
-@pytest.fixture
-def serving(router, store, model, fallback, no_experiment):
-    return {"model": model, "fallback": fallback, "store": store}
-
-
-def meta_of(response) -> dict:
-    assert response.status_code == 200, response.content
-    return response.json()["switchboard"]
-
-
-def test_the_model_answers_and_the_response_says_so(serving, client):
+def test_the_model_answers_and_the_response_says_so(model_serving, client):
     response = chat(client, "how do I renew my licence", model="auto:fast")
     meta = meta_of(response)
     assert response.json()["choices"][0]["message"]["content"] == "model: The dmv office handles this. [1]"
@@ -92,52 +38,52 @@ def test_the_model_answers_and_the_response_says_so(serving, client):
     assert meta["citations"][0]["title"] == "dmv guide"
     assert meta["citations"][0]["source"] == "dmv guide"  # the document's title, as indexing stores it
     assert meta["citations"][0]["document_id"] == 1
-    assert serving["fallback"].calls == []
+    assert model_serving["fallback"].calls == []
 
 
 @pytest.mark.parametrize(("error", "reason"), [(GenerationError, "generator_error"), (GenerationTimeout, "generator_timeout"),
                                                (GenerationUnavailable, "generator_unavailable")])
-def test_a_failing_model_is_replaced_by_the_extractive_answer_of_the_same_expert(serving, client, error, reason):
-    serving["model"].fail["*"] = error("the model is down")
+def test_a_failing_model_is_replaced_by_the_extractive_answer_of_the_same_expert(model_serving, client, error, reason):
+    model_serving["model"].fail["*"] = error("the model is down")
     response = chat(client, "how do I renew my licence", model="auto:fast")
     meta = meta_of(response)
     assert response.json()["choices"][0]["message"]["content"] == "dmv says: The dmv office handles this. [1]"
     assert (meta["expert"], meta["answer_source"], meta["fallback_reason"]) == ("dmv", "extractive_fallback", reason)
     assert meta["failover_from"] == []  # the expert itself still answered, from its own passages
-    assert serving["store"].calls == [["dmv"]]
+    assert model_serving["store"].calls == [["dmv"]]
     from experts.breaker import breaker_for
 
     assert breaker_for("dmv:generation").snapshot()["failures"] == 1  # the model's breaker, not the expert's
     assert breaker_for("dmv").snapshot()["failures"] == 0
 
 
-def test_an_open_model_breaker_skips_the_model_and_answers_extractively(serving, client, settings):
+def test_an_open_model_breaker_skips_the_model_and_answers_extractively(model_serving, client, settings):
     settings.BREAKER_FAILURES = 2
-    serving["model"].fail["*"] = GenerationTimeout("slow")
+    model_serving["model"].fail["*"] = GenerationTimeout("slow")
     for _ in range(2):
         chat(client, "how do I renew my licence", model="auto:fast")
-    serving["model"].requests.clear()
+    model_serving["model"].requests.clear()
     meta = meta_of(chat(client, "how do I renew my licence", model="auto:fast"))
     assert (meta["answer_source"], meta["fallback_reason"]) == ("extractive_fallback", "circuit_open")
-    assert serving["model"].requests == []  # an open breaker costs the slow model nothing
+    assert model_serving["model"].requests == []  # an open breaker costs the slow model nothing
 
 
-def test_when_the_extractive_answer_fails_too_the_next_expert_answers(serving, client):
-    serving["model"].fail["*"] = GenerationError("down")
-    serving["fallback"].fail["dmv"] = GenerationError
+def test_when_the_extractive_answer_fails_too_the_next_expert_answers(model_serving, client):
+    model_serving["model"].fail["*"] = GenerationError("down")
+    model_serving["fallback"].fail["dmv"] = GenerationError
     meta = meta_of(chat(client, "how do I renew my licence", model="auto:fast"))
     assert meta["expert"] == "ssa"
     assert meta["failover_from"] == [{"slug": "dmv", "reason": "generator_error"}]
     assert (meta["answer_source"], meta["fallback_reason"]) == ("extractive_fallback", "generator_error")
 
 
-def test_weak_passages_get_not_found_without_asking_the_model(serving, client, settings):
+def test_weak_passages_get_not_found_without_asking_the_model(model_serving, client, settings):
     settings.EXTRACTIVE_MIN_SCORE = 0.95  # the fake store's passages score 0.9
     response = chat(client, "how do I renew my licence", model="auto:fast")
     meta = meta_of(response)
     assert response.json()["choices"][0]["message"]["content"] == "I could not find this in the knowledge base."
     assert (meta["answer_source"], meta["grounded"]) == ("not_found", False)
-    assert serving["model"].requests == []
+    assert model_serving["model"].requests == []
 
 
 def _versions(*, previous: bool) -> None:
@@ -149,31 +95,31 @@ def _versions(*, previous: bool) -> None:
                                  base_model="tiny", activated_at=timezone.now())
 
 
-def test_a_broken_adapter_is_replaced_by_the_previous_active_versions_adapter(serving, client):
+def test_a_broken_adapter_is_replaced_by_the_previous_active_versions_adapter(model_serving, client):
     _versions(previous=True)
-    serving["model"].fail["dmv-v2"] = AdapterMismatch("adapter dmv-v2 was trained on 'llama'")
+    model_serving["model"].fail["dmv-v2"] = AdapterMismatch("adapter dmv-v2 was trained on 'llama'")
     meta = meta_of(chat(client, "how do I renew my licence", model="dmv"))
     assert (meta["answer_source"], meta["adapter"], meta["expert_version"], meta["fallback_reason"]) == ("model", "dmv-v1", 1, "adapter_mismatch")
-    assert serving["model"].requests[-1].system_prompt == "v1 prompt"  # the previous version answers as a whole
+    assert model_serving["model"].requests[-1].system_prompt == "v1 prompt"  # the previous version answers as a whole
     assert event_for(chat(client, "how do I renew my licence", model="dmv").json()["id"]).expert_version == 1
 
 
-def test_without_a_previous_adapter_the_base_model_answers_with_the_current_prompt(serving, client):
+def test_without_a_previous_adapter_the_base_model_answers_with_the_current_prompt(model_serving, client):
     _versions(previous=False)
-    serving["model"].fail["dmv-v2"] = AdapterMismatch("adapter dmv-v2: folder is damaged")
+    model_serving["model"].fail["dmv-v2"] = AdapterMismatch("adapter dmv-v2: folder is damaged")
     meta = meta_of(chat(client, "how do I renew my licence", model="dmv"))
     assert (meta["answer_source"], meta["adapter"], meta["expert_version"], meta["fallback_reason"]) == ("model", None, 2, "adapter_mismatch")
-    assert serving["model"].requests[-1].system_prompt == "v2 prompt"
+    assert model_serving["model"].requests[-1].system_prompt == "v2 prompt"
 
 
-def test_when_no_adapter_and_no_base_model_can_answer_the_extractive_answer_does(serving, client):
+def test_when_no_adapter_and_no_base_model_can_answer_the_extractive_answer_does(model_serving, client):
     _versions(previous=True)
-    serving["model"].fail.update({"dmv-v2": AdapterMismatch("x"), "dmv-v1": AdapterMismatch("y"), "base": GenerationUnavailable("no model")})
+    model_serving["model"].fail.update({"dmv-v2": AdapterMismatch("x"), "dmv-v1": AdapterMismatch("y"), "base": GenerationUnavailable("no model")})
     meta = meta_of(chat(client, "how do I renew my licence", model="dmv"))
     assert (meta["answer_source"], meta["adapter"], meta["fallback_reason"]) == ("extractive_fallback", None, "generator_unavailable")
 
 
-def test_a_fresh_install_without_the_base_model_answers_extractively_and_never_500s(router, store, fallback, no_experiment, client, settings,
+def test_a_fresh_install_without_the_base_model_answers_extractively_and_never_500s(router, store, fake_fallback, no_experiment, client, settings,
                                                                                        tmp_path):
     settings.GENERATOR = "transformers"
     settings.BASE_MODEL = str(tmp_path / "models" / "not-prepared-yet")
@@ -187,8 +133,8 @@ def test_a_fresh_install_without_the_base_model_answers_extractively_and_never_5
     assert response.json()["choices"][0]["message"]["content"] == "dmv says: The dmv office handles this. [1]"
 
 
-def test_a_streamed_answer_says_who_wrote_it_in_its_first_and_last_chunks(serving, client):
-    serving["model"].fail["*"] = GenerationTimeout("slow")
+def test_a_streamed_answer_says_who_wrote_it_in_its_first_and_last_chunks(model_serving, client):
+    model_serving["model"].fail["*"] = GenerationTimeout("slow")
     response = chat(client, "how do I renew my licence", model="auto:fast", stream=True)
     chunks = [json.loads(b[6:]) for b in b"".join(response.streaming_content).split(b"\n\n") if b.startswith(b"data: {")]
     assert chunks[0]["switchboard"]["answer_source"] == "extractive_fallback"
@@ -211,7 +157,7 @@ class QueuedModel(FakeModel):
             return super().generate(request)
 
 
-def test_a_full_generation_queue_is_a_503_with_retry_after_and_routing_still_answers(router, store, fallback, no_experiment, client, monkeypatch):
+def test_a_full_generation_queue_is_a_503_with_retry_after_and_routing_still_answers(router, store, fake_fallback, no_experiment, client, monkeypatch):
     slow = QueuedModel(max_waiting=1)
     monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: slow)
     slow.queue.acquire()  # a long generation in progress...
@@ -232,15 +178,15 @@ def test_a_full_generation_queue_is_a_503_with_retry_after_and_routing_still_ans
         routed = client.post("/api/v1/route", data=json.dumps({"question": "how do I renew my licence"}), content_type="application/json")
         assert routed.status_code == 200  # routing never waits for the model
         assert routed.json()["experts"][0]["slug"] == "dmv"
-        assert fallback.calls == []  # busy is not a failure: nothing answered in the model's place
+        assert fake_fallback.calls == []  # busy is not a failure: nothing answered in the model's place
     finally:
         slow.queue.release()
         waiter.join(5)
     assert chat(client, "how do I renew my licence", model="auto:fast").status_code == 200
 
 
-def test_busy_while_streaming_is_a_plain_503_before_the_first_byte(serving, client):
-    serving["model"].fail["*"] = GenerationBusy("the model is busy", retry_after_s=7)
+def test_busy_while_streaming_is_a_plain_503_before_the_first_byte(model_serving, client):
+    model_serving["model"].fail["*"] = GenerationBusy("the model is busy", retry_after_s=7)
     response = chat(client, "how do I renew my licence", model="auto:fast", stream=True)
     assert response.status_code == 503
     assert response["Retry-After"] == "7"

@@ -20,41 +20,15 @@ from routing.ml import conversation as conversation_rule
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 from serving import chat, route, traces
-from tests.serving.test_failover import DIM, EXPERTS, FakeEncoder
+from tests.support.serving import DIM, EXPERTS, FakeStore, install_router
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def encoder(monkeypatch):
-    fake = FakeEncoder()
-    monkeypatch.setattr(route, "get_encoder", lambda *a, **k: fake)
-    monkeypatch.setattr(chat, "get_encoder", lambda *a, **k: fake)
-    return fake
-
-
-@pytest.fixture
-def router(tmp_path, settings, encoder):
-    """An active router over three experts, abstaining below similarity 0.5 to every prototype."""
-    settings.ROUTER_DIR = tmp_path
-    settings.ROUTER_LOAD_WINDOW = 10
-    settings.ROUTER_LOAD_PENALTY = 0.0
-    settings.ROUTER_CAPACITY = 1.0
-    for slug in EXPERTS:
-        Expert.objects.create(slug=slug, name=slug.upper(), public=True)
-    torch.manual_seed(0)
-    model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
-    with torch.no_grad():
-        model.gate[-1].weight.zero_()  # the MLP says nothing: the prototypes decide
-        model.gate[-1].bias.zero_()
-    model.set_prototypes([torch.eye(DIM)[i : i + 1] for i in range(3)])
-    model.save(tmp_path / "v1")
-    route._router_cache.clear()
-    version = RouterVersion.objects.create(
-        version=1, path=str(tmp_path / "v1"), experts=EXPERTS, embedding_model="fake", data_fingerprint="test",
-        metrics={"abstain_threshold": 0.5}, is_active=True,
-    )
-    yield version
+def router(tmp_path, settings, fake_encoder):
+    """An active router over three experts, abstaining below similarity 0.5 to every prototype, trained on "fake" vectors."""
+    yield install_router(tmp_path, settings, embedding_model="fake")
     route._router_cache.clear()
 
 
@@ -163,10 +137,10 @@ def test_top_k_must_be_one_to_three(router, top_k):
         route.route("licence", top_k=top_k)
 
 
-def test_a_50000_character_question_is_cut_before_encoding(router, encoder, settings):
+def test_a_50000_character_question_is_cut_before_encoding(router, fake_encoder, settings):
     decision = route.route("licence " * 6250)
     assert decision.experts[0]["slug"] == "dmv"
-    assert len(encoder.seen[-1]) <= settings.MAX_QUESTION_CHARS
+    assert len(fake_encoder.seen[-1]) <= settings.MAX_QUESTION_CHARS
 
 
 def test_no_active_router_is_unavailable(router):
@@ -188,36 +162,6 @@ def test_warming_up_loads_the_router_and_leaves_the_load_window_empty(router):
 
 # --- training from labels ------------------------------------------------------------------------
 
-@pytest.fixture
-def labelled(db, settings, tmp_path, monkeypatch):
-    """A promoted clustering run whose queries (with cached embeddings) belong to the given experts."""
-    from labeling.choices import ProposalStatus, RunStatus
-    from labeling.models import Assignment, ClusteringRun, Embedding, Proposal, Query
-    from sbcommon.hashing import text_hash
-
-    settings.ROUTER_DIR = tmp_path
-    monkeypatch.setattr("labeling.services.get_encoder", lambda *a, **k: FakeEncoder())
-
-    def make(sizes: dict[str, int], dim: int = DIM) -> ClusteringRun:  # the fake encoder's size: training encodes typo copies with it
-        rng = np.random.default_rng(0)
-        run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(sizes), fingerprint="t", status=RunStatus.PROMOTED)
-        for index, (slug, size) in enumerate(sizes.items()):
-            expert = Expert.objects.create(slug=slug, name=slug, public=True)
-            proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
-            for j in range(size):
-                text = f"{slug} question {j}"
-                v = np.zeros(dim, dtype=np.float32)
-                v[index] = 1.0
-                v += 0.2 * rng.normal(size=dim).astype(np.float32)
-                v /= np.linalg.norm(v)
-                q = Query.objects.create(text=text, text_hash=text_hash(text), row_hash=text_hash("r" + text), source="t")
-                Embedding.objects.create(model=settings.EMBEDDING_MODEL, text_hash=q.text_hash, vector=v.astype("<f4").tobytes())
-                Assignment.objects.create(run=run, query=q, topic=index, proposal=proposal)
-        return run
-
-    return make
-
-
 def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labelled):
     labelled({"dmv": 40, "ssa": 40, "va": 40})
     Expert.objects.create(slug="empty", name="Nobody labelled me", public=True)
@@ -234,7 +178,7 @@ def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labell
     assert RouterNet.load(version.path).has_prototypes
 
 
-def test_a_trained_router_reads_spelling_too_and_odd_questions_route_or_abstain(labelled, encoder, settings):
+def test_a_trained_router_reads_spelling_too_and_odd_questions_route_or_abstain(labelled, fake_encoder, settings):
     """The served router blends the character view: a misspelt question whose embedding says nothing still finds its expert."""
     from pathlib import Path
 
@@ -295,7 +239,7 @@ def test_an_expert_with_a_single_labelled_query_keeps_it_for_training(labelled):
     assert TrainingRun.objects.get(router_version=version).metrics["diagnostics"]["per_expert"]["va"]["support"] == 0
 
 
-def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_others(router, tmp_path, encoder):
+def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_others(router, tmp_path, fake_encoder):
     plain = route.route("my pension", context=["licence", "licence"])
     assert plain.raw_scores == route.route("my pension").raw_scores
     torch.manual_seed(1)
@@ -306,7 +250,7 @@ def test_earlier_turns_reach_a_router_with_a_context_path_and_are_ignored_by_oth
     without = route.route("my pension")
     with_history = route.route("my pension", context=["licence", "  ", "veteran"])
     assert with_history.raw_scores != without.raw_scores
-    assert encoder.seen[-2:] == ["licence", "veteran"]  # blank turns are dropped, the rest encoded in order
+    assert fake_encoder.seen[-2:] == ["licence", "veteran"]  # blank turns are dropped, the rest encoded in order
 
 
 @pytest.fixture
@@ -316,7 +260,7 @@ def unsure_below(monkeypatch):
     monkeypatch.setattr(conversation_rule, "CONTEXT_BELOW", 0.8)
 
 
-def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, encoder, unsure_below):
+def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, fake_encoder, unsure_below):
     alone = route.route("licence and pension")  # leans a little towards dmv: unsure between two experts
     assert alone.experts[0]["slug"] == "dmv"
     assert max(alone.raw_scores.values()) < 0.8
@@ -330,16 +274,16 @@ def test_an_unsure_follow_up_is_ranked_with_the_earlier_questions(router, encode
     assert follow_up.context_turns == 1
     assert follow_up.context_vectors.shape == (1, 8)
     assert traces.routing_evidence(follow_up)["conversation"]["question_alone"]["expert"] == "dmv"
-    stored = route.route("licence and pension", context_vectors=encoder.encode(["my pension"]))  # a stored conversation's embeddings
+    stored = route.route("licence and pension", context_vectors=fake_encoder.encode(["my pension"]))  # a stored conversation's embeddings
     assert stored.raw_scores == follow_up.raw_scores
 
 
-def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_not_encoded(router, encoder, monkeypatch, unsure_below):
+def test_a_sure_or_out_of_scope_question_is_ranked_alone_and_its_conversation_not_encoded(router, fake_encoder, monkeypatch, unsure_below):
     sure = route.route("renew my licence", context=["my pension"])
     assert sure.experts[0]["slug"] == "dmv"
     assert sure.conversation is None
     assert sure.context_vectors is None
-    assert "my pension" not in encoder.seen  # nothing was encoded for a question the router was sure of
+    assert "my pension" not in fake_encoder.seen  # nothing was encoded for a question the router was sure of
     off_topic = route.route("the weather tomorrow", context=["my pension"])
     assert off_topic.abstained
     assert off_topic.conversation is None
@@ -361,9 +305,7 @@ def test_the_route_endpoint_reads_the_earlier_questions(router, client, unsure_b
     assert "context" in json.dumps(bad.json())
 
 
-def test_a_chat_follow_up_routed_with_its_conversation_searches_with_the_same_turns(router, client, encoder, monkeypatch, unsure_below):
-    from tests.serving.test_failover import FakeStore
-
+def test_a_chat_follow_up_routed_with_its_conversation_searches_with_the_same_turns(router, client, fake_encoder, monkeypatch, unsure_below):
     store = FakeStore()
     monkeypatch.setattr(chat.knowledge, "search_experts", store)
     body = {"model": "auto", "messages": [{"role": "user", "content": "my pension"}, {"role": "assistant", "content": "..."},
@@ -374,7 +316,7 @@ def test_a_chat_follow_up_routed_with_its_conversation_searches_with_the_same_tu
     assert meta["expert"] == "ssa"
     assert meta["routing_evidence"]["conversation"] == {"earlier_turns": 1, "question_alone": {"expert": "dmv", "probability": pytest.approx(0.67, abs=0.03)},
                                                          "weight": 3.0}
-    assert encoder.seen.count("my pension") == 1  # encoded once, for the router; the search read the same vectors
+    assert fake_encoder.seen.count("my pension") == 1  # encoded once, for the router; the search read the same vectors
     event = RoutingEvent.objects.get(request_id=response.json()["id"])
     assert event.trace["evidence"]["conversation"]["earlier_turns"] == 1
 

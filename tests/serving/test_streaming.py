@@ -18,11 +18,6 @@ from django.test import AsyncClient
 from experts.generation import GenerationError
 from routing.models import RoutingEvent
 from serving import events
-from tests.serving import test_failover as support
-
-# The fake router, store and generator of test_failover (pytest finds fixtures by module-level name).
-encoder, generator, no_experiment, router, serving, store = (
-    support.encoder, support.generator, support.no_experiment, support.router, support.serving, support.store)
 
 BODY = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "how do I renew my licence"}]}
 

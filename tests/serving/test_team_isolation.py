@@ -16,13 +16,12 @@ from django.test import Client
 from experts.models import Expert
 from routing.models import Feedback
 from tests.factories import make_key, make_team, make_user
-from tests.serving.test_failover import encoder, generator, no_experiment, router, serving, store  # noqa: F401  (fixtures)
 
 PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
-def teams(serving):  # noqa: F811  (the imported fixture)
+def teams(serving):
     a, b = make_team("Team A"), make_team("Team B")
     Expert.objects.filter(slug="dmv").update(team=a, public=False)
     Expert.objects.filter(slug__in=["ssa", "va"]).update(team=b, public=False)
