@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.test_heatmap_browser import PASSWORD, seed
+from .accounts import PASSWORD, log_in
+from .traffic import seed_traffic
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
-
-
-def log_in(page, url: str) -> None:
-    page.goto(url)
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
 
 
 def datasets(page, figure: str) -> list[dict]:
@@ -43,11 +37,11 @@ def staff(django_user_model):
 def test_the_heatmap_share_chart_is_drawn_from_the_fetched_json(live_server, staff, browser_page):
     from playwright.sync_api import expect
 
-    seed()
+    seed_traffic()
     page = browser_page
     outside = []
     page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(live_server.url) else None)
-    log_in(page, f"{live_server.url}/heatmap/")
+    log_in(page, "admin", f"{live_server.url}/heatmap/")
 
     figure = page.locator("#share-chart")
     expect(figure).to_have_attribute("data-ready", "true")
@@ -80,12 +74,12 @@ def test_the_heatmap_share_chart_is_drawn_from_the_fetched_json(live_server, sta
 def test_a_training_run_draws_its_curves_with_a_table_view_on_a_laptop_and_a_phone(live_server, staff, browser_page):
     from playwright.sync_api import expect
 
-    run = seed()
+    run = seed_traffic()
     levels = {str(level): {"router": {"accuracy": 0.9 - level, "typo_accuracy": 0.85 - level}, "knn": {"accuracy": 0.8 - level, "typo_accuracy": 0.7 - level}} for level in (0.0, 0.1, 0.2)}
     run.metrics = {**run.metrics, "noise_report": {"typo_rate": 0.05, "levels": levels}}
     run.save()
     page = browser_page
-    log_in(page, f"{live_server.url}/training/{run.pk}/")
+    log_in(page, "admin", f"{live_server.url}/training/{run.pk}/")
     expect(page.locator("#robustness-chart")).to_have_attribute("data-ready", "true")
     robustness = datasets(page, "#robustness-chart")
     assert len(robustness) == 4
@@ -133,10 +127,10 @@ def test_the_compare_page_draws_both_runs_curves(live_server, staff, browser_pag
 
     from routing.models import TrainingRun
 
-    run = seed()
+    run = seed_traffic()
     other = TrainingRun.objects.create(params={}, history=[{"epoch": 1, "train_loss": 0.9, "val_loss": 1.0, "val_accuracy": 0.7}], metrics={})
     page = browser_page
-    log_in(page, f"{live_server.url}/training/compare/?a={run.pk}&b={other.pk}")
+    log_in(page, "admin", f"{live_server.url}/training/compare/?a={run.pk}&b={other.pk}")
 
     for figure in ("#loss-a", "#loss-b", "#acc-a", "#acc-b"):
         expect(page.locator(figure)).to_have_attribute("data-ready", "true")

@@ -18,9 +18,9 @@ from routing.models import RouterVersion, RoutingEvent
 from serving import chat, route
 from serving.chat import Source
 
+from .accounts import PASSWORD, log_in
 from .navigation import open_nav
 
-PASSWORD = "correct horse battery staple"
 SCREENSHOTS = Path("/tmp")
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -104,9 +104,7 @@ def test_a_user_logs_in_asks_a_question_and_watches_the_jobs(live_server, django
     # Anonymous: sent to the login page, then back to the overview.
     page.goto(f"{live_server.url}/")
     expect(page).to_have_url(f"{live_server.url}/login/?next=/")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner")
 
     expect(page.locator("h1")).to_have_text("Overview")
     expect(page.locator("#experts")).to_contain_text("Motor Vehicles")
@@ -155,10 +153,7 @@ def test_the_playground_shows_the_answers_words_as_they_come(live_server, django
     gate = threading.Event()
     monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: FakeTurn(question, model, gate))
     page = browser_page
-    page.goto(f"{live_server.url}/playground/")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner", f"{live_server.url}/playground/")
     expect(page.locator("h1")).to_have_text("Playground")
 
     page.fill("#id_question", "How do I renew my driver's license?")
@@ -205,10 +200,7 @@ def test_the_previous_answer_is_dimmed_while_the_next_question_is_routed(live_se
 
     monkeypatch.setattr(chat, "open_stream", slow_second)
     page = browser_page
-    page.goto(f"{live_server.url}/playground/")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner", f"{live_server.url}/playground/")
     page.fill("#id_question", "How do I renew my driver's license?")
     page.click("button:has-text('Ask')")
     expect(page.locator("#answer")).to_contain_text("renew online up to six months")

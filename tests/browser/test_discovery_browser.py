@@ -17,7 +17,8 @@ from labeling import services
 from labeling.models import ClusteringRun, Embedding, Query
 from sbcommon.hashing import text_hash
 
-PASSWORD = "correct horse battery staple"
+from .accounts import PASSWORD, log_in
+
 SCREENSHOT = Path("/tmp/discovery.png")
 TOPICS = {
     0: ["renew driving licence", "replace a lost driving licence", "driving licence address change", "provisional driving licence fee"],
@@ -57,9 +58,7 @@ def test_a_reviewer_renames_merges_and_undoes_on_the_run_page(live_server, djang
     # Anonymous: sent to the login page, then back to Discovery.
     page.goto(f"{live_server.url}/discovery/")
     expect(page).to_have_url(f"{live_server.url}/login/?next=/discovery/")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner")
     expect(page.locator("h1")).to_have_text("Discovery")
     page.click(f"text=Clustering #{run.pk}")
     expect(page.locator("h1")).to_have_text(f"Clustering #{run.pk}")

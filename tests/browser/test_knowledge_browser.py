@@ -16,7 +16,8 @@ from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
 
-PASSWORD = "correct horse battery staple"
+from .accounts import PASSWORD, log_in
+
 SCREENSHOTS = Path("/tmp")
 GUIDE = """# Replacing a lost licence
 
@@ -54,10 +55,7 @@ def test_a_user_uploads_a_document_and_finds_it_by_searching(live_server, django
     guide.write_text(GUIDE)
     page = browser_page
 
-    page.goto(f"{live_server.url}/knowledge/")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner", f"{live_server.url}/knowledge/")
     expect(page.locator("h1")).to_have_text("Knowledge")
     page.click("#knowledge-bases >> text=Motor Vehicles")
     expect(page.locator("h1")).to_have_text("Motor Vehicles")

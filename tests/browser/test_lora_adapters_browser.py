@@ -10,7 +10,8 @@ import pytest
 
 from experts.models import Expert, ExpertVersion, TrainingExample
 
-PASSWORD = "correct horse battery staple"
+from .accounts import PASSWORD, log_in
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -21,9 +22,7 @@ def test_lora_a_team_edits_training_data_and_prompts_and_rolls_back(live_server,
     Expert.objects.create(slug="dmv", name="Motor Vehicles")
     page = browser_page
     page.goto(f"{live_server.url}/experts/dmv/adapters/data/", timeout=60_000)  # the first request imports the console
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
+    log_in(page, "owner")
     expect(page.locator("h1")).to_have_text("Motor Vehicles: training data")
     page.fill("#id_question", "How do I renew my licence?")
     page.fill("#id_answer", "Renew it online before it expires [1].")
