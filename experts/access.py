@@ -57,14 +57,6 @@ class Principal:
         return cls(user=None if _anonymous(user) else user)
 
     @property
-    def is_anonymous(self) -> bool:
-        return self.key is None and _anonymous(self.user)
-
-    @property
-    def is_staff(self) -> bool:
-        return not _anonymous(self.user) and bool(self.user.is_staff)
-
-    @property
     def user_id(self) -> int | None:
         """The signed-in user's id (None for a key, whose requests are the key's, or for anonymous callers)."""
         return None if self.key is not None or _anonymous(self.user) else self.user.pk
@@ -72,10 +64,6 @@ class Principal:
     @property
     def api_key_id(self) -> int | None:
         return self.key.pk if self.key is not None else None
-
-    def owns(self, api_key_id: int | None, user_id: int | None) -> bool:
-        """Whether a conversation or response recorded for (``api_key_id``, ``user_id``) is this principal's own."""
-        return api_key_id == self.api_key_id and user_id == self.user_id
 
 
 def key_owner_may_use(key: ApiKey) -> bool:
