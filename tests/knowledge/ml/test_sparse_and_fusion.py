@@ -1,8 +1,5 @@
-"""BM25 term weights and reciprocal rank fusion."""
+"""BM25 term weights."""
 
-import pytest
-
-from knowledge.ml.fusion import minmax, reciprocal_rank_fusion
 from knowledge.ml.sparse import bm25_vector, term_index, tokenize
 
 
@@ -24,15 +21,3 @@ def test_query_vectors_are_binary():
     assert len(idx) == 2
     assert values == [1.0, 1.0]
 
-
-def test_rrf_rewards_items_ranked_high_in_several_lists():
-    scores = reciprocal_rank_fusion([["a", "b", "c"], ["b", "a", "d"]], k=60)
-    assert scores["a"] == pytest.approx(1 / 61 + 1 / 62)
-    assert max(scores, key=scores.get) in {"a", "b"}
-    assert scores["d"] < scores["c"] or scores["d"] == pytest.approx(scores["c"])
-
-
-def test_minmax_scales_to_unit_range():
-    assert minmax([2.0, 4.0, 3.0]) == [0.0, 1.0, 0.5]
-    assert minmax([5.0, 5.0]) == [1.0, 1.0]
-    assert minmax([]) == []
