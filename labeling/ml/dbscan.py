@@ -40,7 +40,7 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
         precision: ``"auto"``, ``"float32"`` or ``"bfloat16"`` products (see ``radius_pairs``); the
             labels are those of float32 distances in every case.
         max_pairs: most neighbour pairs to hold; past it each row keeps only its nearest pairs
-            (``capped_pairs``: exact core points, clusters from the pairs kept).
+            (``capped_pass``: exact core points, clusters from the pairs kept).
 
     Attributes:
         labels_: cluster per row, ``-1`` for noise.
@@ -50,7 +50,7 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
         n_clusters_: number of clusters.
         n_pairs_: number of neighbour pairs within ``eps`` kept to label from (self excluded).
         n_capped_rows_: rows some of whose pairs were not kept (0 unless the pairs within ``eps``
-            would not fit in memory; their core status is still exact, see ``capped_pairs``).
+            would not fit in memory; their core status is still exact, see ``capped_pass``).
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 ``suggest_eps`` sweeps radii between quantiles of the core distance on the full data, from one
 pass over the pairs within the largest of them, and keeps the one that clusters the most points
 outside the largest cluster: fine, pure topics, just before they start to merge. Dense data whose
-pairs would not fit in memory is swept with a capped pass (``labeling.ml.radius.capped_pairs``).
+pairs would not fit in memory is swept with a capped pass (``labeling.ml.radius.capped_pass``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,6 @@ import numpy as np
 
 from .pair_labels import NOISE, dbscan_from_pairs
 from .radius import BF16_SLACK, candidate_pairs, capped_pass, exact_within, knn_cosine_distances, normalise, radius_pairs, use_bf16
-
-
-def core_distances(x: np.ndarray, min_samples: int = 5, sample: int = 2000, seed: int = 0) -> np.ndarray:
-    """Distance to the ``min_samples - 1``-th other neighbour (a point is core within it), for a sample
-    of rows measured against all rows, so the sample sees the full data's density."""
-    x = normalise(x)
-    n = x.shape[0]
-    rows = np.random.default_rng(seed).choice(n, sample, replace=False) if n > sample else None
-    return knn_cosine_distances(x, max(1, min_samples - 1), rows=rows)[:, -1]
 
 
 def eps_grid(core_dist: np.ndarray, top: float = 0.8, steps: int = 20) -> np.ndarray:
@@ -77,7 +68,7 @@ def sweep_grid(
     most ``SWEEP_WORK * max_pairs`` pairs: a radius with more would cost more to scan than it can
     tell (the outliers' radii, far past the point where topics merge). It is swept only when the
     first grid ends before its best radius (dense data: near-duplicates, tight topics), with a
-    "capped" pass (``capped_pairs``: exact neighbour counts, each row's nearest pairs only).
+    "capped" pass (``capped_pass``: exact neighbour counts, each row's nearest pairs only).
 
     A sample of rows is measured against all rows; the distances to each sampled row's nearest M
     neighbours give both its core distance and an estimate of how many pairs lie within a radius

@@ -23,7 +23,7 @@ def dbscan_from_pairs(
     its core neighbours (the cluster sklearn's depth-first expansion reaches it from first).
 
     ``degree`` (neighbours counting itself) overrides the count from the pairs, for pair lists that
-    keep only some of each row's neighbours (``capped_pairs``): core points stay exact, clusters
+    keep only some of each row's neighbours (``capped_pass``): core points stay exact, clusters
     are then the components of the kept pairs.
     """
     if degree is None:

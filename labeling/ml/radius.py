@@ -4,7 +4,7 @@ One matrix product per block of rows, upper triangle only, with fixed-size buffe
 memory stays at ``budget_bytes`` and the result grows with the number of close pairs only. On CPUs
 with fast bfloat16 units the products are bfloat16 and the pairs near the radius are recomputed in
 float32, so the pairs are the float32 ones either way. Where the pairs would not fit in memory, a
-capped pass keeps each row's nearest pairs and exact neighbour counts (``capped_pairs``).
+capped pass keeps each row's nearest pairs and exact neighbour counts (``capped_pass``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
-from scipy import sparse
 
 
 def normalise(x: np.ndarray) -> np.ndarray:
@@ -64,38 +63,6 @@ def radius_pairs(
     found = candidate_pairs(x, eps, block, budget_bytes, precision)
     assert found is not None  # no max_pairs: never stops early
     return exact_within(x, *found, eps)
-
-
-def radius_graph(x: np.ndarray, eps: float, block: int | None = None) -> sparse.csr_matrix:
-    """Sparse symmetric matrix of cosine distances for all pairs within ``eps`` (self-pairs included).
-
-    Stored distances are clipped to at least 1e-9 so that exact duplicates (and the diagonal) stay
-    explicit entries: sklearn's ``metric="precomputed"`` treats missing entries as "not a neighbour".
-    """
-    x = normalise(x)
-    n = x.shape[0]
-    i, j, d = radius_pairs(x, eps, block=block)
-    d = np.maximum(d, np.float32(1e-9))
-    diag = np.arange(n, dtype=np.int32)
-    rows = np.concatenate([i, j, diag])
-    cols = np.concatenate([j, i, diag])
-    vals = np.concatenate([d, d, np.full(n, 1e-9, dtype=np.float32)])
-    return sparse.csr_matrix((vals, (rows, cols)), shape=(n, n), dtype=np.float32)
-
-
-def capped_pairs(
-    x: np.ndarray, grid: np.ndarray, cap: int, block: int | None = None, budget_bytes: int = 128 << 20
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Float32 pairs within ``max(grid)``, keeping for each row only its ``cap`` nearest later rows,
-    with every row's exact neighbour count within each radius of ``grid``: (i, j, d, counts).
-
-    ``counts[r, g]`` counts all of row r's neighbours within ``grid[g]`` (self excluded), dropped
-    pairs included, so core points are exactly DBSCAN's; memory is ``n * cap`` pairs at most, however
-    dense the data. Rows with more than ``cap`` later neighbours keep the nearest ones, which in
-    dense regions still connect what DBSCAN connects (``SparseDBSCAN`` reports ``n_capped_rows_``).
-    """
-    i, j, d, counts, _ = capped_pass(x, np.asarray(grid, dtype=np.float64), cap, block, budget_bytes, bf16=False)
-    return i, j, d, counts[1]
 
 
 # A bfloat16 dot product of two unit vectors, accumulated in float32 and rounded to bfloat16, is off
@@ -258,7 +225,13 @@ def exact_within(
 def capped_pass(
     x: np.ndarray, grid: np.ndarray, cap: int, block: int | None, budget_bytes: int, bf16: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    """``capped_pairs`` in float32 or bfloat16: (i, j, d, counts, slack).
+    """Pairs within ``max(grid)``, keeping for each row only its ``cap`` nearest later rows, with
+    every row's neighbour counts within each radius of ``grid``: (i, j, d, counts, slack).
+
+    The counts include the dropped pairs (self excluded), so core status comes from them, not from
+    the pairs kept; memory is ``n * cap`` pairs at most, however dense the data. Rows with more than ``cap`` later
+    neighbours keep the nearest ones, which in dense regions still connect what DBSCAN connects
+    (``SparseDBSCAN`` reports ``n_capped_rows_``).
 
     ``counts[k, r, g]`` counts row r's pairs with distance within ``grid[g] + (k - 1) * slack``: with
     bfloat16 distances (off by at most ``slack``) ``counts[0]`` is a lower and ``counts[2]`` an upper

@@ -8,7 +8,7 @@ from sklearn.metrics import adjusted_rand_score
 from labeling.ml.dbscan import SparseDBSCAN
 from labeling.ml.eps_sweep import clustered_outside_largest, suggest_eps
 from labeling.ml.pair_labels import dbscan_from_pairs
-from labeling.ml.radius import capped_pairs, radius_graph, radius_pairs
+from labeling.ml.radius import radius_pairs
 
 from .conftest import blobs_on_sphere
 
@@ -29,15 +29,6 @@ def test_it_recovers_well_separated_topics_with_the_suggested_eps():
     clustered = model.labels_ != -1
     assert clustered.mean() > 0.9
     assert adjusted_rand_score(y[clustered], model.labels_[clustered]) > 0.95
-
-
-def test_radius_graph_keeps_only_pairs_within_eps():
-    x, _ = blobs_on_sphere(n_per=20, centers=3)
-    graph = radius_graph(x, 0.1)
-    dense = 1.0 - x @ x.T
-    rows, cols = graph.nonzero()
-    assert (dense[rows, cols] <= 0.1 + 1e-5).all()
-    assert graph.nnz == int((dense <= 0.1).sum())
 
 
 def test_suggest_eps_grows_with_the_spread():
@@ -72,18 +63,6 @@ def test_a_capped_pass_keeps_core_points_exact_and_memory_bounded():
     assert model.n_pairs_ <= 600 * 40  # at most 8 * min_samples kept per row
     assert model.core_sample_indices_.tolist() == reference.core_sample_indices_.tolist()
     assert adjusted_rand_score(reference.labels_, model.labels_) == pytest.approx(1.0)
-
-
-def test_capped_pairs_count_every_neighbour_within_each_radius():
-    x, _ = blobs_on_sphere(n_per=40, centers=2, dim=16, spread=0.1, seed=5)
-    grid = np.array([0.05, 0.1, 0.2])
-    i, _, d, counts = capped_pairs(x, grid, cap=3)
-    dense = 1.0 - x @ x.T
-    np.fill_diagonal(dense, np.inf)
-    for g, radius in enumerate(grid):
-        assert counts[:, g].tolist() == (dense <= radius + 1e-6).sum(axis=1).tolist()
-    assert np.bincount(i, minlength=x.shape[0]).max() <= 3
-    assert (d <= 0.2 + 1e-6).all()
 
 
 def test_dbscan_from_pairs_numbers_clusters_and_borders_like_sklearn():
