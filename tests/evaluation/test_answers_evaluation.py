@@ -1,6 +1,6 @@
 """``evaluate answers``: flat, auto and oracle answers by the extractive, base and LoRA generators.
 
-The fast test runs the whole evaluation on a tiny two-domain dataset written here, with the hashing
+The fast test runs the whole evaluation on a tiny two-domain dataset (tests/support/eval_datasets.py), with the hashing
 encoder and the tiny random-weight LM (its answers are noise; the test checks the plumbing, the
 report's shape and the adapter cache); the slow one runs doc2dial with the real base model.
 """
@@ -17,45 +17,10 @@ from evaluation.answers import evaluate_answers
 from evaluation.answers_config import DEFAULT_MODES, GENERATORS, AnswerConfig
 from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixture, shared with the experts tests)
 from tests.knowledge.conftest import HashingEncoder
+from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
-DOC2DIAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "doc2dial"
 # Small adapters for the tiny LM; max_length: its tokenizer spends ~290 tokens on the rules, and one passage fits.
 TINY_LORA = {"max_length": 480, "batch_size": 2, "rank": 4, "alpha": 8}
-
-TOPICS = {
-    "cars": {
-        "licence": "Renew your driving licence online before it expires. The renewal fee is 64 dollars.",
-        "plates": "Order replacement number plates at a service centre. Bring the old plates with you.",
-        "tests": "Book a driving test after six months with a permit. Tests run on weekdays only.",
-        "parking": "Parking permits cost 30 dollars a year. Apply at the city office with proof of address.",
-    },
-    "money": {
-        "pension": "Retirement pension payments start at age 62. Apply three months before you want payments.",
-        "refund": "Check a tax refund status online after four weeks. Refunds arrive by direct deposit.",
-        "loans": "Student loan repayment starts six months after graduation. Payments depend on income.",
-        "disability": "A disability benefit claim needs medical records. Decisions take three to five months.",
-    },
-}
-
-
-def write_dataset(folder: Path) -> None:
-    docs, queries, qrels = [], [], []
-    for domain, subjects in TOPICS.items():
-        for subject, text in subjects.items():
-            doc_id = f"{domain}-{subject}"
-            docs.append({"doc_id": doc_id, "domain": domain, "title": subject.title(), "text": text})
-            first, second = text.split(". ", 1)
-            for q in range(6):
-                split = ["train", "train", "train", "val", "test", "test"][q]
-                qid = f"{doc_id}-q{q}"
-                context = [{"speaker": "user", "text": f"a question about {subject}"}] if q % 2 else []
-                answer = first + "." if q % 2 == 0 else second
-                queries.append({"query_id": qid, "text": f"what about {subject} {q}?", "domain": domain, "split": split,
-                                "context": context, "answer": answer})
-                qrels.append({"query_id": qid, "doc_id": doc_id})
-    for name, rows in (("docs.jsonl", docs), ("queries.jsonl", queries), ("qrels.jsonl", qrels)):
-        (folder / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-
 
 @pytest.fixture
 def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
@@ -68,7 +33,7 @@ def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
     settings.EMBEDDING_MODEL = encoder.name
     settings.BASE_MODEL = str(tiny_lm_dir)
     settings.EXTRACTIVE_MIN_SCORE = 0.1
-    write_dataset(tmp_path)
+    write_answer_dataset(tmp_path)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     yield tmp_path, encoder

@@ -15,8 +15,7 @@ import pytest
 
 from evaluation.retrieval import evaluate_retrieval, ndcg_at_k, recall_at_k
 from tests.knowledge.conftest import HashingEncoder
-
-DOC2DIAL = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "doc2dial"
+from tests.support.eval_datasets import DOC2DIAL
 
 
 def test_metrics_count_documents_in_the_top_five():
@@ -109,15 +108,6 @@ def test_the_evaluation_reports_every_mode_and_method(tmp_path, monkeypatch, set
     calls = encoder.calls
     evaluate_retrieval(tmp_path, say=lambda line: None)
     assert encoder.calls == calls
-
-
-@pytest.fixture
-def hashing(tmp_path, monkeypatch, settings):
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
-    encoder = HashingEncoder()
-    monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
-    settings.EMBEDDING_MODEL = encoder.name
-    return encoder
 
 
 @pytest.mark.django_db

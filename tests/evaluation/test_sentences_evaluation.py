@@ -10,13 +10,12 @@ from django.core.management import CommandError, call_command
 
 from evaluation.sentences import evaluate_sentences
 from experts.ml.sentence_scorer import load_scorer
-from tests.evaluation.test_answers_evaluation import DOC2DIAL, write_dataset
-from tests.evaluation.test_retrieval_evaluation import hashing  # noqa: F401  (the hashing encoder everywhere, embeddings cached in tmp_path)
+from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
 
 @pytest.fixture
-def tiny_dataset(tmp_path, hashing):  # noqa: F811
-    write_dataset(tmp_path)
+def tiny_dataset(tmp_path, hashing):
+    write_answer_dataset(tmp_path)
     return tmp_path
 
 
