@@ -9,7 +9,7 @@ from routing.ml.inscope import CHAR_SCALES, NEAREST_MIXES, InScope, fit_in_scope
 from routing.ml.nearest import FILE as BANK_FILE
 from routing.ml.nearest import NearestBank
 from routing.ml.textrouter import BLEND_FILE, TextRouter
-from tests.routing.ml.test_charview import questions, trained, word_embed
+from tests.support.toy_router import questions, trained, word_embed
 
 
 def unit(x):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from routing.ml.textrouter import NEAREST_WEIGHTS, fit_nearest_weight, nearest_logits
-from tests.routing.ml.test_charview import trained
+from tests.support.toy_router import trained
 
 
 def router_and_evidence(seed: int, n: int = 600, experts: int = 4, evidence_says: float = 0.15):
