@@ -1,4 +1,4 @@
-"""Factories for the models tests make most: experts, teams, users and API keys (not a test module)."""
+"""Factories for the models tests make most: experts, teams, users, API keys and promoted runs (not a test module)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group, User
 
 from clients.services import CreatedKey, create_key
 from experts.models import Expert
+from labeling.models import ClusteringRun
 
 
 def make_user(username: str = "operator", *, staff: bool = False, teams: tuple[Group, ...] = ()) -> User:
@@ -29,3 +30,11 @@ def make_expert(slug: str, name: str | None = None, *, public: bool = True, **fi
 def make_key(name: str = "test client", *, created_by: User | None = None, **fields: Any) -> CreatedKey:
     """An API key; it acts for ``created_by`` (by default a staff operator, who may ask every expert)."""
     return create_key(name, created_by=created_by or make_user("key-operator", staff=True), **fields)
+
+
+def make_promoted_run(*experts: Expert) -> ClusteringRun:
+    """A promoted clustering run with one promoted proposal per expert (in order), named as its expert."""
+    run = ClusteringRun.objects.create(model="m", eps=0.2, min_samples=3, n_experts=len(experts), fingerprint="f", status="promoted")
+    for index, expert in enumerate(experts):
+        run.proposals.create(index=index, name=expert.name, status="promoted", expert=expert)
+    return run

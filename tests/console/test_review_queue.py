@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from console import review_queue
-from experts.models import Expert
 from labeling import selectors as labeling_selectors
-from labeling.models import Assignment, ClusteringRun, Proposal, Query, ReviewDecision
+from labeling.models import Assignment, Query, ReviewDecision
 from routing.models import Feedback, RoutingEvent
+from tests.factories import make_expert, make_promoted_run, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -24,17 +23,12 @@ def event(request_id: str, expert: str, scores: list[float], *, question: str = 
 
 
 @pytest.fixture
-def world(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
-    run = ClusteringRun.objects.create(model="m", eps=0.2, min_samples=3, n_experts=2, fingerprint="f", status="promoted")
-    Proposal.objects.create(run=run, index=0, name="Motor Vehicles", status="promoted", expert=dmv)
-    Proposal.objects.create(run=run, index=1, name="Social Security", status="promoted", expert=ssa)
-    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
-    member.groups.add(roads)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return dmv, ssa, run, member, staff
+def world():
+    roads, pensions = make_team("roads"), make_team("pensions")
+    dmv = make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    ssa = make_expert("ssa", "Social Security", team=pensions, public=False)
+    run = make_promoted_run(dmv, ssa)
+    return dmv, ssa, run, make_user("rita", teams=(roads,)), make_user("admin", staff=True)
 
 
 def test_reasons_come_from_abstention_low_score_small_margin_and_thumbs_down():

@@ -4,12 +4,12 @@ labelling and dismissing them, and the recent decisions, between two teams."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from experts.models import Expert
-from labeling.models import ClusteringRun, Proposal, Query, ReviewDecision
+from labeling.models import Query, ReviewDecision
 from routing.models import Feedback, RoutingEvent
+from tests.factories import make_expert, make_promoted_run, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -24,20 +24,11 @@ def unanswered(request_id: str, candidates: list[str], *, question: str = SECRET
 
 
 @pytest.fixture
-def teams(django_user_model):
+def teams():
     """Team A (roads: ``dmv``) and team B (pensions: ``ssa``), a member of each, staff, and a promoted run to label into."""
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
-    run = ClusteringRun.objects.create(model="m", eps=0.2, min_samples=3, n_experts=2, fingerprint="f", status="promoted")
-    Proposal.objects.create(run=run, index=0, name="Motor Vehicles", status="promoted", expert=dmv)
-    Proposal.objects.create(run=run, index=1, name="Social Security", status="promoted", expert=ssa)
-    ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")
-    ana.groups.add(roads)
-    bob = django_user_model.objects.create_user("bob-of-pensions", "bob@example.com", "pw-bob-1234")
-    bob.groups.add(pensions)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return ana, bob, staff
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_promoted_run(make_expert("dmv", "Motor Vehicles", team=roads, public=False), make_expert("ssa", "Social Security", team=pensions, public=False))
+    return make_user("ana", teams=(roads,)), make_user("bob-of-pensions", teams=(pensions,)), make_user("admin", staff=True)
 
 
 def test_another_teams_unanswered_question_is_not_in_my_traces_or_on_its_trace_page(client, teams):

@@ -4,11 +4,10 @@ whoever started it, and a platform-wide job's text shows no other team's expert.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from experts.models import Expert
 from jobs.models import Job
+from tests.factories import make_expert, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -16,17 +15,12 @@ SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
 
 
 @pytest.fixture
-def teams(django_user_model):
+def teams():
     """Team A (roads: ``dmv``), team B (pensions: ``vault-7f3a``), a member of each, and staff."""
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug=SLUG_B, name=NAME_B, team=pensions)
-    ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")
-    ana.groups.add(roads)
-    bob = django_user_model.objects.create_user("bob", "bob@example.com", "pw-bob-1234")
-    bob.groups.add(pensions)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return ana, bob, staff, pensions
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    make_expert(SLUG_B, NAME_B, team=pensions, public=False)
+    return make_user("ana", teams=(roads,)), make_user("bob", teams=(pensions,)), make_user("admin", staff=True), pensions
 
 
 def test_a_job_of_another_teams_expert_is_not_found_even_by_who_started_it(client, teams):

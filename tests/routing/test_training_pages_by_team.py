@@ -4,11 +4,10 @@ experts they may see, the others' confusion added up, and no other team's expert
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from experts.models import Expert
 from routing.models import RouterVersion, TrainingRun
+from tests.factories import make_expert, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -16,12 +15,12 @@ SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
 
 
 @pytest.fixture
-def world(django_user_model):
+def world():
     """Team A (roads: ``dmv``), team B (pensions: ``vault-7f3a``, ``ssa``), a run over all three, a member of A, and staff."""
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug=SLUG_B, name=NAME_B, team=pensions)
-    Expert.objects.create(slug="ssa", name="MARKER-B Social Security", team=pensions)
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    make_expert(SLUG_B, NAME_B, team=pensions, public=False)
+    make_expert("ssa", "MARKER-B Social Security", team=pensions, public=False)
     version = RouterVersion.objects.create(version=1, path="/nowhere/v1", experts=["dmv", SLUG_B, "ssa"], embedding_model="m", data_fingerprint="f")
     run = TrainingRun.objects.create(
         params={"hidden_dim": 256}, n_train=90, n_val=30, router_version=version,
@@ -35,10 +34,7 @@ def world(django_user_model):
             "knowledge": {"fitted": False, "reason": f"{SLUG_B} has no documents"},
         },
     )
-    ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")
-    ana.groups.add(roads)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return run, ana, staff
+    return run, make_user("ana", teams=(roads,)), make_user("admin", staff=True)
 
 
 def test_a_run_page_shows_a_team_member_only_their_experts_and_adds_up_the_others(client, world):
