@@ -23,6 +23,14 @@ from sbcommon.hashing import text_hash
 
 DIM = 16
 PASSWORD = "correct horse battery staple"
+XHR = {"X-Requested-With": "XMLHttpRequest"}  # how upload.js posts: answered in JSON
+CSV = b"text\nHow do I renew my licence?\nWhere is my refund?\n"  # a query log of two questions
+
+
+@pytest.fixture
+def var_dir(tmp_path, settings):
+    """Uploads and job files land in tmp_path."""
+    settings.VAR_DIR = tmp_path
 
 
 @pytest.fixture

@@ -13,14 +13,9 @@ from rest_framework.test import APIClient
 from jobs.models import Job
 from labeling.models import Query
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("var_dir")]
 URL = "/api/v1/queries/import"
 CSV = b"text,label\nHow do I renew my licence?,dmv\n,dmv\nWhere is my refund?,irs\n"
-
-
-@pytest.fixture(autouse=True)
-def var_dir(tmp_path, settings):
-    settings.VAR_DIR = tmp_path
 
 
 @pytest.fixture

@@ -10,14 +10,9 @@ from django.urls import reverse
 from jobs.models import Job
 from labeling.models import Query
 
-pytestmark = pytest.mark.django_db
-XHR = {"X-Requested-With": "XMLHttpRequest"}
-CSV = b"text\nHow do I renew my licence?\nWhere is my refund?\n"
+from .conftest import CSV, XHR
 
-
-@pytest.fixture(autouse=True)
-def var_dir(tmp_path, settings):
-    settings.VAR_DIR = tmp_path
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("var_dir")]
 
 
 def test_the_import_page_has_the_upload_form_and_its_script(console):

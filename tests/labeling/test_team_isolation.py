@@ -22,14 +22,9 @@ from labeling.models import Assignment, ClusteringRun, Proposal, Query, ReviewAc
 
 from .conftest import PASSWORD, direction, proposal
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("var_dir")]
 MARKER = "Zebrafish7731"
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture(autouse=True)
-def var_dir(tmp_path, settings):
-    settings.VAR_DIR = tmp_path
 
 
 @pytest.fixture

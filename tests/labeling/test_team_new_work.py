@@ -19,16 +19,9 @@ from labeling import services
 from labeling.access import NO_TEAM
 from labeling.models import Query
 
-from .conftest import add_query, direction
+from .conftest import CSV, XHR, add_query, direction
 
-pytestmark = pytest.mark.django_db
-XHR = {"X-Requested-With": "XMLHttpRequest"}
-CSV = b"text\nHow do I renew my licence?\nWhere is my refund?\n"
-
-
-@pytest.fixture(autouse=True)
-def var_dir(tmp_path, settings):
-    settings.VAR_DIR = tmp_path
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("var_dir")]
 
 
 @pytest.fixture
