@@ -45,10 +45,6 @@ class Redactor:
             return {self(k): self(v) for k, v in value.items()}
         return value
 
-    @property
-    def hides_anything(self) -> bool:
-        return self.pattern is not None
-
 
 NOTHING_HIDDEN = Redactor()
 

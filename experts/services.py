@@ -74,15 +74,6 @@ def set_public(expert: Expert, on: bool, user: Any = None) -> Expert:
     return expert
 
 
-def unique_slug(base: str) -> str:
-    """A slug derived from ``base`` that no expert uses yet."""
-    root = slugify(base)[:56] or "expert"
-    slug, n = root, 2
-    while Expert.objects.filter(slug=slug).exists():
-        slug, n = f"{root}-{n}", n + 1
-    return slug
-
-
 @transaction.atomic
 def upsert_expert(slug: str, name: str, description: str = "", keywords: list[str] | None = None, *, team: Any = None,
                   public: bool | None = None) -> tuple[Expert, bool]:

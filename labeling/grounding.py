@@ -61,14 +61,9 @@ def example_split(source_split: str) -> str:
     return ExampleSplit.TRAIN if split == "train" else ""
 
 
-def labelled_questions(expert: Expert, limit: int = 200) -> list[str]:
-    """The expert's labelled questions (promoted proposals, then review decisions), deduplicated, oldest first."""
-    return [text for text, _, _ in labelled_pairs(expert, limit)]
-
-
 def labelled_pairs(expert: Expert, limit: int = 200) -> list[tuple[str, str, str]]:
-    """(question, gold answer or "", the source's split or "") of the expert's labelled questions, as
-    ``labelled_questions`` orders them.
+    """(question, gold answer or "", the source's split or "") of the expert's labelled questions
+    (promoted proposals, then review decisions), deduplicated, oldest first.
 
     A question asked twice keeps the first gold answer found for it, and is held out if any of its
     copies is held out by the source.

@@ -70,10 +70,6 @@ def centroid_of(proposal: Proposal) -> np.ndarray | None:
     return None if proposal.centroid is None else np.frombuffer(bytes(proposal.centroid), dtype="<f4")
 
 
-def latest_promoted_run() -> ClusteringRun | None:
-    return ClusteringRun.objects.filter(status=RunStatus.PROMOTED).order_by("-created_at", "-pk").first()
-
-
 def _runs_by_expert() -> dict[int, int]:
     """Each promoted expert's id → the id of the newest promoted run that promoted it."""
     latest: dict[int, int] = {}
@@ -164,10 +160,6 @@ class RunReview:
     undoable: ReviewAction | None
     promoted: int
     alignment: ReviewAction | None = None  # the align-with-labels action, when the proposals were rewritten to known labels
-
-    @property
-    def open_proposals(self) -> list[Proposal]:
-        return [row.proposal for row in self.rows]
 
     @property
     def editable_proposals(self) -> list[Proposal]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
 
 
 def envstr(name: str, default: str) -> str:
@@ -50,13 +48,3 @@ def envlist(name: str, default: list[str]) -> list[str]:
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
 
-
-def envjson(name: str, default: Any) -> Any:
-    """Parse a JSON value, failing loudly on malformed JSON."""
-    value = os.environ.get(name, "")
-    if value.strip() == "":
-        return default
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"environment variable {name} must be JSON, got {value[:80]!r}: {exc}") from exc

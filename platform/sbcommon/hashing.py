@@ -9,7 +9,3 @@ def text_hash(text: str) -> str:
     """SHA-256 hex digest of a text, after normalising surrounding whitespace."""
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
-
-def bytes_hash(data: bytes) -> str:
-    """SHA-256 hex digest of raw bytes."""
-    return hashlib.sha256(data).hexdigest()

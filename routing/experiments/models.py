@@ -49,7 +49,3 @@ class Experiment(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def is_open(self) -> bool:
-        return self.status in ("draft", "running", "paused")
