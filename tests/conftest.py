@@ -1,4 +1,4 @@
-"""Shared fixtures: users, and the sentence encoder loaded once per test session."""
+"""Shared fixtures: users and a signed-in console client, the chat API's fakes, and the sentence encoder loaded once per test session."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ def encoder():
 @pytest.fixture
 def owner(django_user_model):
     return django_user_model.objects.create_user("owner", "owner@example.com", "correct horse battery staple")
+
+
+@pytest.fixture
+def console(client, owner):
+    """The test client signed in as ``owner``."""
+    client.force_login(owner)
+    return client
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,6 @@ from jobs.models import Job
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def console(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_the_job_page_shows_log_error_and_result(console):
     job = Job.objects.create(
         kind="train_router", key="a", title="Train the router", status="failed", progress=0.9,

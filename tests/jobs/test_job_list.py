@@ -11,12 +11,6 @@ from jobs.models import Job
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def console(client, owner):
-    client.force_login(owner)
-    return client
-
-
 def test_the_job_list_shows_each_job_with_its_progress(console):
     Job.objects.create(kind="train_router", key="a", title="Train the router", status="running", progress=0.42, message="epoch 3 of 8")
     Job.objects.create(kind="index_documents", key="b", title="Index documents", status="succeeded", progress=1.0, finished_at=timezone.now())

@@ -1,9 +1,0 @@
-"""Fixtures of the console page tests."""
-
-import pytest
-
-
-@pytest.fixture
-def console(client, owner):
-    client.force_login(owner)
-    return client
