@@ -64,7 +64,6 @@ from .selecting import (
 
 logger = logging.getLogger(__name__)
 
-AdapterMismatchError = AdapterMismatch  # the name this module used to define
 BROKEN_ADAPTER_RETRY_S = 300.0  # a broken adapter folder is looked at again after this long (it may have been fixed)
 PREFIX_CACHE_SIZE = 16  # (adapter, system prompt) pairs whose prompt prefix state is kept (~6 MB each for a 135M model)
 MIN_PREFIX_TOKENS = 16  # shorter shared prefixes are not worth a cache entry
