@@ -8,8 +8,8 @@ bob's conversation and feedback, an import, a clustering run and its proposals, 
 its alarm, jobs, a training run's per-expert figures and bob's API key. Team A has a promoted
 discovery run (its reviewed labels) and a question of alice's; the scheduled checks then run as
 beat runs them (re-clustering, knowledge refresh, evaluation, drift, load, SRM), so what they
-write is in the world too. Serving is faked at its boundaries as in
-``tests/serving/test_failover.py`` (a keyword encoder, a store and a generator), so chat answers
+write is in the world too. Serving is faked at its boundaries with ``tests/support/serving.py``'s
+keyword encoder and generator and a store of its own, so chat answers
 for real: a passage of ``b-desk`` carries a marker, so a B passage reaching A shows.
 
 Principals: anonymous, alice, bob, staff (sam), A's key (alice's, scoped to ``a-desk``), A's key
@@ -37,8 +37,6 @@ from clients.models import ApiKey
 from clients.services import revoke_key
 from encoders import embedding_space
 from experts.choices import VersionStatus
-from experts.generation import stream_by_words
-from experts.ml.extractive import NOT_FOUND, Answer
 from experts.models import Expert, ExpertVersion, TrainingExample
 from jobs.models import Job
 from knowledge.ingest import upsert_document
@@ -58,27 +56,13 @@ from sbcommon.hashing import text_hash
 from serving import chat as serving_chat
 from serving import events, expert_answer, route
 from tests.factories import make_key, make_team, make_user
+from tests.support.serving import DIM, FakeEncoder, FakeGenerator
 
 MARK = "MARK-B-"
-DIM = 8
 SLUGS = ["a-desk", "b-desk"]
-KEYWORDS = {"alpha": 0, "bravo": 1}
+KEYWORDS = {"alpha": 0, "bravo": 1}  # for the keyword encoder: "alpha" along a-desk's axis, "bravo" along b-desk's
 # The scheduled jobs the world runs (not the router's retraining, nor retention, which finds nothing to delete).
 SCHEDULED_CHECKS = ["recluster", "refresh_knowledge", "nightly_evaluation", "drift_check", "load_check", "srm_check"]
-
-
-class KeywordEncoder:
-    """"alpha" points along a-desk's axis, "bravo" along b-desk's; anything else nowhere known (the router abstains)."""
-
-    name = "fake"
-    dimension = DIM
-
-    def encode(self, texts, batch_size=64):
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            axes = [axis for word, axis in KEYWORDS.items() if word in text.lower()]
-            out[i, axes or [7]] = 1.0
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
 class MarkedStore:
@@ -95,21 +79,6 @@ class MarkedStore:
                          "title": f"{e.slug} guide", "expert": e.slug, "document_id": i + 1})
             for i, e in enumerate(experts)
         ]
-
-
-class QuotingGenerator:
-    """Answers "<expert> says: <first passage> [1]", plain or streamed word by word."""
-
-    name = "extractive"
-
-    def generate(self, request) -> Answer:
-        if not request.passages:
-            return Answer(text=NOT_FOUND, citations=[], grounded=False)
-        first = request.passages[0]
-        return Answer(text=f"{request.expert} says: {first.text} [1]", citations=[first], grounded=True)
-
-    def stream(self, request) -> Iterator[str | Answer]:
-        yield from stream_by_words(self.generate(request), words_per_chunk=1)
 
 
 @dataclass
@@ -252,7 +221,7 @@ def _promoted_run(team: Group, expert: Expert) -> ClusteringRun:
     run = ClusteringRun.objects.create(model=embedding_space(), eps=0.2, min_samples=3, n_experts=1, fingerprint="team-a", n_queries=3, n_topics=1,
                                        status="promoted", **({"team": team} if _has_field(ClusteringRun, "team") else {}))
     proposal = Proposal.objects.create(run=run, index=0, name="Alpha questions", status="promoted", expert=expert, size=3)
-    vector = KeywordEncoder().encode(["alpha"])[0]
+    vector = FakeEncoder(KEYWORDS, fold_case=True).encode(["alpha"])[0]
     for i in range(3):
         text = f"alpha office question {i}"
         Embedding.objects.get_or_create(model=embedding_space(), text_hash=text_hash(text), defaults={"vector": vector.astype("<f4").tobytes()})
@@ -282,11 +251,11 @@ def team_world(db, settings, tmp_path, monkeypatch) -> Iterator[TeamWorld]:
     settings.ROUTER_LOAD_WINDOW = 10
     settings.ROUTER_LOAD_PENALTY = 0.0
     settings.ROUTER_CAPACITY = 1.0
-    encoder, store = KeywordEncoder(), MarkedStore()
+    encoder, store = FakeEncoder(KEYWORDS, fold_case=True), MarkedStore()
     monkeypatch.setattr(route, "get_encoder", lambda *a, **k: encoder)
     monkeypatch.setattr(serving_chat, "get_encoder", lambda *a, **k: encoder)
     monkeypatch.setattr(serving_chat.knowledge, "search_experts", store)
-    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: QuotingGenerator())
+    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: FakeGenerator())
     monkeypatch.setattr(serving_chat, "assign", lambda subject: None)  # experiments assign no arm: answers stay comparable
     route._router_cache.clear()
     caches[settings.BREAKER_CACHE].clear()

@@ -37,14 +37,17 @@ class FakeEncoder:
     name = "fake"
     dimension = DIM
 
-    def __init__(self):
+    def __init__(self, keywords: dict[str, int] = KEYWORDS, *, fold_case: bool = False):
+        self.keywords = keywords
+        self.fold_case = fold_case  # match keywords whatever their case
         self.seen: list[str] = []  # every text encoded, in order
 
     def encode(self, texts, batch_size=64):
         self.seen.extend(texts)
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         for i, text in enumerate(texts):
-            axes = [axis for word, axis in KEYWORDS.items() if word in text]
+            folded = text.lower() if self.fold_case else text
+            axes = [axis for word, axis in self.keywords.items() if word in folded]
             out[i, axes or [7]] = 1.0
             if "and" in text.split() and len(axes) == 2:
                 out[i, axes[0]] = 1.05
