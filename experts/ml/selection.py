@@ -37,39 +37,20 @@ from .lora_examples import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
 from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons
 
-# How many neighbouring sentences one candidate may hold. On doc2dial 68% of gold answers are one
-# sentence of ``split_sentences``, 25% two, 7% more; yet on its validation split (the first 51 of
-# ``evaluate answers --split val``'s questions) pairs as candidates gave routed F1 0.303-0.310 against
-# 0.319-0.323 with single sentences alone, at twice the cost.
+# How many neighbouring sentences one candidate may hold: on doc2dial's validation split pairs scored
+# lower than single sentences, at twice the cost (docs/EVALUATIONS.md).
 MAX_SPAN = 1
 # Padded candidate positions per forward pass: candidates of similar length go together, so little
 # of a pass is padding (a pass's cost grows with its rows x the longest candidate).
 BATCH_TOKENS = 512
 # The scorer's best sentences the adapter judges, and the weight of its mean log-probability per token
-# against the scorer's score. Chosen on doc2dial's validation split (`manage.py evaluate answers --split
-# val --modes auto`, 109 of its 120 questions reach the model; the same adapters of 80 + 20 steps; every
-# candidate's scores recorded once, the rules compared on them): routed LoRA token F1 over those 109 with
-# a shortlist of 2, 3, 4, 5 or 6 and weight 0.5: 0.323 each (weight 0.25: 0.319, 1: 0.320); the scorer
-# alone 0.315; the adapter alone over every sentence (the rule before) 0.291, over the scorer's best 2: 0.315.
-# The bare base model gains nothing from the scorer's company (0.311 with weight 0.5, 0.315 alone).
-# Measured again on all 417 validation questions (2026-12-05, `--split val --limit 0 --modes auto`): routed
-# LoRA F1 0.3299 at weight 0.5 and 0.3317 at 0 (paired -0.0018, standard error 0.003), both below the
-# extractive answer's 0.3498 (-0.018 at 0): the shortlist was scored on the sentences of the passages as the
-# prompt shows them (each cut to prompting.PASSAGE_CHARS), not on the whole passages the extractive answer
-# reads (at weight 0, 73 of the 417 answers quoted another sentence than the extractive one).
-# Since then the shortlist is ranked on the whole passages and kept in the cut (``plan_selection``); the same
-# command, adapters trained again on the new prompts: routed LoRA F1 0.3474 at weight 0.5 (extractive 0.3498,
-# paired -0.0024, standard error 0.0013). Every option's scores recorded once and the weights replayed on them:
-# 0.3495 at 0, 0.3492 at 0.1, 0.3483 at 0.25, 0.3465 at 0.5, 0.3464 at 1; at 0.5 the adapter overrules the
-# scorer on 7 of the 395 questions that reach it, 6 of them for the worse. 0.25 is the largest weight within
-# one standard error of the best (-0.0010, standard error 0.0009): the scorer chooses, the adapter breaks
-# near-ties.
+# against the scorer's score: the largest weight within one standard error of the best on doc2dial's
+# validation split, so the scorer chooses and the adapter breaks near-ties (figures: docs/EVALUATIONS.md).
 SHORTLIST = 2
 LM_WEIGHT = 0.25
 # How a served model answers, in-process or through vLLM (``experts.generation.selecting``): "select", the passage
 # sentence it rates best, verbatim and cited; "free", written token by token (a request asking for sampling always
-# is). Chosen on doc2dial's validation split (`manage.py evaluate answers --split val --modes auto`, 120 questions,
-# the same adapters): routed LoRA token F1 0.263 against 0.220 decoding freely (paired +0.043, standard error 0.020).
+# is). "select" scored higher on doc2dial's validation split (docs/EVALUATIONS.md).
 DECODING = "select"
 
 

@@ -45,14 +45,9 @@ from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
 
 BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-# How the blend weight is chosen (``fit_blend``). The rule, not a figure, was chosen on validation splits.
-# The earlier rule (the best accuracy on the typo copies within 0.005 of the best accuracy as written)
-# always took the largest weight the tolerance allowed. Accuracy on a thousand validation questions
-# moves in steps of 0.001, so that edge was noise: on hwu64's (domains) it picked 0.7, where the NLL as
-# written is 4% worse than at 0.5. NLL reads every question's probability, not only the top one, and
-# the one-standard-error rule says which weights the validation questions cannot tell apart; the typo
-# copies decide among those (on data the network already separates, all of them). Validation picks:
-# clinc150 0.4 (domains) / 0.5 (intents), hwu64 0.6 / 0.6.
+# How the blend weight is chosen (``fit_blend``). NLL reads every question's probability, not only the
+# top one; the one-standard-error rule says which weights the validation questions cannot tell apart, and
+# the typo copies decide among those. The rule's picks, and the earlier rule's, are in docs/EVALUATIONS.md.
 BLEND_RULE = "lowest validation NLL as written; within one standard error of it, lowest NLL on the typo copies"
 LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilities
 # The nearest training questions' weight in the logits (``fit_nearest_weight``), each expert's evidence a
