@@ -12,13 +12,10 @@ GENERATORS = ("extractive", "base", "lora")
 BATCH_SIZE = 8
 SEED = 0  # of every sample, router and adapter training of a run
 
-# The default run (chosen to fit ~45 minutes on a shared 2-core CPU, see docs/EVALUATIONS.md): a stratified
-# sample of the test questions, and the training steps below. The steps were chosen on doc2dial's
-# validation split (`--split val --modes auto --generators extractive,lora`, 120 questions): routed
-# LoRA F1 0.159 with 40 + 10 steps, 0.206 with 80 + 20 (extractive 0.195): the adapters were
-# undertrained. Measured again with select decoding on all 417 validation questions (2026-12-05,
-# `--split val --limit 0 --modes auto --generators lora`): 0.3299 with 80 + 20, 0.3263 with 160 + 40.
-# Adapters are cached by fingerprint, so a rerun pays for generation only.
+# The default run (chosen to fit ~45 minutes on a shared 2-core CPU): a stratified sample of the test
+# questions, and the training steps below, chosen on doc2dial's validation split (fewer undertrain the
+# adapters, more do not help; figures in docs/EVALUATIONS.md). Adapters are cached by fingerprint, so a
+# rerun pays for generation only.
 DEFAULT_LIMIT = 120
 DEFAULT_POOLED_STEPS = 80
 DEFAULT_EXPERT_STEPS = 20
