@@ -11,8 +11,7 @@ want to renew my driver license online") say what "it" is. Search then reads, be
 
 Only the user's own turns are read, never the assistant's answers: the answers quote the documents
 the search is looking for, and a conversation keeps no text of them. A question without earlier
-turns is searched as it is. What the weight is worth was measured on doc2dial's validation split
-(``manage.py evaluate answers --split val``): see ``CONTEXT_WEIGHT``.
+turns is searched as it is. ``CONTEXT_WEIGHT`` is the weight serving uses.
 """
 
 from __future__ import annotations
@@ -25,13 +24,10 @@ import numpy as np
 from .sparse import bm25_vector
 
 # The weight of the user's earlier turns in a follow-up's search (serving's ``SearchContext.weight``); a
-# follow-up the router abstains on is searched alone whatever the weight (a change of subject). Chosen on
-# doc2dial's validation split: the smallest weight whose routed extractive F1 (all 417 questions, 348 of them
-# follow-ups; `evaluate answers --split val --limit 0 --generators extractive --modes auto`) is within one
-# standard error of the best: 0.25: 0.333, 0.5: 0.344, 0.75: 0.345, 1: 0.344, 2: 0.327, 4: 0.320 (0.5 - 0.75
-# -0.0004, se 0.006). The smaller the weight, the more the question itself decides whether anything answers
-# it (clinc150's out-of-scope questions asked as follow-ups: "not found" 85% of the time at 0.5,
-# tools/measure_offtopic_followups.py). docs/EVALUATIONS.md has the history.
+# follow-up the router abstains on is searched alone whatever the weight (a change of subject). The smallest
+# weight whose routed extractive F1 on doc2dial's validation split is within one standard error of the best;
+# the smaller the weight, the more the question itself decides whether anything answers it
+# (tools/measure_offtopic_followups.py). Figures in docs/EVALUATIONS.md.
 CONTEXT_WEIGHT = 0.5
 
 
