@@ -10,8 +10,7 @@ from django.urls import reverse
 from experts.generation import GenerationBusy
 from serving import chat, route
 from serving.chat import Source
-
-from .test_console_pages import experts, fake_result  # noqa: F401  (experts is a fixture)
+from tests.support.chat_results import fake_result
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +49,7 @@ def ask(console, question="How do I renew?", mode="auto"):
     return console.post(reverse("console-playground-stream"), {"question": question, "mode": mode})
 
 
-def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(console, experts, monkeypatch):  # noqa: F811
+def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(console, experts, monkeypatch):
     result = fake_result()
     result.answer_source, result.fallback_reason = "extractive_fallback", "generator_timeout"
     turn = FakeTurn(result, ["You ", "can ", "renew ", "online. [1]"])
@@ -72,7 +71,7 @@ def test_the_answer_streams_word_by_word_then_the_whole_panel_replaces_it(consol
     assert turn.closed  # the response's end closes the turn (its event is recorded once)
 
 
-def test_a_failure_mid_answer_is_an_error_event(console, experts, monkeypatch):  # noqa: F811
+def test_a_failure_mid_answer_is_an_error_event(console, experts, monkeypatch):
     monkeypatch.setattr(chat, "open_stream", lambda question, model="auto", **_: FakeTurn(fake_result(), ["You ", "can "], fail_after=1))
     stream = events(ask(console))
     assert [name for name, _ in stream] == ["meta", "delta", "error"]
@@ -92,7 +91,7 @@ def test_form_errors_come_back_as_the_panel(console, monkeypatch):
     (route.AllExpertsDown([{"slug": "dmv", "reason": "store_unavailable"}]), b"No expert could answer."),
     (GenerationBusy("the model is busy", retry_after_s=9), b"Try again in 9 s."),
 ])
-def test_a_question_that_cannot_be_answered_now_is_a_503_panel(console, experts, monkeypatch, error, shown):  # noqa: F811
+def test_a_question_that_cannot_be_answered_now_is_a_503_panel(console, experts, monkeypatch, error, shown):
     def refuse(question, model="auto", **_):
         raise error
 
@@ -104,7 +103,7 @@ def test_a_question_that_cannot_be_answered_now_is_a_503_panel(console, experts,
         assert response["Retry-After"] == "9"
 
 
-def test_the_htmx_endpoint_shows_the_same_refusals(console, experts, monkeypatch):  # noqa: F811
+def test_the_htmx_endpoint_shows_the_same_refusals(console, experts, monkeypatch):
     def busy(question, model="auto", **_):
         raise GenerationBusy("the model is busy", retry_after_s=4)
 
@@ -114,7 +113,7 @@ def test_the_htmx_endpoint_shows_the_same_refusals(console, experts, monkeypatch
     assert b"Try again in 4 s." in response.content
 
 
-def test_the_form_names_its_streaming_endpoint(console, experts):  # noqa: F811
+def test_the_form_names_its_streaming_endpoint(console, experts):
     html = console.get(reverse("console-playground")).content.decode()
     assert 'data-stream-url="/playground/stream/"' in html
     assert "js/playground.js" in html
@@ -125,7 +124,7 @@ def test_anonymous_callers_are_sent_to_sign_in(client):
     assert response.status_code == 302
 
 
-def test_under_asgi_the_stream_is_an_async_iterator_so_uvicorn_sends_each_word_as_it_comes(experts, owner, monkeypatch):  # noqa: F811
+def test_under_asgi_the_stream_is_an_async_iterator_so_uvicorn_sends_each_word_as_it_comes(experts, owner, monkeypatch):
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
