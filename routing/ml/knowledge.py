@@ -15,10 +15,8 @@ gets three features (``FEATURES``):
 * ``keyword_share``: the expert's best BM25 score over the best candidate's (0 when no word matches
   anywhere; BM25 scores grow with the question's length, a share does not).
 
-These three were chosen on doc2dial's validation split by the combiner's own 5-fold cross-validated
-accuracy, against adding an indicator of the best-matching candidate, the mean of the three best
-cosines or log BM25 scores (none helped), and against 2 or 4 candidates (2 lost accuracy, 4 cost
-one more lookup per request for the same figure).
+These three, and ``CANDIDATES``, were chosen on doc2dial's validation split by the combiner's own
+5-fold cross-validated accuracy (docs/EVALUATIONS.md has the alternatives tried).
 
 A conditional logit (one weight per feature, shared by all experts, softmax over the candidates)
 is fitted on the router's validation split by L-BFGS with a small L2 penalty. It starts from the
@@ -38,38 +36,19 @@ candidates), and the multiple that tells them from the others' questions best wi
 question's best cosine is taken over the candidates the router would offer without its expert, as
 many as served (the caller looks up ``FIT_CANDIDATES``, one more than served, on validation):
 compared over fewer collections, any evidence, noise included, would seem to tell held-out
-questions apart. On doc2dial's validation split that is the full ratio (held-out AUROC 0.767
-without the cosine, 0.791 with it; 0.795 when held-out questions were compared over one collection
-fewer): a question from a domain without an expert matches the other domains' documents poorly.
-Clinc150's out-of-scope questions (small talk, other services) are not such questions: with the
-documents, doc2dial's out-of-scope AUROC against them is 0.967, the router's own 0.979.
+questions apart.
 
 The ranking and the in-scope score are decided apart: a combiner whose ranking validation did not
 keep still serves its in-scope score where its cosine weight is above 0 (``in_scope``, ``serves``).
-On the demo (37 validation questions) the ranking is not kept and the cosine is (held-out AUROC
-0.927 -> 0.931): "what is SSI?" (router score 0.50, under its threshold) is answered by ssa, whose
-documents match it at 0.52, and of the 125 test questions one more is turned away, one the router
-alone sent to the wrong expert.
 
 Then the question's jargon: ``knowledge.ml.distinct.DistinctWords`` scores how strongly its rarest
 word that the sentence encoder does not know as a word ("PSLF", "DD214") belongs to one expert's
 documents, and its weight is chosen the same way on top of the cosine's (``word_scale``; held out,
-an expert's documents are gone, and with them its words). On doc2dial's validation split the
-held-out AUROC went 0.791 -> 0.795 at a quarter of the spreads' ratio, and against clinc150's
-out-of-scope questions 0.967 -> 0.966 (recall at 95% precision 0.780 either way); on the demo's 37
-validation questions it changed nothing there (0.931 at 0 and 0.25), so the demo does without it.
+an expert's documents are gone, and with them its words).
 
-Tried and left out: the best BM25 score (log 1 + score) as a further in-scope term, its weight chosen
-the same way after the cosine's. On doc2dial's validation split it gained 0.002 held-out AUROC
-(0.791 -> 0.793) and cost 0.005 against clinc150's out-of-scope questions (0.967 -> 0.962); BM25
-sums over every word the question shares with a chunk, common ones too ("tell me a joke" scores 5.9
-in the DMV's documents, "what is PSLF?" 5.6 in Student Aid's), so it says little about whether an
-expert covers a question. And the jargon as a fourth ranking feature (each candidate's claim on the
-question's words, ``rarity x its share``; 69 of doc2dial's 417 validation questions carry such a
-word, and its expert is the gold one for 59 of them): 5-fold cross-validated accuracy on validation
-0.7986 with it against 0.801 without; the keyword share's BM25 already weighs a rare
-word by the collection's IDF, so the router's ranking gains nothing from it. Left out; the trace shows
-the word that kept a question in scope (``DistinctWords.strongest``).
+The best BM25 score as a further in-scope term and the jargon as a fourth ranking feature were tried
+and left out (docs/EVALUATIONS.md); the trace shows the word that kept a question in scope
+(``DistinctWords.strongest``).
 """
 
 from __future__ import annotations
