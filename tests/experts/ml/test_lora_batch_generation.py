@@ -9,8 +9,7 @@ from experts.ml.extractive import Passage
 from experts.ml.loading import load_base
 from experts.ml.lora import LoraParams, train_lora
 from experts.ml.lora_examples import Example
-
-from .test_lora import DMV, FAST, SSA
+from tests.support.lora_data import DMV, FAST, SSA
 
 QUESTIONS = [
     Example("How do I renew my driver license?", "", [Passage("Renew a license online at the DMV.", "Renewals", score=0.8)]),

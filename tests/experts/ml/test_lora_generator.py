@@ -9,8 +9,7 @@ from experts.generation.base import AdapterRef, GenerationError, GenerationReque
 from experts.generation.transformers import TransformersGenerator
 from experts.ml.extractive import Answer, Passage
 from experts.ml.lora import LoraParams, train_lora
-
-from .test_lora import DMV, FAST, SSA
+from tests.support.lora_data import DMV, FAST, SSA
 
 # The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
 WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
