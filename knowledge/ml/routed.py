@@ -6,17 +6,13 @@ from __future__ import annotations
 # (continuous soft routing): the routed search widens while the chosen experts' probabilities add up to
 # less than this, and 1.0 is always. Not tuned: lowering it saves searches, never answers.
 WIDEN_BELOW = 1.0
-# Each weight is the router's probability to this power. Chosen on doc2dial's validation split (`evaluate
-# retrieval` on the val questions; hybrid nDCG@5 of the product's routed top-2 search by power: 1.0 0.513,
-# 0.7 0.514, 0.5 0.521, 0.35 0.519, 0.25 0.515; the question-only routers' top-2: 0.482 / 0.493 / 0.497 /
-# 0.502 / 0.500; flat 0.497).
+# Each weight is the router's probability to this power: the best hybrid nDCG@5 of the routed top-2 search
+# on doc2dial's validation split (figures in docs/EVALUATIONS.md).
 WEIGHT_POWER = 0.5
 # The same power for a follow-up searched with its conversation's earlier turns: they already say what
-# the conversation is about, and the router's weights lost answers there. Chosen on doc2dial's validation
-# split with the product's path (`evaluate answers --split val --limit 0 --generators extractive --modes
-# auto`): routed extractive F1 on the 348 follow-ups by power 0: 0.3363, 0.25: 0.3346, 0.5: 0.3307, 1:
-# 0.3281 (paired against 0: 0.25 -0.0017 se 0.0038, 0.5 -0.0056 se 0.0043, 1 -0.0083 se 0.0046); the largest
-# power within one standard error of the best: the router keeps the most say that costs nothing measurable.
+# the conversation is about, and the router's weights lost answers there. The largest power within one
+# standard error of the best routed extractive F1 on doc2dial's validation follow-ups: the router keeps the
+# most say that costs nothing measurable (figures in docs/EVALUATIONS.md).
 CONTEXT_WEIGHT_POWER = 0.25
 
 

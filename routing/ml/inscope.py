@@ -17,12 +17,10 @@ are scored as if it did not exist (its prototypes and bank rows left out, the ot
 view probabilities renormalised), against the other experts' validation questions scored as served.
 The (mix, scale) with the highest mean AUROC over those held-out experts wins (``IN_SCOPE_RULE``).
 
-Why: the earlier score (network + confidence, the confidence scaled to the network's spread) gave
-doc2dial's questions against clinc150's out-of-scope ones an AUROC of 0.943, where plain
-nearest-example routing gets 0.978; there the character view's confidence alone scores 0.72 and
-drags the sum down. Which evidence helps differs between datasets (on clinc150 the confidence
-helps), and the held-out-expert AUROC on validation ranks the choices as the real out-of-scope
-questions do on both: on doc2dial it picks no confidence, on clinc150 half of it.
+Why: on doc2dial the character view's confidence drags the sum down and the nearest questions lift it,
+on clinc150 the confidence helps (docs/EVALUATIONS.md), and the held-out-expert AUROC on validation ranks
+the choices as real out-of-scope questions do on both: on doc2dial it picks no confidence, on clinc150
+half of it.
 """
 
 from __future__ import annotations
