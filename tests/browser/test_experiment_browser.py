@@ -7,7 +7,8 @@ import pytest
 from experts.models import Expert, ExpertVersion
 from routing.experiments.models import Experiment
 
-from .test_walk_browser import PASSWORD, log_in, shot
+from .accounts import PASSWORD, log_in
+from .demo_world import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -21,7 +22,7 @@ def test_an_experiment_is_created_from_dropdowns_and_a_draft_is_deleted(live_ser
     ExpertVersion.objects.create(expert=expert, version=1, status="active", system_prompt="Answer briefly.")
     ExpertVersion.objects.create(expert=expert, version=2, status="candidate", system_prompt="Answer briefly, citing the page.")
     page, base = browser_page, live_server.url
-    log_in(page, base, "admin", "/experiments/")
+    log_in(page, "admin", f"{base}/experiments/")
     page.fill("#id_name", "Citing the page")
     page.select_option("#id_expert", "dmv")
     page.select_option("#id_control_version", label="Motor Vehicles: v1, serving now")

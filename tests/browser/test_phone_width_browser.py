@@ -13,7 +13,8 @@ from jobs.models import Job
 from knowledge.models import Document
 from routing.experiments.models import Experiment
 
-from .test_walk_browser import PASSWORD, log_in, seed, shot
+from .accounts import PASSWORD, log_in
+from .demo_world import seed_demo_world, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PHONE = {"width": 390, "height": 844}
@@ -41,9 +42,9 @@ def pages() -> list[str]:
 
 def test_no_console_page_scrolls_sideways_on_a_phone(live_server, django_user_model, browser_page):
     django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True, is_superuser=True)
-    seed()
+    seed_demo_world()
     page, base = browser_page, live_server.url
-    log_in(page, base, "admin")
+    log_in(page, "admin", f"{base}/")
     page.set_viewport_size(PHONE)
     too_wide = {}
     for path in pages():
