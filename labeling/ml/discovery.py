@@ -20,14 +20,10 @@
    ``-1``, so a reviewer can still detach them: ``labeling.proposals.detach_noise``); ``leave`` takes
    DBSCAN's noise out of every proposal, for the reviewer to attach.
 
-The defaults were chosen on the *train* splits of clinc150 and hwu64 (ARI against their domains, at
-the suggested K and at the true K: clinc150 K=7 and 10, hwu64 K=15 and 18), never on the figures
-``evaluate clustering`` reports (its held-out rows). Mean ARI over those four settings:
-``smoothed_kmeans`` with 10 neighbours and noise attached 0.472 (20 neighbours 0.456, the same with
-whole topics 0.417), ``sweep`` 0.425, ``topics`` 0.388, plain KMeans(n_init=10) 0.405, and the
-single radius with noise left out (what the console ran before) 0.117: leaving a third of the
-queries out of every proposal costs more than any grouping wins. ``manage.py evaluate clustering
---dataset ... --split train --variants`` reproduces the comparison (docs/EVALUATIONS.md).
+The defaults (``smoothed_kmeans``, 10 neighbours, noise attached) were chosen by ARI on the *train*
+splits of clinc150 and hwu64, never on the figures ``evaluate clustering`` reports (its held-out rows);
+``manage.py evaluate clustering --dataset ... --split train --variants`` reproduces the comparison
+(figures in docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations
