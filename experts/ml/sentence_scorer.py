@@ -22,30 +22,19 @@ weights``, or a small network over the same features) over:
 
 ``HAND_SET`` is the scorer the extractive answer used before (cosine, 0.15 x overlap and a 0.02
 preference per better passage rank). ``fit_weights`` fits linear weights by a listwise objective;
-fitted on the train split of doc2dial (its 2,379 questions with gold answers; the sentences of the
-top three passages the product's routed search returns), the sentence they pick has token F1 0.295
-against the gold answer on validation and 0.282 on test (hand-set: 0.252 and 0.246; the best
-sentence within reach: 0.464 and 0.460). The product served those weights until the network below
-beat them; ``manage.py evaluate sentences`` keeps both linear scorers as its baselines.
+``manage.py evaluate sentences`` keeps both linear scorers as its baselines.
 
 A linear score cannot say "a high cosine matters less in a low-ranked passage" or "a short sentence
 after a question is the answer only when it is close to the question". ``MlpScorer`` can: one
 hidden layer of ``MLP_HIDDEN`` units per member, ``MLP_MEMBERS`` members trained from different
 seeds on the same listwise objective as the linear fit (``fit_mlp``) and averaged, which is one
-network ``MLP_MEMBERS`` times as wide. Fitted on the same train questions over the nine
-per-sentence features, its first choice had token F1 0.306 against the linear weights' 0.295 on
-doc2dial's validation split (paired +0.011, se 0.007; widths 4-16, weight decay 1e-3 and 1e-2,
-10-40 epochs all gave 0.30-0.31 there, the constants below being the best of the ensembles tried),
-and 0.298 against 0.282 on test. With ``overlap_gap`` (the only ``LISTWISE`` feature, which the
-linear score cannot use) the shipped network has 0.319 on validation (+0.0125 over the nine-feature
-network, se 0.006, chosen there among the candidates listed at ``LISTWISE``) and 0.299 on test
-(+0.001, se 0.002: the gain did not carry over to the test questions, nor did it cost any). Fitted
-without one domain, it still beats the linear weights fitted the same way on that domain's test
-questions, for each of doc2dial's four (``evaluate sentences``' ``held_out_domains``: +0.018 over
-all, se 0.004): what it learned is about sentences, not domains. It ships as ``DEFAULT_SCORER_FILE``,
-written by ``manage.py evaluate sentences --save-scorer``; ``load_scorer`` reads any scorer spec.
-Why a sentence was chosen (``reasons``) reads the network's gradient at that sentence: the weights
-of the linear scorer that agrees with it there.
+network ``MLP_MEMBERS`` times as wide. It reads the linear features and ``overlap_gap`` (the only
+``LISTWISE`` feature, which the linear score cannot use); fitted on doc2dial's train split, it picks
+better sentences than the linear weights on validation, on test and on each domain held out (figures
+in docs/EVALUATIONS.md, "evaluate sentences"): what it learned is about sentences, not domains. It
+ships as ``DEFAULT_SCORER_FILE``, written by ``manage.py evaluate sentences --save-scorer``;
+``load_scorer`` reads any scorer spec. Why a sentence was chosen (``reasons``) reads the network's
+gradient at that sentence: the weights of the linear scorer that agrees with it there.
 """
 
 from __future__ import annotations
