@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 
-from experts.models import Expert
 from experts.redaction import hidden_slugs, redactor_for
+from tests.factories import make_expert, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def users(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=pensions)
-    Expert.objects.create(slug="dmv-east", name="Motor Vehicles East", team=roads)
-    Expert.objects.create(slug="faq", name="General FAQ")
-    ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")
-    ana.groups.add(roads)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return ana, staff
+def users():
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=pensions, public=False)
+    make_expert("dmv-east", "Motor Vehicles East", team=roads, public=False)
+    make_expert("faq", "General FAQ", public=False)
+    return make_user("ana", teams=(roads,)), make_user("admin", staff=True)
 
 
 def test_it_replaces_whole_slugs_and_names_of_hidden_experts_in_text_lists_and_keys(users):

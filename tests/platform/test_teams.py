@@ -4,29 +4,27 @@ staff against team members on the overview, and the friendly 403/404 pages."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.test import RequestFactory
 from django.urls import NoReverseMatch, reverse
 
 from console import nav
-from experts.models import Expert
 from routing.models import RoutingEvent
+from tests.factories import make_expert, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def world(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
-    Expert.objects.create(slug="faq", name="General FAQ")
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    make_expert("ssa", "Social Security", team=pensions, public=False)
+    make_expert("faq", "General FAQ", public=False)
     RoutingEvent.objects.create(request_id="1", mode="auto", expert="dmv")
     RoutingEvent.objects.create(request_id="2", mode="auto", expert="ssa")
-    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
+    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")  # her password is changed below
     member.groups.add(roads)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return member, staff
+    return member, make_user("admin", staff=True)
 
 
 def test_the_nav_lists_every_page_and_a_wrong_url_name_fails_loudly(world, monkeypatch):
