@@ -37,13 +37,9 @@ Choices, and why:
   against "no difference". A significant change of the primary in the bad direction, or a
   guardrail regression, keeps A.
 - **Planned size**: each design is sized for the test it runs (``plan``): the fixed design's z-test
-  needs 4129 per arm (baseline 0.6, +5%, alpha 0.05, power 0.8); the sequential design's mSPRT
-  needs 7996, found where its power read once at the end reaches 0.8 (peeking adds to it). Sizing
-  the sequential test by the fixed formula left it 49% power at its plan.
-- **Measured** (``manage.py evaluate abtest --simulate --n-simulations 1000``, baseline 0.6, +5%):
-  sequential, peeked at 20 times, at its planned 7996 per arm: false-positive rate 0.009, power
-  0.869 [0.847, 0.889]; fixed at 4129: false-positive rate 0.061 (two-sided, half of them
-  promotions), power 0.82.
+  by its formula; the sequential design's mSPRT where its power read once at the end reaches
+  ``power`` (peeking adds to it). ``manage.py evaluate abtest --simulate`` measures both (figures in
+  docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations

@@ -21,12 +21,7 @@ A confident question is never re-routed, so a self-contained question that chang
 I apply for student loan forgiveness?" after questions about a driver licence) goes where it
 belongs; an ambiguous follow-up leans on its conversation. Blending always, at any weight, cost
 the changes of subject too much; gating alone did not. ``tools/measure_conversation_routing.py``
-chose the defaults on doc2dial's validation split (the only conversations in shared/datasets):
-real follow-ups and questions that change the subject (another domain's conversation opener asked
-after a conversation) counted alike, best mean accuracy, ties to the smaller weight, then the lower
-threshold. The product's router there: question alone 0.776 of follow-ups and 0.927 of changes of
-subject placed right; blended always (weight 3) 0.897 and 0.623; gated below 0.6 with weight 3:
-0.851 and 0.933 (below 0.7: 0.871 and 0.913, the same mean).
+chose the defaults on doc2dial's validation split (figures in docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations
