@@ -89,11 +89,9 @@ class Answer:
     selection: dict[str, Any] | None = None
 
 
-# A run-on "sentence" (a list or a run of link titles the page never punctuated) is quoted whole. Cutting
-# those over N words at their likeliest break (a line break, a colon, a capital after a lower-case word,
-# a comma) lost answer F1 on doc2dial's validation split (`evaluate answers --split val --limit 0
-# --generators extractive --modes auto`: 0.3444 uncut, 0.3436 at 60 words, 0.3338 at 40, 0.3069 at 25):
-# gold answers run across such lists as often as they pick one item.
+# A run-on "sentence" (a list or a run of link titles the page never punctuated) is quoted whole: cutting
+# it at its likeliest break lost answer F1 (docs/EVALUATIONS.md); gold answers run across such lists as
+# often as they pick one item.
 def split_sentences(text: str) -> list[str]:
     parts = [p.strip() for p in _SENTENCE_SPLIT.split(text) if p and p.strip()]
     return [p for p in parts if len(p) >= 20 or len(parts) == 1]

@@ -38,12 +38,8 @@ CONTEXT_BELOW = 0.6
 STICKY_MARGIN = 0.15
 # The conversation breaks a tie among the experts the question itself could mean; it never moves the
 # question to one the question alone rules out ("how do I apply for disability benefits as a veteran?",
-# unsure between ssa and va, asked after questions about a driver licence, went to dmv). On doc2dial's
-# validation split (tools/measure_conversation_routing.py) a floor of 0.005-0.05 changed no follow-up and
-# no change of subject there (0.851 and 0.933); 0.1 lost follow-ups (0.845), 0.2 more (0.831): the
-# largest floor that costs nothing there. With it the script's rule (best mean to three decimals) would pick
-# CONTEXT_WEIGHT 4 over 3 by one validation follow-up (0.853 against 0.851; changes of subject 0.933
-# both): left at 3. `evaluate answers --split val` changed one answer (routed extractive F1 +0.0001).
+# unsure between ssa and va, asked after questions about a driver licence, went to dmv). The largest floor
+# that cost nothing on doc2dial's validation split (figures in docs/EVALUATIONS.md).
 PLAUSIBLE = 0.05
 
 

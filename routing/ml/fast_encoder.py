@@ -35,12 +35,10 @@ FILE = "fast_encoder.npz"
 META = "fast_encoder.json"
 MAX_PIECES = 64  # word pieces read per question (questions are short; the full encoder reads 256)
 # Training settings: Adam (sparse for the table) at 3e-3, batches of 128, up to 12 epochs, stopped
-# after 2 without a better validation cosine. One setting, not tuned: on the validation splits of
-# clinc150 and hwu64 (domains) the cosine was 0.79 after one epoch, 0.865 after 6 and flat from ~10.
+# after 2 without a better validation cosine. One setting, not tuned (docs/EVALUATIONS.md).
 # The experts' documents lend the distillation their sentences (the words users ask about, which the
-# training questions may never use), at most this many, a seeded sample. Chosen on doc2dial's
-# validation questions (2,379 training questions, 7,835 document sentences): their cosine with MiniLM
-# rose from 0.796 to 0.833 (test: 0.795 to 0.824). The cap bounds the job's encoding time, not tuned.
+# training questions may never use), at most this many, a seeded sample: they raise the cosine with
+# MiniLM on doc2dial. The cap bounds the job's encoding time, not tuned.
 DOCUMENT_SENTENCES = 20_000
 LEARNING_RATE = 3e-3
 BATCH_SIZE = 128
