@@ -16,6 +16,7 @@ from tests.support.serving import (  # noqa: F401  (the chat API's faked boundar
     serving,
     store,
 )
+from tests.support.tiny_lm import tiny_lm_dir  # noqa: F401  (the tiny LM, built once a session, for the experts and evaluation tests)
 
 
 @pytest.fixture(scope="session")

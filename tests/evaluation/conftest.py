@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.knowledge.conftest import HashingEncoder
+from tests.support.hashing_encoder import HashingEncoder
 
 
 @pytest.fixture

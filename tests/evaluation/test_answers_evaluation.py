@@ -15,15 +15,14 @@ import pytest
 
 from evaluation.answers import evaluate_answers
 from evaluation.answers_config import DEFAULT_MODES, GENERATORS, AnswerConfig
-from tests.experts.conftest import tiny_lm_dir  # noqa: F401  (the session fixture, shared with the experts tests)
-from tests.knowledge.conftest import HashingEncoder
 from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
+from tests.support.hashing_encoder import HashingEncoder
 
 # Small adapters for the tiny LM; max_length: its tokenizer spends ~290 tokens on the rules, and one passage fits.
 TINY_LORA = {"max_length": 480, "batch_size": 2, "rank": 4, "alpha": 8}
 
 @pytest.fixture
-def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):  # noqa: F811
+def tiny_setup(tmp_path, monkeypatch, settings, tiny_lm_dir):
     import torch
 
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))

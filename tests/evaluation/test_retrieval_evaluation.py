@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from evaluation.retrieval import evaluate_retrieval, ndcg_at_k, recall_at_k
-from tests.knowledge.conftest import HashingEncoder
 from tests.support.eval_datasets import DOC2DIAL
+from tests.support.hashing_encoder import HashingEncoder
 
 
 def test_metrics_count_documents_in_the_top_five():

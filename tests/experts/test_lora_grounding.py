@@ -10,7 +10,7 @@ from jobs.choices import JobStatus
 from knowledge.ingest import ingest_files
 from labeling.choices import ProposalStatus
 from labeling.models import Assignment, ClusteringRun, Proposal, Query
-from tests.knowledge.conftest import HashingEncoder, use_encoder
+from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
 pytestmark = pytest.mark.django_db
 

@@ -8,35 +8,11 @@ the demo pipeline test.
 from __future__ import annotations
 
 import io
-import re
-import zlib
 
-import numpy as np
 import pytest
 
 from experts.models import Expert
-
-DIM = 64
-# The knowledge modules that look up the process's encoder (``get_encoder``): a test's encoder stands in for it in each.
-ENCODER_USERS = ("knowledge.points", "knowledge.indexing", "knowledge.search", "knowledge.views")
-
-
-class HashingEncoder:
-    """Words hashed into 64 dimensions, L2-normalised: texts sharing words are close."""
-
-    def __init__(self, name: str = "test-hashing-encoder"):
-        self.name = name
-        self.dimension = DIM
-        self.calls = 0
-
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        self.calls += 1
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"[a-z0-9]+", text.lower()):
-                out[i, zlib.crc32(word.encode()) % DIM] += 1.0
-            out[i, DIM - 1] += 0.01  # never all zeros
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
+from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
 
 @pytest.fixture
@@ -46,12 +22,6 @@ def encoder_stub(monkeypatch, settings):
     settings.EMBEDDING_MODEL = enc.name
     use_encoder(monkeypatch, enc)
     return enc
-
-
-def use_encoder(monkeypatch, encoder) -> None:
-    """Every knowledge code path (indexing, search, the console's search page) encodes with ``encoder``."""
-    for module in ENCODER_USERS:
-        monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: encoder)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from knowledge.parsers import DocumentInput
 from knowledge.stores import get_store
 from routing.models import RoutingEvent
 from sbcommon import faults
-from tests.knowledge.conftest import use_encoder
+from tests.support.hashing_encoder import use_encoder
 from tests.support.serving import chat, event_for
 
 DOCS = {

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
 from knowledge.stores import get_store
-from tests.knowledge.conftest import use_encoder
+from tests.support.hashing_encoder import use_encoder
 
 PASSWORD = "schemathesis-password-1"
 
