@@ -167,11 +167,16 @@ def store(monkeypatch):
     return fake
 
 
-@pytest.fixture
-def generator(monkeypatch):
-    fake = FakeGenerator()
+def use_generator(monkeypatch, fake):
+    """Serve every expert's answers with ``fake`` as the configured backend."""
     monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
     return fake
+
+
+@pytest.fixture
+def generator(monkeypatch):
+    """The failover tests' generator as the configured (extractive) backend."""
+    return use_generator(monkeypatch, FakeGenerator())
 
 
 @pytest.fixture
@@ -223,9 +228,7 @@ class FakeModel:
 @pytest.fixture
 def fake_model(monkeypatch):
     """The language model backend in place of the configured one."""
-    fake = FakeModel()
-    monkeypatch.setattr(expert_answer, "get_generator", lambda *a, **k: fake)
-    return fake
+    return use_generator(monkeypatch, FakeModel())
 
 
 @pytest.fixture
