@@ -16,7 +16,8 @@ time (nothing about access is copied into a key, a conversation or a session):
   principal's user may see, plus every *public* expert (``Expert.public``, which a team turns on).
   An anonymous caller asks public experts only. A key asks what its user may ask today, narrowed to
   its scopes when it has some: a key whose user left the team no longer reaches the team's experts,
-  and a key whose user is deactivated or deleted stops working (``key_owner_may_use``).
+  and a key whose user is deactivated or deleted stops working (``clients.services.authenticate``
+  refuses it; were it asked here, its missing user would leave it the public experts only).
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ from .models import Expert
 
 def _anonymous(user) -> bool:
     return user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False)
+
+
+def signed_in(user) -> bool:
+    """Whether ``user`` is a signed-in, active user (the other apps' team rules start from this too)."""
+    return not _anonymous(user)
+
+
+def is_staff(user) -> bool:
+    return signed_in(user) and bool(user.is_staff)
 
 
 @dataclass(frozen=True)
@@ -66,11 +76,6 @@ class Principal:
         return self.key.pk if self.key is not None else None
 
 
-def key_owner_may_use(key: ApiKey) -> bool:
-    """A key works only while the user who created it exists and is active."""
-    return not _anonymous(key.created_by)
-
-
 def visible_experts(user, queryset: QuerySet[Expert] | None = None) -> QuerySet[Expert]:
     """The experts ``user`` may see in the console (a filter of ``queryset``, default all experts)."""
     qs = Expert.objects.all() if queryset is None else queryset
@@ -84,8 +89,6 @@ def visible_experts(user, queryset: QuerySet[Expert] | None = None) -> QuerySet[
 def askable_experts(principal: Principal, queryset: QuerySet[Expert] | None = None) -> QuerySet[Expert]:
     """The experts ``principal`` may ask (route to, retrieve from, name as ``model``): see the module docstring."""
     qs = Expert.objects.all() if queryset is None else queryset
-    if principal.key is not None and not key_owner_may_use(principal.key):
-        return qs.none()
     user = None if _anonymous(principal.user) else principal.user
     if user is None:
         mine = qs.filter(public=True)

@@ -23,7 +23,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from experts.access import user_teams
+from experts.access import is_staff, signed_in, user_teams
 
 from .models import ClusteringRun, Proposal
 
@@ -35,14 +35,6 @@ NO_TEAM = (
 
 class TeamNeeded(ValueError):
     """A user in several teams asked for new work without saying which team it belongs to (a 400, not a 403)."""
-
-
-def _signed_in(user: Any) -> bool:
-    return user is not None and getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)
-
-
-def is_staff(user: Any) -> bool:
-    return _signed_in(user) and bool(user.is_staff)
 
 
 def work_teams(user: Any) -> QuerySet[Group]:
@@ -62,7 +54,7 @@ def team_ids(user: Any) -> list[int] | None:
 def visible_runs(user: Any, queryset: QuerySet[ClusteringRun] | None = None) -> QuerySet[ClusteringRun]:
     """The clustering runs ``user`` may see and review (a filter of ``queryset``, default all runs)."""
     qs = ClusteringRun.objects.all() if queryset is None else queryset
-    if not _signed_in(user):
+    if not signed_in(user):
         return qs.none()
     ids = team_ids(user)
     return qs if ids is None else qs.filter(team_id__in=ids)
@@ -70,7 +62,7 @@ def visible_runs(user: Any, queryset: QuerySet[ClusteringRun] | None = None) -> 
 
 def can_review(user: Any, run: ClusteringRun) -> bool:
     """Whether ``user`` may see and review ``run``: staff, or a member of its team."""
-    if not _signed_in(user):
+    if not signed_in(user):
         return False
     return bool(user.is_staff or (run.team_id is not None and user.groups.filter(pk=run.team_id).exists()))
 
@@ -93,7 +85,7 @@ def get_proposal_or_404(user: Any, pk: int) -> Proposal:
 
 def may_start_work(user: Any) -> bool:
     """Whether ``user`` may import queries and start runs at all: staff, or a member of some team."""
-    return is_staff(user) or (_signed_in(user) and user_teams(user).exists())
+    return is_staff(user) or (signed_in(user) and user_teams(user).exists())
 
 
 def team_for_new_work(user: Any, team: Group | None = None) -> Group | None:
@@ -106,7 +98,7 @@ def team_for_new_work(user: Any, team: Group | None = None) -> Group | None:
         PermissionDenied: anonymous, a non-staff user in no team (``NO_TEAM``), or a team they are not in.
         TeamNeeded: a member of several teams named none.
     """
-    if not _signed_in(user):
+    if not signed_in(user):
         raise PermissionDenied("Sign in to import queries or start clustering runs.")
     if user.is_staff:
         return team
