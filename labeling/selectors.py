@@ -100,23 +100,21 @@ def promoted_run_of(expert: Any) -> ClusteringRun | None:
 
 
 def routing_examples(runs: ClusteringRun | Iterable[ClusteringRun]) -> list[LabelledQuery]:
-    """Every query in a promoted proposal, with that proposal's expert: of one run, or of ``latest_promoted_runs``
-    (each expert's queries from the newest of those runs that promoted it)."""
+    """Every query in a promoted proposal, with that proposal's expert: of one run, or of several runs given newest
+    first (``latest_promoted_runs``), each expert's queries from the first of them that promoted it."""
     runs = [runs] if isinstance(runs, ClusteringRun) else list(runs)
-    if len(runs) == 1:
-        pairs = None
-    else:
-        by_expert = _runs_by_expert()
-        wanted = {r.pk for r in runs}
-        pairs = {(expert_id, run_id) for expert_id, run_id in by_expert.items() if run_id in wanted}
-    rows = (
+    rank = {run.pk: i for i, run in enumerate(runs)}
+    rows = list(
         Assignment.objects.filter(run__in=runs, proposal__status=ProposalStatus.PROMOTED, proposal__expert__isnull=False)
         .select_related("query", "proposal__expert")
         .order_by("query_id")
     )
+    newest: dict[int, int] = {}
+    for a in rows:
+        newest[a.proposal.expert_id] = min(newest.get(a.proposal.expert_id, len(runs)), rank[a.run_id])
     return [
         LabelledQuery(query_id=a.query_id, text=a.query.text, expert=a.proposal.expert.slug, split=a.query.split, conversation=a.query.conversation)
-        for a in rows if pairs is None or (a.proposal.expert_id, a.run_id) in pairs
+        for a in rows if rank[a.run_id] == newest[a.proposal.expert_id]
     ]
 
 
