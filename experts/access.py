@@ -25,13 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.http import Http404
 
 from clients.models import ApiKey
 
 from .models import Expert
+from .selectors import clear_serving_caches, serving_cached
 
 
 def _anonymous(user) -> bool:
@@ -102,8 +105,22 @@ def askable_experts(principal: Principal, queryset: QuerySet[Expert] | None = No
 
 
 def askable_slugs(principal: Principal) -> set[str]:
-    """The slugs of ``askable_experts``: what serving takes as ``allowed`` (always a set, never "everything")."""
-    return set(askable_experts(principal).values_list("slug", flat=True))
+    """The slugs of ``askable_experts``: what serving takes as ``allowed`` (always a set, never "everything").
+
+    Read on every chat request, so kept with the serving caches (``experts.selectors.serving_cached``):
+    a change of an expert, a user or a team membership clears them at once in this process, and other
+    processes see it within ``SERVING_CACHE_TTL_S``.
+    """
+    user = principal.user if signed_in(principal.user) else None
+    key = principal.key
+    memo = ("askable", user.pk if user else None, key.pk if key else None, tuple(key.scopes or ()) if key else ())
+    return set(serving_cached(memo, lambda: frozenset(askable_experts(principal).values_list("slug", flat=True))))
+
+
+# Who may ask what changes with a user (active, staff), their teams or a team's deletion: forget what serving kept.
+post_save.connect(clear_serving_caches, sender=User, dispatch_uid="serving-cache-user-save")
+post_delete.connect(clear_serving_caches, sender=Group, dispatch_uid="serving-cache-team-delete")
+m2m_changed.connect(clear_serving_caches, sender=User.groups.through, dispatch_uid="serving-cache-user-teams")
 
 
 def visible_slugs(user) -> set[str]:
@@ -139,8 +156,6 @@ def can_edit(user, expert: Expert) -> bool:
 
 def user_teams(user) -> QuerySet:
     """The teams (groups) ``user`` belongs to (none for anonymous callers)."""
-    from django.contrib.auth.models import Group
-
     if _anonymous(user):
         return Group.objects.none()
     return user.groups.all()

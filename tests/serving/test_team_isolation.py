@@ -185,3 +185,20 @@ def test_metrics_are_served_to_this_machine_or_to_a_token_only(teams, settings):
     settings.METRICS_TOKEN = "scrape-me"
     assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 401
     assert Client(REMOTE_ADDR="203.0.113.9").get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").status_code == 200
+
+
+def test_with_the_serving_caches_on_a_change_of_team_or_user_applies_at_once(teams, settings):
+    settings.SERVING_CACHE_TTL_S = 60.0
+    alice = teams["alice"]
+    secret = make_key("alice's front end", created_by=alice, scopes=["dmv"]).secret
+    client = Client()
+    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 200
+    alice.groups.remove(teams["a"])
+    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 404
+    alice.groups.add(teams["a"])
+    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 200
+    signed_in = _signed_in(alice)
+    assert _ask(signed_in, "when is my pension paid", model="ssa").status_code == 404
+    alice.is_staff = True
+    alice.save()
+    assert _ask(signed_in, "when is my pension paid", model="ssa").status_code == 200
