@@ -1,35 +1,15 @@
 """A circuit breaker per expert, shared by every process through Django's cache.
 
-How the serving path uses it (``routing/services.py``), for each expert in ranked order::
+The serving path (``serving.failover``) asks ``breaker_for(slug).allow()`` before each expert in
+ranked order, skips the expert when it is False, and reports ``record_success()`` or
+``record_failure(kind)`` after the call. The rules (``closed``, ``open``, ``half_open``, the one probe)
+are ``experts.circuit``'s, with the ``BREAKER_*`` settings as the policy; a probe that never reports
+back (its process died) frees the slot after ``BREAKER_PROBE_TIMEOUT_SECONDS``.
 
-    from experts.breaker import breaker_for
-
-    breaker = breaker_for(expert_slug)
-    if not breaker.allow():
-        continue                          # the expert is down: the next-ranked expert answers
-    try:
-        answer = generator.generate(request)          # (or retrieval, which may raise StoreUnavailable)
-    except (GenerationError, StoreUnavailable) as exc:
-        breaker.record_failure(exc.kind)  # e.g. "generator_timeout"; then try the next expert
-        continue
-    breaker.record_success()
-
-Rules (``experts.circuit`` holds the state machine):
-
-- ``closed``: every call goes through. ``BREAKER_FAILURES`` consecutive failures (default 5), or
-  ``BREAKER_WINDOW_FAILURES`` failures within ``BREAKER_WINDOW_SECONDS`` (default 10 in 60 s),
-  open it.
-- ``open``: ``allow()`` is False until ``BREAKER_RESET_SECONDS`` (default 30) have passed; then
-  exactly one caller, across all processes, gets True: the half-open probe.
-- ``half_open``: the probe's ``record_success()`` closes the breaker, its ``record_failure()``
-  re-opens it for another ``BREAKER_RESET_SECONDS``. A probe that never reports back (its process
-  died) frees the slot after ``BREAKER_PROBE_TIMEOUT_SECONDS``.
-
-The state lives in ``caches[settings.BREAKER_CACHE]`` (default "default"). With Django's default
-local-memory cache each process has its own breakers; point the cache at Redis to share them.
-The single probe is claimed with ``cache.add`` (atomic on every Django backend); the counters are
-read-modify-write, so two processes failing at the same instant may count one failure instead of
-two, which only delays opening by a call.
+The state lives in ``caches[settings.BREAKER_CACHE]``: with Django's local-memory cache each process
+has its own breakers; point the cache at Redis to share them. The single probe is claimed with
+``cache.add`` (atomic on every Django backend); the counters are read-modify-write, so two processes
+failing at the same instant may count one failure instead of two, which only delays opening by a call.
 """
 
 from __future__ import annotations

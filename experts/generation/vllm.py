@@ -3,25 +3,18 @@
 vLLM runs as its own process (``manage.py serve_experts`` prints or runs the command); this module
 only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stays free of it.
 
-- Each request is a ``POST /v1/chat/completions`` with ``model`` set to the expert's adapter name
-  (``AdapterRef.name``, e.g. ``dmv-v3``) or, for an expert without an adapter, to the base model's
-  served name (``VLLM_BASE_MODEL_NAME``). The messages come from ``experts.ml.prompting``.
-- Connection errors and 5xx answers are retried ``RETRIES`` times with exponential backoff; a
-  4xx is never retried (the same request would fail the same way), and neither is a read timeout
-  (the server got the request; a retry doubles the wait and the load).
-- Anything unusable becomes a ``GenerationError`` (or ``GenerationTimeout``/``GenerationUnavailable``)
-  with a message that says what happened, so the serving path records it on the expert's circuit
-  breaker and fails over to the next expert.
+- Each request is a ``POST /v1/chat/completions`` whose ``model`` is the expert's adapter name
+  (``AdapterRef.name``, e.g. ``dmv-v3``) or the base model's served name (``VLLM_BASE_MODEL_NAME``).
+- Connection errors and 5xx answers are retried ``RETRIES`` times with exponential backoff; a 4xx
+  or a read timeout is never retried. Anything unusable becomes a ``GenerationError`` (or a
+  subclass) that says what happened, so serving records it on the expert's breaker and fails over.
 - With ``VLLM_SELECT`` on, answers are chosen as the in-process backend chooses them
-  (``selection.DECODING``, ``generation.selecting``): the prompt and each option go to ``POST /v1/completions`` as token ids
-  (the base model's tokenizer, read from ``BASE_MODEL`` on this host) with ``prompt_logprobs``, and the
-  options' log-probabilities decide as the in-process model's do (``selection.decide``). Without the
-  tokenizer here the answers are written freely (logged once). Either way the model is shown the
-  passages the adapters learned from (``selecting.shown_passages``).
-- Adapters are added to a running server with ``register`` (``POST /v1/load_lora_adapter``), which
-  vLLM only allows when started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (serve_experts sets
-  it). Registering never unloads anything: the previous version keeps serving until it is
-  unregistered, so a failed registration leaves the expert answering as before.
+  (``generation.selecting``): the options' log-probabilities come from ``POST /v1/completions`` with
+  ``prompt_logprobs``, over token ids from the base model's tokenizer on this host (without it the
+  answers are written freely, logged once).
+- ``register`` adds an adapter to a running server (``POST /v1/load_lora_adapter``, which needs
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``: serve_experts sets it). It never unloads anything, so a
+  failed registration leaves the expert answering as before.
 """
 
 from __future__ import annotations

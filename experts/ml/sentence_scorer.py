@@ -24,17 +24,12 @@ weights``, or a small network over the same features) over:
 preference per better passage rank). ``fit_weights`` fits linear weights by a listwise objective;
 ``manage.py evaluate sentences`` keeps both linear scorers as its baselines.
 
-A linear score cannot say "a high cosine matters less in a low-ranked passage" or "a short sentence
-after a question is the answer only when it is close to the question". ``MlpScorer`` can: one
-hidden layer of ``MLP_HIDDEN`` units per member, ``MLP_MEMBERS`` members trained from different
-seeds on the same listwise objective as the linear fit (``fit_mlp``) and averaged, which is one
-network ``MLP_MEMBERS`` times as wide. It reads the linear features and ``overlap_gap`` (the only
-``LISTWISE`` feature, which the linear score cannot use); fitted on doc2dial's train split, it picks
-better sentences than the linear weights on validation, on test and on each domain held out (figures
-in docs/EVALUATIONS.md, "evaluate sentences"): what it learned is about sentences, not domains. It
-ships as ``DEFAULT_SCORER_FILE``, written by ``manage.py evaluate sentences --save-scorer``;
-``load_scorer`` reads any scorer spec. Why a sentence was chosen (``reasons``) reads the network's
-gradient at that sentence: the weights of the linear scorer that agrees with it there.
+A linear score cannot say "a high cosine matters less in a low-ranked passage". ``MlpScorer`` can:
+``MLP_MEMBERS`` one-hidden-layer networks (``MLP_HIDDEN`` units) trained from different seeds on the
+same listwise objective (``fit_mlp``) and averaged, reading the linear features and ``overlap_gap``.
+It ships as ``DEFAULT_SCORER_FILE``, written by ``manage.py evaluate sentences --save-scorer`` (its
+figures against the linear weights are in docs/EVALUATIONS.md); ``load_scorer`` reads any scorer spec.
+``reasons`` explains a choice by the network's gradient at that sentence.
 """
 
 from __future__ import annotations

@@ -13,12 +13,7 @@ MiniLM the minimum cosine over the sample is ~0.96), so ``onnx-int8`` is an embe
 switching to it re-embeds every query and collection, as a new model would
 (``encoders.space.embedding_space``).
 
-Measured on this project's 2-core CPU (AMD EPYC with AVX512-VNNI, no AMX), MiniLM, one thread, 512
-questions of clinc150, hwu64 and doc2dial, through ``make_encoder``, two runs, passes of 8 / one question
-at a time: torch 215-233 / 87-97 questions/s, ONNX float32 530-549 / 251-261 (minimum cosine with torch
-1.00000), ONNX int8 668-828 / 442-750 (mean cosine 0.993, minimum 0.963; it runs one text a pass, see
-``make_encoder``). Leaving the feed-forward layers in float32 brought int8's minimum to 0.993 but its
-speed down to float32's: not kept.
+The backends' speeds, measured, are in docs/CONFIGURATION.md and docs/EVALUATIONS.md.
 """
 
 from __future__ import annotations

@@ -30,11 +30,8 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
     start by ``measure_pass_cost``). After each pass the requests whose texts are all done are answered at
     once, ``("ok", [(id, vectors), ...], texts in the pass)``.
 
-    So passes stay full under load: texts that arrive while a pass runs join the next one instead
-    of waiting for a whole batch read up front to finish (that left a tail of small passes), and a
-    long text no longer pads a pass of short ones: in a bench run, passes of 8 cost 7 ms of CPU per
-    text when their longest text was under 80 characters and 23 ms when it was over 160. A failed
-    pass answers its requests ``("error", [ids], message)`` and drops their other texts; the rest go on.
+    So passes stay full under load, and a long text does not pad a pass of short ones. A failed pass
+    answers its requests ``("error", [ids], message)`` and drops their other texts; the rest go on.
     """
     try:
         encoder = make_encoder(name, threads=threads, sub_batch=sub_batch, backend=backend, cache_dir=cache_dir)
@@ -97,16 +94,10 @@ def _serve_encoder(conn, name: str, threads: int, max_batch: int, max_wait_ms: f
 class ProcessEncoder:
     """The sentence encoder (``make_encoder``) in a child process of its own, which also does the micro-batching.
 
-    Why: a serving process runs each request on its own thread, and those threads keep the GIL
-    busy (HTTP, Django, retrieval). An in-process forward pass needs the GIL back after every
-    torch op it dispatches, so under load it waits behind them: a batch of 8 took ~67 ms on an
-    idle process and ~400 ms next to 16 busy threads on this 2-core machine. In a child process
-    the forward pass has an interpreter to itself.
-
-    Every ``encode`` call sends ``(id, texts)`` down one pipe and waits for its own rows; a reader
-    thread hands the replies out. The child batches whatever is waiting (see ``_serve_encoder``),
-    so concurrent one-text calls share a forward pass without a batcher thread here, and the
-    child never waits for this process's GIL to be given its next batch.
+    An in-process forward pass needs the GIL after every torch op and waits behind the request
+    threads (docs/ARCHITECTURE.md, "The serving process"). Every ``encode`` call sends ``(id, texts)``
+    down one pipe and waits for its own rows; a reader thread hands the replies out; the child batches
+    whatever is waiting (``_serve_encoder``).
 
     The child is started with ``spawn`` (never ``fork``: this process has threads and may have
     torch loaded) and ends when the pipe closes. If it dies, the calls waiting on it fail over to

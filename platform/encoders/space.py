@@ -21,22 +21,9 @@ def bf16_native() -> bool:
 
 
 def resolve_backend(backend: str | None = None) -> str:
-    """``EMBEDDING_BACKEND``: how the sentence encoder runs.
+    """``EMBEDDING_BACKEND``, with "auto" resolved: bfloat16 torch where the CPU multiplies it natively, else ONNX.
 
-    - "torch": float32 torch (sentence-transformers);
-    - "torch-bf16": bfloat16 weights. On 256 demo questions its vectors agreed with float32's at
-      cosine >= 0.9999 (min), and encoded 1.9x faster on a CPU with AMX, one thread; but a bfloat16
-      vector depends on the batch it was encoded in (padding changes the rounding; up to ~1e-3 per
-      component), so a question could route differently alone than under load;
-    - "onnx": the model exported to ONNX and run by ONNX Runtime in float32 (``encoders.onnx_encoder``):
-      the same vectors (minimum cosine 1.00000 on MiniLM), 2.4x torch's speed on a CPU without AMX
-      (530-549 against 215-233 questions/s in passes of 8, one thread), 0.8x on one with AMX (153 against 191);
-    - "onnx-int8": the same export with int8 weights (dynamic quantisation), one text a pass (see
-      ``encoders.backends.make_encoder``): 3-4x torch's speed without AMX (668-828/s) but vectors that move (minimum cosine
-      0.963): an embedding space of its own, see ``embedding_space``. Routing macro-F1 by domain
-      (``evaluate router --backend``, test splits): clinc150 0.984 against torch's 0.984, hwu64 0.928
-      against 0.932;
-    - "auto": bfloat16 torch where the CPU multiplies it natively, else float32 ONNX.
+    docs/CONFIGURATION.md compares the backends (speed, and whether their vectors stay in torch's space).
     """
     backend = backend or settings.EMBEDDING_BACKEND
     if backend not in BACKENDS:

@@ -12,12 +12,8 @@ questions' cosine). Its vectors land in the full encoder's space (cosine ~0.85-0
 held-out clinc150 and hwu64 questions), so the same collections can be searched with them; a router
 reading them is trained on them (``routing.services`` trains the fast tier's own router).
 
-Measured with ``manage.py evaluate router`` (test split, domains; the tier trained as router
-training trains it): clinc150 0.974 accuracy against the full router's 0.984, hwu64 0.926 against
-0.939, at ~0.07 ms to encode a question against ~9-11 ms. A model2vec distillation of the same
-MiniLM (each word piece passed through the model alone, no sentences) gave logistic regression
-0.824 and 0.825 where MiniLM's vectors gave 0.953 and 0.935: learning from whole questions is what
-closes the gap. Knows nothing of Django.
+What it gives up against the full router is in docs/EVALUATIONS.md (``evaluate router``'s ``fast_tier``).
+Knows nothing of Django.
 """
 
 from __future__ import annotations

@@ -1,54 +1,28 @@
 """Knowledge-aware routing: what each expert's own documents say about a question, next to the router.
 
-The routers Switchboard is compared with classify the question, then retrieve. Switchboard owns
-every expert's index, so the question's evidence in each candidate expert's collection is a
-routing signal too: a question about "the 1099 form" that the router hesitates on matches one
-expert's documents far better than the others'.
-
-For the router's ``CANDIDATES`` most probable experts, the caller looks up two numbers in each
-expert's collection: the best dense cosine of the question with any chunk, and the best BM25 score
-of its words (the collection's own IDF). From them and the router's probability each candidate
-gets three features (``FEATURES``):
+Switchboard owns every expert's index, so the question's evidence in each candidate expert's
+collection is a routing signal too (docs/ARCHITECTURE.md, "Knowledge-aware routing"). For the
+router's ``CANDIDATES`` most probable experts the caller looks up the best dense cosine of the
+question with any chunk and the best BM25 score of its words, and each candidate gets three
+features (``FEATURES``):
 
 * ``router_log_prob``: the router's log-probability;
 * ``dense_top``: the best cosine in the expert's collection;
 * ``keyword_share``: the expert's best BM25 score over the best candidate's (0 when no word matches
   anywhere; BM25 scores grow with the question's length, a share does not).
 
-These three, and ``CANDIDATES``, were chosen on doc2dial's validation split by the combiner's own
-5-fold cross-validated accuracy (docs/EVALUATIONS.md has the alternatives tried).
+A conditional logit over them (one weight per feature, softmax over the candidates) is fitted on the
+router's validation split by L-BFGS with a small L2 penalty, starting from the router alone (weights
+1, 0, 0), and kept only if its 5-fold cross-validated accuracy beats the router's. The candidates'
+probability mass is redistributed by the combined softmax; the other experts keep the router's.
 
-A conditional logit (one weight per feature, shared by all experts, softmax over the candidates)
-is fitted on the router's validation split by L-BFGS with a small L2 penalty. It starts from the
-router alone (weights 1, 0, 0) and keeps the fit only if its 5-fold cross-validated accuracy on
-that split beats the router's: evidence that does not help is switched off, on validation only.
-The candidates' probability mass is redistributed by the combined softmax; the other experts keep
-the router's probabilities.
-
-In-scope score: the router's own score plus the best candidate cosine times ``score_scale``, so a
-question whose words strongly match one expert's documents scores high even where it is unlike every
-training question, and a question that matches no collection and no training question scores low.
-The caller calibrates its abstain threshold on it. The scale is a multiple (``SCALES``) of the
-router score's spread over the cosine's, chosen as the router's own score is
-(``routing.ml.inscope``): each expert in turn plays the out-of-scope one, its validation questions
-scored as if it did not exist (the router's held-out score, the best cosine among the other
-candidates), and the multiple that tells them from the others' questions best wins. A held-out
-question's best cosine is taken over the candidates the router would offer without its expert, as
-many as served (the caller looks up ``FIT_CANDIDATES``, one more than served, on validation):
-compared over fewer collections, any evidence, noise included, would seem to tell held-out
-questions apart.
-
-The ranking and the in-scope score are decided apart: a combiner whose ranking validation did not
-keep still serves its in-scope score where its cosine weight is above 0 (``in_scope``, ``serves``).
-
-Then the question's jargon: ``knowledge.ml.distinct.DistinctWords`` scores how strongly its rarest
-word that the sentence encoder does not know as a word ("PSLF", "DD214") belongs to one expert's
-documents, and its weight is chosen the same way on top of the cosine's (``word_scale``; held out,
-an expert's documents are gone, and with them its words).
-
-The best BM25 score as a further in-scope term and the jargon as a fourth ranking feature were tried
-and left out (docs/EVALUATIONS.md); the trace shows the word that kept a question in scope
-(``DistinctWords.strongest``).
+In-scope score: the router's own score plus the best candidate cosine times ``score_scale``, and the
+question's jargon (``knowledge.ml.distinct.DistinctWords``) times ``word_scale``. Each scale is the
+multiple (``SCALES``) of the router score's spread that best tells held-out experts' validation
+questions from the others' (``routing.ml.inscope``'s rule), a held-out question's evidence taken over
+the candidates the router would offer without its expert (``FIT_CANDIDATES``). The ranking and the
+in-scope score are kept or dropped apart (``in_scope``, ``serves``). docs/EVALUATIONS.md has the
+choices' figures and the alternatives tried.
 """
 
 from __future__ import annotations
