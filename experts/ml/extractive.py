@@ -51,10 +51,7 @@ FOOTNOTE = re.compile(r"\s*\[\s*\d{1,3}\s*\]")
 # A section's heading opens its chunk (the chunker keeps titles), on a line of its own that ends without
 # punctuation, and ``split_sentences`` keeps it with the sentence after it: "Recovered vehicles\nIf your
 # vehicle is recovered, ...". The scorer reads the sentence with its heading (the heading is evidence of
-# what the sentence is about); the answer quotes the sentence without it. On doc2dial's validation split
-# (`evaluate answers --split val --limit 0 --generators extractive --modes auto`) 134 of the 417 answers
-# quoted a heading: routed extractive F1 0.3444 with it, 0.3498 without (paired +0.0054, standard error
-# 0.0022; 94 answers better, 34 worse).
+# what the sentence is about); the answer quotes the sentence without it (docs/EVALUATIONS.md has the figures).
 # A line that breaks a sentence ("... in your spouse's name if\nyou and your spouse ...") is no heading:
 # the next line must start as a sentence does.
 _HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")

@@ -41,11 +41,7 @@ class LoraParams:
 
     The defaults are the product's: the console's form and ``manage.py train_adapter`` start from them
     (``qlora`` and ``bf16`` from the ``LORA_QLORA`` and ``LORA_BF16`` settings, which depend on the
-    hardware). Chosen for SmolLM2-135M on a shared CPU with ``manage.py evaluate answers --split val`` on
-    doc2dial (docs/EVALUATIONS.md): every projection of the last 10 layers (``top_layers``: ~2.4x faster
-    steps than all 30) at a learning rate of 1e-3 (2e-4 barely moved the answers in the few steps a CPU
-    affords); ``max_length`` 640 holds what serving shows the model (``prompting.SHOWN_PASSAGES`` passages
-    of ``PASSAGE_CHARS``: ~470 prompt tokens, p90 ~530 with SmolLM2's tokenizer) and an answer.
+    hardware). docs/CONFIGURATION.md says how they were chosen for SmolLM2-135M on a CPU.
     """
 
     rank: int = 8

@@ -40,9 +40,7 @@ STOPS = ("<<<", ">>>", "[passage", "[Passage")
 # PASSAGE_CHARS most relevant characters (``focus``: a short prompt is a quick first token on a CPU), with the
 # sentence the extractive answer would quote named in the block (LEAD_SENTENCE, ``render_passages``); a written
 # answer ends at its first blank line (STOP_AT_PARAGRAPH: small models ramble after it). Chosen on doc2dial's
-# validation split (`manage.py evaluate answers --split val --modes auto`): routed LoRA F1 0.226 with the lead
-# sentence, 0.204 without; the cut costs some quality (0.330 against 0.345 shown whole) for ~1 s less to the
-# first token. docs/CONFIGURATION.md ("The language model") has the figures.
+# validation split: docs/CONFIGURATION.md ("The language model") has the figures.
 SHOWN_PASSAGES = 3
 PASSAGE_CHARS = 450
 LEAD_SENTENCE = True
