@@ -1,240 +1,196 @@
-"""``manage.py evaluate answers``: how good the answers are, per retrieval mode and per generator.
+"""``manage.py evaluate answers``: the answers a person gets, per arm and generator, replayed through the product.
 
-The run's steps live apart: ``answers_corpus`` indexes the documents, routes and searches the questions,
-``answers_training`` trains the adapters, ``answers_generation`` answers and ``answers_scoring`` scores;
-``answers_config`` holds the options (``AnswerConfig``). This module runs them in order.
+The dataset is loaded as a team would load it (``evaluation.workspace.load``: questions imported, one
+expert per domain, documents ingested and indexed, the router trained by its job's service) and every
+question of the split is asked through serving's chat path (``workspace.ask``), with its conversation's
+earlier user turns. Arms differ only in the ``model`` the client names: ``auto`` (the router's top two),
+``fast`` (``auto:fast``), ``oracle`` (the gold expert's slug) and ``flat`` (one expert holding every
+document). Generators differ only in the ``GENERATOR`` setting: ``extractive``; ``base``
+(``transformers``, no adapter); ``lora`` (``transformers`` after each expert's adapter was trained as the
+product trains it: grounded examples, then the training job with its defaults, activated only when it
+beats the base model on the expert's held-out questions, ``experts.services.answer_gate``).
 
-Questions are the test split's user turns (``--split val`` evaluates on val: that is where defaults
-are chosen) whose records carry a gold ``answer``; each is answered from the dataset's documents,
-chunked and indexed as an expert's are (one temporary collection per domain), through the
-product's own code: the serving search (``knowledge.search.search_collections``,
-``RETRIEVAL_TOP_K`` chunks, hybrid), the product's router as served (``evaluation.abstentions.product_routes``:
-trained on the train split as ``evaluate router`` trains it; a follow-up it is unsure of alone is
-ranked with the user's earlier turns, ``routing.ml.conversation``, and the expert those turns route
-to is kept as serving keeps it for a request that sends its messages; the same as ``evaluate retrieval``), the
-prompt builder (``experts.ml.prompting`` through ``lora_examples.fit_prompt``), the extractive answer and
-the LoRA training function with the product's parameters (``LoraParams``' defaults).
-
-Modes (which passages, and which adapter answers):
-
-* ``flat``: one search over every domain's collection; the pooled *generalist* adapter.
-* ``auto``: the router's top two domains weighted by its probabilities and widened with what it
-  leaves over (the ``auto`` chat mode); the adapter of the expert whose passage ranks first when it
-  is one of the two, else of the router's first (what ``serving.chat`` does).
-* ``oracle``: the gold domain's collection alone, and that domain's adapter.
-
-Generators: ``extractive`` (``experts.ml.extractive``, no LM), ``base`` (the bare ``BASE_MODEL``)
-and ``lora`` (the mode's adapter). The LM generators do what the serving backend does around the
-model (``experts.generation.transformers``, read through its ``from_settings``): a weak retrieval
-is answered "not found" without calling the model, the model sees the best ``prompting.SHOWN_PASSAGES``
-passages cut to their ``prompting.PASSAGE_CHARS`` most relevant characters, answers as
-``selection.DECODING`` says (``select``: the passage sentence the model rates best; ``free``: greedy
-decoding up to ``GENERATOR_MAX_TOKENS``, stopping at serving's stops), and its output goes through the
-same ``parse_answer``. What differs is batching (``experts.ml.batch_generation``: left-padded batches
-for free decoding, where serving answers one request at a time); the weights' dtype is serving's (``GENERATION_DTYPE``:
-bfloat16 where the hardware multiplies it natively, as training uses). Every mode searches as serving
-does: a follow-up question's query is widened with the user's own earlier turns (``RETRIEVAL_CONTEXT_WEIGHT``,
-``knowledge.ml.conversation``; never the agent's), the generalist's flat search too; the prompt holds the question alone.
-As in ``serving.chat``, a follow-up the product's router abstains on (its in-scope score reads the
-question alone: a change of subject) is searched as asked; the abstentions are that router's
-(with the documents as evidence as training fits them). Every mode gets the same ones: the in-scope check is the platform's
-"is this about anything we know", which reads no routing, and a generalist held to the same honesty
-leaves the same follow-ups' conversation out (``fast`` too, rather than the fast tier's own check).
-
-Adapters learn on the train split only. Training examples are built as the product builds them
-(``labeling.grounding``): each question is searched in its own domain's collection, weak
-retrievals (best passage below ``EXTRACTIVE_MIN_SCORE``) are skipped, and the target is the gold
-answer cited to the passage that holds it (``experts.ml.targets``; questions whose passages do not
-hold it are skipped too). One *pooled* adapter learns on every domain's examples for
-``pooled_steps``; each domain's expert continues from it on its own examples for
-``expert_steps``; the generalist continues from it on every domain's examples for as many steps as
-the experts took together (``domains x expert_steps``), so it gets the same data and the same total
-compute. Adapters are cached under ``<cache>/answers/adapters`` by a fingerprint of the base model,
-the parameters, the examples, the adapter they start from and the training code.
-
-Figures (``results[mode][generator]``): ``f1`` (SQuAD-normalised token F1, citation markers
-removed, an abstention scored as the empty answer), ``rouge_l`` (LCS F1 on the same words),
-``citation_precision`` (share of cited passages from a gold-relevant document, over the answers
-citing any, where qrels exist), ``abstained`` (share answering "not found"), and on questions whose
-gold answer is in none of the retrieved passages (``absent``) and those where it is, the share that
-abstained (``abstained_when_absent``: honest; ``abstained_when_present``: lost). ``p50_ms`` is the
-median time per answer (a batch's wall time divided by its size for the LMs) and ``tokens_per_s``
-the generated tokens per second of generation. ``paired`` holds the targets' comparisons as mean
-per-question F1 differences with their standard errors (``paired_differences``).
+Figures are ``evaluation.scoring.summarise``'s (F1, ROUGE-L, recall, words, junk_rate, abstained,
+citation precision, latency); ``paired`` holds routed minus flat and routed minus oracle, per question,
+with standard errors. ``--questions FILE`` also asks a question file whose rows name the key facts a
+full answer holds (``fully_answered``), and a dataset's out-of-scope rows (split ``oos``) are asked too
+(``abstained_unanswerable``: the share a person was told no expert or document covers).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import time
-from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from evaluation.datasets import stratified_sample, write_jsonl
+from evaluation.scoring import Scored, paired, scored, summarise
+from evaluation.workspace import Dataset, Loaded, Say, ask, load, read_jsonl
 
-from evaluation.answers_config import GENERATORS, MODES, SEED, AnswerConfig, Say
-from evaluation.answers_corpus import Question, index_corpus, mode_plans, route_questions, search_passages
-from evaluation.answers_generation import Answered, Serving, extractive_answers, generate_answers
-from evaluation.answers_scoring import answer_f1s, answer_rows, compute_targets, paired_differences, say_table, score_answers
-from evaluation.answers_training import train_adapters
-from evaluation.datasets import dataset_embeddings, read_jsonl, search_contexts, stratified_sample, write_jsonl
-from experts.generation.extractive import scorer_spec
-from experts.ml.targets import MIN_SUPPORT
-from knowledge.search import context_weight, weight_power, widen_below, widens
-
+MODES = ("flat", "auto", "oracle", "fast")
+DEFAULT_MODES = ("flat", "auto", "oracle")
+GENERATORS = ("extractive", "base", "lora")
+MODEL = {"auto": "auto", "fast": "auto:fast"}  # the other arms name an expert
+SEED = 0  # of every sample
+# The default run fits ~45 minutes on a shared 2-core CPU with the three generators: a stratified sample of the split.
+DEFAULT_LIMIT = 120
 SAMPLES = 6  # questions whose answers the report shows in full
 
 
-def evaluate_answers(dataset: Path, config: AnswerConfig | None = None, say: Say = print) -> dict[str, Any]:
-    """Answer quality of every mode and generator (see the module docstring); returns the JSON-able report."""
-    import torch
-    from django.conf import settings
+@dataclass
+class AnswerConfig:
+    """What one ``evaluate answers`` run does (the command's options)."""
 
-    from experts.ml.batch_generation import attach_adapters
-    from experts.ml.loading import load_base
+    limit: int | None = DEFAULT_LIMIT
+    split: str = "test"
+    generators: tuple[str, ...] = GENERATORS
+    modes: tuple[str, ...] = DEFAULT_MODES
+    adapter_steps: int | None = None  # None: the training job's defaults decide
+    questions_path: str | None = None  # rows {"question", "facts": [...], optional "domain"}: scored for fully_answered
+    answers_path: str | None = None  # where to write every answer (JSON lines)
+    passages: bool = False  # index passages.jsonl instead of docs.jsonl
+
+
+@contextlib.contextmanager
+def generating_with(generator: str) -> Iterator[None]:
+    """The product configured to answer with ``generator``: ``GENERATOR`` set, its backend made afresh."""
+    from django.test.utils import override_settings
+
+    from experts.generation.registry import get_generator
+
+    with override_settings(GENERATOR="extractive" if generator == "extractive" else "transformers"):
+        get_generator.cache_clear()
+        try:
+            yield
+        finally:
+            get_generator.cache_clear()
+
+
+def train_adapters(loaded: Loaded, steps: int | None, say: Say) -> dict[str, Any]:
+    """Each expert's adapter as the product trains it (grounded examples, the training job, the answer gate); returns each job's result."""
+    from experts import services as expert_services
+    from experts.models import Expert
+    from jobs.choices import JobStatus
+    from labeling import services as labeling_services
+
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for slug in sorted(loaded.experts.values()):
+        expert = Expert.objects.get(slug=slug)
+        examples = labeling_services.enqueue_grounded_examples(expert)
+        examples.refresh_from_db()
+        params = {**expert_services.default_training_params(), **({"max_steps": steps} if steps else {})}
+        job = expert_services.start_adapter_training(expert, params, activate_if_better=True)
+        job.refresh_from_db()
+        if job.status != JobStatus.SUCCEEDED:
+            out[slug] = {"status": job.status, "error": (job.error or "").splitlines()[:1]}
+            say(f"  {slug}: adapter training {job.status}")
+            continue
+        r = job.result
+        out[slug] = {"examples": examples.result, **{k: r.get(k) for k in ("version", "held_out_f1", "base_held_out_f1", "gate", "activated")}}
+        say(f"  {slug}: adapter v{r.get('version')} held-out F1 {r.get('held_out_f1')} (base {r.get('base_held_out_f1')}), "
+            + ("activated" if r.get("activated") else "not activated: the base model keeps answering"))
+    out["train_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _questions(dataset: Dataset, config: AnswerConfig) -> tuple[list[dict[str, Any]], int]:
+    rows = [q for q in dataset.questions(config.split) if q.get("answer")]
+    if not rows:
+        raise ValueError(f"{dataset.name} has no {config.split} questions with an 'answer' and a domain")
+    if config.limit is not None and config.limit < len(rows):
+        rows = [rows[i] for i in stratified_sample([q["domain"] for q in rows], config.limit, seed=SEED)]
+    return rows, len(rows)
+
+
+def _fact_questions(path: str) -> list[dict[str, Any]]:
+    rows = []
+    for i, row in enumerate(read_jsonl(Path(path)), start=1):
+        text, facts = row.get("question") or row.get("text"), row.get("facts")
+        if not text or not isinstance(facts, list) or not facts:
+            raise ValueError(f"{path} line {i}: each row needs a 'question' and a non-empty list of 'facts'")
+        rows.append({**row, "text": text, "query_id": row.get("query_id") or f"questions-{i}"})
+    return rows
+
+
+def evaluate_answers(folder: Path, config: AnswerConfig | None = None, say: Say = print) -> dict[str, Any]:
+    """Replay ``folder``'s questions through the product for every arm and generator; returns the JSON-able report."""
+    from knowledge.models import Document
 
     config = config or AnswerConfig()
     unknown = (set(config.generators) - set(GENERATORS)) | (set(config.modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown generators or modes {sorted(unknown)}; known: {', '.join(GENERATORS + MODES)}")
-    modes = [m for m in MODES if m in config.modes]
     started = time.perf_counter()
-    dataset = Path(dataset)
-    model = settings.EMBEDDING_MODEL
-    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
-    top_k, min_score = int(settings.RETRIEVAL_TOP_K), float(settings.EXTRACTIVE_MIN_SCORE)
-    units = read_jsonl(dataset / "docs.jsonl")
-    relevant: dict[str, set[str]] = defaultdict(set)
-    if (dataset / "qrels.jsonl").exists():
-        for row in read_jsonl(dataset / "qrels.jsonl"):
-            relevant[row["query_id"]].add(row["doc_id"])
-    say(f"{dataset.name}: answers on the {config.split} split")
-    corpus = index_corpus(dataset, units, say, encoding)
-    queries, qx = dataset_embeddings(dataset, model, say, **encoding)
-    y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-    routes, train_rows, val_rows = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
-    probs, router_report = routes.probs, routes.report
-    # Every mode searches as serving does: a follow-up widened with the user's earlier turns (the generalist too: the same information).
-    contexts = search_contexts(dataset, queries, model, context_weight(), say, **encoding)
-    ctx = {"corpus": corpus, "queries": queries, "qx": qx, "y": y, "train_rows": train_rows, "val_rows": val_rows,
-           "top_k": top_k, "min_score": min_score, "max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
-           "scorer_spec": scorer_spec(settings), "model": model, "threads": encoding["threads"]}
+    dataset = Dataset.read(folder, passages=config.passages)
+    if not dataset.documents:
+        raise ValueError(f"{folder} has no documents to answer from (docs.jsonl: doc_id, domain, title, text)")
+    questions, _ = _questions(dataset, config)
+    available = len([q for q in dataset.questions(config.split) if q.get("answer")])
+    facts = _fact_questions(config.questions_path) if config.questions_path else []
+    unanswerable = [q for q in dataset.queries if q.get("split") == "oos" and (q.get("text") or "").strip()][: len(questions)]
+    say(f"{dataset.name}: {len(questions)} of {available} {config.split} questions, {len(facts)} with key facts, {len(unanswerable)} out of scope")
+    loaded = load(dataset, flat="flat" in config.modes, say=say)
+    external = dict(Document.objects.values_list("pk", "external_id"))
 
-    wanted = set(val_rows) if config.split == "val" else None
-    candidates = [i for i, q in enumerate(queries) if q.get("split") == config.split and y[i] >= 0 and q.get("answer") is not None and q.get("text")
-                  and (wanted is None or i in wanted)]
-    if not candidates:
-        raise ValueError(f"{dataset} has no {config.split} questions with an 'answer' and a known domain")
-    available = len(candidates)
-    if config.limit is not None and config.limit < len(candidates):
-        pick = stratified_sample([str(y[i]) for i in candidates], config.limit, seed=SEED)
-        candidates = [candidates[j] for j in pick]
-    threshold = widen_below()
-    abstained = {i for i in candidates if i in routes.abstained and contexts[i] is not None}
-    router_report["follow_ups_searched_alone"] = len(abstained)  # the product's router abstained on them: searched as asked
-    router_report["follow_ups_ranked_with_conversation"] = sum(i in routes.with_conversation for i in candidates)
-    router_report["no_expert_on_these"] = sum(routes.served.get(i) == [] for i in candidates)  # auto: no passages, scored as a refusal
-    fast_x = fast_probs = None
-    if "fast" in modes:  # the fast tier as router training makes it (its encoder also learns the documents' sentences)
-        from evaluation.fast_tier import fast_tier_vectors
+    def model_for(mode: str, q: dict[str, Any]) -> str | None:
+        if mode in MODEL:
+            return MODEL[mode]
+        if mode == "flat":
+            return loaded.flat
+        return loaded.experts.get(q.get("domain") or "")  # oracle: the gold expert (none for a question without one)
 
-        fast_x, fast_probs, router_report["fast"] = fast_tier_vectors(queries, qx, np.maximum(y, 0), train_rows, val_rows, len(corpus.domains), model,
-                                                                      [u.get("text") or "" for u in units], dataset.name, SEED, say)
-        if fast_probs is None:
-            raise ValueError(f"mode 'fast' needs the fast tier: {router_report['fast']['reason']}")
-    questions: list[Question] = []
-    for i in candidates:
-        q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), relevant.get(queries[i]["query_id"], set()))
-        asked = None if i in abstained else contexts[i]  # a follow-up the router abstains on is searched alone, as served
-        plans = mode_plans(q, probs[i], corpus, threshold, fast_probs[i] if fast_probs is not None else None, routes.served.get(i), widens(asked))
-        for mode, (plan, order) in plans.items():
-            if mode not in modes:
-                continue
-            if mode == "auto" and routes.served.get(i) == []:
-                # Served "No expert covers this question": nothing is searched, scored as a refusal.
-                q.passages[mode], q.adapter[mode] = [], ""
-                continue
-            context = asked
-            if mode == "fast" and context is not None:  # the fast tier's vector is in another space: the turns' words only (serving.chat)
-                context = dataclasses.replace(context, vectors=None)
-            q.passages[mode] = search_passages(corpus, plan, fast_x[i] if mode == "fast" else qx[i], q.text, top_k, context)
-            if mode == "fast":  # auto:fast asks its one expert (serving.chat, width 1)
-                q.adapter[mode] = corpus.domains[order[0]]
-            elif mode == "auto":  # the expert owning the first passage answers when it is one of the two routed (serving.chat)
-                leading = q.passages[mode][0].expert if q.passages[mode] else ""
-                chosen = [corpus.domains[j] for j in order]
-                q.adapter[mode] = leading if leading in chosen else chosen[0]
-            else:
-                q.adapter[mode] = corpus.domains[q.domain] if mode == "oracle" else "generalist"
-        questions.append(q)
-    say(f"  {len(questions)} of {available} questions, {top_k} passages each")
-    router_report["top1_correct_on_these"] = round(float(np.mean([int(np.argmax(probs[q.row])) == q.domain for q in questions])), 4)
-    if "auto" in modes:
-        router_report["auto_adapter_is_gold"] = round(float(np.mean([q.adapter["auto"] == corpus.domains[q.domain] for q in questions])), 4)
-    if "fast" in modes:
-        router_report["fast_adapter_is_gold"] = round(float(np.mean([q.adapter["fast"] == corpus.domains[q.domain] for q in questions])), 4)
-
-    answers: dict[tuple[str, str], list[Answered]] = {}
-    if "extractive" in config.generators:
-        known = {mode: {queries[q.row]["text"]: (fast_x if mode == "fast" else qx)[q.row] for q in questions} for mode in modes}
-        for mode, rows in extractive_answers(questions, modes, known, ctx).items():
-            answers[(mode, "extractive")] = rows
-    adapters_report: dict[str, Any] = {}
-    lm_generators = [g for g in ("base", "lora") if g in config.generators]
-    dtype = None
-    serving = Serving(config.max_new_tokens)
-    if lm_generators:
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(config.dtype) or serving.generator.torch_dtype()
-        tokenizer, base = load_base(settings.BASE_MODEL, dtype=dtype)
-        base.eval()
-        folders: dict[str, Path] = {}
-        if "lora" in lm_generators:
-            folders, adapters_report = train_adapters(config, ctx, tokenizer, serving, say)
-        lm = attach_adapters(base, {k: str(v) for k, v in folders.items()}, settings.BASE_MODEL)
-        for generator in lm_generators:
-            for mode, rows in generate_answers(generator, lm, tokenizer, questions, modes, set(folders), serving, config, say).items():
-                answers[(mode, generator)] = rows
-    corpus.close()
-
-    results: dict[str, dict[str, Any]] = {mode: {} for mode in modes}
-    for (mode, generator), rows in answers.items():
-        results[mode][generator] = score_answers(questions, mode, rows, corpus.units)
+    modes = [m for m in MODES if m in config.modes]
+    results: dict[str, dict[str, Any]] = {m: {} for m in modes}
+    rows: dict[tuple[str, str], list[Scored]] = {}
+    adapters: dict[str, Any] = {}
+    for generator in [g for g in GENERATORS if g in config.generators]:
+        if generator == "lora":
+            say("training each expert's adapter as the product does")
+            adapters = train_adapters(loaded, config.adapter_steps, say)
+        with generating_with(generator):
+            for mode in modes:
+                t0 = time.perf_counter()
+                got = [scored(ask(q, model_for(mode, q)), q, external, loaded.experts.get(q["domain"], ""), dataset.relevant.get(str(q.get("query_id"))))
+                       for q in questions]
+                rows[(mode, generator)] = got
+                figures = summarise(got)
+                if facts and (mode != "oracle" or all(q.get("domain") in loaded.experts for q in facts)):
+                    fact_rows = [scored(ask(q, model_for(mode, q)), q, external, loaded.experts.get(q.get("domain") or "", "")) for q in facts]
+                    figures["questions"] = summarise(fact_rows)
+                    rows[(mode, f"{generator}/questions")] = fact_rows
+                if unanswerable and mode != "oracle":
+                    figures["abstained_unanswerable"] = summarise([scored(ask(q, model_for(mode, q)), q, external) for q in unanswerable])["abstained"]
+                results[mode][generator] = figures
+                say(f"  {mode:7s} {generator:10s} F1 {figures['f1']}  recall {figures['recall']}  words {figures['words']}  "
+                    f"junk {figures['junk_rate']}  abstained {figures['abstained']}  ({time.perf_counter() - t0:.0f} s)")
+    comparisons: dict[str, Any] = {}
+    for generator in config.generators:
+        for a, b in (("auto", "flat"), ("auto", "oracle"), ("fast", "auto")):
+            if (a, generator) in rows and (b, generator) in rows:
+                comparisons[f"{a}/{generator} - {b}/{generator}"] = {m: paired(rows[(a, generator)], rows[(b, generator)], m) for m in ("f1", "recall")}
     report: dict[str, Any] = {
+        "pipeline": "product",
         "results": results,
+        "paired": comparisons,
         "n_questions": len(questions),
-        "train_s": adapters_report.get("train_s", 0.0),
-        "n_train": adapters_report.get("n_train", 0),
-        "train_s_this_run": adapters_report.get("train_s_this_run", 0.0),
         "wall_s": round(time.perf_counter() - started, 1),
-        "targets": compute_targets(results),
-        "paired": paired_differences({key: answer_f1s(questions, rows) for key, rows in answers.items()}),
-        "samples": [
-            {"question": q.text, "gold": q.gold, "domain": corpus.domains[q.domain],
-             "answers": {f"{mode}/{generator}": rows[k].raw or rows[k].text for (mode, generator), rows in answers.items()}}
-            for k, q in enumerate(questions[:SAMPLES])
-        ],
-        "router": router_report,
-        "adapters": adapters_report,
-        "setup": {
-            "dataset": dataset.name, "split": config.split, "questions_available": available, "limit": config.limit,
-            "sample": f"stratified by domain, seed {SEED}" if len(questions) < available else "all",
-            "train_limit": config.train_limit, "modes": modes, "base_model": settings.BASE_MODEL,
-            "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
-            "retrieval_top_k": top_k, "min_score": min_score, "extractive_max_sentences": int(settings.EXTRACTIVE_MAX_SENTENCES),
-            "extractive_sentence_scorer": ctx["scorer_spec"],
-            "widen_below": threshold, "weight_power": weight_power(), "context_weight_power": weight_power(widened=True), "chunks": corpus.chunks,
-            "prompt_passages": serving.generator.max_passages, "prompt_passage_chars": serving.generator.passage_chars,
-            "max_new_tokens": serving.max_new_tokens, "stop_at_paragraph": serving.generator.stop_at_paragraph,
-            "decoding": serving.generator.decoding,
-            "select_shortlist": serving.generator.select_shortlist if serving.generator.decoding == "select" else None,
-            "lead_sentence": serving.generator.lead_sentence,
-            "batch_size": config.batch_size, "gold_support_threshold": MIN_SUPPORT, "history_in_prompt": False,
-            "search_context_weight": context_weight(), "questions_with_earlier_turns": sum(contexts[q.row] is not None for q in questions),
-        },
+        "router": {"version": loaded.router_version, "val_accuracy": loaded.router_metrics.get("val", {}).get("accuracy"),
+                   "knowledge": loaded.router_metrics.get("knowledge", {}).get("fitted")},
+        "adapters": adapters,
+        "workspace": loaded.seconds,
+        "samples": [{"question": q["text"], "gold": q["answer"], "domain": q["domain"],
+                     "answers": {f"{m}/{g}": r[k].answer for (m, g), r in rows.items() if "/" not in g}}
+                    for k, q in enumerate(questions[:SAMPLES])],
+        "setup": {"dataset": dataset.name, "split": config.split, "questions_available": available, "limit": config.limit,
+                  "sample": f"stratified by domain, seed {SEED}" if len(questions) < available else "all",
+                  "modes": modes, "generators": list(config.generators), "documents": "passages.jsonl" if config.passages else "docs.jsonl",
+                  "history": "the user's earlier turns, as a client sends them", "questions_file": config.questions_path},
     }
-    say_table(results, say)
     if config.answers_path:
-        write_jsonl(Path(config.answers_path), answer_rows(questions, answers, queries, corpus))
+        write_jsonl(Path(config.answers_path), [{"arm": f"{m}/{g}", **r.as_row()} for (m, g), got in rows.items() for r in got])
         say(f"  every answer written to {config.answers_path}")
     return report

@@ -9,7 +9,7 @@ encoder, and a change of texts or model is a miss that recomputes.
 The rules every evaluation shares live here too: ``user_turns`` (a conversation's context as the
 product keeps it: the user's questions, never the agent's answers), ``carve_validation`` and
 ``validation_note`` (a seeded stratified validation split when a dataset has none, and the words a
-report says it with), and ``code_fingerprint`` (part of every cached model's key).
+report says it with).
 """
 
 from __future__ import annotations
@@ -116,23 +116,6 @@ def cached_embeddings(name: str, texts: list[str], model: str, say: Say = print,
     return x
 
 
-def search_contexts(dataset: Path, queries: list[dict], model: str, weight: float, say: Say = print, threads: int = 0,
-                    batch_size: int = 128) -> list[Any]:
-    """What serving's search reads of each record's conversation (``knowledge.ml.conversation.SearchContext``, or None
-    for a record without earlier user turns or at weight 0): its last ``serving.conversations.CONTEXT_TURNS`` user
-    turns (``user_turns``) and their embeddings (cached under ``<dataset>-user-turns``)."""
-    from knowledge.ml.conversation import SearchContext
-    from serving.conversations import CONTEXT_TURNS
-
-    turns = [user_turns(q, max_turns=CONTEXT_TURNS) for q in queries]
-    if not weight or not any(turns):
-        return [None] * len(queries)
-    texts = sorted({t for q in queries for t in user_turns(q)})  # every turn, as ``evaluate retrieval`` caches them
-    vectors = dict(zip(texts, cached_embeddings(f"{Path(dataset).name}-user-turns", texts, model, say=say, threads=threads, batch_size=batch_size),
-                       strict=True))
-    return [SearchContext(turns=tuple(ts), vectors=np.stack([vectors[t] for t in ts]), weight=weight) if ts else None for ts in turns]
-
-
 def dataset_embeddings(dataset: Path, model: str, say: Say = print, threads: int = 0, batch_size: int = 128) -> tuple[list[dict], np.ndarray]:
     """Every record of ``dataset/queries.jsonl`` and the embedding of every record's text (cached under the folder's name)."""
     records = read_queries(dataset)
@@ -226,16 +209,6 @@ def validation_note(carved: bool, share: float = 0.1, seed: int = 0) -> dict[str
 def typo_copy_encoder(name: str, model: str, say: Say = print) -> Callable[[list[str]], np.ndarray]:
     """The encoder as ``train_text_router`` needs it for its typo copies, cached by text like every evaluation embedding."""
     return lambda texts: cached_embeddings(f"{name}-router-typo-copies", texts, model, say)
-
-
-def code_fingerprint(*modules: Any) -> str:
-    """A short hash of the source files of ``modules``: part of every cached model's key, so a code change is a miss."""
-    import inspect
-
-    digest = hashlib.sha256()
-    for module in modules:
-        digest.update(Path(inspect.getfile(module)).read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], vectors: np.ndarray, prefix: str,

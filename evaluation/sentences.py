@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import dataset_embeddings, read_jsonl, search_contexts, stratified_sample
+from evaluation.datasets import stratified_sample
+from evaluation.workspace import Dataset, ask, load
 from experts.ml.answer_metrics import token_f1
-from experts.ml.extractive import ChunkSentenceCache, candidate_sentences, quoted
+from experts.ml.extractive import ChunkSentenceCache, Passage, candidate_sentences, quoted
 from experts.ml.sentence_scorer import HAND_SET, best_of_top, fit_mlp, fit_weights, load_scorer, picked_f1
 
 Say = Callable[[str], None]
@@ -63,63 +64,35 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     from django.conf import settings
 
     from encoders import get_encoder
-    from evaluation.answers_corpus import Question, index_corpus, mode_plans, route_questions, search_passages
-    from knowledge.search import context_weight, widen_below
 
     started = time.perf_counter()
-    dataset = Path(dataset)
-    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
-    units = read_jsonl(dataset / "docs.jsonl")
-    corpus = index_corpus(dataset, units, say, encoding)
-    try:
-        queries, qx = dataset_embeddings(dataset, settings.EMBEDDING_MODEL, say, **encoding)
-        y = np.array([corpus.domains.index(q["domain"]) if q.get("domain") in corpus.domains else -1 for q in queries])
-        routes, train_rows, val_rows = route_questions(dataset, queries, qx, y, corpus.domains, say, encoding)
-        probs = routes.probs
-        contexts = search_contexts(dataset, queries, settings.EMBEDDING_MODEL, context_weight(), say, **encoding)
-        answered = [i for i, q in enumerate(queries) if y[i] >= 0 and q.get("answer") and q.get("text")]
-        wanted = {"train": set(train_rows), "val": set(val_rows)}
-        rows = {
-            "train": [i for i in answered if i in wanted["train"]],
-            "val": [i for i in answered if i in wanted["val"]],
-            "test": [i for i in answered if queries[i].get("split") == "test"],
-        }
-        if not rows["train"] or not rows["val"]:
-            raise ValueError(f"{dataset} needs train and validation questions with an 'answer' and a known domain")
-        if train_limit and len(rows["train"]) > train_limit:
-            pick = stratified_sample([str(y[i]) for i in rows["train"]], train_limit, seed=SEED)
-            rows["train"] = [rows["train"][j] for j in pick]
-        encoder = get_encoder(settings.EMBEDDING_MODEL, encoding["threads"])
-        cache = ChunkSentenceCache(size=100_000)
-        threshold = widen_below()
-        top_k = int(settings.RETRIEVAL_TOP_K)
-        groups: dict[str, list[Group]] = {}
-        group_domains: dict[str, list[str]] = {}
-        for split, chosen in rows.items():
-            groups[split], group_domains[split] = [], []
-            for i in chosen:
-                q = Question(i, queries[i]["text"], str(queries[i]["answer"]), int(y[i]), set())
-                plan, _ = mode_plans(q, probs[i], corpus, threshold, served=routes.served.get(i))["auto"]
-                # A follow-up the router abstains on is searched as asked (serving.chat: a change of subject).
-                context = None if i in routes.abstained else contexts[i]
-                top = [p for p in search_passages(corpus, plan, qx[i], q.text, top_k, context)[:MAX_PASSAGES] if p.text.strip()]
-                if not top:
-                    continue
-                known = qx[i]
-
-                def embed(texts: list[str], known: np.ndarray = known, text: str = q.text) -> np.ndarray:
-                    return known[None, :] if texts == [text] else encoder.encode(texts)
-
-                found = candidate_sentences(q.text, top, embed, cache)
-                if found is None:
-                    continue
-                candidates, features = found
-                f1 = np.array([token_f1(quoted(sentence), q.gold) for _, _, sentence in candidates])  # as the answer quotes it
-                groups[split].append((features, f1))
-                group_domains[split].append(corpus.domains[int(y[i])])
-            say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
-    finally:
-        corpus.close()
+    data = Dataset.read(dataset)
+    if not data.documents:
+        raise ValueError(f"{dataset} has no docs.jsonl to quote from")
+    rows = {split: [q for q in data.questions(split) if q.get("answer")] for split in ("train", "val", "test")}
+    if not rows["train"] or not rows["val"]:
+        raise ValueError(f"{dataset} needs train and validation questions with an 'answer' and a domain")
+    if train_limit and len(rows["train"]) > train_limit:
+        rows["train"] = [rows["train"][j] for j in stratified_sample([q["domain"] for q in rows["train"]], train_limit, seed=SEED)]
+    load(data, say=say)
+    encoder = get_encoder(settings.EMBEDDING_MODEL, max(1, settings.TORCH_THREADS))
+    cache = ChunkSentenceCache(size=100_000)
+    groups: dict[str, list[Group]] = {}
+    group_domains: dict[str, list[str]] = {}
+    for split, chosen in rows.items():
+        groups[split], group_domains[split] = [], []
+        for q in chosen:
+            # The passages the chat path retrieved for the question as asked (auto, with its conversation's user turns).
+            result = ask(q, "auto")
+            top = [Passage(**{k: v for k, v in p.items() if k != "index"}) for p in result.passages if p.get("text", "").strip()][:MAX_PASSAGES]
+            found = candidate_sentences(q["text"], top, encoder.encode, cache) if top else None
+            if found is None:
+                continue
+            candidates, features = found
+            f1 = np.array([token_f1(quoted(sentence), q["answer"]) for _, _, sentence in candidates])  # as the answer quotes it
+            groups[split].append((features, f1))
+            group_domains[split].append(q["domain"])
+        say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
 
     fits = {pull: fit_weights(groups["train"], pull=pull) for pull in PULLS}
     val_f1 = {pull: picked_f1(groups["val"], w) or 0.0 for pull, w in fits.items()}
@@ -136,6 +109,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     # ``select`` decoding judges selection.SHORTLIST of them): the best of the k, by split.
     ceiling = {split: {str(k): _r(best_of_top(groups[split], scorers["default"], k)) for k in SHORTLISTS} for split in ("val", "test")}
     report = {
+        "pipeline": "product",
         "dataset": dataset.name,
         "n_questions": {split: len(g) for split, g in groups.items()},
         "picked_f1": picked,

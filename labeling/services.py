@@ -351,6 +351,47 @@ def cluster_queries(
     return run
 
 
+def run_from_labels(source: str = "", team: Any = None) -> ClusteringRun:
+    """A log that already says each query's domain (its ``label`` column): one proposal per label, nothing clustered.
+
+    The run is reviewed and promoted like a discovered one (``labeling.proposals.promote_run``): its
+    proposals are the labels, each with the keywords and representative queries discovery would show;
+    unlabelled queries stay unassigned. Same queries → the same run. The queries must be embedded.
+    """
+    queries = team_queries(team).order_by("pk")
+    if source:
+        queries = queries.filter(source=source)
+    rows = list(queries.values_list("pk", "text", "label"))
+    labels = sorted({label for _, _, label in rows if label})
+    if len(labels) < 2:
+        raise JobFailed(f"the queries carry {len(labels)} label(s); experts from labels need at least two")
+    ids = [pk for pk, _, _ in rows]
+    key = [source, "labels", embedding_space(), len(ids), ids[-1], f"team:{team.pk}" if team is not None else ""]
+    fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
+    existing = ClusteringRun.objects.filter(fingerprint=fingerprint).first()
+    if existing is not None:
+        return existing
+    x = load_embeddings(ids, embedding_space())
+    groups = np.array([labels.index(label) if label else -1 for _, _, label in rows])
+    summaries = describe_groups([t for _, t, _ in rows], x, groups)
+    with transaction.atomic():
+        run = ClusteringRun.objects.create(
+            source=source, team=team, model=embedding_space(), eps=0.0, min_samples=0, n_experts=len(labels), fingerprint=fingerprint,
+            n_queries=len(ids), n_topics=len(labels), noise_share=float((groups == -1).mean()),
+        )
+        proposals = {}
+        for summary in summaries:
+            centroid, cohesion = group_stats(x[groups == summary.label])
+            proposals[summary.label] = Proposal.objects.create(
+                run=run, index=summary.label, name=labels[summary.label][:128], keywords=summary.keywords,
+                representatives=[rows[j][1] for j in summary.representatives], size=summary.size, centroid=centroid, cohesion=cohesion,
+            )
+        Assignment.objects.bulk_create(
+            [Assignment(run=run, query_id=pk, topic=int(g), proposal=proposals.get(int(g))) for pk, g in zip(ids, groups, strict=True)], batch_size=5000,
+        )
+    return run
+
+
 def enqueue_discovery(
     source: str = "", eps: float | None = None, min_samples: int = 5, n_experts: int | None = None, user: Any = None, team: Any = None,
 ) -> Job:

@@ -259,9 +259,8 @@ class ChatTurn:
         """A request that sends its conversation's messages has no stored expert: the one its earlier questions route to stands in.
 
         So a follow-up answers the same whether the client keeps the conversation or the platform
-        does (``tools/measure_conversation_routing.py``: on doc2dial's validation follow-ups the
-        expert that answers was right for 0.805 without it, 0.876 with it, 0.882 for stored
-        conversations). Their embeddings are kept for the search. "" when there are none, the fast
+        does (on doc2dial's validation follow-ups the expert that answers was right for 0.805 without
+        it, 0.876 with it; docs/EVALUATIONS.md). Their embeddings are kept for the search. "" when there are none, the fast
         tier routed (it never waits for the sentence encoder), or the router abstains on them.
         """
         texts = [clean_question(q) for q in self.request.earlier_questions if q and q.strip()][-conversations.CONTEXT_TURNS :]

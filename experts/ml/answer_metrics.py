@@ -96,3 +96,68 @@ def support(answer: str, passage: str) -> float:
         return 1.0
     have = Counter(normalize_answer(passage).split())
     return sum((Counter(words) & have).values()) / len(words)
+
+
+# Words that carry no fact of their own: a reference answer's other words are what an answer must hold
+# (``content_recall``). scikit-learn's English stop list, the one discovery's keywords leave out.
+def _stop_words() -> frozenset[str]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+def content_words(text: str) -> list[str]:
+    """The normalised words of ``text`` that are not stop words, in order (repeats kept)."""
+    stop = _stop_words()
+    return [w for w in normalize_answer(strip_citations(text)).split() if w not in stop]
+
+
+def content_recall(prediction: str, gold: str) -> float | None:
+    """Share of the reference answer's content words the answer holds (None when the reference has none).
+
+    What token F1 hides: a one-sentence answer scores F1 well against a short reference and still leaves
+    out what the question needed; recall says how much of the reference a person got.
+    """
+    ref = Counter(content_words(gold))
+    if not ref:
+        return None
+    pred = Counter(w for w in answer_tokens(prediction) if w not in _stop_words())
+    return sum((ref & pred).values()) / sum(ref.values())
+
+
+def word_count(text: str) -> int:
+    """The answer's length in words, citation markers left out (0 for an abstention)."""
+    return 0 if is_abstention(text) else len(strip_citations(text).split())
+
+
+def holds_fact(answer: str, fact: str) -> bool:
+    """Whether the answer holds a key fact: every content word of ``fact`` is among the answer's words."""
+    needed = set(content_words(fact)) or set(normalize_answer(fact).split())
+    return bool(needed) and needed <= set(normalize_answer(strip_citations(answer)).split())
+
+
+_SENTENCE_END = re.compile(r"[.!?:;](\s|$)")
+_LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
+
+
+def is_junk(text: str) -> bool:
+    """Whether an answer is not prose a person can read: a link list, a menu, a tag cloud or run-together titles.
+
+    Rules, each a shape a reader would call junk: more than a third of its words are links; or it is
+    longer than 12 words with no verb-bearing sentence end (no ``.``, ``?``, ``!``, ``:`` or ``;``) and
+    mostly capitalised words (a run of titles or menu items); or over half its lines are one to four
+    words (a menu). An abstention is not junk: it is scored as an abstention.
+    """
+    if is_abstention(text):
+        return False
+    body = strip_citations(text).strip()
+    words = body.split()
+    if not words:
+        return False
+    if sum(bool(_LINK.search(w)) for w in words) * 3 > len(words):
+        return True
+    capitalised = sum(w[:1].isupper() for w in words) / len(words)
+    if len(words) > 12 and not _SENTENCE_END.search(body) and capitalised > 0.5:
+        return True
+    lines = [line for line in body.splitlines() if line.strip()]
+    return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)

@@ -27,7 +27,7 @@ from .sparse import bm25_vector
 # follow-up the router abstains on is searched alone whatever the weight (a change of subject). The smallest
 # weight whose routed extractive F1 on doc2dial's validation split is within one standard error of the best;
 # the smaller the weight, the more the question itself decides whether anything answers it
-# (tools/measure_offtopic_followups.py). Figures in docs/EVALUATIONS.md.
+# (measured on doc2dial's off-topic follow-ups; figures in docs/EVALUATIONS.md).
 CONTEXT_WEIGHT = 0.5
 
 

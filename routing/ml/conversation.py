@@ -20,21 +20,21 @@ needs query logs with conversations. Every other router gets the conversation th
 A confident question is never re-routed, so a self-contained question that changes expert ("how do
 I apply for student loan forgiveness?" after questions about a driver licence) goes where it
 belongs; an ambiguous follow-up leans on its conversation. Blending always, at any weight, cost
-the changes of subject too much; gating alone did not. ``tools/measure_conversation_routing.py``
-chose the defaults on doc2dial's validation split (figures in docs/EVALUATIONS.md).
+the changes of subject too much; gating alone did not. A measuring script (since deleted: it routed
+outside the product) chose the defaults on doc2dial's validation split (figures in docs/EVALUATIONS.md);
+``evaluate answers`` and ``evaluate retrieval`` now report follow-ups through the chat path (``by_turn``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# The rule's weight and threshold (``blend``, ``unsure``), chosen on doc2dial's validation split by
-# tools/measure_conversation_routing.py (the figures are in the docstring above); weight 0 turns the rule off.
+# The rule's weight and threshold (``blend``, ``unsure``), chosen on doc2dial's validation split (the docstring
+# above); weight 0 turns the rule off.
 CONTEXT_WEIGHT = 3.0
 CONTEXT_BELOW = 0.6
 # A conversation keeps its expert unless another expert's router score beats it by more than this
-# (``serving.conversations.sticky_order``). Set by hand when conversations were built, not tuned on data;
-# tools/measure_conversation_routing.py measures doc2dial's follow-ups with it.
+# (``serving.conversations.sticky_order``). Set by hand when conversations were built, not tuned on data.
 STICKY_MARGIN = 0.15
 # The conversation breaks a tie among the experts the question itself could mean; it never moves the
 # question to one the question alone rules out ("how do I apply for disability benefits as a veteran?",

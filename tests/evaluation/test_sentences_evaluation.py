@@ -14,17 +14,19 @@ from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
 
 @pytest.fixture
-def tiny_dataset(tmp_path, hashing):
+def tiny_dataset(tmp_path, settings):
+    settings.EXTRACTIVE_MIN_SCORE = 0.1
     write_answer_dataset(tmp_path)
     return tmp_path
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pull(tiny_dataset):
     lines: list[str] = []
 
     report = evaluate_sentences(tiny_dataset, say=lines.append)
 
+    assert report["pipeline"] == "product"
     assert report["n_questions"] == {"train": 24, "val": 8, "test": 16}
     for split in ("val", "test"):
         figures = report["picked_f1"][split]
@@ -54,11 +56,11 @@ def test_the_report_scores_every_scorer_on_val_and_test_and_names_the_chosen_pul
     assert any(line.strip().startswith("test:") for line in lines)
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_command_writes_json_and_refuses_a_dataset_without_answers_or_documents(tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "sentences.json"
     scorer = out.with_name("scorer.json")
-    call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--json", str(out), "--save-scorer", str(scorer), "--skip-checks",
+    call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--json", str(out), "--save-scorer", str(scorer), "--skip-checks", "--in-place",
                  stdout=io.StringIO())
     report = json.loads(out.read_text())
     assert report["picked_f1"]["test"]["best_possible"] == 1.0
@@ -70,14 +72,14 @@ def test_the_command_writes_json_and_refuses_a_dataset_without_answers_or_docume
     rows = [json.loads(line) for line in (tiny_dataset / "queries.jsonl").read_text().splitlines()]
     (tiny_dataset / "queries.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer"}) for r in rows) + "\n")
     with pytest.raises(CommandError, match="with an 'answer'"):
-        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", stdout=io.StringIO())
+        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", "--in-place", stdout=io.StringIO())
     (tiny_dataset / "docs.jsonl").unlink()
     with pytest.raises(CommandError, match=r"no docs\.jsonl"):
-        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", stdout=io.StringIO())
+        call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", "--in-place", stdout=io.StringIO())
 
 
 @pytest.mark.slow
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
 def test_on_doc2dial_the_shipped_weights_beat_the_hand_set_scorer_on_test():
     report = evaluate_sentences(DOC2DIAL, say=lambda line: None)

@@ -1,16 +1,22 @@
 """``manage.py evaluate {clustering,router,retrieval,answers,sentences,abtest} ...``: quality evaluations on datasets in the shared format.
 
 Each subcommand prints its figures and, with ``--json FILE``, writes them for scripts. The work is
-done by ``evaluation.clustering`` (clustering) and ``evaluation.router`` (router); this command only
-parses arguments.
+done by ``evaluation.<target>``; this command only parses arguments. ``answers``, ``retrieval`` and
+``sentences`` replay the product (``evaluation.workspace``): run from the shell, they load the dataset into
+a throw-away workspace (a child process on its own database and data folder); ``--in-place`` loads it
+into the current one instead (what the child and the tests do).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+
+# Evaluations that load the dataset into the product and ask through serving (``evaluation.workspace``).
+REPLAYED = ("answers", "retrieval", "sentences")
 
 
 class Command(BaseCommand):
@@ -42,29 +48,25 @@ class Command(BaseCommand):
         retrieval = sub.add_parser("retrieval", help="flat vs oracle vs routed retrieval, dense/sparse/hybrid")
         retrieval.add_argument("--dataset", required=True, help="folder with docs.jsonl (or passages.jsonl), queries.jsonl and qrels")
         retrieval.add_argument("--passages", action="store_true", help="index passages.jsonl and judge with qrels_passages.jsonl")
+        retrieval.add_argument("--limit", type=int, default=None, help="ask at most this many test questions (default: all)")
         retrieval.add_argument("--json", dest="json_path", default=None)
-        retrieval.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
-        answers = sub.add_parser("answers", help="answer F1 / ROUGE-L / citations of flat, auto and oracle with the extractive, base and LoRA generators")
+        answers = sub.add_parser("answers", help="the answers a person gets (F1, recall, words, junk, abstentions, citations) per arm and generator, replayed through the product")
         answers.add_argument("--dataset", required=True, help="folder with docs.jsonl, queries.jsonl whose rows carry 'answer' (qrels.jsonl for citations)")
         answers.add_argument("--limit", type=int, default=None, help="questions (stratified by domain; default: the default run's sample, 0: all)")
-        answers.add_argument("--train-limit", type=int, default=None, help="train questions the adapters learn from (stratified; default: all)")
         answers.add_argument("--split", choices=["test", "val"], default="test", help="questions to answer (val: where defaults are chosen)")
         answers.add_argument("--generators", default="extractive,base,lora", help="comma-separated: extractive, base, lora")
-        answers.add_argument("--modes", default="flat,auto,oracle", help="comma-separated: flat, auto, oracle, fast (auto:fast with the fast tier)")
-        answers.add_argument("--pooled-steps", type=int, default=None, help="steps of the pooled adapter")
-        answers.add_argument("--expert-steps", type=int, default=None, help="steps each expert continues for (the generalist: all of theirs)")
-        answers.add_argument("--max-new-tokens", type=int, default=None, help="answer length limit (default: GENERATOR_MAX_TOKENS)")
-        answers.add_argument("--lora", action="append", default=[], metavar="FIELD=JSON", help="a LoraParams field over the product's defaults, e.g. learning_rate=1e-3")
+        answers.add_argument("--modes", default="flat,auto,oracle", help="comma-separated: flat, auto, oracle, fast (auto:fast)")
+        answers.add_argument("--adapter-steps", type=int, default=None, help="cap each expert's adapter training (default: the training job's own)")
+        answers.add_argument("--questions", dest="questions_path", default=None, metavar="FILE",
+                             help="also ask these questions (JSON lines: question, facts [..], optional domain) and score fully_answered")
+        answers.add_argument("--passages", action="store_true", help="ingest passages.jsonl as the documents (judged with qrels_passages.jsonl)")
         answers.add_argument("--json", dest="json_path", default=None)
-        answers.add_argument("--answers", dest="answers_path", default=None, metavar="FILE",
-                             help="also write every question's answers, per mode and generator, with their F1 (JSON lines)")
-        answers.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
+        answers.add_argument("--answers", dest="answers_path", default=None, metavar="FILE", help="also write every answer, per arm, with its scores (JSON lines)")
         sentences = sub.add_parser("sentences", help="the extractive answer's sentence scorer: hand-set, shipped and refitted weights on val and test")
         sentences.add_argument("--dataset", required=True, help="folder with docs.jsonl and queries.jsonl whose rows carry 'answer'")
         sentences.add_argument("--train-limit", type=int, default=None, help="train questions the weights are fitted on (stratified; default 3000, 0: all)")
         sentences.add_argument("--save-scorer", default=None, help="write the refitted sentence network here (JSON; EXTRACTIVE_SENTENCE_SCORER reads it)")
         sentences.add_argument("--json", dest="json_path", default=None)
-        sentences.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
         abtest = sub.add_parser("abtest", help="A/B decision rule by simulation: false-positive rate (no effect) and power (at the minimum effect)")
         abtest.add_argument("--simulate", action="store_true", required=True, help="simulate experiments with a known effect and with none")
         abtest.add_argument("--n-simulations", type=int, default=2000)
@@ -77,8 +79,12 @@ class Command(BaseCommand):
         abtest.add_argument("--seed", type=int, default=0)
         abtest.add_argument("--json", dest="json_path", default=None)
         # Subparsers do not inherit BaseCommand's common options; accept the ones call_command passes.
-        for p in (clustering, router, abtest):
+        for p in (clustering, router, abtest, retrieval, answers, sentences):
             p.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
+        for p in (retrieval, answers, sentences):
+            p.add_argument("--in-place", action="store_true",
+                           help="load the dataset into the current database and data folder (a test's, or a workspace made for it) "
+                                "instead of a throw-away workspace")
 
     def handle(self, *args, **options):
         if options["target"] == "abtest":
@@ -86,6 +92,9 @@ class Command(BaseCommand):
         dataset = Path(options["dataset"])
         if not (dataset / "queries.jsonl").exists():
             raise CommandError(f"{dataset} has no queries.jsonl")
+        self._check_files(dataset, options)
+        if options["target"] in REPLAYED and not options["in_place"]:
+            return self._isolated(options)
         if options["target"] == "clustering":
             from evaluation.clustering import evaluate_clustering
 
@@ -96,8 +105,6 @@ class Command(BaseCommand):
         elif options["target"] == "sentences":
             from evaluation.sentences import DEFAULT_TRAIN_LIMIT, evaluate_sentences
 
-            if not (dataset / "docs.jsonl").is_file():
-                raise CommandError(f"{dataset} has no docs.jsonl (one row per document: doc_id, domain, title, text)")
             limit = DEFAULT_TRAIN_LIMIT if options["train_limit"] is None else (options["train_limit"] or None)
             try:
                 report = evaluate_sentences(dataset, train_limit=limit, say=self.stdout.write,
@@ -107,12 +114,10 @@ class Command(BaseCommand):
         elif options["target"] == "retrieval":
             from evaluation.retrieval import evaluate_retrieval
 
-            needed = ("passages.jsonl", "qrels_passages.jsonl") if options["passages"] else ("docs.jsonl", "qrels.jsonl")
-            missing = [name for name in needed if not (dataset / name).is_file()]
-            if missing:
-                raise CommandError(f"{dataset} has no {' or '.join(missing)}: evaluate retrieval{' --passages' if options['passages'] else ''} "
-                                   f"indexes {needed[0]} and judges with {needed[1]} (one row per relevant pair: query_id, doc_id)")
-            report = evaluate_retrieval(dataset, passages=options["passages"], say=self.stdout.write)
+            try:
+                report = evaluate_retrieval(dataset, passages=options["passages"], say=self.stdout.write, limit=options["limit"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         else:
             from evaluation.router import evaluate_router
 
@@ -144,32 +149,41 @@ class Command(BaseCommand):
             Path(options["json_path"]).write_text(json.dumps(report, indent=2))
             self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
 
-    def _answers(self, dataset: Path, options: dict) -> dict:
-        from evaluation.answers import evaluate_answers
-        from evaluation.answers_config import DEFAULT_LIMIT, AnswerConfig
+    def _check_files(self, dataset: Path, options: dict) -> None:
+        """Refuse, before any work, a dataset without the files its evaluation reads."""
+        if options["target"] == "sentences" and not (dataset / "docs.jsonl").is_file():
+            raise CommandError(f"{dataset} has no docs.jsonl (one row per document: doc_id, domain, title, text)")
+        if options["target"] == "retrieval":
+            needed = ("passages.jsonl", "qrels_passages.jsonl") if options["passages"] else ("docs.jsonl", "qrels.jsonl")
+            missing = [name for name in needed if not (dataset / name).is_file()]
+            if missing:
+                raise CommandError(f"{dataset} has no {' or '.join(missing)}: evaluate retrieval{' --passages' if options['passages'] else ''} "
+                                   f"indexes {needed[0]} and judges with {needed[1]} (one row per relevant pair: query_id, doc_id)")
 
-        overrides = {}
-        for item in options["lora"]:
-            name, _, value = item.partition("=")
-            try:
-                overrides[name.strip()] = json.loads(value)
-            except json.JSONDecodeError:
-                raise CommandError(f"--lora {item!r}: the value must be JSON (e.g. learning_rate=1e-3, target_modules='[\"q_proj\"]')") from None
-        limit = DEFAULT_LIMIT if options["limit"] is None else (options["limit"] or None)
-        config = AnswerConfig(limit=limit, train_limit=options["train_limit"], split=options["split"],
-                              generators=tuple(g.strip() for g in options["generators"].split(",") if g.strip()),
-                              modes=tuple(m.strip() for m in options["modes"].split(",") if m.strip()),
-                              max_new_tokens=options["max_new_tokens"], lora=overrides, answers_path=options["answers_path"])
-        if options["pooled_steps"] is not None:
-            config.pooled_steps = options["pooled_steps"]
-        if options["expert_steps"] is not None:
-            config.expert_steps = options["expert_steps"]
+    def _answers(self, dataset: Path, options: dict) -> dict:
+        from evaluation.answers import DEFAULT_LIMIT, AnswerConfig, evaluate_answers
         from experts.ml.lora_errors import LoraError
 
+        if options["questions_path"] and not Path(options["questions_path"]).is_file():
+            raise CommandError(f"--questions {options['questions_path']}: no such file")
+        config = AnswerConfig(limit=DEFAULT_LIMIT if options["limit"] is None else (options["limit"] or None), split=options["split"],
+                              generators=tuple(g.strip() for g in options["generators"].split(",") if g.strip()),
+                              modes=tuple(m.strip() for m in options["modes"].split(",") if m.strip()), adapter_steps=options["adapter_steps"],
+                              questions_path=options["questions_path"], answers_path=options["answers_path"], passages=options["passages"])
         try:
             return evaluate_answers(dataset, config, say=self.stdout.write)
         except (ValueError, LoraError) as exc:
             raise CommandError(str(exc)) from exc
+
+    def _isolated(self, options: dict) -> None:
+        """Run this command again in a throw-away workspace (``evaluation.workspace.isolated``), the JSON written by the child."""
+        from evaluation.workspace import isolated
+
+        if len(sys.argv) < 3 or sys.argv[1] != "evaluate":
+            raise CommandError("called from code, evaluate answers/retrieval/sentences runs in the caller's database: pass --in-place")
+        code = isolated([*sys.argv[1:], "--in-place"], say=self.stdout.write)
+        if code:
+            raise CommandError(f"the evaluation's workspace ended with exit status {code}")
 
     def _abtest(self, options):
         from routing.experiments.stats import AbTestError, Config, simulation_report

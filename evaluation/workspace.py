@@ -1,0 +1,201 @@
+"""An evaluation's workspace: a dataset loaded into the product as a team would load it, and asked through serving.
+
+Nothing here chunks, searches, routes or answers. ``load`` goes through the product's own services, in a
+team's order: import the questions (``labeling.services.import_queries``, the log's ``label`` column
+carrying the dataset's domain), make one expert per label (``labeling.services.run_from_labels``, promoted
+as a reviewed run is), give each expert its documents (``knowledge.ingest.upsert_document``, indexed by
+``knowledge.indexing.index_pending``: the product's chunking and titles), then train the router with its
+defaults (``routing.services.train_router_from_labels``, the training job's service). ``ask`` sends a test
+question through ``serving.chat.answer``, the ``ChatTurn`` that ``POST /v1/chat/completions`` runs, with
+the user's earlier turns as a client sends them; the routing event it records is the trace an evaluation
+may read.
+
+The arms of an evaluation are the product with one thing named differently: ``auto`` (the router),
+``oracle`` (the gold expert, as a client naming ``model: <slug>`` gets it) and ``flat`` (one more
+expert, ``FLAT``, holding every document, asked by its slug). Every arm gets the same conversation.
+
+``manage.py evaluate`` runs in a throw-away workspace (``isolated``): a child process on its own SQLite
+database and data folder, removed after. The base model and exported encoders are shared with the
+caller's data folder (read only), so nothing is converted again.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Say = Callable[[str], Any]
+
+SOURCE = "evaluation"  # the imported questions' source
+FLAT = "every-document"  # the flat arm's expert: every document in one collection, reached by its slug
+WORKSPACE_ENV = "SWITCHBOARD_EVALUATION_WORKSPACE"  # set in the child: this process already runs in a workspace
+# Settings that would reach outside the workspace (a shared cache, a Qdrant server): the child does without them.
+OUTSIDE = ("REDIS_URL", "QDRANT_URL", "QDRANT_API_KEY", "DATABASE_URL", "CELERY_BROKER_URL")
+
+
+# --- the dataset --------------------------------------------------------------------------------
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Dataset:
+    """A folder in the shared schema (``../shared/datasets/README.md``): questions, documents and gold relevance."""
+
+    name: str
+    queries: list[dict[str, Any]]
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    relevant: dict[str, set[str]] = field(default_factory=dict)  # query_id -> relevant doc_ids (qrels)
+
+    @classmethod
+    def read(cls, folder: Path, passages: bool = False) -> Dataset:
+        """``queries.jsonl``, and where present the documents (``docs.jsonl``, or ``passages.jsonl``) and their qrels."""
+        folder = Path(folder)
+        docs, qrels = ("passages.jsonl", "qrels_passages.jsonl") if passages else ("docs.jsonl", "qrels.jsonl")
+        relevant: dict[str, set[str]] = {}
+        if (folder / qrels).is_file():
+            for row in read_jsonl(folder / qrels):
+                relevant.setdefault(str(row["query_id"]), set()).add(str(row["doc_id"]))
+        return cls(folder.name, read_jsonl(folder / "queries.jsonl"),
+                   read_jsonl(folder / docs) if (folder / docs).is_file() else [], relevant)
+
+    def questions(self, split: str, label: str = "domain") -> list[dict[str, Any]]:
+        """The rows of ``split`` with a text and a label (out-of-scope rows have none)."""
+        return [q for q in self.queries if q.get("split") == split and q.get(label) and q.get("text", "").strip()]
+
+
+def history(question: dict[str, Any]) -> list[dict[str, str]]:
+    """The user's earlier turns of the question's conversation, as a client sends them (the agent's are left out:
+    doc2dial's agent turns copy the document, which no user's client would hold)."""
+    return [{"role": "user", "content": t["text"]} for t in question.get("context") or [] if t.get("speaker") == "user" and t.get("text")]
+
+
+# --- loading it into the product ------------------------------------------------------------------
+
+@dataclass
+class Loaded:
+    """What ``load`` made: the expert of each label, the flat arm's expert, the router version and the seconds each step took."""
+
+    experts: dict[str, str]  # label -> expert slug
+    flat: str | None
+    router_version: int | None
+    router_metrics: dict[str, Any]
+    seconds: dict[str, float]
+
+
+def _import_rows(dataset: Dataset, label: str) -> bytes:
+    """The dataset's questions in the query importer's columns (``docs/YOUR_DATA.md``), as a team exports its log."""
+    out = io.StringIO()
+    for q in dataset.queries:
+        if not (q.get("text") or "").strip():
+            continue
+        row = {"text": q["text"], "label": q.get(label) or "", "split": q.get("split") or "", "answer": q.get("answer") or "",
+               "conversation": q.get("dial_id") or q.get("conversation") or ""}
+        out.write(json.dumps(row) + "\n")
+    return out.getvalue().encode()
+
+
+def load(dataset: Dataset, label: str = "domain", flat: bool = False, say: Say = print) -> Loaded:
+    """Load ``dataset`` into the current database as a team would (see the module docstring)."""
+    from experts import services as expert_services
+    from experts.models import Expert
+    from knowledge.indexing import index_pending
+    from knowledge.ingest import upsert_document
+    from knowledge.parsers import DocumentInput
+    from labeling import proposals
+    from labeling import services as labeling
+    from routing import services as routing
+
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    report = labeling.import_queries(io.BytesIO(_import_rows(dataset, label)), f"{dataset.name}.jsonl", SOURCE)
+    labeling.embed_missing(source=SOURCE)
+    run = labeling.run_from_labels(SOURCE)
+    if run.status != "promoted":
+        proposals.promote_run(run)
+    experts = {p.name: p.expert.slug for p in run.proposals.select_related("expert") if p.expert is not None}
+    seconds["import_s"] = round(time.perf_counter() - t0, 1)
+    say(f"  imported {report.imported:,} questions into {len(experts)} experts in {seconds['import_s']} s")
+
+    t0 = time.perf_counter()
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for doc in dataset.documents:
+        by_label.setdefault(doc.get(label) or doc.get("domain") or "", []).append(doc)
+    owners = [(Expert.objects.get(slug=slug), by_label.get(name, [])) for name, slug in sorted(experts.items())]
+    if flat and dataset.documents:
+        expert, _ = expert_services.upsert_expert(FLAT, "Every document", description="Every document of every expert, in one collection")
+        owners.append((expert, dataset.documents))
+    for expert, docs in owners:
+        for doc in docs:
+            upsert_document(expert, DocumentInput(external_id=str(doc["doc_id"]), title=doc.get("title") or "", text=doc["text"]))
+        if docs:
+            index_pending(expert)
+    seconds["ingest_s"] = round(time.perf_counter() - t0, 1)
+    if dataset.documents:
+        say(f"  ingested {len(dataset.documents):,} documents ({'and once more into one flat expert, ' if flat else ''}{seconds['ingest_s']} s)")
+
+    t0 = time.perf_counter()
+    version = routing.train_router_from_labels({"seed": 0}, activate="always")
+    seconds["train_router_s"] = round(time.perf_counter() - t0, 1)
+    val = version.metrics.get("val", {}).get("accuracy")
+    say(f"  router v{version.version} trained in {seconds['train_router_s']} s (validation accuracy {val if val is None else round(val, 3)})")
+    return Loaded(experts, FLAT if flat and dataset.documents else None, version.version, version.metrics, seconds)
+
+
+def ask(question: dict[str, Any], model: str) -> Any:
+    """``question`` through serving's chat path (``serving.chat.answer``) as ``model``, with its conversation's earlier user turns.
+
+    Returns the ``ChatResult`` a ``POST /v1/chat/completions`` would have answered from.
+    """
+    from serving.chat import answer
+
+    return answer(question["text"], model=model, history=history(question))
+
+
+# --- the throw-away workspace ----------------------------------------------------------------
+
+def in_workspace() -> bool:
+    """Whether this process already runs in an evaluation's workspace (or a test's database)."""
+    return bool(os.environ.get(WORKSPACE_ENV))
+
+
+def isolated(argv: list[str], say: Say = print) -> int:
+    """Run ``manage.py <argv>`` in a fresh workspace: its own database and data folder, migrated first and removed after.
+
+    Returns the child's exit status; its output is passed to ``say`` line by line.
+    """
+    from django.conf import settings
+
+    root = Path(tempfile.mkdtemp(prefix="switchboard-evaluation-"))
+    try:
+        models = Path(settings.VAR_DIR) / "models"
+        if models.is_dir():
+            (root / "models").symlink_to(models.resolve(), target_is_directory=True)
+        env = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
+        env.update({WORKSPACE_ENV: str(root), "VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
+                    "CELERY_TASK_ALWAYS_EAGER": "1", "BASE_MODEL": str(settings.BASE_MODEL), "ADAPTER_DIR": str(root / "adapters"),
+                    "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "switchboard.settings")})
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        migrate = subprocess.run([sys.executable, manage, "migrate", "--no-input", "--verbosity", "0"], env=env, capture_output=True, text=True)
+        if migrate.returncode:
+            say(migrate.stdout + migrate.stderr)
+            return migrate.returncode
+        child = subprocess.Popen([sys.executable, manage, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert child.stdout is not None
+        for line in child.stdout:
+            say(line.rstrip("\n"))
+        return child.wait()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
