@@ -127,7 +127,7 @@ def content_recall(prediction: str, gold: str) -> float | None:
 
 def word_count(text: str) -> int:
     """The answer's length in words, citation markers left out (0 for an abstention)."""
-    return 0 if is_abstention(text) else len(strip_citations(text).split())
+    return 0 if is_abstention(text) else sum(any(c.isalnum() for c in w) for w in strip_citations(text).split())
 
 
 def holds_fact(answer: str, fact: str) -> bool:

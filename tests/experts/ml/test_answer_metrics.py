@@ -43,3 +43,53 @@ def test_rouge_l_is_the_f1_of_the_longest_common_subsequence():
 def test_support_is_the_share_of_the_answer_found_in_the_passage():
     assert support("Renew it online.", "You can renew a licence online or by mail.") == pytest.approx(2 / 3)
     assert support("", "anything") == 1.0
+
+
+def test_recall_is_the_share_of_the_references_content_words_the_answer_holds():
+    from experts.ml.answer_metrics import content_recall
+
+    reference = "Renew your licence online before it expires; the fee is 64 dollars."
+    # Content words: renew, licence, online, expires, fee, 64, dollars (7); the short answer holds 3 of them.
+    assert content_recall("Renew it online [1].", reference) == pytest.approx(2 / 7)
+    assert content_recall("Renew your licence online. The fee is 64 dollars.", reference) == pytest.approx(6 / 7)
+    assert content_recall(NOT_FOUND, reference) == 0.0
+    assert content_recall("anything", "the of and") is None  # a reference of stop words alone scores nothing
+
+
+def test_words_leave_out_citations_and_count_nothing_for_an_abstention():
+    from experts.ml.answer_metrics import word_count
+
+    assert word_count("Renew online [1]. Pay the fee [2].") == 5
+    assert word_count(NOT_FOUND) == 0
+
+
+def test_a_key_fact_is_held_when_all_its_content_words_are_in_the_answer():
+    from experts.ml.answer_metrics import holds_fact
+
+    assert holds_fact("The renewal fee is 64 dollars [1].", "64 dollars")
+    assert holds_fact("Payments start at age 62.", "age 62")
+    assert not holds_fact("Payments start at 65.", "age 62")
+    assert not holds_fact("", "age 62")
+
+
+@pytest.mark.parametrize("answer", [
+    "Apply online https://studentaid.gov/apply www.ssa.gov/benefits https://va.gov/forms",
+    "Benefits Eligibility Apply Now Contact Us Forms Publications Careers News Events About Us Help Center",
+    "Home\nBenefits\nApply\nContact us\nForms",
+])
+def test_link_lists_menus_and_run_together_titles_are_junk(answer):
+    from experts.ml.answer_metrics import is_junk
+
+    assert is_junk(answer)
+
+
+@pytest.mark.parametrize("answer", [
+    "You can renew your licence online before it expires [1].",
+    "Visit https://studentaid.gov to apply for a loan, then sign the promissory note.",
+    "Bring these: your old plates, proof of address, and the fee.",
+    NOT_FOUND,
+])
+def test_sentences_a_person_reads_are_not_junk(answer):
+    from experts.ml.answer_metrics import is_junk
+
+    assert not is_junk(answer)
