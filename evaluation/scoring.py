@@ -31,6 +31,7 @@ class Scored:
     gold_expert: str = ""
     reference: str | None = None  # the gold answer, where the dataset has one
     facts: list[str] = field(default_factory=list)  # key facts a full answer holds (``--questions``)
+    kind: str = ""  # the question file's kind; "out_of_scope" is fully answered by saying nothing covers it
     cited_documents: list[str] = field(default_factory=list)  # external ids of the cited passages' documents
     documents: list[str] = field(default_factory=list)  # external ids of every retrieved passage's document, best first
     relevant: set[str] = field(default_factory=set)
@@ -43,6 +44,13 @@ class Scored:
         return is_abstention(self.answer) or self.answer.strip() == NO_EXPERT_ANSWER
 
     @property
+    def fully_answered(self) -> bool:
+        """Every key fact held; for an out-of-scope question, an honest "nothing covers this"."""
+        if self.kind == "out_of_scope":
+            return self.abstained
+        return all(holds_fact(self.text, f) for f in self.facts)
+
+    @property
     def text(self) -> str:
         """The answer as scored: empty when it abstained (SQuAD 2.0's convention)."""
         return "" if self.abstained else self.answer
@@ -53,7 +61,7 @@ class Scored:
         if self.reference is not None:
             row.update(reference=self.reference, f1=round(token_f1(self.text, self.reference), 4))
         if self.facts:
-            row.update(facts=self.facts, facts_held=[holds_fact(self.text, f) for f in self.facts])
+            row.update(facts=self.facts, facts_held=[holds_fact(self.text, f) for f in self.facts], fully_answered=self.fully_answered, kind=self.kind)
         return row
 
 
@@ -65,7 +73,8 @@ def scored(result: Any, question: dict[str, Any], external_ids: dict[int, str], 
 
     return Scored(
         query_id=str(question.get("query_id", "")), question=question["text"], answer=result.answer, expert=result.expert, gold_expert=gold_expert,
-        reference=question.get("answer"), facts=list(question.get("facts") or []), cited_documents=docs(result.citations),
+        reference=question.get("answer"), facts=list(question.get("facts") or []), kind=question.get("kind") or "",
+        cited_documents=docs(result.citations),
         documents=docs(result.passages), relevant=relevant or set(), total_ms=result.timings.get("total_ms", 0.0),
         retrieve_ms=result.timings.get("retrieve_ms", 0.0), answer_source=result.answer_source,
     )
@@ -96,9 +105,12 @@ def summarise(rows: list[Scored]) -> dict[str, Any]:
         "retrieve_p50_ms": round(statistics.median([r.retrieve_ms for r in rows]), 1) if rows else None,
     }
     if with_facts:
-        held = [[holds_fact(r.text, f) for f in r.facts] for r in with_facts]
-        out["fully_answered"] = _mean([float(all(h)) for h in held])
-        out["facts_held"] = _mean([float(np.mean(h)) for h in held])
+        answerable = [r for r in with_facts if r.kind != "out_of_scope"]
+        out["fully_answered"] = _mean([float(r.fully_answered) for r in with_facts])
+        out["facts_held"] = _mean([float(np.mean([holds_fact(r.text, f) for f in r.facts])) for r in answerable])
+        kinds = sorted({r.kind for r in with_facts if r.kind})
+        if kinds:
+            out["fully_answered_by_kind"] = {k: _mean([float(r.fully_answered) for r in with_facts if r.kind == k]) for k in kinds}
     return out
 
 

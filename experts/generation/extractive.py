@@ -10,7 +10,7 @@ import numpy as np
 from django.conf import settings
 
 from encoders import get_encoder
-from experts.ml.extractive import MAX_PASSAGES, Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
+from experts.ml.extractive import ANSWER_WORDS, MAX_PASSAGES, Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
 
 from .base import GenerationRequest, stream_by_words
 
@@ -69,7 +69,7 @@ class ExtractiveGenerator:
         encoder = get_encoder()
         return extractive_answer(
             request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=ANSWER_WORDS, max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name),
         )
 

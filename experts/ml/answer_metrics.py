@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .extractive import NOT_FOUND
+from .junk import looks_like_junk
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -136,28 +137,6 @@ def holds_fact(answer: str, fact: str) -> bool:
     return bool(needed) and needed <= set(normalize_answer(strip_citations(answer)).split())
 
 
-_SENTENCE_END = re.compile(r"[.!?:;](\s|$)")
-_LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
-
-
 def is_junk(text: str) -> bool:
-    """Whether an answer is not prose a person can read: a link list, a menu, a tag cloud or run-together titles.
-
-    Rules, each a shape a reader would call junk: more than a third of its words are links; or it is
-    longer than 12 words with no verb-bearing sentence end (no ``.``, ``?``, ``!``, ``:`` or ``;``) and
-    mostly capitalised words (a run of titles or menu items); or over half its lines are one to four
-    words (a menu). An abstention is not junk: it is scored as an abstention.
-    """
-    if is_abstention(text):
-        return False
-    body = strip_citations(text).strip()
-    words = body.split()
-    if not words:
-        return False
-    if sum(bool(_LINK.search(w)) for w in words) * 3 > len(words):
-        return True
-    capitalised = sum(w[:1].isupper() for w in words) / len(words)
-    if len(words) > 12 and not _SENTENCE_END.search(body) and capitalised > 0.5:
-        return True
-    lines = [line for line in body.splitlines() if line.strip()]
-    return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)
+    """Whether an answer is not prose a person can read (``junk.looks_like_junk``); an abstention is not junk: it is scored as one."""
+    return not is_abstention(text) and looks_like_junk(strip_citations(text))

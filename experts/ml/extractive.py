@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .junk import looks_like_junk
 from .sentence_scorer import SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
@@ -110,6 +111,9 @@ class _ChunkSentences:
 # is shown as many, ``prompting.SHOWN_PASSAGES``): set with the sentence scorer, which was fitted on the sentences
 # of the top three passages of doc2dial's train questions (``sentence_scorer``, ``manage.py evaluate sentences``).
 MAX_PASSAGES = 3
+# The extractive answer's length: its best sentence completed with the ones after it in its passage while the
+# answer stays within this many words (``complete``; 0: the best sentence alone).
+ANSWER_WORDS = 0
 # Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
 # figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.
 CHUNK_CACHE_SIZE = 5000
@@ -261,12 +265,30 @@ def rank_sentences(question: str, passages: list[Passage], embed: Callable[[list
     return Ranking(sentences, features, model)
 
 
+def complete(best: RankedSentence, passages: list[Passage], max_words: int) -> list[str]:
+    """The sentences after ``best`` in its passage that complete it, as quoted, while the answer stays within ``max_words``.
+
+    An answer's detail, the list a sentence introduces, the condition that follows a rule, sit after it
+    in the page; the passage's own order is kept and a junk sentence (``junk.looks_like_junk``) ends it.
+    """
+    following = split_sentences(passages[best.passage - 1].text)[best.sentence :]
+    words, out = len(quoted(best.text).split()), []
+    for sentence in following:
+        text = quoted(sentence)
+        if not text or looks_like_junk(text) or words + len(text.split()) > max_words:
+            break
+        out.append(text)
+        words += len(text.split())
+    return out
+
+
 def extractive_answer(
     question: str,
     passages: list[Passage],
     embed: Callable[[list[str]], np.ndarray],
     *,
     max_sentences: int = 1,
+    max_words: int = 0,
     max_passages: int = MAX_PASSAGES,
     min_score: float = 0.25,
     cache: ChunkSentenceCache | None = None,
@@ -278,7 +300,9 @@ def extractive_answer(
         question: the user's question.
         passages: retrieved passages, best first; ``score`` is the retrieval similarity.
         embed: returns L2-normalised vectors for a list of texts.
-        max_sentences: sentences in the answer.
+        max_sentences: the best-scored sentences the answer quotes.
+        max_words: complete the best sentence with the sentences after it in its passage while the answer
+            stays within this many words (``complete``; 0: the chosen sentences alone).
         max_passages: passages considered (and at most cited).
         min_score: below this best-passage similarity the answer is an honest "not found".
         cache: sentences and their vectors of chunks seen before, by chunk id (passages without a
@@ -291,21 +315,27 @@ def extractive_answer(
     ranking = rank_sentences(question, passages, embed, max_passages=max_passages, cache=cache, scorer=scorer)
     if ranking is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    chosen = sorted(ranking.sentences[:max_sentences], key=lambda r: (r.passage, r.sentence))
+    ranked = [r for r in ranking.sentences if not looks_like_junk(quoted(r.text))]  # a menu or link list is never quoted
+    if not ranked:
+        return Answer(text=NOT_FOUND, citations=[], grounded=False)
+    chosen = sorted(ranked[:max_sentences], key=lambda r: (r.passage, r.sentence))
+    added = complete(chosen[0], passages, max_words) if max_words and max_sentences == 1 else []
     cited: list[int] = []
     pieces = []
     for r in chosen:
         if r.passage not in cited:
             cited.append(r.passage)
-        pieces.append(f"{quoted(r.text)} [{cited.index(r.passage) + 1}]")
+        text = " ".join([quoted(r.text), *added])
+        pieces.append(f"{text} [{cited.index(r.passage) + 1}]")
 
     def where(r: RankedSentence) -> dict[str, Any]:
         return {"passage": r.passage, "sentence": r.sentence, "score": round(r.score, 3), "text": quoted(r.text)}
 
-    ranked = ranking.sentences
     selection = {
         "quoted": [{**where(r), "reasons": ranking.reasons(r)} for r in ranked[:max_sentences]],
         "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
-        "candidates": len(ranked),
+        "candidates": len(ranking.sentences),
+        "completed_with": len(added),  # sentences after the best one that complete it
+        "set_aside_as_junk": len(ranking.sentences) - len(ranked),
     }
     return Answer(text=" ".join(pieces), citations=[passages[i - 1] for i in cited], grounded=True, selection=selection)

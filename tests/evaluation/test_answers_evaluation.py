@@ -75,14 +75,16 @@ def test_every_scored_answer_is_what_the_chat_api_returns_for_the_same_messages(
 def test_a_question_file_is_scored_by_its_key_facts(dataset, tmp_path):
     facts = tmp_path / "questions.jsonl"
     facts.write_text(json.dumps({"question": "How much does renewing a driving licence cost?", "facts": ["64 dollars"], "domain": "cars"}) + "\n"
-                     + json.dumps({"question": "When do pension payments start?", "facts": ["age 62", "three months before"]}) + "\n")
+                     + json.dumps({"question": "When do pension payments start?", "facts": ["age 62", "three months before"]}) + "\n"
+                     + json.dumps({"question": "Will it rain in Paris tomorrow?", "facts": ["not covered"], "kind": "out_of_scope"}) + "\n")
     config = AnswerConfig(limit=4, generators=("extractive",), modes=("auto", "oracle"), questions_path=str(facts))
 
     report = evaluate_answers(dataset, config, say=lambda line: None)
 
     auto = report["results"]["auto"]["extractive"]["questions"]
-    assert auto["n"] == 2
-    assert 0.0 <= auto["fully_answered"] <= auto["facts_held"] <= 1.0
+    assert auto["n"] == 3
+    assert 0.0 <= auto["fully_answered"] <= 1.0 and 0.0 <= auto["facts_held"] <= 1.0
+    assert set(auto["fully_answered_by_kind"]) == {"out_of_scope"}  # only one row names its kind
     assert "questions" not in report["results"]["oracle"]["extractive"]  # one row names no expert: no oracle for it
 
 

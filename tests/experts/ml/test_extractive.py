@@ -138,3 +138,28 @@ def test_packed_vectors_round_trip_in_half_precision_and_bad_input_is_refused():
     np.testing.assert_allclose(back, vectors, atol=2e-3)
     assert unpack_vectors(pack_vectors(vectors), 5) is None  # 48 bytes are not rows of 5
     assert unpack_vectors("not base64!", 8) is None
+
+
+def test_the_best_sentence_is_completed_by_the_ones_after_it_within_the_word_budget(encoder):
+    page = [Passage(text="Renewal costs 64 dollars for a licence. Pay by card or cheque at the office. Bring your old licence with you. "
+                         "Offices open at nine on weekdays.", title="Renewals", score=0.7)]
+    question = "How much does licence renewal cost?"
+
+    alone = extractive_answer(question, page, encoder.encode, max_sentences=1)
+    completed = extractive_answer(question, page, encoder.encode, max_sentences=1, max_words=20)
+
+    assert alone.text == "Renewal costs 64 dollars for a licence. [1]"
+    assert completed.text == "Renewal costs 64 dollars for a licence. Pay by card or cheque at the office. [1]"  # a third sentence would pass 20 words
+    assert completed.selection["completed_with"] == 1
+
+
+def test_a_navigation_menu_is_never_quoted_even_when_it_matches_best(encoder):
+    menu = "Renew licence Online Services Renewal Fees Licence Renewal Forms Contact Us About Renewal Offices"
+    page = [Passage(text=f"{menu}\n\nRenewal of a licence costs 64 dollars in any office.", title="Renewals", score=0.7)]
+    only_menu = [Passage(text=menu, title="Renewals", score=0.7)]
+
+    answer = extractive_answer("licence renewal fees online", page, encoder.encode, max_sentences=1)
+
+    assert "64 dollars" in answer.text
+    assert answer.selection["set_aside_as_junk"] == 1
+    assert extractive_answer("licence renewal fees online", only_menu, encoder.encode, max_sentences=1).text == NOT_FOUND

@@ -1,0 +1,38 @@
+"""Text that is not prose a person can read: link lists, navigation menus, tag clouds, run-together titles. Pure: no Django.
+
+Web pages carry them beside their content, and a sentence splitter hands them over as "sentences": the
+extractive answer never quotes one (``experts.ml.extractive``), and the evaluations count answers made
+of them (``junk_rate``). Each rule is a shape a reader would call junk, never a score.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"[.!?:;](\s|$)")
+_LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
+_RESTART = re.compile(r"\b[a-z][a-z]*\s+[A-Z][a-z]")  # a capitalised word straight after a lower-case one: a new title or menu item
+_MIN_WORDS = 9  # shorter runs without a full stop are headings or short answers ("Yes, if available"), not junk
+
+
+def looks_like_junk(text: str) -> bool:
+    """Whether ``text`` (citation markers removed) is junk rather than sentences.
+
+    Junk when more than a third of its words are links; or when it is at least ``_MIN_WORDS`` words
+    with no sentence end (no ``.``, ``?``, ``!``, ``:`` or ``;`` before a space) and either mostly
+    capitalised words (run-together titles) or items running into each other ("... appeal status View
+    your payment history Upload evidence"); or when over half of four or more lines are one to four
+    words (a menu).
+    """
+    body = text.strip()
+    words = body.split()
+    if not words:
+        return False
+    if sum(bool(_LINK.search(w)) for w in words) * 3 > len(words):
+        return True
+    if len(words) >= _MIN_WORDS and not _SENTENCE_END.search(body):
+        capitalised = sum(w[:1].isupper() for w in words) / len(words)
+        if capitalised > 0.5 or len(_RESTART.findall(body)) >= 2:
+            return True
+    lines = [line for line in body.splitlines() if line.strip()]
+    return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)
