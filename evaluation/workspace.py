@@ -171,8 +171,9 @@ def in_workspace() -> bool:
     return bool(os.environ.get(WORKSPACE_ENV))
 
 
-def isolated(argv: list[str], say: Say = print) -> int:
-    """Run ``manage.py <argv>`` in a fresh workspace: its own database and data folder, migrated first and removed after.
+def isolated(argv: list[str], say: Say = print, program: list[str] | None = None) -> int:
+    """Run ``manage.py <argv>`` (or ``program + argv``) in a fresh workspace: its own database and data folder, migrated
+    first and removed after.
 
     Returns the child's exit status; its output is passed to ``say`` line by line.
     """
@@ -192,7 +193,7 @@ def isolated(argv: list[str], say: Say = print) -> int:
         if migrate.returncode:
             say(migrate.stdout + migrate.stderr)
             return migrate.returncode
-        child = subprocess.Popen([sys.executable, manage, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        child = subprocess.Popen([*(program or [sys.executable, manage]), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         assert child.stdout is not None
         for line in child.stdout:
             say(line.rstrip("\n"))

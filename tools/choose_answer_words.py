@@ -1,0 +1,54 @@
+"""Choose ``experts.ml.extractive.ANSWER_WORDS`` on a dataset's validation split, by recall, through the product.
+
+The dataset is loaded into a throw-away workspace as ``evaluate answers`` loads it (``evaluation.workspace``),
+then every validation question with a reference answer is asked through serving's chat path (``auto``, the
+extractive generator) once per budget. Printed per budget: recall (the share of the reference's content words
+the answer holds), token F1, median and mean words, junk rate. The rule: the budget with the best recall
+whose mean answer stays within ``MEAN_WORDS_CAP`` words (issue 55: complete answers of about 60 words).
+
+    PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/choose_answer_words.py ../shared/datasets/doc2dial
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+BUDGETS = (0, 30, 45, 60, 80)
+MEAN_WORDS_CAP = 60
+
+
+def main(folder: Path) -> None:
+    import numpy as np
+
+    from evaluation.scoring import scored, summarise
+    from evaluation.workspace import Dataset, ask, load
+    from experts.generation import extractive as generator
+    from experts.ml.answer_metrics import word_count
+
+    data = Dataset.read(folder)
+    questions = [q for q in data.questions("val") if q.get("answer")]
+    loaded = load(data, say=print)
+    results = {}
+    for budget in BUDGETS:
+        generator.ANSWER_WORDS = budget
+        rows = [scored(ask(q, "auto"), q, {}, loaded.experts[q["domain"]]) for q in questions]
+        figures = summarise(rows)
+        figures["mean_words"] = round(float(np.mean([word_count(r.text) for r in rows if not r.abstained])), 1)
+        results[budget] = figures
+        print(budget, json.dumps({k: figures[k] for k in ("recall", "f1", "words", "mean_words", "junk_rate", "abstained")}), flush=True)
+    allowed = [b for b in BUDGETS if results[b]["mean_words"] <= MEAN_WORDS_CAP]
+    print("chosen:", max(allowed, key=lambda b: (results[b]["recall"], -b)))
+
+
+if __name__ == "__main__":
+    import django
+
+    django.setup()
+    from evaluation.workspace import in_workspace, isolated
+
+    if in_workspace():
+        main(Path(sys.argv[1]))
+    else:  # load the dataset into a throw-away workspace, as evaluate answers does
+        sys.exit(isolated([str(Path(sys.argv[1]).resolve())], program=[sys.executable, str(Path(__file__).resolve())]))
