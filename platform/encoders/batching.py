@@ -59,18 +59,27 @@ class MicroBatchingEncoder:
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        if len(texts) > self.BULK_TEXTS:
-            return self.inner.encode(texts, batch_size=batch_size)  # an embedding job: nothing to share, nothing worth caching
-        rows: list[np.ndarray | None] = [self._cached(t) for t in texts]
-        missing = [i for i, row in enumerate(rows) if row is None]
+        bulk = len(texts) > self.BULK_TEXTS  # an embedding job: nothing to share, nothing worth remembering
+        if bulk and not self._cache:
+            return self.inner.encode(texts, batch_size=batch_size)
+        # A bulk call still reuses what is cached: router training's fast tier embeds the documents'
+        # sentences that the index jobs of this worker have just embedded for the chunks' payloads.
+        rows: list[np.ndarray | None] = [self._cached(t, count=not bulk) for t in texts]
+        missing: dict[str, list[int]] = {}  # each text encoded once, however often it recurs (overlapping chunks)
+        for i, row in enumerate(rows):
+            if row is None:
+                missing.setdefault(texts[i], []).append(i)
         if missing:
-            if len(missing) == 1:
-                vectors = self._one_later(texts[missing[0]], batch_size)()[None, :]
+            distinct = list(missing)
+            if len(distinct) == 1 and not bulk:
+                vectors = self._one_later(distinct[0], batch_size)()[None, :]
             else:
-                vectors = self.inner.encode([texts[i] for i in missing], batch_size=batch_size)
-            for i, vector in zip(missing, vectors, strict=True):
-                rows[i] = vector
-                self._remember(texts[i], vector)
+                vectors = self.inner.encode(distinct, batch_size=batch_size)
+            for text, vector in zip(distinct, vectors, strict=True):
+                for i in missing[text]:
+                    rows[i] = vector
+                if not bulk:
+                    self._remember(text, vector)
         return np.stack(rows).astype(np.float32, copy=False)
 
     def encode_later(self, texts: list[str], batch_size: int = 64) -> Callable[[], np.ndarray]:
@@ -105,16 +114,17 @@ class MicroBatchingEncoder:
             thread.join(timeout)
 
     # -- cache ----------------------------------------------------------------------------------
-    def _cached(self, text: str) -> np.ndarray | None:
+    def _cached(self, text: str, count: bool = True) -> np.ndarray | None:
+        """The cached vector of ``text``, if any; ``count``: in the hit and miss counts (serving's, not a bulk job's)."""
         if not self.cache_size:
             return None
         with self._cache_lock:
             vector = self._cache.get(text)
             if vector is None:
-                self.cache_misses += 1
+                self.cache_misses += count
                 return None
             self._cache.move_to_end(text)
-            self.cache_hits += 1
+            self.cache_hits += count
             return vector
 
     def _remember(self, text: str, vector: np.ndarray) -> None:

@@ -214,3 +214,16 @@ def test_encode_later_without_a_batcher_encodes_when_asked():
     np.testing.assert_allclose(single()[0], inner.vector("c"))
     assert cached.encode(["c"]).shape == (1, 8)
     assert (inner.passes, cached.cache_hits) == ([2, 1], 1)
+
+
+def test_a_bulk_call_reuses_cached_vectors_and_encodes_each_other_text_once():
+    inner = CountingEncoder(delay=0)
+    batched = MicroBatchingEncoder(inner, max_batch=8, cache_size=1000)
+    seen = batched.encode(["sentence 0", "sentence 1"])
+    texts = [f"sentence {i % 300}" for i in range(batched.BULK_TEXTS + 50)]
+    vectors = batched.encode(texts)
+    assert inner.passes == [2, 298]  # the two cached texts are not encoded again, the repeated ones once
+    np.testing.assert_array_equal(vectors[:2], seen)
+    np.testing.assert_array_equal(vectors[300], vectors[0])
+    assert len(batched._cache) == 2  # a bulk call remembers nothing
+    assert (batched.cache_hits, batched.cache_misses) == (0, 2)  # nor counts as serving's hits and misses
