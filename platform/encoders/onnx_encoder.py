@@ -18,6 +18,7 @@ The backends' speeds, measured, are in docs/CONFIGURATION.md and docs/EVALUATION
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +95,18 @@ def ensure_exported(model_path: str, cache_dir: str | Path, label: str = "") -> 
     """The folder holding both ONNX files and ``meta.json`` for the model at ``model_path``, exported if missing.
 
     Idempotent and atomic: the files are made in a temporary folder beside the final one and moved
-    into place in one rename, so a crash leaves nothing half-written, and of two processes exporting
-    at once the second finds the first's folder and drops its own.
+    into place in one rename, so a crash leaves nothing half-written. Processes export one at a time
+    (a lock file beside the folder): one that asks while another exports waits and finds its folder
+    (``run_platform`` exports in a process of its own while the database migrates and the workers
+    start). Without the lock, if the rename finds another export's folder there, ours is dropped.
     """
     final = export_dir(model_path, cache_dir, label)
     if (final / "meta.json").is_file():
         return final
-    with _lock:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _lock, _exporting(final):
         if (final / "meta.json").is_file():
             return final
-        final.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
             meta = _export(model_path, work)
@@ -117,6 +121,25 @@ def ensure_exported(model_path: str, cache_dir: str | Path, label: str = "") -> 
             shutil.rmtree(work, ignore_errors=True)
     logger.info("encoder.onnx.exported", extra={"folder": str(final)})
     return final
+
+
+@contextlib.contextmanager
+def _exporting(final: Path) -> Iterator[None]:
+    """Hold the lock file of ``final``'s export (``flock``, released if the process dies); where there is no flock, nothing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: two processes may both export, and the rename keeps one
+        yield
+        return
+    lock = final.parent / f".{final.name}.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+            if (final / "meta.json").is_file():  # done: no one locks again (they find the folder first), so the file can go
+                lock.unlink(missing_ok=True)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _pooling(model: Any) -> str:
