@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.baselines import fit_baselines
 from evaluation.datasets import (
     cached_embeddings,
     carve_validation,
@@ -54,11 +55,11 @@ from evaluation.latency import Served, measure_latency
 from evaluation.routing_metrics import classification_metrics, method_report, routing_targets
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
-from routing.ml.textrouter import Embed, train_text_router
+from routing.ml.textrouter import Embed, train_text_router, typo_augment
 from routing.ml.training import Context, TrainConfig, train_router
 
 LATENCY_QUERIES = 200
-KNN_TOP = 5
+BASELINES = ("logreg", "logreg_typos", "knn", "knn_typos")
 NOISE_LEVELS = (0.0, 0.1, 0.2)
 TYPO_RATE = 0.1
 TARGET_RECALL = 0.95
@@ -155,39 +156,7 @@ def _at_most_per_label(mask: np.ndarray, labels: list[str | None], n: int, seed:
     return out
 
 
-# --- methods -------------------------------------------------------------------------------------
-
-class LogRegMethod:
-    """Logistic regression on the embeddings; in-scope score: the highest probability."""
-
-    def fit(self, x: np.ndarray, y: np.ndarray) -> LogRegMethod:
-        from sklearn.linear_model import LogisticRegression
-
-        self.model_ = LogisticRegression(max_iter=2000).fit(x, y)
-        return self
-
-    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        probs = self.model_.predict_proba(x)
-        return probs, probs.max(axis=1)
-
-
-class KnnMethod:
-    """Nearest-example routing: a route's score is the mean of its top-5 cosine similarities."""
-
-    def fit(self, x: np.ndarray, y: np.ndarray, n: int) -> KnnMethod:
-        self.bank_ = np.ascontiguousarray(x, dtype=np.float32)
-        self.members_ = [np.nonzero(y == i)[0] for i in range(n)]
-        return self
-
-    def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        sims = np.atleast_2d(x).astype(np.float32) @ self.bank_.T
-        out = np.empty((sims.shape[0], len(self.members_)), dtype=np.float32)
-        for i, members in enumerate(self.members_):
-            part = sims[:, members]
-            k = min(KNN_TOP, part.shape[1])
-            out[:, i] = np.partition(part, part.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
-        return out, out.max(axis=1)
-
+# --- methods ---------------------------------------------------------------------------------------
 
 class RouterMethod:
     """The router trained and calibrated as the service trains it (``train_text_router``: typo copies, character view, blend)."""
@@ -218,10 +187,6 @@ class RouterMethod:
         return Served(lambda v, t, words: self.serve_one(v, t, arbiter, experts, words), self.router_.read_text)
 
 
-def knn_threshold(method: KnnMethod, x_val: np.ndarray, target_recall: float) -> float:
-    return float(np.quantile(method.scores(x_val)[1], 1 - target_recall, method="lower"))
-
-
 def simulate_arbiter(method: RouterMethod, x: np.ndarray, texts: list[str], y: np.ndarray, n: int, seed: int) -> dict[str, Any]:
     """Route the shuffled test stream through the serving arbiter (λ default, window 500, no capacity limit)."""
     probs, scores = method.scores(x, texts)
@@ -245,28 +210,23 @@ def _flip(y: np.ndarray, ratio: float, n: int, seed: int) -> np.ndarray:
 
 
 def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str, tuple[dict[str, Any], TrainConfig]], embed: Embed) -> dict[str, Any]:
-    """Fit the baselines and each named router configuration on (optionally noisy) train/val labels.
+    """Fit the baselines at full strength and each named router configuration on (optionally noisy) train/val labels.
 
-    ``embed`` is the encoder the router embeds its typo copies with (cached by text).
+    ``embed`` is the encoder the router embeds its typo copies with (cached by text); the baselines'
+    ``_typos`` fits read the same copies (``typo_augment`` with the router's seed).
     """
     n = len(split.classes)
     x_train, y_train, x_val, y_val = _noisy_train_val(split, noise, seed)
-    fitted: dict[str, Any] = {}
-    t = time.perf_counter()
-    fitted["logreg"] = (LogRegMethod().fit(x_train, y_train), time.perf_counter() - t)
-    t = time.perf_counter()
-    fitted["knn"] = (KnnMethod().fit(x_train, y_train, n), time.perf_counter() - t)
+    aug = typo_augment(split.texts("train"), x_train, y_train, split.texts("val"), x_val, y_val, embed, TrainConfig(seed=seed))
+    say(f"fitting logistic regression and nearest examples (C, k on validation), without and with the {aug.copies} typo copies")
+    fitted: dict[str, Any] = fit_baselines(x_train, y_train, x_val, y_val, n, (aug.x_train, aug.y_train) if aug.copies else None, seed)
+    thresholds = {name: float(np.quantile(method.scores(x_val)[1], 1 - TARGET_RECALL, method="lower")) for name, (method, _) in fitted.items()}
     for name, (kwargs, config) in routers.items():
         say(f"training the router ({name}) on {len(y_train)} queries, {n} experts")
         t = time.perf_counter()
         method = RouterMethod(kwargs, config).fit(x_train, y_train, x_val, y_val, n, split.texts("train"), split.texts("val"), embed)
         fitted[name] = (method, time.perf_counter() - t)
-    thresholds = {
-        "logreg": float(np.quantile(fitted["logreg"][0].scores(x_val)[1], 1 - TARGET_RECALL, method="lower")),
-        "knn": knn_threshold(fitted["knn"][0], x_val, TARGET_RECALL),
-    }
-    for name in routers:
-        thresholds[name] = fitted[name][0].result_.metrics["abstain_threshold"]
+        thresholds[name] = method.result_.metrics["abstain_threshold"]
     return {"fitted": fitted, "thresholds": thresholds}
 
 
@@ -293,8 +253,9 @@ def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen
 
 
 def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, say: Say = print, noise_report: bool = False, seed: int = 0,
-                    train_per_label: int | None = None, knowledge: Path | None = None, foreign_oos: Path | None = None) -> dict[str, Any]:
-    """Train and score the router, logistic regression and nearest-example routing on one dataset.
+                    train_per_label: int | None = None, knowledge: Path | None = None, foreign_oos: Path | None = None,
+                    variants: bool = False, quality_only: bool = False, ablation: bool = False) -> dict[str, Any]:
+    """Train and score the product's router and the full-strength baselines on one dataset.
 
     Args:
         dataset: folder holding ``queries.jsonl``.
@@ -309,12 +270,16 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
             router with them as evidence (``router_knowledge``, ``evaluation.knowledge_routing``).
         foreign_oos: a ``queries.jsonl`` of another dataset whose out-of-scope rows (null label or
             intent ``oos``) join this one's as out-of-scope questions (for a dataset without any).
+        variants: also train the fingerprint with the convolution (``fingerprint_variants``).
+        quality_only: skip latency, the fast tier and the conversation-context router (the quality figures alone).
+        ablation: also train the router without each mechanism (``evaluation.ablation``), on validation.
 
     Returns:
-        ``router``, ``logreg`` and ``knn`` reports (accuracy, macro_f1, oos_auroc,
-        oos_recall_at_95_precision, load_cv, train_s, route_p50_ms), ``embed_p50_ms``, the
-        fingerprint variant comparison, the router's arbiter simulation and validation
-        diagnostics, and ``noise_report`` when asked.
+        ``router`` (the product's ``train_text_router`` with its defaults), ``logreg``, ``knn``,
+        ``logreg_typos`` and ``knn_typos`` reports (accuracy, macro_f1, oos_auroc, ...; latency unless
+        ``quality_only``), ``comparison`` (validation and test macro-F1 and accuracy of each, with
+        each baseline's validation choice), ``targets``, the router's arbiter simulation and
+        validation diagnostics, and ``noise_report``/``ablation``/``fingerprint_variants`` when asked.
     """
     from django.conf import settings
 
@@ -330,58 +295,43 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     n = len(split.classes)
     say(f"{dataset.name}: {n} {label} classes; train {len(split.idx['train'])}, val {len(split.idx['val'])}, "
         f"test {len(split.idx['test'])}, out-of-scope {len(split.idx['oos'])}")
+    if knowledge is not None and label != "domain":
+        raise ValueError("--knowledge routes between domains: documents belong to a domain, not to an intent (use --label domain)")
     config = TrainConfig(seed=seed)
     embed = typo_copy_encoder(dataset.name, model_name, say)
-    fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in VARIANTS.items()}, embed)
+    trained = VARIANTS if variants else {DEFAULT_VARIANT: VARIANTS[DEFAULT_VARIANT]}
+    fits = _fit_all(split, noise, seed, say, {name: (kwargs, config) for name, kwargs in trained.items()}, embed)
     x_test, texts_test = split.part("test")
     y_test = split.y[split.idx["test"]]
     reports = _score_all(split, fits, split.part("test"), split.part("oos"), split.part("unseen"))
     typo10 = typo_report(split, fits, dataset.name, model_name, say, seed, reports)
-
-    # Latency: the same ~200 test queries, one at a time, with the serving thread count, through the
-    # bare encoder; the warm-up texts come from train, so none of the timed texts was seen before.
-    rng = np.random.default_rng(seed)
-    sample = rng.choice(split.idx["test"], size=min(LATENCY_QUERIES, len(split.idx["test"])), replace=False)
-    texts = [str(rows[i]["text"]) for i in sample]
-    timed = set(texts)
-    warmup = [t for t in (str(rows[i]["text"]) for i in rng.permutation(split.idx["train"])[: 4 * WARMUP_TEXTS]) if t not in timed][:WARMUP_TEXTS]
-    experts = [str(i) for i in range(n)]
-    serve_arbiters = {name: Arbiter(window=LoadWindow(500)) for name in VARIANTS}
-    methods: dict[str, Callable[[np.ndarray, str], Any] | Served] = {
-        "logreg": lambda v, t: fits["fitted"]["logreg"][0].scores(v[None, :]),
-        "knn": lambda v, t: fits["fitted"]["knn"][0].scores(v[None, :]),
-    }
-    for name in VARIANTS:
-        methods[name] = fits["fitted"][name][0].served(serve_arbiters[name], experts)
-    with_knowledge = None
+    router_method = fits["fitted"][DEFAULT_VARIANT][0]
+    with_knowledge, knowledge_report, latency = None, None, None
     if knowledge is not None:
         from evaluation.knowledge_routing import KnowledgeRouting
 
-        with_knowledge = KnowledgeRouting(split, fits["fitted"][DEFAULT_VARIANT][0].router_, Path(knowledge), say, TARGET_RECALL, seed,
+        with_knowledge = KnowledgeRouting(split, router_method.router_, Path(knowledge), say, TARGET_RECALL, seed,
                                           router_threshold=fits["thresholds"][DEFAULT_VARIANT])
-        methods["router_knowledge"] = with_knowledge.served(experts)
-    say(f"measuring latency on {len(texts)} queries, one at a time")
     try:
-        latency = measure_latency(texts, methods, model_name, threads=settings.TORCH_THREADS or 1, warmup=warmup)
-        knowledge_report = with_knowledge.report(split, latency["router_knowledge"]) if with_knowledge is not None else None
+        if not quality_only:
+            latency = _latency(split, fits, trained, with_knowledge, model_name, seed, say)
+            for name in latency["methods"]:
+                if name in reports:
+                    reports[name].update(latency[name])
+        if with_knowledge is not None:
+            knowledge_report = with_knowledge.report(split, latency["router_knowledge"] if latency else {})
     finally:
         if with_knowledge is not None:
             with_knowledge.close()
-    for name in reports:
-        reports[name].update(latency[name])
 
-    router_method = fits["fitted"][DEFAULT_VARIANT][0]
     x_val = split.xy("val")[0]
-    variants = {name: {k: reports[name][k] for k in ("accuracy", "macro_f1", "oos_auroc", "train_s", "route_p50_ms", "method_p50_ms")} for name in VARIANTS}
-    for name in VARIANTS:
-        variants[name]["val_accuracy"] = fits["fitted"][name][0].result_.metrics["val"]["accuracy"]
-    # Which variant is better is read on validation, never on the test figures printed beside it.
-    better = max(VARIANTS, key=lambda v: (round(variants[v]["val_accuracy"], 3), -variants[v]["method_p50_ms"]))
     router = dict(reports[DEFAULT_VARIANT])
+    metrics = router_method.result_.metrics
     router.update({
         "variant": DEFAULT_VARIANT,
-        "calibration": {k: router_method.result_.metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score", "in_scope", "nearest", "char_view", "typos")},
-        "epochs_run": router_method.result_.metrics["epochs_run"],
+        "head": metrics.get("head"),
+        "calibration": {k: metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold", "abstain_score", "in_scope", "nearest", "char_view", "typos")},
+        "epochs_run": metrics["epochs_run"],
         "arbiter": simulate_arbiter(router_method, x_test, texts_test, y_test, n, seed),
         "val_diagnostics": _compact(diagnose(predict_logits(router_method.model_, x_val), _noisy_train_val(split, noise, seed)[3], n, split.classes)),
         "mlp_only": _mlp_only(router_method, x_test, y_test, n),
@@ -389,6 +339,10 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "label": label,
+        "pipeline": "product",
+        "setup": ("router: routing.ml.textrouter.train_text_router with the product's defaults (TrainConfig, DEFAULT_MODEL_KWARGS), the function "
+                  "routing.services.train_router_from_labels calls, on the dataset's train and val rows (not a workspace load); baselines on "
+                  "the same embeddings, each choice on validation; router without documents against baselines without"),
         "noise": noise,
         "classes": n,
         "sizes": {k: len(v) for k, v in split.idx.items()},
@@ -401,29 +355,94 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "validation": split.validation,
         "small_data": split.small_data,
         "test_label_cv": float(np.bincount(y_test[y_test >= 0], minlength=n).std() / max(1e-9, np.bincount(y_test[y_test >= 0], minlength=n).mean())),
-        "embed_p50_ms": latency["embed_p50_ms"],
-        "latency": {"queries": latency["queries"], "threads": latency["threads"], "warmup": latency["warmup"], "encoder": latency["encoder"],
-                    "request": latency["request"],
-                    "how": "per query and method, at the serving thread count: a bare encoder call (embed_p50_ms), then a request as served "
-                           "(the question sent to the encoder, no micro-batching wait and no vector cache, the method reading its words "
-                           "meanwhile, then the method on the vector: route_p50_ms is its wall time); warm-up texts from train, outside the timed sample"},
         "router": router,
-        "logreg": reports["logreg"],
-        "knn": reports["knn"],
-        "fingerprint_variants": {**variants, "better": better, "better_chosen_on": "val accuracy"},
+        **{name: reports[name] for name in BASELINES if name in reports},
+        "comparison": _comparison(fits, reports),
         "typo10": typo10,
     }
+    if latency is not None:
+        report["embed_p50_ms"] = latency["embed_p50_ms"]
+        report["latency"] = {k: latency[k] for k in ("queries", "threads", "warmup", "encoder", "request")}
+        report["latency"]["how"] = ("per query and method, at the serving thread count: a bare encoder call (embed_p50_ms), then a request as served "
+                                    "(the question sent to the encoder, no micro-batching wait and no vector cache, the method reading its words "
+                                    "meanwhile, then the method on the vector: route_p50_ms is its wall time); warm-up texts from train, outside the timed sample")
+    if variants:
+        report["fingerprint_variants"] = _variants(fits, reports)
     if knowledge_report is not None:
         report["router_knowledge"] = knowledge_report
-    documents = [u.get("text") or "" for u in read_jsonl(Path(knowledge) / "docs.jsonl")] if knowledge is not None else None
-    report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, texts, documents, dataset.name, model_kwargs=VARIANTS[DEFAULT_VARIANT], typo_rate=TYPO_RATE)
+    if not quality_only:
+        documents = [u.get("text") or "" for u in read_jsonl(Path(knowledge) / "docs.jsonl")] if knowledge is not None else None
+        report["fast_tier"] = fast_tier_report(split, model_name, seed, say, router, latency["texts"], documents, dataset.name,  # type: ignore[index]
+                                               model_kwargs=VARIANTS[DEFAULT_VARIANT], typo_rate=TYPO_RATE)
     report["targets"] = routing_targets(report)
-    context = conversation_context(rows, dataset.name, model_name, say)
-    if context is not None:
-        report["context"] = evaluate_context(split, context, seed, say)
+    if not quality_only:
+        context = conversation_context(rows, dataset.name, model_name, say)
+        if context is not None:
+            report["context"] = evaluate_context(split, context, seed, say)
     if noise_report:
         report["noise_report"] = run_noise_report(split, dataset.name, model_name, say, seed)
+    if ablation:
+        from evaluation.ablation import ablate
+
+        combiner = with_knowledge.combiner.report if with_knowledge is not None else None
+        report["ablation"] = ablate(split, metrics, VARIANTS[DEFAULT_VARIANT], embed, seed, say,
+                                    {"val_accuracy_router": combiner.get("val_accuracy_router"), "val_accuracy_with_documents_cv": combiner.get("val_accuracy_cv")}
+                                    if combiner else None)
     return report
+
+
+def _latency(split: Split, fits: dict[str, Any], trained: dict[str, Any], with_knowledge: Any, model_name: str, seed: int, say: Say) -> dict[str, Any]:
+    """Latency: ~200 test queries, one at a time, with the serving thread count, through the bare encoder; the
+    warm-up texts come from train, so none of the timed texts was seen before."""
+    from django.conf import settings
+
+    rows, n = split.rows, len(split.classes)
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(split.idx["test"], size=min(LATENCY_QUERIES, len(split.idx["test"])), replace=False)
+    texts = [str(rows[i]["text"]) for i in sample]
+    timed = set(texts)
+    warmup = [t for t in (str(rows[i]["text"]) for i in rng.permutation(split.idx["train"])[: 4 * WARMUP_TEXTS]) if t not in timed][:WARMUP_TEXTS]
+    experts = [str(i) for i in range(n)]
+    methods: dict[str, Callable[[np.ndarray, str], Any] | Served] = {
+        "logreg": lambda v, t: fits["fitted"]["logreg"][0].scores(v[None, :]),
+        "knn": lambda v, t: fits["fitted"]["knn"][0].scores(v[None, :]),
+    }
+    for name in trained:
+        methods[name] = fits["fitted"][name][0].served(Arbiter(window=LoadWindow(500)), experts)
+    if with_knowledge is not None:
+        methods["router_knowledge"] = with_knowledge.served(experts)
+    say(f"measuring latency on {len(texts)} queries, one at a time")
+    latency = measure_latency(texts, methods, model_name, threads=settings.TORCH_THREADS or 1, warmup=warmup)
+    return {**latency, "methods": list(methods), "texts": texts}
+
+
+def _comparison(fits: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any]:
+    """Validation and test macro-F1 and accuracy of the router and each baseline, with each baseline's validation choice."""
+    out: dict[str, Any] = {}
+    router = fits["fitted"][DEFAULT_VARIANT][0].result_.metrics
+    out["router"] = {"val_macro_f1": router["val"]["macro_f1"], "val_accuracy": router["val"]["accuracy"],
+                     "test_macro_f1": reports[DEFAULT_VARIANT]["macro_f1"], "test_accuracy": reports[DEFAULT_VARIANT]["accuracy"],
+                     "head": (router.get("head") or {}).get("chosen")}
+    for name in BASELINES:
+        if name not in fits["fitted"]:
+            continue
+        choice = fits["fitted"][name][0].choice_
+        out[name] = {"val_macro_f1": choice["val_macro_f1"], "val_accuracy": choice["val_accuracy"],
+                     "test_macro_f1": reports[name]["macro_f1"], "test_accuracy": reports[name]["accuracy"],
+                     "chosen": {k: choice[k] for k in ("C", "k", "kind") if k in choice}}
+    best = max((n for n in BASELINES if n in out), key=lambda n: out[n]["val_macro_f1"])
+    out["best_baseline_on_val"] = best
+    return out
+
+
+def _variants(fits: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint with and without the convolution; which is better is read on validation, never on test."""
+    keys = ("accuracy", "macro_f1", "oos_auroc", "train_s", "route_p50_ms", "method_p50_ms")
+    variants = {name: {k: reports[name].get(k) for k in keys} for name in VARIANTS}
+    for name in VARIANTS:
+        variants[name]["val_accuracy"] = fits["fitted"][name][0].result_.metrics["val"]["accuracy"]
+    better = max(VARIANTS, key=lambda v: (round(variants[v]["val_accuracy"], 3), -(variants[v]["method_p50_ms"] or 0.0)))
+    return {**variants, "better": better, "better_chosen_on": "val accuracy"}
 
 
 CONTEXT_TURNS = 5
@@ -544,7 +563,7 @@ def typo_report(split: Split, fits: dict[str, Any], name: str, model_name: str, 
     x = cached_embeddings(f"{name}-typos{int(TYPO_RATE * 100)}-test-seed{seed}", texts, model_name, say)
     typo = _score_all(split, fits, (x, texts), (np.zeros((0, x.shape[1]), dtype=np.float32), []))
     out: dict[str, Any] = {"rate": TYPO_RATE, "seed": seed, "n": len(texts)}
-    for method, label in ((DEFAULT_VARIANT, "router"), ("logreg", "logreg"), ("knn", "knn")):
+    for method, label in ((DEFAULT_VARIANT, "router"), *((b, b) for b in BASELINES if b in typo)):
         out[label] = {"accuracy": typo[method]["accuracy"], "macro_f1": typo[method]["macro_f1"],
                       "accuracy_loss": clean[method]["accuracy"] - typo[method]["accuracy"]}
     return out

@@ -69,19 +69,30 @@ def method_report(
 
 
 def routing_targets(report: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets, checked on this run's figures."""
-    router, baselines = report["router"], [report["logreg"], report["knn"]]
+    """The issue's targets, checked on this run's figures.
+
+    The best baseline is the best of every full-strength baseline in the report (logistic regression
+    and nearest examples, without and with the router's typo copies); ``val_macro_f1_ge_best_baseline``
+    reads the validation figures (``comparison``), the others the test ones.
+    """
+    names = [n for n in ("logreg", "knn", "logreg_typos", "knn_typos") if n in report]
+    router, baselines = report["router"], [report[n] for n in names]
     out: dict[str, Any] = {
         "accuracy_ge_best_baseline": router["accuracy"] >= max(b["accuracy"] for b in baselines),
         "macro_f1_ge_best_baseline": router["macro_f1"] >= max(b["macro_f1"] for b in baselines),
-        "route_p50_le_1.05x_embed": router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"],
-        "route_p50_le_1.10x_embed": router["route_p50_ms"] <= 1.10 * report["embed_p50_ms"],  # issue 19's bound, with the spelling view
     }
+    comparison = report.get("comparison")
+    if comparison:
+        out["val_macro_f1_ge_best_baseline"] = comparison["router"]["val_macro_f1"] >= max(comparison[n]["val_macro_f1"] for n in names)
+    if "embed_p50_ms" in report:
+        out["route_p50_le_1.05x_embed"] = router["route_p50_ms"] <= 1.05 * report["embed_p50_ms"]
+        out["route_p50_le_1.10x_embed"] = router["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]  # issue 19's bound, with the spelling view
     knowledge = report.get("router_knowledge")
     if knowledge:
         out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
         out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
-        out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
+        if "route_p50_ms" in knowledge and "embed_p50_ms" in report:
+            out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
     fast = report.get("fast_tier")
     if fast and fast.get("trained"):  # issue 21: the fast tier's encoder costs at most 1 ms a question
         out["fast_tier_embed_p50_le_1ms"] = fast["embed_p50_ms"] is not None and fast["embed_p50_ms"] <= 1.0

@@ -15,6 +15,11 @@ expert is added to that expert's logit with weight ``prototype_weight`` (fitted 
 after training; 0 while the MLP trains), and the highest of these similarities says how close the
 query is to anything the router was trained on: the out-of-scope score behind abstention.
 ``temperature`` (fitted on validation data too) scales the logits into calibrated probabilities.
+
+``head="linear"`` replaces the fingerprint and the gating MLP with one linear layer over the
+embedding (multinomial logistic regression): ``routing.ml.textrouter`` fits one beside the MLP
+(``routing.ml.linear``) and serves it where its validation macro-F1 is the better one. It keeps the
+prototype memory, the temperature and the in-scope score; it has no convolution and no context path.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 HIDDEN_RANGE = (128, 512)
+HEADS = ("mlp", "linear")
 
 
 class RouterNet(nn.Module):
@@ -37,7 +43,7 @@ class RouterNet(nn.Module):
 
     config_keys = [
         "input_dim", "n_experts", "channels", "kernel_size", "pooled_length", "fingerprint_dim", "hidden_dim", "dropout", "use_conv",
-        "context_dim", "prototypes_per_expert", "prototype_weight", "temperature",
+        "context_dim", "prototypes_per_expert", "prototype_weight", "temperature", "head",
     ]
 
     def __init__(
@@ -55,6 +61,7 @@ class RouterNet(nn.Module):
         prototypes_per_expert: int = 0,
         prototype_weight: float = 0.0,
         temperature: float = 1.0,
+        head: str = "mlp",
     ):
         super().__init__()
         self._prototype_cache: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -64,6 +71,11 @@ class RouterNet(nn.Module):
             raise ValueError(f"hidden_dim must be within {HIDDEN_RANGE[0]}-{HIDDEN_RANGE[1]}, got {hidden_dim}")
         if context_dim < 0:
             raise ValueError(f"context_dim must be 0 (off) or positive, got {context_dim}")
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
+        if head == "linear" and (use_conv or context_dim):
+            raise ValueError("a linear head reads the embedding alone: no convolution (use_conv=False), no context path (context_dim=0)")
+        self.head = head
         self.input_dim, self.n_experts = input_dim, n_experts
         self.channels, self.kernel_size, self.pooled_length = channels, kernel_size, pooled_length
         self.fingerprint_dim, self.hidden_dim, self.dropout, self.use_conv = fingerprint_dim, hidden_dim, dropout, use_conv
@@ -71,7 +83,9 @@ class RouterNet(nn.Module):
         self.prototypes_per_expert, self.prototype_weight, self.temperature = prototypes_per_expert, float(prototype_weight), float(temperature)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        if use_conv:
+        if head == "linear":
+            self.linear = nn.Linear(input_dim, n_experts)
+        elif use_conv:
             self.conv = nn.Conv1d(1, channels, kernel_size, padding=kernel_size // 2)
             self.pool = nn.AdaptiveMaxPool1d(pooled_length)
             self.fingerprint = nn.Linear(channels * pooled_length + input_dim, fingerprint_dim)
@@ -83,10 +97,11 @@ class RouterNet(nn.Module):
             # Filled by ``set_prototypes`` after training; unused slots are masked out.
             self.register_buffer("prototypes", torch.zeros(n_experts, prototypes_per_expert, input_dim))
             self.register_buffer("prototype_mask", torch.zeros(n_experts, prototypes_per_expert, dtype=torch.bool))
-        self.gate = nn.Sequential(
-            nn.GELU(), nn.Dropout(dropout), nn.Linear(fingerprint_dim + context_dim, hidden_dim), nn.GELU(), nn.Dropout(dropout),
-            nn.Linear(hidden_dim, n_experts),
-        )
+        if head == "mlp":
+            self.gate = nn.Sequential(
+                nn.GELU(), nn.Dropout(dropout), nn.Linear(fingerprint_dim + context_dim, hidden_dim), nn.GELU(), nn.Dropout(dropout),
+                nn.Linear(hidden_dim, n_experts),
+            )
 
     def encode_context(self, context: torch.Tensor | None, lengths: torch.Tensor | None, batch: int) -> torch.Tensor:
         """The GRU's last state over each row's real turns; zeros for rows without history.
@@ -96,7 +111,7 @@ class RouterNet(nn.Module):
             lengths: (B,) number of real turns per row (0 allowed); None means all T are real.
             batch: B, used when ``context`` is None.
         """
-        device = self.fingerprint.weight.device
+        device = self.prototypes.device if self.prototypes_per_expert else next(self.parameters()).device
         summary = torch.zeros(batch, self.context_dim, device=device)
         if context is None or context.shape[1] == 0:
             return summary
@@ -169,7 +184,9 @@ class RouterNet(nn.Module):
         return (sims + flat[1]).amax(dim=-1)
 
     def mlp_logits(self, embeddings: torch.Tensor, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """The gating MLP's logits alone (no prototypes, no temperature): what training optimises."""
+        """The gating MLP's logits alone (no prototypes, no temperature): what training optimises (the linear head's, with one)."""
+        if self.head == "linear":
+            return self.linear(embeddings)
         if self.use_conv:
             local = self.pool(torch.relu(self._conv(embeddings))).flatten(1)
             # The raw embedding rides along (a residual path) so the conv only has to add to it.
@@ -252,7 +269,7 @@ class NumpyScorer:
     """A frozen numpy copy of a (no-conv, no-context) ``RouterNet`` for one-query-at-a-time serving."""
 
     def __init__(self, model: RouterNet):
-        linears = [model.fingerprint, model.gate[2], model.gate[5]]
+        linears = [model.linear] if model.head == "linear" else [model.fingerprint, model.gate[2], model.gate[5]]
         self.layers = [(layer.weight.detach().cpu().numpy().T.copy(), layer.bias.detach().cpu().numpy().copy()) for layer in linears]
         self.n_experts, self.temperature, self.weight = model.n_experts, model.temperature, model.prototype_weight
         flat = model._prototypes_flat()
@@ -271,15 +288,20 @@ class NumpyScorer:
 
         In-place arithmetic throughout: each array operation costs more than its arithmetic at these sizes.
         """
-        (w0, b0), (w1, b1), (w2, b2) = self.layers
-        h = vector @ w0
-        h += b0
-        h = self._gelu(h)
-        h = h @ w1
-        h += b1
-        h = self._gelu(h)
-        logits = (h @ w2).astype(np.float64)
-        logits += b2
+        if len(self.layers) == 1:  # a linear head
+            w, b = self.layers[0]
+            logits = (vector @ w).astype(np.float64)
+            logits += b
+        else:
+            (w0, b0), (w1, b1), (w2, b2) = self.layers
+            h = vector @ w0
+            h += b0
+            h = self._gelu(h)
+            h = h @ w1
+            h += b1
+            h = self._gelu(h)
+            logits = (h @ w2).astype(np.float64)
+            logits += b2
         if self.prototypes is not None:
             protos, bias = self.prototypes
             sims = (vector @ protos).reshape(self.n_experts, -1)

@@ -11,7 +11,11 @@ router`` both call it):
 3. ``CharView`` (``TrainConfig.char_view``) fits on the same texts;
 4. on the clean and noised validation questions only: the blend weight ``w`` (``BLEND_RULE``: NLL on the
    questions as written, then on their typo copies), the blend's temperature (lowest NLL on both), the
-   in-scope score (``routing.ml.inscope``: on the questions as written) and its abstain threshold (on both).
+   in-scope score (``routing.ml.inscope``: on the questions as written) and its abstain threshold (on both);
+5. the linear head (``TrainConfig.linear_head``, ``routing.ml.linear``): logistic regression on the same
+   rows as the network, C chosen on the validation questions as written; steps 3-4 are fitted again on it,
+   and whichever router has the better validation macro-F1 as written serves (``HEAD_RULE``,
+   ``metrics["head"]``: the choice and both figures).
 
 Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``; the run's ``val``
 metrics are theirs on the validation questions as written (``val_network``: the network's alone). The in-scope score
@@ -42,7 +46,7 @@ from .inscope import InScope, fit_in_scope
 from .knowledge import KnowledgeCombiner
 from .nearest import NearestBank
 from .router import NumpyScorer, RouterNet
-from .training import Context, TrainConfig, TrainResult, abstain_threshold, route_scores, train_router
+from .training import Context, TrainConfig, TrainResult, abstain_threshold, calibrate, route_scores, train_router
 
 BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 # How the blend weight is chosen (``fit_blend``). NLL reads every question's probability, not only the
@@ -57,6 +61,10 @@ LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilitie
 NEAREST_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0)
 NEAREST_RULE = ("lowest validation NLL as written; within one standard error of it, the smallest weight within one standard error "
                 "of the lowest NLL on the typo copies")
+# Which network serves (``train_text_router``): the MLP, or the linear head (``routing.ml.linear``) where
+# the router built on it (the same character view, blend and nearest questions, fitted again) has the
+# better macro-F1 on the validation questions as written. A tie keeps the MLP.
+HEAD_RULE = "higher validation macro-F1 as written, of the served router on the MLP or on the linear head (C on validation); ties: the MLP"
 BLEND_FILE = "blend.json"
 CHAR_FOLDER = "charview"
 FAST_FOLDER = "fast"
@@ -312,62 +320,119 @@ def train_text_router(
             keeps its question's context).
     """
     config = config or TrainConfig()
-    if len(texts_train) != len(x_train) or len(texts_val) != len(x_val):
-        raise ValueError("each training and validation question needs its text and its embedding")
-    started = time.perf_counter()
-    clean_train, clean_val, copies = len(texts_train), len(texts_val), 0
-    if config.typo_rate > 0:
-        # Copies of at most typo_copies_max questions (a seeded sample, train and val in proportion):
-        # each copy is one more encoder call in the training job.
-        share = min(1.0, config.typo_copies_max / max(1, len(texts_train) + len(texts_val))) if config.typo_copies_max else 1.0
-        pick_train, pick_val = _sample(len(texts_train), share, config.seed + 3), _sample(len(texts_val), share, config.seed + 4)
-        noisy_train = typo_copies([texts_train[i] for i in pick_train], config.typo_rate, config.seed + 1)
-        noisy_val = typo_copies([texts_val[i] for i in pick_val], config.typo_rate, config.seed + 2)
-        noisy = np.asarray(embed(noisy_train + noisy_val), dtype=np.float32)
-        copies = len(noisy_train)
-        texts_train, texts_val = list(texts_train) + noisy_train, list(texts_val) + noisy_val
-        x_train = np.vstack([x_train, noisy[: len(noisy_train)]])
-        x_val = np.vstack([x_val, noisy[len(noisy_train):]])
-        y_train, y_val = np.concatenate([y_train, y_train[pick_train]]), np.concatenate([y_val, y_val[pick_val]])
-        context_train, context_val = _with_rows(context_train, pick_train), _with_rows(context_val, pick_val)
-    embed_s = time.perf_counter() - started
-    result = train_router(x_train, y_train, x_val, y_val, n_experts, model_kwargs, config, context_train=context_train, context_val=context_val)
-    result.metrics["typos"] = {"rate": config.typo_rate, "copies": copies, "embed_s": round(embed_s, 2)}
-    router = TextRouter(result.model)
-    probs, sims = route_scores(result.model, x_val, context_val)
-    blended = probs
+    clean_train, clean_val = len(texts_train), len(texts_val)
+    aug = typo_augment(texts_train, x_train, y_train, texts_val, x_val, y_val, embed, config, context_train, context_val)
+    result = train_router(aug.x_train, aug.y_train, aug.x_val, aug.y_val, n_experts, model_kwargs, config,
+                          context_train=aug.context_train, context_val=aug.context_val)
+    result.metrics["typos"] = {"rate": config.typo_rate, "copies": aug.copies, "embed_s": round(aug.embed_s, 2)}
+    view = None
     if config.char_view:
         t = time.perf_counter()
-        view = CharView.fit(list(texts_train), np.asarray(y_train), n_experts, seed=config.seed)
-        char = view.log_proba(list(texts_val))
-        blend = fit_blend(probs, sims, char, np.asarray(y_val), clean_val)
-        ratio = blend.pop("char_spread_ratio")
-        bank = NearestBank.sample(x_train[:clean_train], np.asarray(y_train[:clean_train]), n_experts, config.nearest_bank_max, config.seed)
-        evidence = bank.per_expert(bank.similarities(x_val))
-        nearest = fit_nearest_weight(_softmax(blend_logits(probs, char, blend["weight"]) / blend["temperature"]), evidence, np.asarray(y_val), clean_val)
-        in_scope = fit_in_scope(*_network_evidence(result.model, x_val[:clean_val], probs[:clean_val]), x_val[:clean_val], np.asarray(y_val[:clean_val]),
-                                bank, np.exp(char[:clean_val]), ratio)
-        keep = bool(nearest["weight"] or in_scope.mix)
-        router = TextRouter(result.model, view, **blend, in_scope=in_scope, bank=bank if keep else None,
-                            nearest_weight=nearest["weight"], nearest_temperature=nearest["temperature"])
-        blended, scores = router.combine(probs, sims, char, x_val)
-        threshold = abstain_threshold(scores, config.target_recall)
-        result.metrics.update({
-            "abstain_threshold": threshold,
-            "abstain_score": in_scope.describe("prototype_similarity" if result.model.has_prototypes else "max_probability"),
-            "in_scope": {"nearest_mix": in_scope.mix, "char_scale": in_scope.char_scale, **in_scope.report},
-            "nearest": {**nearest, "bank": len(bank), "kept": keep},
-            "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
-                          "features": len(view.vocabulary), "fit_s": round(time.perf_counter() - t, 2),
-                          "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
-                          "val_accuracy_typos": _accuracy(blended[clean_val:], y_val[clean_val:]) if len(y_val) > clean_val else None},
-        })
+        view = CharView.fit(list(aug.texts_train), np.asarray(aug.y_train), n_experts, seed=config.seed)
+        view_s = time.perf_counter() - t
+    char = view.log_proba(list(aug.texts_val)) if view is not None else None
+    router, blended, served = _serve(result.model, view, char, aug, clean_train, clean_val, n_experts, config)
+    head: dict[str, Any] = {"chosen": "mlp", "rule": HEAD_RULE}
+    if config.linear_head and not (context_train is not None and result.model.context_dim):
+        from .linear import fit_linear, linear_router
+
+        t = time.perf_counter()
+        y_val_clean = np.asarray(aug.y_val[:clean_val])
+        fitted, linear = fit_linear(aug.x_train, aug.y_train, aug.x_val[:clean_val], y_val_clean, config.linear_cs, config.seed)
+        net = linear_router(fitted, n_experts, like=result.model)
+        calibration = calibrate(net, aug.x_val, aug.y_val, config.target_recall)
+        router_l, blended_l, served_l = _serve(net, view, char, aug, clean_train, clean_val, n_experts, config)
+        scores = {name: served_metrics(b[:clean_val], y_val_clean)["macro_f1"] for name, b in (("mlp", blended), ("linear", blended_l))}
+        head.update({"val_macro_f1": scores, "linear": {k: linear[k] for k in ("C", "tried")}, "fit_s": round(time.perf_counter() - t, 2)})
+        if scores["linear"] > scores["mlp"]:
+            head["chosen"] = "linear"
+            head["mlp_calibration"] = {k: result.metrics.get(k) for k in ("prototype_weight", "temperature", "abstain_threshold")}
+            result.model, router, blended, served = net, router_l, blended_l, served_l
+            result.metrics.update({k: v for k, v in calibration.items() if k != "val_accuracy"})
+    elif config.linear_head:
+        head["reason"] = "a router with a conversation path keeps its MLP (the linear head reads the question alone)"
+    if view is not None:
+        served["char_view"].update({"features": len(view.vocabulary), "fit_s": round(view_s, 2)})
+    result.metrics.update(served)
+    result.metrics["head"] = head
     # "val" is what the console and the variant choice read: the served router on the questions as
     # written; the network's own figure (clean and typo'd questions together) stays as "val_network".
     result.metrics["val_network"] = result.metrics.get("val")
-    result.metrics["val"] = served_metrics(blended[:clean_val], np.asarray(y_val[:clean_val]))
+    result.metrics["val"] = served_metrics(blended[:clean_val], np.asarray(aug.y_val[:clean_val]))
     result.router = router  # type: ignore[attr-defined]
     return result
+
+
+@dataclass
+class Augmented:
+    """The training and validation questions followed by their typo copies (``typo_augment``)."""
+
+    texts_train: list[str]
+    x_train: np.ndarray
+    y_train: np.ndarray
+    texts_val: list[str]
+    x_val: np.ndarray
+    y_val: np.ndarray
+    copies: int = 0
+    embed_s: float = 0.0
+    context_train: Context | None = None
+    context_val: Context | None = None
+
+
+def typo_augment(texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray, y_val: np.ndarray,
+                 embed: Embed, config: TrainConfig, context_train: Context | None = None, context_val: Context | None = None) -> Augmented:
+    """Step 1 of ``train_text_router``: each question followed by a seeded copy with ``config.typo_rate`` letter typos.
+
+    Copies of at most ``typo_copies_max`` questions (a seeded sample, train and val in proportion):
+    each copy is one more encoder call in the training job. ``evaluate router`` trains its baselines
+    on the same copies.
+    """
+    if len(texts_train) != len(x_train) or len(texts_val) != len(x_val):
+        raise ValueError("each training and validation question needs its text and its embedding")
+    if config.typo_rate <= 0:
+        return Augmented(list(texts_train), x_train, y_train, list(texts_val), x_val, y_val, context_train=context_train, context_val=context_val)
+    started = time.perf_counter()
+    share = min(1.0, config.typo_copies_max / max(1, len(texts_train) + len(texts_val))) if config.typo_copies_max else 1.0
+    pick_train, pick_val = _sample(len(texts_train), share, config.seed + 3), _sample(len(texts_val), share, config.seed + 4)
+    noisy_train = typo_copies([texts_train[i] for i in pick_train], config.typo_rate, config.seed + 1)
+    noisy_val = typo_copies([texts_val[i] for i in pick_val], config.typo_rate, config.seed + 2)
+    noisy = np.asarray(embed(noisy_train + noisy_val), dtype=np.float32)
+    return Augmented(
+        list(texts_train) + noisy_train, np.vstack([x_train, noisy[: len(noisy_train)]]), np.concatenate([y_train, y_train[pick_train]]),
+        list(texts_val) + noisy_val, np.vstack([x_val, noisy[len(noisy_train):]]), np.concatenate([y_val, y_val[pick_val]]),
+        copies=len(noisy_train), embed_s=time.perf_counter() - started,
+        context_train=_with_rows(context_train, pick_train), context_val=_with_rows(context_val, pick_val),
+    )
+
+
+def _serve(model: RouterNet, view: CharView | None, char: np.ndarray | None, aug: Augmented, clean_train: int, clean_val: int, n_experts: int,
+           config: TrainConfig) -> tuple[TextRouter, np.ndarray, dict[str, Any]]:
+    """Steps 3-4 of ``train_text_router`` for one trained network: the served router, its validation probabilities and its metrics."""
+    probs, sims = route_scores(model, aug.x_val, aug.context_val)
+    if view is None or char is None:
+        return TextRouter(model), probs, {}
+    y_val = np.asarray(aug.y_val)
+    blend = fit_blend(probs, sims, char, y_val, clean_val)
+    ratio = blend.pop("char_spread_ratio")
+    bank = NearestBank.sample(aug.x_train[:clean_train], np.asarray(aug.y_train[:clean_train]), n_experts, config.nearest_bank_max, config.seed)
+    evidence = bank.per_expert(bank.similarities(aug.x_val))
+    nearest = fit_nearest_weight(_softmax(blend_logits(probs, char, blend["weight"]) / blend["temperature"]), evidence, y_val, clean_val,
+                                 NEAREST_WEIGHTS if config.nearest_term else (0.0,))
+    in_scope = fit_in_scope(*_network_evidence(model, aug.x_val[:clean_val], probs[:clean_val]), aug.x_val[:clean_val], y_val[:clean_val],
+                            bank, np.exp(char[:clean_val]), ratio)
+    keep = bool(nearest["weight"] or in_scope.mix)
+    router = TextRouter(model, view, **blend, in_scope=in_scope, bank=bank if keep else None,
+                        nearest_weight=nearest["weight"], nearest_temperature=nearest["temperature"])
+    blended, scores = router.combine(probs, sims, char, aug.x_val)
+    return router, blended, {
+        "abstain_threshold": abstain_threshold(scores, config.target_recall),
+        "abstain_score": in_scope.describe("prototype_similarity" if model.has_prototypes else "max_probability"),
+        "in_scope": {"nearest_mix": in_scope.mix, "char_scale": in_scope.char_scale, **in_scope.report},
+        "nearest": {**nearest, "bank": len(bank), "kept": keep},
+        "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
+                      "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
+                      "val_accuracy_typos": _accuracy(blended[clean_val:], y_val[clean_val:]) if len(y_val) > clean_val else None},
+    }
 
 
 def served_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -413,7 +478,8 @@ def fit_blend(probs: np.ndarray, sims: np.ndarray, char_log_proba: np.ndarray, y
     return {"weight": float(weight), "temperature": float(temperature), "char_spread_ratio": ratio}
 
 
-def fit_nearest_weight(probs: np.ndarray, evidence: np.ndarray, y: np.ndarray, clean: int) -> dict[str, Any]:
+def fit_nearest_weight(probs: np.ndarray, evidence: np.ndarray, y: np.ndarray, clean: int,
+                       weights: tuple[float, ...] = NEAREST_WEIGHTS) -> dict[str, Any]:
     """The nearest questions' weight in the logits, on validation rows (``clean`` first, then their typo copies).
 
     Served probabilities become ``softmax((log p + b * evidence) / T)`` (``evidence``: each
@@ -425,15 +491,15 @@ def fit_nearest_weight(probs: np.ndarray, evidence: np.ndarray, y: np.ndarray, c
     """
     as_written, typos = slice(0, clean), slice(clean, len(y))
     clean_nll, typo_nll, tried = {}, {}, []
-    for weight in NEAREST_WEIGHTS:
+    for weight in weights:
         logits = nearest_logits(probs, evidence, weight)
         temperature = fit_temperature(logits[as_written], y[as_written])
         clean_nll[weight] = _per_question_nll(logits[as_written] / temperature, y[as_written])
         typo_nll[weight] = _per_question_nll(logits[typos] / temperature, y[typos]) if len(y) > clean else np.zeros(1)
         tried.append({"weight": weight, "val_nll": round(float(clean_nll[weight].mean()), 5), "val_nll_typos": round(float(typo_nll[weight].mean()), 5),
                       "val_accuracy": round(float((logits[as_written].argmax(axis=1) == y[as_written]).mean()), 4)})
-    best = min(NEAREST_WEIGHTS, key=lambda w: (float(clean_nll[w].mean()), w))
-    tied = [w for w in NEAREST_WEIGHTS if _within_one_se(clean_nll[w] - clean_nll[best])]
+    best = min(weights, key=lambda w: (float(clean_nll[w].mean()), w))
+    tied = [w for w in weights if _within_one_se(clean_nll[w] - clean_nll[best])]
     # Among those, the typo copies' best, or the smallest weight they cannot tell from it (evidence
     # that helps no one's NLL measurably stays out).
     typo_best = min(tied, key=lambda w: (float(typo_nll[w].mean()), w))

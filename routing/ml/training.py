@@ -85,6 +85,13 @@ class TrainConfig:
     # The in-scope score's nearest-example evidence reads at most this many training questions (a
     # seeded sample, every expert in proportion): ~0.07 ms a question at 4,096 x 384 (routing.ml.inscope).
     nearest_bank_max: int = 4096
+    # The nearest training questions' weight in the logits is chosen on validation (``fit_nearest_weight``);
+    # False keeps it at 0 (``evaluate router --ablate``).
+    nearest_term: bool = True
+    # ``train_text_router`` also fits a linear head (logistic regression, C among ``linear_cs`` on
+    # validation) and serves it where its validation macro-F1 is the better one (``routing.ml.linear``).
+    linear_head: bool = True
+    linear_cs: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0)
 
 
 @dataclass

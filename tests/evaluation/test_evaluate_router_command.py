@@ -70,7 +70,7 @@ def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path, m
     monkeypatch.setattr(fast_encoder, "full_model_parts", lambda folder: (table, tokenizer_file))
     dataset = write_dataset(tmp_path / "tiny")
     out = tmp_path / "report.json"
-    call_command("evaluate", "router", "--dataset", str(dataset), "--json", str(out), "--noise-report")
+    call_command("evaluate", "router", "--dataset", str(dataset), "--json", str(out), "--noise-report", "--variants")
     report = json.loads(out.read_text())
     for method in ("router", "logreg", "knn"):
         m = report[method]
@@ -351,3 +351,79 @@ def test_a_dataset_without_splits_is_refused_with_the_splits_it_has():
     rows = [{"text": f"question {i}", "domain": name} for i, name in enumerate(["bank", "travel"] * 10)]
     with pytest.raises(ValueError, match="splits: none; the evaluations read 'train', 'val' and 'test'"):
         Split(rows, np.zeros((len(rows), 4), dtype=np.float32), "domain")
+
+
+def test_the_baselines_choose_c_and_k_on_validation_and_are_also_trained_on_the_routers_typo_copies(tmp_path):
+    from evaluation.ablation import ABLATIONS
+
+    dataset = write_dataset(tmp_path / "full")
+    report = evaluate_router(dataset, say=lambda _: None, quality_only=True, ablation=True)
+    assert report["pipeline"] == "product"
+    assert "train_text_router" in report["setup"]
+    comparison = report["comparison"]
+    assert set(comparison) == {"router", "logreg", "logreg_typos", "knn", "knn_typos", "best_baseline_on_val"}
+    for name in ("logreg", "logreg_typos"):
+        assert comparison[name]["chosen"]["C"] in (0.1, 1.0, 10.0, 100.0)
+    for name in ("knn", "knn_typos"):
+        assert comparison[name]["chosen"]["k"] in (1, 3, 5, 10, 20)
+        assert comparison[name]["chosen"]["kind"] in ("vote", "mean")
+    for name in ("router", "logreg", "logreg_typos", "knn", "knn_typos"):
+        assert comparison[name]["test_macro_f1"] == report[name]["macro_f1"]
+        assert 0.9 < comparison[name]["val_macro_f1"] <= 1.0
+    assert comparison["router"]["head"] in ("mlp", "linear")
+    assert report["router"]["head"]["chosen"] == comparison["router"]["head"]
+    assert comparison["best_baseline_on_val"] in ("logreg", "logreg_typos", "knn", "knn_typos")
+    assert report["targets"]["val_macro_f1_ge_best_baseline"] == (
+        comparison["router"]["val_macro_f1"] >= max(comparison[n]["val_macro_f1"] for n in ("logreg", "logreg_typos", "knn", "knn_typos")))
+    assert {"router", "logreg", "logreg_typos", "knn", "knn_typos"} <= set(report["typo10"])
+    # --quality-only: no latency, no fast tier
+    assert "embed_p50_ms" not in report
+    assert "fast_tier" not in report
+    assert "route_p50_ms" not in report["router"]
+    ablation = report["ablation"]
+    assert ablation["on"] == "validation questions as written"
+    assert set(ablation["without"]) == set(ABLATIONS)
+    assert ablation["full"]["val_macro_f1"] == comparison["router"]["val_macro_f1"]
+    for name, row in ablation["without"].items():
+        assert row["change"] == ABLATIONS[name]
+        assert row["macro_f1_full_minus_without"] == pytest.approx(ablation["full"]["val_macro_f1"] - row["val_macro_f1"], abs=1e-4)
+    assert ablation["without"]["linear_head"]["head"] == "mlp"
+
+
+def test_c_is_the_validation_macro_f1_best_of_the_grid():
+    from evaluation.baselines import LogRegMethod
+
+    rng = np.random.default_rng(0)
+    x = np.vstack([np.eye(8)[c] + 0.3 * rng.normal(size=(30, 8)) for c in range(3)])
+    y = np.repeat(np.arange(3), 30)
+    keep = (y != 2) | (np.arange(90) % 10 == 0)  # a rare third class: heavy regularisation never predicts it
+    method = LogRegMethod(cs=(1e-6, 10.0)).fit(x[keep], y[keep], x, y, 3)
+    assert method.choice_["C"] == 10.0
+    assert [r["C"] for r in method.choice_["tried"]] == [1e-6, 10.0]
+    assert method.choice_["tried"][0]["val_macro_f1"] < method.choice_["val_macro_f1"]
+    probs, score = method.scores(x)
+    assert probs.shape == (90, 3)
+    assert np.allclose(score, probs.max(axis=1))
+
+
+def test_k_and_the_aggregation_are_the_validation_macro_f1_best_of_the_grid():
+    from evaluation.baselines import KnnMethod, choose_knn
+
+    # One class has a single tight cluster, the other is spread: with many neighbours the big class outvotes the small one.
+    bank = np.array([[1.0, 0.0], [0.99, 0.14], [0.0, 1.0], [0.2, 0.98], [0.5, 0.87], [0.6, 0.8], [0.7, 0.71], [0.8, 0.6]], dtype=np.float32)
+    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+    y = np.array([0, 0, 1, 1, 1, 1, 1, 1])
+    val = np.array([[0.95, 0.3], [0.1, 1.0]], dtype=np.float32)
+    val /= np.linalg.norm(val, axis=1, keepdims=True)
+    method, choice = choose_knn(bank, y, val, np.array([0, 1]), 2, ks=(1, 20), kinds=("vote",))
+    assert [(r["kind"], r["k"]) for r in choice["tried"]] == [("vote", 1), ("vote", 20)]
+    assert (choice["k"], choice["kind"]) == (1, "vote")
+    assert choice["tried"][1]["val_macro_f1"] < choice["val_macro_f1"] == 1.0
+    probs, score = method.scores(val)
+    assert probs.argmax(axis=1).tolist() == [0, 1]
+    assert score[0] == pytest.approx(float((val[0] @ bank.T).max()))  # vote: the in-scope score is the nearest cosine
+    mean = KnnMethod(k=2, kind="mean").fit(bank, y, 2)
+    probs, score = mean.scores(val[:1])
+    sims = val[0] @ bank.T
+    assert probs[0, 0] == pytest.approx(sims[:2].mean())
+    assert probs[0, 1] == pytest.approx(np.sort(sims[2:])[-2:].mean())

@@ -45,6 +45,9 @@ class Command(BaseCommand):
                             help="another dataset's queries.jsonl whose out-of-scope rows join this one's (for a dataset without any)")
         router.add_argument("--json", dest="json_path", default=None)
         router.add_argument("--noise-report", action="store_true", help="also compare 0/10/20%% label noise, with and without the noise regulariser, on clean and typo-perturbed queries")
+        router.add_argument("--ablate", action="store_true", help="also train the router without each of its mechanisms, scored on validation")
+        router.add_argument("--variants", action="store_true", help="also train the fingerprint with the convolution (fingerprint_variants)")
+        router.add_argument("--quality-only", action="store_true", help="skip latency, the fast tier and the conversation-context router")
         retrieval = sub.add_parser("retrieval", help="flat vs oracle vs routed retrieval, dense/sparse/hybrid")
         retrieval.add_argument("--dataset", required=True, help="folder with docs.jsonl (or passages.jsonl), queries.jsonl and qrels")
         retrieval.add_argument("--passages", action="store_true", help="index passages.jsonl and judge with qrels_passages.jsonl")
@@ -138,7 +141,8 @@ class Command(BaseCommand):
             try:
                 report = evaluate_router(dataset, label=options["label"], noise=options["noise"], say=self.stdout.write, noise_report=options["noise_report"],
                                         train_per_label=options["train_per_label"], knowledge=knowledge,
-                                        foreign_oos=Path(options["oos_from"]) if options.get("oos_from") else None)
+                                        foreign_oos=Path(options["oos_from"]) if options.get("oos_from") else None,
+                                        variants=options["variants"], quality_only=options["quality_only"], ablation=options["ablate"])
             except (MissingKnowledge, ValueError) as exc:
                 raise CommandError(str(exc)) from exc
             from encoders import resolve_backend
