@@ -360,6 +360,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         "comparison": _comparison(fits, reports),
         "typo10": typo10,
     }
+    say("macro-F1 val / test: " + "; ".join(f"{k} {v['val_macro_f1']:.4f} / {v['test_macro_f1']:.4f}"
+                                           for k, v in report["comparison"].items() if isinstance(v, dict)))
     if latency is not None:
         report["embed_p50_ms"] = latency["embed_p50_ms"]
         report["latency"] = {k: latency[k] for k in ("queries", "threads", "warmup", "encoder", "request")}
