@@ -48,14 +48,18 @@ def test_every_arm_is_asked_through_the_chat_path_and_judged_by_the_qrels(tmp_pa
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
 def test_on_doc2dial_the_replayed_retrieval_holds_its_floors():
-    """Regression floors at today's replayed figures (docs/EVALUATIONS.md), and the BM25 reference the shared README gives."""
+    """Regression floors a little under today's replayed figures (docs/EVALUATIONS.md: flat 0.724, oracle 0.745, routed
+    top-2 0.693, top-1 0.661 nDCG@5), and the BM25 reference the shared README gives. Routed search does not yet reach
+    flat search here (issue 55's target): reported, not asserted."""
     report = evaluate_retrieval(DOC2DIAL, say=print)
 
-    for arm in ("flat", "oracle", "routed_top1", "routed_top2"):
+    floors = {"flat": 0.70, "oracle": 0.72, "routed_top1": 0.64, "routed_top2": 0.67}
+    for arm, floor in floors.items():
+        assert report[arm]["hybrid"]["ndcg@5"] >= floor, arm
         assert report[arm]["hybrid"]["recall@5"] > 0.539, arm  # BM25 over one flat index
-        assert report[arm]["hybrid"]["ndcg@5"] > 0.443, arm
     assert report["oracle"]["hybrid"]["ndcg@5"] > 0.491  # BM25 over the gold agency's index
-    assert report["routed_top2"]["answering_expert_is_gold"] > 0.8
+    assert report["routed_top2"]["answering_expert_is_gold"] > 0.85
+    print("routed top-2 minus flat, nDCG@5:", report["paired"]["routed_top2 - flat"])
 
 
 def test_the_command_names_the_files_a_dataset_lacks(tmp_path):
