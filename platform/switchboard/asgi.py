@@ -372,16 +372,24 @@ async def application(scope, receive, send):
             return
 
 
+# With no router yet (run_platform starts the web server while the demo's router trains), the warm-up
+# looks for one every ROUTER_WAIT_S seconds, for at most ROUTER_WAIT_FOR_S, and loads it once it is there.
+ROUTER_WAIT_S = 1.0
+ROUTER_WAIT_FOR_S = 600.0
+
+
 def _warm_up() -> None:
     """Load the sentence encoder before the first request instead of during it (~3 s on a laptop), and
     the active router with the tables it reads (``serving.route.warm_up``), then take what is loaded by
-    now out of the garbage collector's walks (``sbcommon.gcfreeze``)."""
+    now out of the garbage collector's walks (``sbcommon.gcfreeze``). With no router yet, keep looking
+    for one afterwards (``_warm_up_router_later``)."""
+    routed = True
     try:
         from encoders import get_encoder
         from serving.route import warm_up
 
         get_encoder().encode(["warm-up"])
-        warm_up()
+        routed = warm_up()
         from experts.generation.registry import warm_up_hottest  # GENERATOR=transformers: load the busiest adapters
         from routing.selectors import traffic_by_expert
 
@@ -391,6 +399,26 @@ def _warm_up() -> None:
 
         logging.getLogger(__name__).exception("encoder warm-up failed")
     freeze_startup_objects()
+    if not routed:
+        _warm_up_router_later()
+
+
+def _warm_up_router_later() -> None:
+    """Load the router (``serving.route.warm_up``) as soon as one is active, instead of during its first question."""
+    import time
+
+    from serving.route import warm_up
+
+    deadline = time.monotonic() + ROUTER_WAIT_FOR_S
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(ROUTER_WAIT_S)
+            if warm_up():
+                return
+    except Exception:  # best effort, as above: the first question loads it then
+        import logging
+
+        logging.getLogger(__name__).exception("router warm-up failed")
 
 
 from sbcommon.gcfreeze import freeze_after_requests, freeze_startup_objects  # noqa: E402  (after django.setup)

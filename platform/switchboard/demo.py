@@ -64,27 +64,37 @@ def wait(job: Job, say: Callable[[str], None], timeout: float = 1800) -> Job:
         time.sleep(0.5)
 
 
-def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, n_experts: int = 4) -> dict[str, Any]:
-    """Run the demo pipeline; returns a summary (experts, documents per expert, router version)."""
+def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, n_experts: int = 4,
+              on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run the demo pipeline; returns a summary (experts, documents per expert, router version).
+
+    ``on_step`` is called with each step's number (1 to 6) as the step starts: ``run_platform`` starts
+    its second worker and, once the documents are indexed, the web server then.
+    """
     demo_dir = Path(demo_dir or settings.DEMO_DIR)
+    step = on_step or (lambda number: None)
     queries = demo_dir / "queries.jsonl"
     agencies = json.loads((demo_dir / "agencies.json").read_text())
 
+    step(1)
     say("1/6 importing the demo questions")
     job = enqueue_once("import_queries", f"import:{SOURCE}:{queries}", "Import demo questions", labeling_tasks.import_queries,
                        {"path": str(queries), "name": queries.name, "source": SOURCE})
     result = wait(job, say).result
     say(f"  imported {result.get('imported', 0)} new questions ({result.get('duplicates', 0)} already there)")
 
+    step(2)
     say("2/6 embedding the questions")
     wait(enqueue_once("embed_queries", f"embed:{SOURCE}", "Embed demo questions", labeling_tasks.embed_queries, {"source": SOURCE}), say)
 
+    step(3)
     say("3/6 clustering the questions into expert proposals")
     job = wait(enqueue_once("cluster_queries", f"cluster:{SOURCE}", "Cluster demo questions", labeling_tasks.cluster_queries,
                             {"source": SOURCE, "min_samples": 3, "n_experts": n_experts}), say)
     run = ClusteringRun.objects.get(pk=job.result["run"])
     say(f"  {run.n_topics} topics (eps {run.eps:.3f}, {run.noise_share:.0%} noise) grouped into {run.proposals.count()} proposals")
 
+    step(4)
     say("4/6 reviewing the proposals and promoting them to experts")
     if run.status != "promoted":
         for action in labeling_proposals.align_with_labels(run):
@@ -94,23 +104,26 @@ def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, 
         expert_services.upsert_expert(slug, info["name"], public=True)  # the demo answers anyone, signed in or not
     say("  experts: " + ", ".join(sorted(agencies)))
 
+    step(5)
     say("5/6 indexing each expert's documents into its own collection")
     from experts.models import Expert
 
-    documents = {}
-    for slug in sorted(agencies):
-        expert = Expert.objects.get(slug=slug)
-        changed = 0
+    experts = {slug: Expert.objects.get(slug=slug) for slug in sorted(agencies)}
+    for slug, expert in experts.items():
         for line in open(demo_dir / "documents" / f"{slug}.jsonl"):
             row = json.loads(line)
-            _, was_changed = upsert_document(
-                expert, DocumentInput(external_id=row["id"], title=row["title"], text=row["text"], metadata=row.get("metadata"))
-            )
-            changed += was_changed
-        wait(enqueue_once("index_documents", f"index:{slug}", f"Index {expert.name} documents", knowledge_tasks.index_expert_documents, {"expert": slug}), say)
-        documents[slug] = expert.documents.count()
+            upsert_document(expert, DocumentInput(external_id=row["id"], title=row["title"], text=row["text"], metadata=row.get("metadata")))
+    # The experts' index jobs are independent: all are queued at once, the largest first, so that a second
+    # worker (``run_platform`` starts one while the demo loads) indexes one expert while the first does another.
+    by_size = sorted(experts, key=lambda slug: -(demo_dir / "documents" / f"{slug}.jsonl").stat().st_size)
+    jobs = {slug: enqueue_once("index_documents", f"index:{slug}", f"Index {experts[slug].name} documents",
+                               knowledge_tasks.index_expert_documents, {"expert": slug}) for slug in by_size}
+    for slug in by_size:
+        wait(jobs[slug], say)
+    documents = {slug: expert.documents.count() for slug, expert in experts.items()}
     say("  documents per expert: " + ", ".join(f"{k} {v}" for k, v in documents.items()))
 
+    step(6)
     say("6/6 training the router")
     job = wait(enqueue_once("train_router", "train_router", "Train router", routing_tasks.train_router, {"seed": 0}), say)
     say(f"  router v{job.result.get('router_version')} active, validation accuracy {job.result.get('val_accuracy') or 0:.3f}")

@@ -1,10 +1,18 @@
 """``manage.py run_platform``: the whole single-machine platform in one foreground command.
 
-Starts a Celery worker and Celery beat, loads the bundled demo through the worker (unless it is
-already loaded, or ``--no-demo``), then serves the web console and APIs with uvicorn; once it is
+With ``--prepare`` (what ``make run`` passes) it first migrates the database, makes sure the admin
+account exists, collects the static files and prepares the base language model when ``GENERATOR``
+needs one, in this process (each is a command of its own too; one process starts Django once).
+Starts a Celery worker, loads the bundled demo through it (unless it is already loaded, or
+``--no-demo``), starts Celery beat and serves the web console and APIs with uvicorn (as soon as the
+demo's router starts training, which takes one core of two), and prints that it is ready once the
+demo is loaded and the web server answers; once it is
 ready, and when a language model writes the answers, the demo experts' adapters train in the
 background (``train_demo_adapters``; ``--no-demo-adapters`` skips them). Every child's
-output is printed prefixed with its name. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly.
+output is printed prefixed with its name. While the demo loads, a second worker (``helper``) takes
+jobs too, so two experts' documents are indexed at once on a machine with two cores; it stops when
+the demo is loaded. The first time, the sentence encoder is exported for ONNX Runtime by a child of
+its own (``prepare_encoder``) while the database migrates and the workers start. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly.
 A worker or beat that dies (the OOM killer, a crash) is started again, up to ``--restarts`` times in
 ``RESTART_WINDOW_S``; the worker sweeps the jobs as it starts, so the job it was running is queued
 again at once, after those already queued (``jobs.services.sweep``). If any other child dies, or one dies once too often, the
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -26,6 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,6 +162,39 @@ class Supervisor:
             child.reader.join(timeout=2)
 
 
+class _Lines:
+    """A file-like ``stdout`` for ``call_command`` that prints each line through the supervisor, prefixed."""
+
+    def __init__(self, sup: Supervisor, name: str):
+        self.sup, self.name, self.partial = sup, name, ""
+
+    def write(self, text: str) -> None:
+        *lines, self.partial = (self.partial + text).split("\n")
+        for line in lines:
+            self.sup.say(self.name, line)
+
+    def flush(self) -> None:
+        """Nothing: a line is printed once it ends ("Applying ... OK" is written in two parts, flushed between)."""
+
+    def close(self) -> None:
+        if self.partial:
+            self.sup.say(self.name, self.partial)
+            self.partial = ""
+
+
+def _first_request(url: str, timeout: float, stop: threading.Event) -> None:
+    """GET ``url`` until it answers at all (any status), for at most ``timeout`` seconds or until ``stop``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stop.wait(0.5):
+        try:
+            with urllib.request.urlopen(url, timeout=30):
+                return
+        except urllib.error.HTTPError:
+            return
+        except (urllib.error.URLError, OSError):
+            pass
+
+
 def _display_host(host: str) -> str:
     if host in ("0.0.0.0", "", "::"):
         return "127.0.0.1"
@@ -191,6 +234,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default=envstr("HOST", "127.0.0.1"), help="Address to serve on (env HOST, default 127.0.0.1).")
         parser.add_argument("--port", type=int, default=envint("PORT", 8000), help="Port to serve on (env PORT, default 8000).")
+        parser.add_argument("--prepare", action="store_true",
+                            help="First migrate, ensure the admin account, collect static files and prepare the base model when needed (make run).")
         parser.add_argument("--no-demo", action="store_true", help="Do not load the bundled demo.")
         parser.add_argument("--reload-demo", action="store_true", help="Run load_demo even when the demo is already loaded.")
         parser.add_argument("--no-demo-adapters", action="store_true",
@@ -234,39 +279,82 @@ class Command(BaseCommand):
             raise CommandError(failure)
         sup.say("run", "stopped")
 
+    def _prepare(self, sup: Supervisor) -> None:
+        """What ``make run`` did as four commands, in this process: Django and the apps start once instead of four times."""
+        from django.core.management import call_command
+
+        for name, args, kwargs in (
+            ("migrate", [], {"interactive": False}),
+            ("ensure_admin", [], {}),
+            ("collectstatic", [], {"interactive": False, "verbosity": 0}),
+            ("prepare_base_model", ["--when-needed"], {}),
+        ):
+            sup.say("run", f"manage.py {' '.join([name, *args])}")
+            out = _Lines(sup, "setup")
+            call_command(name, *args, stdout=out, stderr=out, **kwargs)
+            out.close()
+
     def _run(self, sup: Supervisor, python: str, host: str, port: int, base: str, options, stop: threading.Event) -> str | None:
         var = Path(settings.VAR_DIR)
+        if not options["no_demo"]:
+            from .prepare_encoder import needs_export
+
+            if needs_export():  # the demo's first job would export it; here it is done while the database migrates and the workers start
+                sup.start("export", [python, str(ROOT / "manage.py"), "prepare_encoder"], expected_exit=True)
+        if options["prepare"]:
+            self._prepare(sup)
         sup.say("run", f"data in {var}; broker {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
         restarts = max(0, options["restarts"])
-        sup.start("worker", [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
-                             "-n", "switchboard@%h", "--loglevel=INFO", "--without-gossip", "--without-mingle"],
-                  restarts=restarts)
+        worker = [python, "-m", "celery", "-A", "switchboard", "worker", "-Q", options["queues"], "-c", "1", "--pool=solo",
+                  "--loglevel=INFO", "--without-gossip", "--without-mingle"]
+        sup.start("worker", [*worker, "-n", "switchboard@%h"], restarts=restarts)
         if not options["no_beat"]:
             from django.core.management import call_command  # the default scheduled jobs (routing.experiments), created once
 
             call_command("ensure_schedules", verbosity=0)
-            sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
-                               "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")],
-                      restarts=restarts)
 
+        def serve() -> None:
+            if not options["no_beat"]:
+                sup.start("beat", [python, "-m", "celery", "-A", "switchboard", "beat", "--loglevel=INFO",
+                                   "-S", "django_celery_beat.schedulers:DatabaseScheduler", "--schedule", str(var / "celerybeat-schedule")],
+                          restarts=restarts)
+            sup.start("web", [python, "-m", "uvicorn", "switchboard.asgi:application", "--host", host, "--port", str(port),
+                              "--lifespan", "on", "--timeout-graceful-shutdown", "10"])
+
+        served = False
         if not options["no_demo"]:
             loaded, why = demo_state()
             if loaded and not options["reload_demo"]:
                 sup.say("run", f"demo already loaded ({why}); skipping it (make demo or --reload-demo runs it again)")
             else:
-                sup.say("run", f"loading the demo through the worker ({why}) ...")
-                demo = sup.start("demo", [python, str(ROOT / "manage.py"), "load_demo"], expected_exit=True)
-                while demo.proc.poll() is None:
-                    if stop.wait(0.2):
-                        return None
-                    if (dead := sup.dead()) is not None:
-                        return f"{dead.name} exited with code {dead.proc.returncode} while the demo was loading; stopped everything"
-                demo.reader.join(timeout=2)
-                if demo.proc.returncode != 0:
-                    return f"load_demo failed (exit code {demo.proc.returncode}); see the demo lines above"
+                sup.say("run", f"loading the demo through the workers ({why}) ...")
+                helper: Child | None = None
 
-        sup.start("web", [python, "-m", "uvicorn", "switchboard.asgi:application", "--host", host, "--port", str(port),
-                          "--lifespan", "on", "--timeout-graceful-shutdown", "10"])
+                def on_step(number: int) -> None:
+                    nonlocal helper, served
+                    if number == 2 and helper is None:
+                        # A second worker while the demo loads: the experts' index jobs run two at a time (step 5).
+                        helper = sup.start("helper", [*worker, "-n", "helper@%h"], expected_exit=True)
+                    elif number == 6 and not served:
+                        # The router trains on one core: beat and the web server start on the other. The banner
+                        # still waits for the router, and the web server warms it up once it is there.
+                        serve()
+                        served = True
+                        # Its first request loads Django's URLs and views (seconds): made now, not after the demo.
+                        threading.Thread(target=_first_request, args=(f"{base}/readyz", options["ready_timeout"], stop), daemon=True).start()
+
+                failure = self._load_demo(sup, stop, on_step)
+                if helper is not None and helper.proc.poll() is None:  # idle by now: every demo job has ended
+                    os.killpg(helper.proc.pid, signal.SIGTERM)
+                if failure is not None or stop.is_set():
+                    return failure
+                if served:
+                    # The web server may have read "no router yet" just before the router was activated, and
+                    # serving keeps what it read for SERVING_CACHE_TTL_S: past that, every question finds the router.
+                    stop.wait(settings.SERVING_CACHE_TTL_S)
+        if not served:
+            serve()
+
         ready = self._wait_ready(sup, base, options["ready_timeout"], stop)
         if ready is not None:
             return ready
@@ -285,6 +373,39 @@ class Command(BaseCommand):
             if (dead := sup.dead()) is not None:
                 return f"{dead.name} exited with code {dead.proc.returncode}; stopped everything"
         return None
+
+    def _load_demo(self, sup: Supervisor, stop: threading.Event, on_step: Callable[[int], None]) -> str | None:
+        """``load_demo`` on a thread of this process (Django is loaded here already); the failure, if any.
+
+        ``on_step`` is called here, on the supervisor's thread, with each step's number as it starts.
+        """
+        from django.db import connection
+
+        from switchboard.demo import DemoFailed, load_demo
+
+        outcome: dict[str, str] = {}
+        steps: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                sup.say("demo", f"demo ready: {load_demo(say=lambda line: sup.say('demo', line), on_step=steps.put)}")
+            except DemoFailed as exc:
+                outcome["failure"] = f"load_demo failed: {exc}"
+            except Exception as exc:  # anything else stops the platform too, with its reason
+                outcome["failure"] = f"load_demo failed: {exc.__class__.__name__}: {exc}"
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run, name="load-demo", daemon=True)
+        thread.start()
+        while thread.is_alive() or not steps.empty():
+            while not steps.empty():
+                on_step(steps.get())
+            if stop.wait(0.2):
+                return None
+            if (dead := sup.dead()) is not None:
+                return f"{dead.name} exited with code {dead.proc.returncode} while the demo was loading; stopped everything"
+        return outcome.get("failure")
 
     def _wait_ready(self, sup: Supervisor, base: str, timeout: float, stop: threading.Event) -> str | None:
         deadline, last = time.monotonic() + timeout, ""
