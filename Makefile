@@ -52,11 +52,8 @@ browser: ## Install Debian's Chromium for the browser tests (root only; tests sk
 	fi
 
 run: install ## Migrate, create the admin account, convert the base LM (once, when GENERATOR needs one), load the demo, run worker + beat + web (Ctrl-C stops)
-	$(PY) manage.py migrate --no-input
-	$(PY) manage.py ensure_admin
-	$(PY) manage.py collectstatic --no-input --verbosity 0
-	$(PY) manage.py prepare_base_model --when-needed
-	$(PY) manage.py run_platform $(RUN_ARGS)
+	@# --prepare: migrate, ensure_admin, collectstatic and prepare_base_model --when-needed, in the one process that starts Django once
+	$(PY) manage.py run_platform --prepare $(RUN_ARGS)
 
 demo: install ## Load the bundled demo only (needs a running worker, or CELERY_TASK_ALWAYS_EAGER=1)
 	$(PY) manage.py migrate --no-input
