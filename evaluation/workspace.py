@@ -38,7 +38,6 @@ Say = Callable[[str], Any]
 
 SOURCE = "evaluation"  # the imported questions' source
 FLAT = "every-document"  # the flat arm's expert: every document in one collection, reached by its slug
-WORKSPACE_ENV = "SWITCHBOARD_EVALUATION_WORKSPACE"  # set in the child: this process already runs in a workspace
 # Settings that would reach outside the workspace (a shared cache, a Qdrant server): the child does without them.
 OUTSIDE = ("REDIS_URL", "QDRANT_URL", "QDRANT_API_KEY", "DATABASE_URL", "CELERY_BROKER_URL")
 
@@ -166,11 +165,6 @@ def ask(question: dict[str, Any], model: str) -> Any:
 
 # --- the throw-away workspace ----------------------------------------------------------------
 
-def in_workspace() -> bool:
-    """Whether this process already runs in an evaluation's workspace (or a test's database)."""
-    return bool(os.environ.get(WORKSPACE_ENV))
-
-
 def isolated(argv: list[str], say: Say = print, program: list[str] | None = None) -> int:
     """Run ``manage.py <argv>`` (or ``program + argv``) in a fresh workspace: its own database and data folder, migrated
     first and removed after.
@@ -185,7 +179,7 @@ def isolated(argv: list[str], say: Say = print, program: list[str] | None = None
         if models.is_dir():
             (root / "models").symlink_to(models.resolve(), target_is_directory=True)
         env = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
-        env.update({WORKSPACE_ENV: str(root), "VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
+        env.update({"VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
                     "CELERY_TASK_ALWAYS_EAGER": "1", "BASE_MODEL": str(settings.BASE_MODEL), "ADAPTER_DIR": str(root / "adapters"),
                     "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "switchboard.settings")})
         manage = str(Path(settings.BASE_DIR) / "manage.py")

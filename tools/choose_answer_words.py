@@ -46,9 +46,9 @@ if __name__ == "__main__":
     import django
 
     django.setup()
-    from evaluation.workspace import in_workspace, isolated
+    from evaluation.workspace import isolated
 
-    if in_workspace():
+    if sys.argv[-1] == "--in-place":  # the child, in the workspace made for it
         main(Path(sys.argv[1]))
     else:  # load the dataset into a throw-away workspace, as evaluate answers does
-        sys.exit(isolated([str(Path(sys.argv[1]).resolve())], program=[sys.executable, str(Path(__file__).resolve())]))
+        sys.exit(isolated([str(Path(sys.argv[1]).resolve()), "--in-place"], program=[sys.executable, str(Path(__file__).resolve())]))
