@@ -9,12 +9,14 @@ label or intent ``oos``, in the ``test`` or ``oos`` split). Test rows whose labe
 training have no expert to go to: they are reported apart (``unseen_labels``: abstention recall and
 AUROC, as out-of-scope questions), never counted as misroutes.
 
-Methods, all on the same embeddings:
-- ``router``: ``RouterNet`` as ``routing.services`` trains it (MLP + prototype memory, calibrated);
-  its out-of-scope score is the similarity to the nearest expert prototype.
-- ``logreg``: scikit-learn's logistic regression; out-of-scope score: its highest probability.
-- ``knn``: nearest-example routing as semantic-router does it: a route's score is the mean of its
-  top-5 cosine similarities; out-of-scope score: the best route's score.
+Methods, all on the same embeddings (``"pipeline": "product"``: the router is the product's own training function):
+- ``router``: ``routing.ml.textrouter.train_text_router`` with the product's defaults, as
+  ``routing.services.train_router_from_labels`` calls it (typo copies, MLP or linear head by validation,
+  prototypes, spelling view, nearest questions, calibrated); no documents (``router_knowledge`` has them).
+- ``logreg``, ``knn`` and, trained on the router's own typo copies too, ``logreg_typos`` and
+  ``knn_typos``: at full strength, every choice (C; k and aggregation) on validation
+  (``evaluation.baselines``). ``comparison`` gives each one's validation and test macro-F1 and accuracy.
+``--ablate`` trains the router again without each mechanism (``evaluation.ablation``), on validation.
 
 Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries through the bare
 sentence encoder (no micro-batching wait, no vector cache: those belong to serving under load, and
