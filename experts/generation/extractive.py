@@ -10,7 +10,16 @@ import numpy as np
 from django.conf import settings
 
 from encoders import get_encoder
-from experts.ml.extractive import ANSWER_WORDS, MAX_PASSAGES, Answer, ChunkSentenceCache, RankedSentence, extractive_answer, quoted, rank_sentences
+from experts.ml.extractive import (
+    ANSWER_WORDS,
+    MAX_PASSAGES,
+    Answer,
+    ChunkSentenceCache,
+    RankedSentence,
+    extractive_answer,
+    quoted,
+    rank_sentences,
+)
 
 from .base import GenerationRequest, stream_by_words
 

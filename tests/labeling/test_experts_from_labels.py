@@ -36,7 +36,8 @@ def test_each_label_becomes_a_proposal_holding_its_queries_and_promotes_to_an_ex
     run = services.run_from_labels("log")
 
     assert sorted(run.proposals.values_list("name", "size")) == [("cars", 4), ("money", 3)]
-    assert run.n_topics == 2 and run.noise_share == pytest.approx(1 / 8)
+    assert run.n_topics == 2
+    assert run.noise_share == pytest.approx(1 / 8)
     assert Assignment.objects.filter(run=run, proposal__isnull=True).get().query.text == "what is the weather"
     assert all(p.keywords and p.representatives for p in run.proposals.all())
     assert services.run_from_labels("log") == run  # the same queries: the same run

@@ -69,9 +69,11 @@ def test_kinds_and_size(questions):
 def test_facts_are_short_phrases(questions):
     for row in questions:
         facts = row["facts"]
-        assert isinstance(facts, list) and 1 <= len(facts) <= 3, row["question"]
+        assert isinstance(facts, list), row["question"]
+        assert 1 <= len(facts) <= 3, row["question"]
         for fact in facts:
-            assert isinstance(fact, str) and 1 <= len(fact.split()) <= 6, (row["question"], fact)
+            assert isinstance(fact, str), (row["question"], fact)
+            assert 1 <= len(fact.split()) <= 6, (row["question"], fact)
 
 
 def test_out_of_scope_has_no_domain(questions):
@@ -108,11 +110,13 @@ def test_domains_choices_and_context(documents, questions):
         elif kind == "ambiguous":
             assert "domain" not in row, row["question"]
             choices = row["choices"]
-            assert len(choices) >= 2 and len(set(choices)) == len(choices), row["question"]
+            assert len(choices) >= 2, row["question"]
+            assert len(set(choices)) == len(choices), row["question"]
             assert set(choices) <= {slug for slug, _ in documents.values()}, row["question"]
             assert set(experts) <= set(choices), row["question"]
         else:
-            assert row["domain"] == experts[0] and len(set(experts)) == 1, row["question"]
+            assert row["domain"] == experts[0], row["question"]
+            assert len(set(experts)) == 1, row["question"]
         if kind == "follow_up":
             context = row["context"]
             assert 1 <= len(context) <= 2, row["question"]
