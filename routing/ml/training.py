@@ -34,7 +34,7 @@ PROTOTYPE_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 # The fingerprint without the convolution, chosen on the *validation* splits of clinc150 and hwu64
 # (domains; val accuracy with input_noise 0.8: clinc150 0.9767 without vs 0.9753 with it, hwu64
 # 0.9517 vs 0.9507), never on test figures; it also trains ~4x faster and costs half as much to
-# serve. `evaluate router` reports both variants with their val accuracy (fingerprint_variants).
+# serve. `evaluate router --variants` reports both variants with their val accuracy (fingerprint_variants).
 DEFAULT_MODEL_KWARGS: dict[str, Any] = {"use_conv": False}
 
 
