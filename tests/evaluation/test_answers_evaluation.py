@@ -8,6 +8,7 @@ its citations and its expert equal what ``POST /v1/chat/completions`` returns fo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -15,7 +16,9 @@ from django.core.management import CommandError, call_command
 from evaluation.answers import AnswerConfig, evaluate_answers
 from evaluation.workspace import FLAT, history
 from tests.factories import make_key
-from tests.support.eval_datasets import write_answer_dataset
+from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
+
+RECALL_FLOOR = 0.50  # today: 0.521 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
 
 
 @pytest.fixture
@@ -83,7 +86,8 @@ def test_a_question_file_is_scored_by_its_key_facts(dataset, tmp_path):
 
     auto = report["results"]["auto"]["extractive"]["questions"]
     assert auto["n"] == 3
-    assert 0.0 <= auto["fully_answered"] <= 1.0 and 0.0 <= auto["facts_held"] <= 1.0
+    assert 0.0 <= auto["fully_answered"] <= 1.0
+    assert 0.0 <= auto["facts_held"] <= 1.0
     assert set(auto["fully_answered_by_kind"]) == {"out_of_scope"}  # only one row names its kind
     assert "questions" not in report["results"]["oracle"]["extractive"]  # one row names no expert: no oracle for it
 
@@ -98,3 +102,25 @@ def test_a_question_file_without_facts_is_refused(dataset, tmp_path):
     bad.write_text(json.dumps({"question": "what?"}) + "\n")
     with pytest.raises(CommandError, match="facts"):
         call_command("evaluate", "answers", "--dataset", str(dataset), "--in-place", "--questions", str(bad), "--generators", "extractive")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
+def test_on_doc2dial_the_replayed_answers_hold_their_floors():
+    """Floors a little under today's replayed figures (docs/EVALUATIONS.md, the default 120-question test sample, extractive):
+    auto recall at least RECALL_FLOOR at a median under 60 words, no junk, every arm within noise of the others. The targets not met
+    yet (recall 1.3x the one-sentence answer's, the demo question set fully answered 0.7) are reported, not asserted."""
+    demo_questions = Path(__file__).resolve().parents[2] / "demo" / "questions.jsonl"
+    config = AnswerConfig(generators=("extractive",), questions_path=str(demo_questions))
+
+    report = evaluate_answers(DOC2DIAL, config, say=print)
+
+    auto = report["results"]["auto"]["extractive"]
+    assert auto["recall"] >= RECALL_FLOOR
+    assert auto["words"] <= 60
+    assert auto["junk_rate"] == 0.0
+    assert auto["expert_is_gold"] >= 0.85
+    for arm in ("flat", "oracle"):
+        assert abs(report["results"][arm]["extractive"]["recall"] - auto["recall"]) < 0.05, arm
+    print("demo questions fully answered:", auto.get("questions", {}).get("fully_answered"))
