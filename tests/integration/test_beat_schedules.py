@@ -72,10 +72,10 @@ def _rows(db, sql):
         return conn.execute(sql).fetchall()
 
 
-def test_beat_firing_every_two_seconds_runs_one_job_per_period(tmp_path, project_env, manage, celery_worker, celery_beat):
+def test_beat_firing_every_two_seconds_runs_one_job_per_period(tmp_path, project_env, manage, migrate, celery_worker, celery_beat):
     _redis_or_skip()
     env = {**project_env, "CELERY_BROKER_URL": REDIS_URL}
-    manage(env, "migrate", "--no-input")
+    migrate(env)
     manage(env, "shell", "-c", SCHEDULE)
     worker, worker_log = celery_worker(env)
     beat, beat_log = celery_beat(env)

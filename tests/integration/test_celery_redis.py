@@ -34,10 +34,10 @@ def redis_reachable() -> str | None:
     return None
 
 
-def run_import_job(tmp_path, env, manage, celery_worker, wait_for_job):
+def run_import_job(tmp_path, env, manage, migrate, celery_worker, wait_for_job):
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"text": q}) + "\n" for q in QUESTIONS))
-    manage(env, "migrate", "--no-input")
+    migrate(env)
     worker, log = celery_worker(env)
 
     output = manage(env, "shell", "-c", ENQUEUE.format(path=str(questions)))
@@ -53,18 +53,18 @@ def run_import_job(tmp_path, env, manage, celery_worker, wait_for_job):
     assert "Task labeling.tasks.import_queries" in log.read_text()
 
 
-def test_a_worker_consumes_a_job_from_redis(tmp_path, project_env, manage, celery_worker, wait_for_job):
+def test_a_worker_consumes_a_job_from_redis(tmp_path, project_env, manage, migrate, celery_worker, wait_for_job):
     if (reason := redis_reachable()) is not None:
         pytest.skip(reason)
     env = {**project_env, "CELERY_BROKER_URL": REDIS_URL}
 
-    run_import_job(tmp_path, env, manage, celery_worker, wait_for_job)
+    run_import_job(tmp_path, env, manage, migrate, celery_worker, wait_for_job)
 
 
-def test_a_worker_consumes_a_job_from_the_default_filesystem_broker(tmp_path, project_env, manage, celery_worker, wait_for_job):
+def test_a_worker_consumes_a_job_from_the_default_filesystem_broker(tmp_path, project_env, manage, migrate, celery_worker, wait_for_job):
     assert "CELERY_BROKER_URL" not in project_env
 
-    run_import_job(tmp_path, project_env, manage, celery_worker, wait_for_job)
+    run_import_job(tmp_path, project_env, manage, migrate, celery_worker, wait_for_job)
 
     assert (tmp_path / "var" / "broker" / "out").is_dir()
 
@@ -89,9 +89,9 @@ def _row(db, job_id: int) -> dict:
         return dict(conn.execute("SELECT status, attempts, log FROM jobs_job WHERE id = ?", (job_id,)).fetchone())
 
 
-def test_a_worker_that_starts_again_runs_at_once_the_job_its_dead_process_left_running(project_env, manage, celery_worker, wait_for_job, tmp_path):
+def test_a_worker_that_starts_again_runs_at_once_the_job_its_dead_process_left_running(project_env, manage, migrate, celery_worker, wait_for_job, tmp_path):
     """No lease to wait out (JOB_LEASE_S stays 300 s) and no beat to wait for: the worker sweeps as it starts."""
-    manage(project_env, "migrate", "--no-input")
+    migrate(project_env)
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"text": q}) + "\n" for q in ["How do I renew my license?", "When is my tax refund due?"]))
     output = manage(project_env, "shell", "-c", CLAIM_AND_DIE.format(path=str(questions)))

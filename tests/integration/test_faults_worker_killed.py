@@ -76,8 +76,8 @@ def _texts(store_path: Path) -> set[str]:
     return {h.payload["text"].split()[0] for h in hits}
 
 
-def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_retried(project_env, manage, tmp_path):
-    manage(project_env, "migrate", "--no-input")
+def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_retried(project_env, migrate, tmp_path):
+    migrate(project_env)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     store_path = tmp_path / "qdrant"

@@ -84,8 +84,8 @@ class Platform:
 
 
 @pytest.fixture
-def run_platform(project_env, manage):
-    manage(project_env, "migrate", "--no-input")
+def run_platform(project_env, migrate):
+    migrate(project_env)
     started: list[Platform] = []
 
     def start(*args: str) -> Platform:

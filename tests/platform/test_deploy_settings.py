@@ -37,9 +37,14 @@ def test_production_refuses_debug(tmp_path):
 
 
 def _setting(tmp_path, name: str, **env: str) -> str:
-    proc = _manage(tmp_path, "shell", "-c", f"from django.conf import settings; print(settings.{name})", **env)
+    """A setting as a new process with ``env`` reads it (manage.py's settings module; no app is loaded for it)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE", "SWITCHBOARD_ENV")}
+    base.update(PYTHONPATH=os.pathsep.join([str(ROOT / "platform"), str(ROOT)]), VAR_DIR=str(tmp_path / "var"),
+                DJANGO_SETTINGS_MODULE="switchboard.settings", **env)
+    code = f"from django.conf import settings; print(settings.{name})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().splitlines()[-1]  # after what the shell prints on start
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def test_the_chat_api_is_closed_by_default_in_production_and_opened_only_explicitly(tmp_path):
