@@ -68,7 +68,9 @@ check: install ## CI checks: Django system checks, missing migrations, ruff, imp
 
 test: install browser check ## Run the CI checks, then the whole default test suite
 	@# The Makefile exports the real settings for manage.py; the suite runs on its own (temporary data, eager Celery).
-	$(PY) -m pytest --ds=switchboard.settings_test
+	@# Two pytest-xdist workers, each with its own data folder (tests/conftest.py), given a test file at a time
+	@# (--dist loadfile: a module's fixtures, such as the loaded demo, are made once).
+	$(PY) -m pytest --ds=switchboard.settings_test -n 2 --dist loadfile
 
 test-slow: install ## The slow evaluations (`-m slow`) that assert the headline targets on the shared datasets (CI: .ci/run-slow)
 	$(PY) -m pytest --ds=switchboard.settings_test -m slow tests/evaluation
