@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-_SENTENCE_END = re.compile(r"[.!?:;](\s|$)")
+_SENTENCE_END = re.compile(r"[.!?](\s|$)")
 _LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
 _RESTART = re.compile(r"\b[a-z][a-z]*\s+[A-Z][a-z]")  # a capitalised word straight after a lower-case one: a new title or menu item
 _MIN_WORDS = 9  # shorter runs without a full stop are headings or short answers ("Yes, if available"), not junk
@@ -19,7 +19,7 @@ def looks_like_junk(text: str) -> bool:
     """Whether ``text`` (citation markers removed) is junk rather than sentences.
 
     Junk when more than a third of its words are links; or when it is at least ``_MIN_WORDS`` words
-    with no sentence end (no ``.``, ``?``, ``!``, ``:`` or ``;`` before a space) and either mostly
+    with no sentence end (no ``.``, ``?`` or ``!`` before a space or at the end) and either mostly
     capitalised words (run-together titles) or items running into each other ("... appeal status View
     your payment history Upload evidence"); or when over half of four or more lines are one to four
     words (a menu).

@@ -76,6 +76,8 @@ def test_a_key_fact_is_held_when_all_its_content_words_are_in_the_answer():
     "Apply online https://studentaid.gov/apply www.ssa.gov/benefits https://va.gov/forms",
     "Benefits Eligibility Apply Now Contact Us Forms Publications Careers News Events About Us Help Center",
     "Home\nBenefits\nApply\nContact us\nForms",
+    # The demo's retirement page's head, once quoted as the answer to "How do I apply for retirement benefits?"
+    "Start your application today Apply Online For Retirement Benefits Jump to a topic on this page: Before You Apply / How To Apply / Once You've Applied",
 ])
 def test_link_lists_menus_and_run_together_titles_are_junk(answer):
     from experts.ml.answer_metrics import is_junk
