@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.datasets import stratified_sample, write_jsonl
+from evaluation.datasets import read_jsonl, stratified_sample, write_jsonl
 from evaluation.scoring import Scored, paired, scored, summarise
-from evaluation.workspace import Dataset, Loaded, Say, ask, load, read_jsonl
+from evaluation.workspace import Dataset, Loaded, Say, ask, load
 
 MODES = ("flat", "auto", "oracle", "fast")
 DEFAULT_MODES = ("flat", "auto", "oracle")
@@ -98,12 +98,14 @@ def train_adapters(loaded: Loaded, steps: int | None, say: Say) -> dict[str, Any
 
 
 def _questions(dataset: Dataset, config: AnswerConfig) -> tuple[list[dict[str, Any]], int]:
+    """The split's questions with a reference answer (a stratified sample of ``config.limit``), and how many there were."""
     rows = [q for q in dataset.questions(config.split) if q.get("answer")]
     if not rows:
         raise ValueError(f"{dataset.name} has no {config.split} questions with an 'answer' and a domain")
-    if config.limit is not None and config.limit < len(rows):
+    available = len(rows)
+    if config.limit is not None and config.limit < available:
         rows = [rows[i] for i in stratified_sample([q["domain"] for q in rows], config.limit, seed=SEED)]
-    return rows, len(rows)
+    return rows, available
 
 
 def _fact_questions(path: str) -> list[dict[str, Any]]:
@@ -128,8 +130,7 @@ def evaluate_answers(folder: Path, config: AnswerConfig | None = None, say: Say 
     dataset = Dataset.read(folder, passages=config.passages)
     if not dataset.documents:
         raise ValueError(f"{folder} has no documents to answer from (docs.jsonl: doc_id, domain, title, text)")
-    questions, _ = _questions(dataset, config)
-    available = len([q for q in dataset.questions(config.split) if q.get("answer")])
+    questions, available = _questions(dataset, config)
     facts = _fact_questions(config.questions_path) if config.questions_path else []
     unanswerable = [q for q in dataset.queries if q.get("split") == "oos" and (q.get("text") or "").strip()][: len(questions)]
     say(f"{dataset.name}: {len(questions)} of {available} {config.split} questions, {len(facts)} with key facts, {len(unanswerable)} out of scope")

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluation.datasets import read_jsonl
+
 Say = Callable[[str], Any]
 
 SOURCE = "evaluation"  # the imported questions' source
@@ -43,11 +45,6 @@ OUTSIDE = ("REDIS_URL", "QDRANT_URL", "QDRANT_API_KEY", "DATABASE_URL", "CELERY_
 
 
 # --- the dataset --------------------------------------------------------------------------------
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
 
 @dataclass
 class Dataset:
