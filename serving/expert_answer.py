@@ -113,7 +113,8 @@ def open_answer(request: GenerationRequest, version: ExpertVersion | None, break
         opened = _model_answer(generator, request, version, stream, model_breaker, request_id)
     except GenerationError as exc:
         model_breaker.record_failure(exc.kind)
-        logger.warning("chat.generation_fallback", extra={"expert": request.expert, "reason": exc.kind, "request_id": request_id})
+        logger.warning("chat.generation_fallback", extra={"expert": request.expert, "reason": exc.kind, "error": str(exc)[:200],
+                                                          "request_id": request_id})
         return _extractive(request, stream, exc.kind, number, breaker)
     opened.cache_key = cache_key
     return opened

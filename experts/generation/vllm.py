@@ -4,7 +4,10 @@ vLLM runs as its own process (``manage.py serve_experts`` prints or runs the com
 only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stays free of it.
 
 - Each request is a ``POST /v1/chat/completions`` whose ``model`` is the expert's adapter name
-  (``AdapterRef.name``, e.g. ``dmv-v3``) or the base model's served name (``VLLM_BASE_MODEL_NAME``).
+  (``AdapterRef.name``, e.g. ``dmv-v3``) or the base model's served name (``VLLM_BASE_MODEL_NAME``). A server
+  that does not know the adapter's name answers 404, an ``AdapterError``: serving then asks for the base model
+  (``serving.expert_answer``), so any OpenAI-compatible server that serves one model (llama.cpp's server,
+  Ollama with ``VLLM_BASE_MODEL_NAME`` set to its model's name) answers every expert from its own passages.
 - Connection errors and 5xx answers are retried ``RETRIES`` times with exponential backoff; a 4xx
   or a read timeout is never retried. Anything unusable becomes a ``GenerationError`` (or a
   subclass) that says what happened, so serving records it on the expert's breaker and fails over.
@@ -34,7 +37,7 @@ from experts.ml.lora_examples import Example
 from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, build_messages, parse_answer
 from experts.ml.selection import DECODING, SHORTLIST, Selected, SelectionPlan, decide, plan_selection
 
-from .base import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
+from .base import AdapterError, AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
 from .extractive import scorer_spec
 from .selecting import check_decoding, chosen_answer, kept_choices, selects, sentence_scorer, shown_passages, stream_chosen
 
@@ -102,7 +105,8 @@ class VllmGenerator:
         if self._selects(request):
             return chosen_answer(request, self.select(request), max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph,
                                  min_score=self.min_score)
-        response = self._send("POST", "/v1/chat/completions", json=self.payload(request, stream=False), what=self._what(request))
+        response = self._send("POST", "/v1/chat/completions", json=self.payload(request, stream=False), what=self._what(request),
+                              adapter=request.adapter is not None)
         body = _json(response, "the chat completion")
         text = _content(body)
         return parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score)
@@ -134,7 +138,7 @@ class VllmGenerator:
                         continue
                     if response.status_code >= 400:
                         response.read()
-                        _raise_for_status(response, self._what(request))
+                        _raise_for_status(response, self._what(request), adapter=request.adapter is not None)
                     for delta in _sse_deltas(response.iter_lines()):
                         parts.append(delta)
                         shown = markers.feed(delta)
@@ -323,7 +327,7 @@ class VllmGenerator:
 
     # --- transport with retries --------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, *, what: str, json: Any = None, retry: bool = True) -> httpx.Response:
+    def _send(self, method: str, path: str, *, what: str, json: Any = None, retry: bool = True, adapter: bool = False) -> httpx.Response:
         attempts = self.retries + 1 if retry else 1
         for attempt in range(attempts):
             try:
@@ -340,7 +344,7 @@ class VllmGenerator:
             if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
                 self._backoff(attempt, f"HTTP {response.status_code}")
                 continue
-            _raise_for_status(response, what)
+            _raise_for_status(response, what, adapter=adapter)
             return response
         raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -397,7 +401,8 @@ def _server_message(response: httpx.Response) -> str:
     return _excerpt(json.dumps(body))
 
 
-def _raise_for_status(response: httpx.Response, what: str) -> None:
+def _raise_for_status(response: httpx.Response, what: str, *, adapter: bool = False) -> None:
+    """Raises what an error answer means; ``adapter``: the request named an adapter (a 404 is then an ``AdapterError``)."""
     status = response.status_code
     if status < 400:
         return
@@ -412,7 +417,7 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
             )
         raise GenerationError(f"the vLLM server refused {what} (HTTP 404: {message})")
     if status == 404:
-        raise GenerationError(
+        raise (AdapterError if adapter else GenerationError)(
             f"the vLLM server does not serve {what} (HTTP 404: {message}); register the adapter "
             "(POST /api/v1/experts/<slug>/adapter/register) or restart vLLM with manage.py serve_experts"
         )

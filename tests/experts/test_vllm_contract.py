@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from experts.generation import AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
+from experts.generation import AdapterError, AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
 from experts.generation.selecting import shown_passages, shown_shape
 from experts.generation.vllm import VllmGenerator
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
@@ -168,10 +168,18 @@ def test_garbage_answers_are_generation_errors_with_a_clear_message(response, me
     assert info.value.kind == "generator_error"
 
 
-def test_an_adapter_the_server_does_not_serve_is_a_clear_error():
+def test_an_adapter_the_server_does_not_serve_is_a_clear_adapter_error():
     gen, _ = generator(Server(replay("chat_unknown_model")))
-    with pytest.raises(GenerationError, match=r"does not serve expert 'dmv'.*HTTP 404.*register the adapter"):
+    with pytest.raises(AdapterError, match=r"does not serve expert 'dmv'.*HTTP 404.*register the adapter") as info:
         gen.generate(request(DMV))
+    assert info.value.kind == "adapter_unavailable"  # serving asks for the base model instead (llama.cpp, Ollama: one model)
+
+
+def test_a_base_model_the_server_does_not_serve_is_a_generation_error():
+    gen, _ = generator(Server(replay("chat_unknown_model")))
+    with pytest.raises(GenerationError, match=r"does not serve expert 'va'.*HTTP 404") as info:
+        gen.generate(request(None))
+    assert type(info.value) is GenerationError
 
 
 def test_a_request_vllm_rejects_is_not_retried():
