@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new temporary folder)"
 
 
 class Command(BaseCommand):
     help = ("Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, "
-            "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`, `bench handler --requests 1000 --json FILE`.")
+            "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`, `bench handler --requests 1000 --json FILE`, "
+            "`bench ingest [--folder DIR] --json FILE`.")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="target", required=True)
@@ -59,10 +61,13 @@ class Command(BaseCommand):
         handler.add_argument("--chat", action="store_true", help="measure chat requests on the demo's data instead (the chat view's own CPU, encoder excluded)")
         handler.add_argument("--concurrency", type=int, default=8, help="with --chat: requests in flight at once (default 8)")
         handler.add_argument("--var-dir", default=None, help="with --chat: the demo's data folder (loaded first if empty; default: a new one)")
+        ingest = sub.add_parser("ingest", help="documents and passages indexed per second through the upload path, in a throw-away workspace")
+        ingest.add_argument("--folder", action="append", default=None, help="files or folders to ingest (repeatable; default: doc2dial's docs.jsonl)")
+        ingest.add_argument("--in-place", action="store_true", help="ingest into the current database instead of a throw-away workspace")
         for p in (serving, soak):
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
-        for p in (clustering, retrieval, serving, soak, generation, handler):
+        for p in (clustering, retrieval, serving, soak, generation, handler, ingest):
             p.add_argument("--json", dest="json_path", default=None)
             p.add_argument("--skip-checks", action="store_true")
 
@@ -99,6 +104,12 @@ class Command(BaseCommand):
             report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"],
                                 workers=options["workers"], database_url=options["database_url"], redis_url=options["redis_url"],
                                 say=self.stdout.write)
+        elif options["target"] == "ingest":
+            if not options["in_place"]:
+                return self._isolated()
+            from evaluation.bench_ingest import bench_ingest
+
+            report = bench_ingest([Path(p) for p in options["folder"] or []], say=self.stdout.write)
         elif options["target"] == "generation":
             from evaluation.bench_generation import bench_generation
 
@@ -108,3 +119,13 @@ class Command(BaseCommand):
         if options["json_path"]:
             Path(options["json_path"]).write_text(json.dumps(report, indent=2))
             self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
+
+    def _isolated(self) -> None:
+        """Run this command again in a throw-away workspace (``evaluation.workspace.isolated``), the JSON written by the child."""
+        from evaluation.workspace import isolated
+
+        if sys.argv[1:2] != ["bench"]:
+            raise CommandError("called from code, bench ingest runs in the caller's database: pass --in-place")
+        code = isolated([*sys.argv[1:], "--in-place"], say=self.stdout.write)
+        if code:
+            raise CommandError(f"the benchmark's workspace exited with status {code}")

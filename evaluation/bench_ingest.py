@@ -1,0 +1,47 @@
+"""``manage.py bench ingest``: how fast a team's documents become searchable, through the product's own path.
+
+The documents (doc2dial's ``docs.jsonl`` by default, or every file of a folder) go to one new expert through
+``knowledge.ingest.ingest_files``, what an upload job runs: parse, store, chunk, embed, write the collection.
+From the shell it runs in a throw-away workspace (``evaluation.workspace.isolated``). The encoder is loaded
+before the clock starts. A passage is what a search returns: one chunk of a document.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "doc2dial" / "docs.jsonl"
+EXPERT = "bench-ingest"
+TARGET_PASSAGES_PER_S = 50  # issue 56: about 1,500 passages in 30 s
+
+
+def bench_ingest(paths: list[Path] | None = None, say: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Ingest ``paths`` (files or folders; default: doc2dial's documents) into a new expert and time it."""
+    from encoders import get_encoder
+    from experts.services import upsert_expert
+    from knowledge.ingest import ingest_files, walk_paths
+
+    files = walk_paths(paths or [DEFAULT_SOURCE])
+    if not files:
+        raise ValueError("no files to ingest")
+    expert, created = upsert_expert(EXPERT, "Ingestion benchmark")
+    if not created:
+        raise ValueError(f"expert {EXPERT!r} already exists: run the benchmark in a fresh workspace")
+    get_encoder().encode(["warm-up"])
+    say(f"ingesting {len(files)} file(s) into {EXPERT}")
+    started = time.perf_counter()
+    report = ingest_files(expert, [(f.name, f) for f in files])
+    seconds = time.perf_counter() - started
+    documents, chunks = report.created + report.updated, int(report.indexing.get("chunks", 0))
+    result: dict[str, Any] = {
+        "files": len(files), "failed_files": len(report.failed), "documents": documents, "chunks": chunks, "seconds": round(seconds, 2),
+        "documents_per_s": round(documents / seconds, 2), "chunks_per_s": round(chunks / seconds, 2),
+        "passages_per_s": round(chunks / seconds, 2), "target_passages_per_s": TARGET_PASSAGES_PER_S,
+    }
+    result["meets_target"] = result["passages_per_s"] >= TARGET_PASSAGES_PER_S
+    say(f"  {documents} documents, {chunks} passages in {result['seconds']} s: {result['passages_per_s']} passages/s, "
+        f"{result['documents_per_s']} documents/s (target {TARGET_PASSAGES_PER_S} passages/s)")
+    return result
