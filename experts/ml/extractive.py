@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .junk import looks_like_junk
+from .junk import looks_like_junk, looks_like_menu
 from .sentence_scorer import SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
@@ -311,13 +311,14 @@ def extractive_answer(
             ``chunk_id`` are split and encoded every time).
         scorer: the sentence scorer, or a ``sentence_scorer.load_scorer`` spec (default: the shipped one).
     """
+    passages = [p for p in passages if not looks_like_menu(p.text)]  # a menu is no answer, though each of its lines alone may pass
     top = [p for p in passages[:max_passages] if p.text.strip()]
     if not top or max(p.score for p in top) < min_score:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     ranking = rank_sentences(question, passages, embed, max_passages=max_passages, cache=cache, scorer=scorer)
     if ranking is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    ranked = [r for r in ranking.sentences if not looks_like_junk(quoted(r.text))]  # a menu or link list is never quoted
+    ranked = [r for r in ranking.sentences if not looks_like_junk(quoted(r.text))]  # a menu, link list or tag cloud is never quoted
     if not ranked:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     chosen = sorted(ranked[:max_sentences], key=lambda r: (r.passage, r.sentence))

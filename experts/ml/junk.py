@@ -13,6 +13,10 @@ _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 _LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
 _RESTART = re.compile(r"\b[a-z][a-z]*\s+[A-Z][a-z]")  # a capitalised word straight after a lower-case one: a new title or menu item
 _MIN_WORDS = 9  # shorter runs without a full stop are headings or short answers ("Yes, if available"), not junk
+# A passage of at least this many lines without one sentence end, and no line ending in ":" (which introduces a list),
+# is a menu, link list or tile block: none of its lines is quoted, however well one matches. On doc2dial it flags none of
+# the 854 gold passages, and 8 of its documents' 2,360 sections of 1,000 characters (footers, "Related Information" lists).
+MENU_LINES = 4
 
 
 def looks_like_junk(text: str) -> bool:
@@ -36,3 +40,12 @@ def looks_like_junk(text: str) -> bool:
             return True
     lines = [line for line in body.splitlines() if line.strip()]
     return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)
+
+
+def looks_like_menu(passage: str) -> bool:
+    """Whether a whole passage is a menu: ``MENU_LINES`` lines or more, not one sentence end, no line introducing a list.
+
+    Its lines, each a short title, pass ``looks_like_junk`` one by one; the passage they make does not.
+    """
+    lines = [line.strip() for line in passage.splitlines() if line.strip()]
+    return len(lines) >= MENU_LINES and not _SENTENCE_END.search(passage.strip()) and not any(line.endswith(":") for line in lines)

@@ -3,6 +3,7 @@
 import pytest
 
 from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted
+from experts.ml.junk import looks_like_menu
 
 PASSAGES = [
     Passage(text="You can renew your driver licence online. Renewal costs 64 dollars. Offices open at nine.", title="Renewals", score=0.7),
@@ -163,3 +164,25 @@ def test_a_navigation_menu_is_never_quoted_even_when_it_matches_best(encoder):
     assert "64 dollars" in answer.text
     assert answer.selection["set_aside_as_junk"] == 1
     assert extractive_answer("licence renewal fees online", only_menu, encoder.encode, max_sentences=1).text == NOT_FOUND
+
+
+def test_no_line_of_a_passage_that_is_a_menu_is_quoted_and_the_next_passage_answers(encoder):
+    menu = Passage(text="- Renew your licence online\n- Replace a lost licence\n- Licence renewal fees\n- About licence renewal offices",
+                   title="Licence services", score=0.9)
+    page = Passage(text="Fees\nRenewing a licence online costs 64 dollars.", title="Renewals", score=0.6)
+
+    answer = extractive_answer("licence renewal fees online", [menu, menu, menu, page], encoder.encode, max_sentences=1, max_passages=3)
+
+    assert answer.text == "Renewing a licence online costs 64 dollars. [1]"
+    assert answer.citations == [page]
+
+
+@pytest.mark.parametrize(("passage", "menu"), [
+    ("Home\nLicences\nRegistrations\nContact us", True),
+    ("- Renew your licence online\n\n- Replace a lost licence\n\n- Licence fees\n\n- Change your address", True),
+    ("Home\nLicences\nContact us", False),  # three lines: a heading and a short list
+    ("Bring these documents:\n- your licence\n- proof of address\n- the fee", False),  # a list its first line introduces
+    ("Renew online\nA licence is renewed online.\nFees\nIt costs 64 dollars.", False),
+])
+def test_a_menu_is_four_lines_or_more_without_a_sentence_or_a_list_they_introduce(passage, menu):
+    assert looks_like_menu(passage) is menu
