@@ -1,8 +1,6 @@
 """The fast tier (``auto:fast``) in the evaluations: trained as router training trains it, then scored.
 
-``evaluate router``'s ``fast_tier`` section (``fast_tier_report``), and the fast tier's vectors and
-probabilities for every question of a dataset (``fast_tier_vectors``: ``evaluate retrieval``'s
-``routed_fast_top1``, ``evaluate answers``' ``fast`` mode).
+``evaluate router``'s ``fast_tier`` section (``fast_tier_report``); the replayed evaluations ask ``auto:fast``.
 """
 
 from __future__ import annotations
@@ -31,34 +29,6 @@ def train_tier(model_name: str, texts_train: list[str], x_train: np.ndarray, y_t
 
     return fast_tier_from_model(resolve_model_path(model_name), texts_train, x_train, y_train, texts_val, x_val, y_val, n, documents, embed,
                                 model_kwargs, config)
-
-
-def fast_tier_vectors(queries: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, train: list[int], val: list[int], n: int, model: str,
-                      documents: list[str], name: str, seed: int, say: Callable[[str], Any]) -> tuple[np.ndarray | None, np.ndarray | None, dict[str, Any]]:
-    """Every question's vector by the fast tier's encoder and its router's probabilities (trained on ``train``/``val``), and figures.
-
-    (None, None, {"trained": False, "reason"}) when the encoder has no model folder to distil from,
-    as router training then goes without a tier.
-    """
-    from routing.ml.training import DEFAULT_MODEL_KWARGS
-
-    texts = [q.get("text") or "" for q in queries]
-    t = time.perf_counter()
-    try:
-        tier, report = train_tier(model, [texts[i] for i in train], x[train], y[train], [texts[i] for i in val], x[val], y[val], n, documents, name,
-                                  dict(DEFAULT_MODEL_KWARGS), TrainConfig(device="cpu", seed=seed), say)
-    except ValueError as exc:
-        say(f"  no fast tier: {exc}")
-        return None, None, {"trained": False, "reason": str(exc)}
-    vectors = tier.encoder.encode(texts)
-    probs, _ = tier.router.scores(vectors, texts)
-    fitted = set(train) | set(val)
-    held_out = [i for i in range(len(queries)) if i not in fitted]
-    metrics = {"trained": True, "val_accuracy": round(report["val"]["accuracy"], 4), "train_s": round(time.perf_counter() - t, 1),
-               "document_sentences": report["distil"]["document_sentences"],
-               "cosine_with_full_encoder": round(float((vectors[held_out] * x[held_out]).sum(axis=1).mean()), 4) if held_out else None}
-    say(f"  router (fast tier): val accuracy {metrics['val_accuracy']:.3f}, encoder cosine on held-out questions {metrics['cosine_with_full_encoder']}")
-    return vectors, probs, metrics
 
 
 def fast_tier_report(split: Any, model_name: str, seed: int, say: Callable[[str], Any], full: dict[str, Any], texts_timed: list[str],
