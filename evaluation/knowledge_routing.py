@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.latency import Served
-from evaluation.routing_metrics import method_report
+from evaluation.routing_metrics import classification_metrics, method_report
 from knowledge.evidence import collection_lookup
 from knowledge.ml.distinct import DistinctWords
 from routing.ml.arbiter import Arbiter, LoadWindow
@@ -93,6 +93,24 @@ class KnowledgeRouting:
         out = method_report(split.y[split.idx["test"]], scored("test"), scored("oos"), n, self.threshold, unseen)
         out.update(latency)
         out.update(self.describe())
+        return out
+
+    def documents_only(self, split: Any) -> dict[str, Any]:
+        """The baseline routing with documents must reach: each question to the expert whose documents hold its
+        most similar chunk (best dense cosine in each collection; no labelled question used), and that
+        cosine as the in-scope score."""
+        n = len(split.classes)
+
+        def scored(part: str) -> tuple[np.ndarray, np.ndarray]:
+            x, texts = split.part(part)
+            if not len(x):
+                return np.zeros((0, n)), np.zeros(0)
+            dense = np.nan_to_num(evidence_matrix(self.lookup, np.ones((len(x), n)), x, texts, k=n)[0], nan=-1.0)
+            return dense, dense.max(axis=1)
+
+        out = method_report(split.y[split.idx["test"]], scored("test"), scored("oos"), n, None,
+                            scored("unseen") if len(split.idx["unseen"]) else None)
+        out["val_macro_f1"] = classification_metrics(split.y[split.idx["val"]], scored("val")[0].argmax(axis=1), n)["macro_f1"]
         return out
 
     def close(self) -> None:

@@ -322,6 +322,7 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
                     reports[name].update(latency[name])
         if with_knowledge is not None:
             knowledge_report = with_knowledge.report(split, latency["router_knowledge"] if latency else {})
+            knowledge_report["documents_only"] = with_knowledge.documents_only(split)
     finally:
         if with_knowledge is not None:
             with_knowledge.close()

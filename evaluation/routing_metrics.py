@@ -91,6 +91,8 @@ def routing_targets(report: dict[str, Any]) -> dict[str, Any]:
     if knowledge:
         out["knowledge_macro_f1_ge_best_baseline"] = knowledge["macro_f1"] >= max(b["macro_f1"] for b in baselines)
         out["knowledge_macro_f1_ge_router"] = knowledge["macro_f1"] >= router["macro_f1"]
+        if "documents_only" in knowledge:
+            out["knowledge_macro_f1_ge_documents_only"] = knowledge["macro_f1"] >= knowledge["documents_only"]["macro_f1"]
         if "route_p50_ms" in knowledge and "embed_p50_ms" in report:
             out["knowledge_route_p50_le_1.10x_embed"] = knowledge["route_p50_ms"] <= 1.10 * report["embed_p50_ms"]
     fast = report.get("fast_tier")

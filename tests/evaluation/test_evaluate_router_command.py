@@ -237,7 +237,10 @@ def test_knowledge_aware_routing_is_scored_like_every_method_with_its_fit_and_la
     assert knowledge["route_p50_ms"] >= report["embed_p50_ms"] > 0
     assert knowledge["combiner"]["val_questions"] == 45
     assert knowledge["documents"] == 9
-    assert {"knowledge_macro_f1_ge_best_baseline", "knowledge_route_p50_le_1.10x_embed"} <= set(report["targets"])
+    assert {"knowledge_macro_f1_ge_best_baseline", "knowledge_macro_f1_ge_documents_only", "knowledge_route_p50_le_1.10x_embed"} <= set(report["targets"])
+    documents_only = knowledge["documents_only"]  # each question to the expert holding its most similar chunk
+    assert {"accuracy", "macro_f1", "val_macro_f1", "oos_auroc"} <= set(documents_only)
+    assert documents_only["accuracy"] > 0.5
 
 
 def test_another_datasets_out_of_scope_questions_can_join_a_dataset_without_any(tmp_path):
