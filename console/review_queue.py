@@ -196,7 +196,7 @@ class ReviewItem:
 
 def primary_reason(reasons: tuple[str, ...]) -> str:
     """The reason recorded with a decision: a thumbs-down wins, then abstention, then low confidence."""
-    for r in ("thumbs_down", "abstained", "low_confidence"):
+    for r in ("thumbs_down", "abstained", "likely_misroute", "low_confidence"):
         if r in reasons:
             return r
     return "low_confidence"
@@ -230,7 +230,18 @@ def review_reasons(event: RoutingEvent, thumbs_down: bool, min_score: float, min
         (top is not None and top < min_score) or (margin is not None and margin < min_margin)
     ):
         reasons.append("low_confidence")
+    if not event.abstained and event.expert and _documents_point_elsewhere(event):
+        reasons.append("likely_misroute")
     return tuple(reasons), top, margin
+
+
+def _documents_point_elsewhere(event: RoutingEvent) -> bool:
+    """Another candidate's documents match the question far better than the answering expert's (``routing.ml.knowledge.documents_disagree``)."""
+    from routing.ml.knowledge import documents_disagree
+
+    views = ((event.trace or {}).get("evidence") or {}).get("views") or {}
+    evidence = views.get("knowledge")
+    return isinstance(evidence, dict) and "unavailable" not in evidence and documents_disagree(evidence, event.expert) is not None
 
 
 def review_queue(visible: set[str] | None, min_score: float, min_margin: float, days: int = 30, scan: int = 2000, limit: int = 50) -> list[ReviewItem]:

@@ -142,7 +142,7 @@ class ReviewDecision(models.Model):
     """
 
     request_id = models.CharField(max_length=64, unique=True, help_text="The routing event's request id.")
-    reason = models.CharField(max_length=16, help_text="Why it was queued: low_confidence, abstained or thumbs_down.")
+    reason = models.CharField(max_length=16, help_text="Why it was queued: low_confidence, abstained, thumbs_down or likely_misroute.")
     routed_expert = models.CharField(max_length=64, blank=True, help_text="The expert that answered it.")
     expert = models.ForeignKey("experts.Expert", null=True, blank=True, on_delete=models.SET_NULL, related_name="review_decisions",
                                help_text="The right expert; empty when the reviewer dismissed the question.")

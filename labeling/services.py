@@ -421,7 +421,7 @@ def enqueue_discovery(
 # --- the review queue (served questions labelled by a reviewer) -----------------------------------
 
 REVIEW_SOURCE = "review"
-REVIEW_REASONS = ("low_confidence", "abstained", "thumbs_down")
+REVIEW_REASONS = ("low_confidence", "abstained", "thumbs_down", "likely_misroute")
 
 
 def _review_proposal(run: ClusteringRun, expert: Any) -> Proposal:

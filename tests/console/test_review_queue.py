@@ -43,6 +43,24 @@ def test_reasons_come_from_abstention_low_score_small_margin_and_thumbs_down():
     assert reasons(event("f", "dmv", [0.2, 0.1], router_version=None)) == ()  # named its expert: not routed
 
 
+def test_an_answer_whose_documents_point_to_another_expert_is_a_likely_misroute():
+    def confident(request_id: str, knowledge: dict) -> RoutingEvent:
+        e = event(request_id, "dmv", [0.95, 0.03])
+        e.trace = {"evidence": {"routed": True, "views": {"knowledge": knowledge}}}
+        return e
+
+    def reasons(e: RoutingEvent) -> tuple[str, ...]:
+        return review_queue.review_reasons(e, False, min_score=0.5, min_margin=0.1)[0]
+
+    far = {"dmv": {"best_match": 0.31}, "ssa": {"best_match": 0.62}}
+    assert reasons(confident("g", far)) == ("likely_misroute",)
+    assert review_queue.primary_reason(("likely_misroute", "low_confidence")) == "likely_misroute"
+    assert reasons(confident("h", {"dmv": {"best_match": 0.55}, "ssa": {"best_match": 0.6}})) == ()  # within the gap
+    assert reasons(confident("i", {"dmv": {"best_match": 0.62}, "ssa": {"best_match": 0.31}})) == ()  # its own documents match best
+    assert reasons(confident("j", {"ssa": {"best_match": 0.62}})) == ()  # the answering expert's evidence unknown
+    assert reasons(confident("k", {"unavailable": "store down"})) == ()
+
+
 def test_the_queue_lists_what_needs_review_newest_first_and_skips_decided_ones(client, world):
     *_, staff = world
     event("confident", "dmv", [0.95, 0.03], question="renew licence")
