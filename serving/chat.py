@@ -25,7 +25,7 @@ from knowledge import search as knowledge
 from routing.experiments.assignment import ArmAssignment, assign
 from routing.ml import conversation as conversation_rule
 
-from . import accurate, answer_cache, conversations, events, failover, traces
+from . import accurate, answer_cache, breadth, conversations, events, failover, traces
 from .expert_answer import Opened, Source, generation_settings, open_answer
 from .route import (
     NO_EXPERT_ANSWER,
@@ -83,10 +83,15 @@ class ChatResult:
     # conversation's) or "earlier_questions" (the one a request's earlier messages route to, ``_earlier_expert``).
     conversation_expert: str = ""
     conversation_expert_from: str = ""
+    experts_answering: list[str] = field(default_factory=list)  # the experts whose parts make up the answer (two: a top-2 answer)
+    clarify: list[dict[str, str]] = field(default_factory=list)  # the answer asks which of these experts ({"slug", "name"}) the user means
+    choice: str = ""  # the expert the user chose in answer to a clarifying question (``serving.breadth.after_clarify``)
 
 
-# model name → how many experts: ``auto`` fuses the top 2's passages into one answer, ``auto:fast``
-# asks the top 1, ``auto:accurate`` lets each of the top 2 answer from its own passages and merges.
+# model name → how many experts: ``auto`` fuses the top 2's passages into one answer (or, where both experts'
+# documents hold the question, lets each answer its part; where they do not settle it, asks which one:
+# ``serving.breadth``), ``auto:fast`` asks the top 1, ``auto:accurate`` lets each of the top 2 answer from
+# its own passages and merges.
 MODES = {"auto": 2, "auto:fast": 1, "auto:accurate": 2}
 
 
@@ -170,6 +175,7 @@ class ChatTurn:
         self._parts: list[dict[str, Any]] = []
         self._streamed: list[str] = []
         self._answer_breaker: Any = None
+        self._part_tokens: int | None = None  # each part's length where several experts answer (``serving.breadth.PART_WORDS``)
         self.source = Source()
         self.question = ""
         self.search_question = ""  # the question as searched: spell-corrected against the searched experts' documents
@@ -180,6 +186,9 @@ class ChatTurn:
         self._earlier_vectors: np.ndarray | None = None  # the request's earlier questions' embeddings, once encoded (``_earlier_expert``)
         self.conversation_expert = ""  # the conversation's expert: stored, or the one its earlier questions route to
         self._conversation_expert_from = ""  # "stored" or "earlier_questions": where ``conversation_expert`` came from
+        self.clarify: list[dict[str, str]] = []  # a clarifying question's choices (``serving.breadth``)
+        self.choice = ""  # the expert the user chose in answer to a clarifying question
+        self._both = False  # both top experts answer their part (``serving.breadth.BOTH``)
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -204,28 +213,36 @@ class ChatTurn:
     def _start(self, stream: bool) -> None:
         req = self.request
         question = clean_question(req.question)
+        chosen = breadth.after_clarify(req.history, question, req.model)
+        if chosen is not None:  # the reply to a clarifying question: its expert answers the question it asked about
+            self.choice, question = chosen[0], clean_question(chosen[1])
         self.question = question
         self.conversation = conversations.resolve(req.conversation_id, req.api_key_id, req.user_id)
         if not req.earlier_questions:  # the request did not send the conversation: its stored question embeddings stand in
             self._stored_turns = conversations.decode_turns(self.conversation.turns or [])
         subject = req.conversation_id or (f"user:{req.user}" if req.user else "") or (f"key:{req.api_key_id}" if req.api_key_id else "")
         self.arm = assign(subject or self.conversation.conversation_id)
-        if req.model in MODES:
+        if req.model in MODES and not self.choice:
             candidates = self._routed_candidates(question)
         else:
-            if req.allowed is not None and req.model not in req.allowed:
-                raise ExpertNotAllowed(f"you may not ask expert {req.model!r}")
+            slug = self.choice or req.model
+            if req.allowed is not None and slug not in req.allowed:
+                raise ExpertNotAllowed(f"you may not ask expert {slug!r}")
             t0 = time.perf_counter()
             vector = get_encoder().encode([question])[0]
-            self.decision = Decision(experts=[{"slug": req.model, "score": 1.0}], router_version=None, embed_ms=(time.perf_counter() - t0) * 1000,
+            self.decision = Decision(experts=[{"slug": slug, "score": 1.0}], router_version=None, embed_ms=(time.perf_counter() - t0) * 1000,
                                      route_ms=0.0, vector=vector.tolist())
-            candidates = [req.model]
+            candidates = [slug]
         self.timings["embed_ms"], self.timings["route_ms"] = self.decision.embed_ms, self.decision.route_ms
+        if self.clarify:  # a short question back, nothing retrieved or generated
+            self._first = Answer(text=breadth.clarify_text(self.clarify), citations=[], grounded=False)
+            self.source = Source(answer_source="clarify")
+            return
         if not candidates:  # abstained without a fallback expert: say so, nothing retrieved or generated
             self._first = Answer(text=NO_EXPERT_ANSWER, citations=[], grounded=False)
             self.source = Source(answer_source="none")
             return
-        if req.model == "auto:accurate" and len(candidates) > 1 and not self.abstained:
+        if (req.model == "auto:accurate" or self._both) and len(candidates) > 1 and not self.abstained:
             self._first = self._accurate(candidates)
         else:
             self._first_output(candidates, width=MODES.get(req.model, 1), stream=stream)
@@ -253,6 +270,12 @@ class ChatTurn:
                 return [d.fallback]
             return []
         ranked, self.sticky = conversations.sticky_order(d.failover, expert, conversation_rule.STICKY_MARGIN)
+        if req.model == "auto" and not self.sticky:
+            found = breadth.signals(d, question)
+            how = breadth.decide(found, conversation=bool(earlier or expert or self._stored_turns is not None))
+            self._both = how == breadth.BOTH
+            if how == breadth.CLARIFY and found is not None:
+                self.clarify = breadth.clarify_choices(found)
         return [str(e["slug"]) for e in ranked]
 
     def _earlier_expert(self) -> str:
@@ -338,7 +361,8 @@ class ChatTurn:
             request = GenerationRequest(
                 question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
                 system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
-                adapter=adapter, max_tokens=self.request.max_tokens, temperature=self.request.temperature,
+                adapter=adapter, max_tokens=min(filter(None, (self.request.max_tokens, self._part_tokens)), default=None),
+                temperature=self.request.temperature,
                 question_vector=self.decision.vector if self.decision and self.decision.encoder == "fast" else None,
             )
             return open_answer(request, version, breaker, stream=stream, allowed=self.request.allowed, request_id=self.request_id,
@@ -357,7 +381,8 @@ class ChatTurn:
         self.fallback_used = self.fallback_used or bool(self.failover_from)
 
     def _accurate(self, candidates: list[str]) -> Answer:
-        """``auto:accurate``'s merged answer (``serving.accurate``): the first part's expert and source stand for it."""
+        """``auto:accurate``'s (or a top-2) merged answer (``serving.accurate``), each part shorter: the first part's expert and source stand for it."""
+        self._part_tokens = breadth.PART_WORDS
         merged = accurate.answer_accurately(candidates, retrieve=self._retrieve, answer_with=self._answer_with, skipped=self.failover_from,
                                             request_id=self.request_id)
         self.expert, self.source, self._passages, self._parts = merged.expert, merged.source, merged.passages, merged.parts
@@ -403,6 +428,7 @@ class ChatTurn:
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
             earlier_turns_left_out=self.turns_left_out,
             conversation_expert=self.conversation_expert, conversation_expert_from=self._conversation_expert_from,
+            experts_answering=self.experts_answering, clarify=self.clarify, choice=self.choice,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id, self.request.user_id)
@@ -418,6 +444,11 @@ class ChatTurn:
             self._stream.close()
         if not self._recorded:
             self._finish(Answer(text="".join(self._streamed), grounded=False), 499, "client_cancelled")
+
+    @property
+    def experts_answering(self) -> list[str]:
+        """The experts whose parts make up the answer: each part's (a merged answer), else the one that answered."""
+        return [str(p["expert"]) for p in self._parts] or ([self.expert] if self.expert else [])
 
     @property
     def streamed_text(self) -> str:

@@ -70,6 +70,12 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         # The answer stayed with the conversation's expert rather than the router's first choice (or rather than no expert).
         trace["kept_by_conversation"] = {"expert": result.conversation_expert, "from": result.conversation_expert_from,
                                          "margin": conversation_rule.STICKY_MARGIN}
+    if len(result.experts_answering) > 1:  # each answered its part (``serving.breadth``)
+        trace["experts_answering"] = result.experts_answering
+    if result.clarify:  # the answer asked which of these experts the user means
+        trace["clarify"] = result.clarify
+    if result.choice:
+        trace["chosen_after_clarify"] = result.choice
     if result.selection:
         trace["selection"] = _selection(result.selection)
     if settings.STORE_QUESTION_TEXT:

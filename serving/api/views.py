@@ -116,7 +116,13 @@ def _answer_meta(turn: chat.ChatTurn) -> dict[str, Any]:
     assert result is not None
     meta = _routing_meta(turn)
     meta.update(grounded=result.grounded, citations=result.citations, timings_ms={k: round(v, 2) for k, v in result.timings.items()},
-                finish_reason=result.finish_reason)
+                finish_reason=result.finish_reason,
+                # The experts whose parts make up the answer (two: each answered its part, ``serving.breadth``).
+                experts_answering=result.experts_answering,
+                # The answer asks which expert the user means: [{"slug", "name"}]; reply naming one, or send its slug as model.
+                clarify=result.clarify or None)
+    if result.choice:  # the expert the user chose in reply to a clarifying question, answering the question asked before it
+        meta["chosen_after_clarify"] = result.choice
     if result.parts:
         meta["parts"] = result.parts
     if result.spelling:
@@ -209,7 +215,9 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         request=ChatCompletionRequestSerializer,
         responses={
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="A `chat.completion` (or with `stream: true`, `text/event-stream` of "
-                                 "`chat.completion.chunk`s ending with `data: [DONE]`); `switchboard` holds the routing metadata."),
+                                 "`chat.completion.chunk`s ending with `data: [DONE]`); `switchboard` holds the routing metadata: on the whole answer (and "
+                                 "the stream's last chunk) `experts_answering`, the experts whose parts make up the answer, and `clarify`, "
+                                 "the choices ({slug, name}) when the answer asks which expert the user means (null otherwise)."),
             400: OpenApiResponse(description="Malformed or invalid request"), 403: OpenApiResponse(description="Expert outside the key's scope"),
             404: OpenApiResponse(description="Unknown model"), 413: OpenApiResponse(description="Body too large"),
             503: OpenApiResponse(description="No router, every candidate expert is down, or the in-process model's queue is full "
