@@ -45,7 +45,7 @@ class ExpertView(LoginRequiredMixin, View):
             "traffic": [{"day": day, "n": n, "percent": round(100 * n / busiest, 1) if busiest else 0.0} for day, n in traffic],
             "traffic_total": sum(n for _, n in traffic),
             "questions": recent_questions(expert.slug),
-            "misroutes": misroutes(expert.slug),
+            "reports": reports(expert.slug),
             "circuit": circuit_states([expert.slug])[expert.slug],
             "adapters_url": optional_url("expert-adapters", expert.slug),
         }
@@ -99,38 +99,52 @@ def recent_questions(slug: str, limit: int = 20) -> list[RoutingEvent]:
 
 @dataclass(frozen=True)
 class Misroute:
-    """A reported misroute of one expert: a thumbs-down, or a reviewer's label that differs from the router's choice."""
+    """A report on one of the expert's answers: a thumbs-down, or a reviewer's label that differs from the router's choice."""
 
     request_id: str
     created_at: datetime
     kind: str  # "thumbs_down" | "reviewed"
     question: str
     routed_expert: str
-    right_expert: str
+    right_expert: str  # "" when nobody said another expert should have answered
     comment: str
 
 
-def misroutes(slug: str, limit: int = 30) -> list[Misroute]:
-    """Thumbs-down answers ``slug`` gave, and reviewed questions routed to or away from it wrongly, newest first."""
+@dataclass(frozen=True)
+class Reports:
+    """An expert's reported answers: misroutes (another expert should have answered) apart from answers marked unhelpful."""
+
+    misroutes: list[Misroute]
+    unhelpful: list[Misroute]
+
+
+def reports(slug: str, limit: int = 30) -> Reports:
+    """Thumbs-down answers ``slug`` gave, and reviewed questions routed to or away from it wrongly, newest first.
+
+    A thumbs-down is a misroute when the user suggested another expert or a reviewer labelled the
+    question with another one; otherwise (no other expert named, or the reviewer agreed with the
+    routing) the answer was unhelpful, not misrouted.
+    """
     from labeling.models import ReviewDecision
 
-    out: list[Misroute] = []
     feedback = list(Feedback.objects.filter(expert=slug, rating=-1).order_by("-created_at")[:limit])
     questions = dict(RoutingEvent.objects.filter(request_id__in=[f.request_id for f in feedback]).values_list("request_id", "question"))
     decided = {
         d.request_id: d for d in ReviewDecision.objects.filter(request_id__in=[f.request_id for f in feedback]).select_related("expert")
     }
+    wrong: list[Misroute] = []
+    unhelpful: list[Misroute] = []
     for f in feedback:
         d = decided.get(f.request_id)
-        out.append(Misroute(f.request_id, f.created_at, "thumbs_down", questions.get(f.request_id, ""), slug,
-                            d.expert.slug if d and d.expert else "", f.comment))
+        right = (d.expert.slug if d.expert else "") if d else f.suggested_expert
+        report = Misroute(f.request_id, f.created_at, "thumbs_down", questions.get(f.request_id, ""), slug, right if right != slug else "", f.comment)
+        (wrong if report.right_expert else unhelpful).append(report)
     reviewed = (
         ReviewDecision.objects.filter(expert__isnull=False).filter(Q(routed_expert=slug) | Q(expert__slug=slug))
         .exclude(expert__slug=F("routed_expert")).select_related("expert", "query").order_by("-created_at")[:limit]
     )
-    seen = {m.request_id for m in out}
+    seen = {m.request_id for m in feedback}
     for d in reviewed:
         if d.request_id not in seen:
-            out.append(Misroute(d.request_id, d.created_at, "reviewed", d.query.text if d.query else "", d.routed_expert, d.expert.slug, ""))
-    return sorted(out, key=lambda m: m.created_at, reverse=True)[:limit]
-
+            wrong.append(Misroute(d.request_id, d.created_at, "reviewed", d.query.text if d.query else "", d.routed_expert, d.expert.slug, ""))
+    return Reports(sorted(wrong, key=lambda m: m.created_at, reverse=True)[:limit], unhelpful)

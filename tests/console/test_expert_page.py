@@ -54,21 +54,45 @@ def test_the_page_shows_description_team_versions_knowledge_and_traffic(client, 
     assert "How do I renew my licence?" in body
 
 
-def test_misroutes_list_thumbs_down_and_reviewed_questions(client, world, staff_user):
+def test_misroutes_list_thumbs_down_that_name_another_expert_and_reviewed_questions(client, world, staff_user):
     dmv, _ssa, _member = world
     RoutingEvent.objects.create(request_id="bad", mode="auto", expert="dmv", question="When can I claim my pension?")
-    Feedback.objects.create(request_id="bad", rating=-1, expert="dmv", comment="wrong agency")
+    Feedback.objects.create(request_id="bad", rating=-1, expert="dmv", comment="wrong agency", suggested_expert="ssa")
     Feedback.objects.create(request_id="good", rating=1, expert="dmv")
     ReviewDecision.objects.create(request_id="moved", reason="low_confidence", routed_expert="ssa", expert=dmv)
     ReviewDecision.objects.create(request_id="agreed", reason="low_confidence", routed_expert="dmv", expert=dmv)
     client.force_login(staff_user)
 
-    misroutes = client.get(reverse("console-expert", args=["dmv"])).context["misroutes"]
+    reports = client.get(reverse("console-expert", args=["dmv"])).context["reports"]
 
-    assert {(m.request_id, m.kind) for m in misroutes} == {("bad", "thumbs_down"), ("moved", "reviewed")}
-    bad = next(m for m in misroutes if m.request_id == "bad")
+    assert [(m.request_id, m.kind, m.right_expert) for m in reports.misroutes] == [("moved", "reviewed", "dmv"), ("bad", "thumbs_down", "ssa")]
+    bad = reports.misroutes[1]
     assert bad.question == "When can I claim my pension?"
     assert bad.comment == "wrong agency"
+    assert reports.unhelpful == []
+
+
+def test_a_thumbs_down_that_names_no_other_expert_is_an_unhelpful_answer_not_a_misroute(client, world, staff_user):
+    dmv, ssa, _member = world
+    RoutingEvent.objects.create(request_id="vague", mode="auto", expert="dmv", question="How do I renew my licence?")
+    Feedback.objects.create(request_id="vague", rating=-1, expert="dmv", comment="did not answer")
+    Feedback.objects.create(request_id="confirmed", rating=-1, expert="dmv", suggested_expert="ssa")
+    ReviewDecision.objects.create(request_id="confirmed", reason="thumbs_down", routed_expert="dmv", expert=dmv)  # the reviewer kept dmv
+    Feedback.objects.create(request_id="relabelled", rating=-1, expert="dmv")
+    ReviewDecision.objects.create(request_id="relabelled", reason="thumbs_down", routed_expert="dmv", expert=ssa)
+    client.force_login(staff_user)
+
+    response = client.get(reverse("console-expert", args=["dmv"]))
+
+    reports = response.context["reports"]
+    assert [m.request_id for m in reports.misroutes] == ["relabelled"]
+    assert sorted(m.request_id for m in reports.unhelpful) == ["confirmed", "vague"]
+    body = response.content.decode()
+    misroutes_html = body[body.index('id="misroutes"'):body.index('id="unhelpful"')]
+    unhelpful_html = body[body.index('id="unhelpful"'):]
+    assert "Answers marked unhelpful" in unhelpful_html
+    assert "How do I renew my licence?" in unhelpful_html
+    assert "How do I renew my licence?" not in misroutes_html
 
 
 def test_another_teams_expert_is_a_404_and_shows_nothing(client, world):
