@@ -143,6 +143,29 @@ class TrainingRunRow:
     epochs_run: int | None
     val_accuracy: float | None
     val_macro_f1: float | None
+    verdict: str  # whether the run's router went live, and why, in words ("" for runs from before verdicts were kept)
+
+
+def activation_verdict(activation: Any) -> str:
+    """The retraining verdict (``metrics["activation"]``, see ``services._compare_with_active``) as one sentence with its figures.
+
+    A comparison on held-out questions reads "held-out accuracy 0.933 against the active router's
+    (v1) 0.950; McNemar p = 0.625: not activated"; any other decision gives its recorded reason.
+    """
+    if not isinstance(activation, dict) or not activation:
+        return ""
+    outcome = "activated" if activation.get("activated") else "not activated"
+    candidate, active = as_number(activation.get("candidate_accuracy")), as_number(activation.get("active_accuracy"))
+    paired = activation.get("paired") if isinstance(activation.get("paired"), dict) else {}
+    p_value = as_number(paired.get("p_value"))
+    if candidate is None or active is None:
+        reason = str(activation.get("reason") or "").strip()
+        return f"{outcome.capitalize()}: {reason}" if reason else outcome.capitalize()
+    version = f" (v{activation['active_version']})" if activation.get("active_version") is not None else ""
+    held_out = as_number(activation.get("n_heldout"))
+    on = f" on {int(held_out)} held-out questions" if held_out else ""
+    mcnemar = f"; McNemar p = {p_value:.3g}" if p_value is not None else ""
+    return f"Held-out accuracy {candidate:.3f} against the active router's{version} {active:.3f}{on}{mcnemar}: {outcome}."
 
 
 def training_run_row(run: TrainingRun) -> TrainingRunRow:
@@ -155,6 +178,8 @@ def training_run_row(run: TrainingRun) -> TrainingRunRow:
     accuracy = as_number(val.get("accuracy"))
     macro_f1 = as_number(val.get("macro_f1"))
     version = run.router_version
+    activation = metrics.get("activation") if isinstance(metrics.get("activation"), dict) else {}
+    by_hand = bool(version and version.is_active and activation and not activation.get("activated"))
     return TrainingRunRow(
         run=run, version=version, is_active=bool(version and version.is_active),
         balance_weight=as_number(params.get("balance_weight")), label_noise=as_number(params.get("label_noise")),
@@ -162,6 +187,7 @@ def training_run_row(run: TrainingRun) -> TrainingRunRow:
         epochs=None if epochs is None else int(epochs), epochs_run=None if epochs_run is None else int(epochs_run),
         val_accuracy=accuracy if accuracy is not None else as_number(diagnostics.get("accuracy")),
         val_macro_f1=macro_f1 if macro_f1 is not None else as_number(diagnostics.get("macro_f1")),
+        verdict=activation_verdict(activation) + (" It was activated by hand since." if by_hand else ""),
     )
 
 
