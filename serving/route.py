@@ -6,6 +6,7 @@ The first step of every chat request (``serving.chat``) and of ``POST /api/v1/ro
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import torch
 from django.conf import settings
 
 from encoders import EncoderUnavailable, embedding_space, encode_later, get_encoder, model_name, resolve_model_path
-from experts.selectors import active_expert_slugs, fallback_slugs, serving_cached
+from experts.selectors import active_expert_slugs, experts_by_slug, fallback_slugs, serving_cached
 from experts.selectors import clear_serving_caches as clear_experts_caches
 from routing.ml import conversation as conversation_rule
 from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
@@ -188,6 +189,8 @@ class Decision:
     # "probability"}, "weight", and "ruled_out": {"expert", "probability_alone"} where the conversation pointed to an expert the
     # question alone rules out (``routing.ml.conversation.PLAUSIBLE``)}; None: the question was ranked alone.
     conversation: dict[str, Any] | None = None
+    # The question's words are too few of the experts' documents' to be in their language (``_shares_language``): refused.
+    foreign: bool = False
 
 
 def clean_question(question: str) -> str:
@@ -230,12 +233,13 @@ def route(
         raise InvalidQuestion(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
     question = clean_question(question)
     version, router, arbiter = _active_router(router_version)
+    foreign = not _shares_language(version, question)
     if fast and router.fast is not None:
-        return _route_fast(version, router, arbiter, question, int(top_k), allowed)
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed, foreign=foreign)
     if router.fast is not None and (space := _other_space.get(version.pk)) is not None:
         # The network and its prototypes read another backend's vectors; the fast tier reads its own
         # encoder's, which did not change: it routes until the router is trained again.
-        return _route_fast(version, router, arbiter, question, int(top_k), allowed,
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed, foreign=foreign,
                            degraded=f"router trained on {version.embedding_model} vectors, the encoder now makes {space}: routed with the fast tier"[:200])
     t0 = time.perf_counter()
     encoder = get_encoder()
@@ -250,7 +254,8 @@ def route(
         if router.fast is None:
             raise RoutingUnavailable(f"the sentence encoder is unavailable ({exc}) and this router has no fast tier to route with") from exc
         logger.warning("routing.encoder_unavailable", extra={"error": str(exc)[:200], "routed_with": "fast tier"})
-        return _route_fast(version, router, arbiter, question, int(top_k), allowed, degraded=f"sentence encoder unavailable: {exc}"[:200])
+        return _route_fast(version, router, arbiter, question, int(top_k), allowed, foreign=foreign,
+                           degraded=f"sentence encoder unavailable: {exc}"[:200])
     t1 = time.perf_counter()
     ctx, lengths = None, None
     read: np.ndarray | None = None  # the earlier turns' embeddings the router read, if it read any
@@ -271,8 +276,8 @@ def route(
         blended = _with_conversation(version, router, vector, question, probs, context, context_vectors, knowledge, char_logits)
         if blended is not None:
             scored, probs, evidence, read, conversation = blended
-    raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed)
-    return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1,
+    raw, decided, fallback = _decide(version, arbiter, probs, score, threshold, int(top_k), allowed, foreign)
+    return _decision(version, raw, decided, fallback, int(top_k), vector, score, threshold, t0, t1, foreign=foreign,
                      context_turns=0 if read is None else len(read), views=_views(version.experts, scored, router.weight, set(raw), evidence),
                      context_vectors=read, conversation=conversation)
 
@@ -340,6 +345,18 @@ def earlier_expert(texts: list[str], vectors: np.ndarray | None = None, *, route
     return (max(reachable)[1] if reachable else None), turns
 
 
+def _shares_language(version: RouterVersion, question: str) -> bool:
+    """Whether ``question`` is in the language of the router's live experts' documents (``knowledge.ml.spelling.KNOWN_WORDS_MIN``).
+
+    A question in another language would be answered with whichever sentence its names and numbers match, so it is
+    refused instead, the fallback expert included. Experts with few documents say nothing: the question passes.
+    """
+    from knowledge.vocabulary import vocabulary
+
+    live = active_expert_slugs()
+    return vocabulary(list(experts_by_slug([s for s in version.experts if s in live]).values())).shares_language(question)
+
+
 def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallback: str | None, top_k: int, vector: np.ndarray, score: float,
               threshold: float | None, t0: float, t1: float, **rest: Any) -> Decision:
     """The ``Decision`` of an arbitrated request (``t0``: before encoding, ``t1``: after; route time runs to now)."""
@@ -352,8 +369,9 @@ def _decision(version: RouterVersion, raw: dict[str, float], decided: Any, fallb
 
 
 def _decide(version: RouterVersion, arbiter: Arbiter, probs: np.ndarray, score: float, threshold: float | None, top_k: int,
-            allowed: set[str] | None) -> tuple[dict[str, float], Any, str | None]:
-    """The live, allowed experts' probabilities, the arbiter's decision, and the fallback expert when it abstained."""
+            allowed: set[str] | None, foreign: bool = False) -> tuple[dict[str, float], Any, str | None]:
+    """The live, allowed experts' probabilities, the arbiter's decision, and the fallback expert when it abstained
+    (none for a ``foreign`` question: no expert's documents share its language, the fallback's neither)."""
     live = active_expert_slugs()
     raw = {slug: p for slug, p in zip(version.experts, probs.tolist(), strict=True) if slug in live}
     if not raw:
@@ -362,15 +380,15 @@ def _decide(version: RouterVersion, arbiter: Arbiter, probs: np.ndarray, score: 
         raw = {slug: p for slug, p in raw.items() if slug in allowed}
         if not raw:
             raise ExpertNotAllowed("you may not ask any of the router's experts: sign in, use an API key, or ask a team to make an expert public")
-    decided = arbiter.decide(raw, top_k=top_k, score=score, threshold=threshold)
+    decided = arbiter.decide(raw, top_k=top_k, score=score, threshold=math.inf if foreign else threshold)
     fallback = None
-    if decided.abstained:
+    if decided.abstained and not foreign:
         fallback = next((s for s in fallback_slugs() if allowed is None or s in allowed), None)
     return raw, decided, fallback
 
 
 def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, question: str, top_k: int, allowed: set[str] | None,
-                degraded: str = "") -> Decision:
+                degraded: str = "", foreign: bool = False) -> Decision:
     """``route`` through the fast tier: its encoder (~0.07 ms), its router and its own abstain threshold."""
     fast = router.fast
     assert fast is not None
@@ -379,8 +397,8 @@ def _route_fast(version: RouterVersion, router: TextRouter, arbiter: Arbiter, qu
     t1 = time.perf_counter()
     scored = fast.router.explain_one(vector, question)
     threshold = ((version.metrics or {}).get("fast_tier") or {}).get("abstain_threshold", arbiter.abstain_threshold)
-    raw, decided, fallback = _decide(version, arbiter, scored.probs, scored.score, threshold, top_k, allowed)
-    return _decision(version, raw, decided, fallback, top_k, vector, scored.score, threshold, t0, t1,
+    raw, decided, fallback = _decide(version, arbiter, scored.probs, scored.score, threshold, top_k, allowed, foreign)
+    return _decision(version, raw, decided, fallback, top_k, vector, scored.score, threshold, t0, t1, foreign=foreign,
                      views=_views(version.experts, scored, fast.router.weight, set(raw)), encoder="fast", degraded=degraded)
 
 

@@ -29,8 +29,22 @@ from rapidfuzz.distance import DamerauLevenshtein
 MIN_LENGTH = 4
 CANDIDATES = 8  # closest words considered before the frequency tie-break
 MAX_LOOKUPS = 32  # distinct unknown words searched per question
+# A question is in a language its documents do not share (and is refused: ``serving.route``) when UNKNOWN_WORDS_MIN or
+# more of its words, and over 1 - KNOWN_WORDS_MIN of them, are neither the documents' nor a misspelling of one
+# (``Vocabulary.known_words``); one unknown word may be a name or a greeting ("yes sir", "hg"). Chosen with
+# tools/choose_known_words.py: among questions with two unknown words or more, English ones hold at least 0.8 known
+# (demo/queries.jsonl over the demo's documents, doc2dial's validation turns over its own), translations of demo
+# questions into seven other languages at most 0.5; the cut is midway. Documents of fewer than VOCABULARY_MIN distinct
+# words lack common words of their own language and say nothing: collections of 10 demo or doc2dial documents (1,100 to
+# 1,500 words) turned away 2 to 17 of the demo's 403 English questions, of 40 (2,550 to 2,800 words) 0 to 2 (the tool).
+KNOWN_WORDS_MIN = 0.65
+UNKNOWN_WORDS_MIN = 2
+VOCABULARY_MIN = 3000
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
-_LETTERS = re.compile(r"[a-z]+")
+# A document's or question's words: runs of letters of any alphabet; in the scripts written without spaces (Chinese,
+# Japanese; Korean alike) each character counts as a word.
+_CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af"
+_LETTERS = re.compile(f"[{_CJK}]|[^\\W\\d_{_CJK}]+")
 
 
 def max_edits(word: str) -> int:
@@ -86,6 +100,25 @@ class Vocabulary:
         if not found:
             return None
         return min(found, key=lambda item: (item[1], -self.counts[item[0]], item[0]))[0]
+
+    def known_words(self, question: str) -> tuple[int, int]:
+        """(words the documents hold, words) of ``question`` (``_LETTERS``), a word held as written or within ``closest``'s
+        reach (a misspelling of one of theirs): few for a question in a language the documents do not share.
+
+        Past ``MAX_LOOKUPS`` distinct unknown words the rest count as unknown (a pasted wall of text costs no more).
+        """
+        words = _LETTERS.findall(question.lower())
+        unknown = [w for w in dict.fromkeys(words) if w not in self.counts]
+        near = {w for w in unknown[:MAX_LOOKUPS] if len(w) >= MIN_LENGTH and self.closest(w) is not None}
+        return sum(w in self.counts or w in near for w in words), len(words)
+
+    def shares_language(self, question: str) -> bool:
+        """Whether ``question`` is in the documents' language (``KNOWN_WORDS_MIN``, ``UNKNOWN_WORDS_MIN``); always so when
+        the documents hold fewer than ``VOCABULARY_MIN`` words."""
+        if len(self.counts) < VOCABULARY_MIN:
+            return True
+        known, total = self.known_words(question)
+        return total - known < UNKNOWN_WORDS_MIN or known >= KNOWN_WORDS_MIN * total
 
     def correct(self, question: str, dictionary: frozenset[str] | set[str] = frozenset()) -> Correction:
         """``question`` with each unknown word replaced by its closest document word (see the module)."""

@@ -83,6 +83,37 @@ def test_a_misspelt_question_is_searched_with_the_experts_own_words_and_answered
     assert "spelling" not in chat(client, "how do i renw my drivr licnse").json()["switchboard"]
 
 
+# Questions in languages the demo's English documents do not share, none of them among those the rule was chosen on
+# (tools/choose_known_words.py; of those, the demo's router alone had sent 5 of 14 to an expert, which quoted a
+# sentence). The rule itself must flag each (``foreign``), whatever the router thinks. One more held-out question is not refused: "Quanto costa la patente di guida per un taxi a
+# New York?" holds 8 known words of 12 (per, a, taxi, New York as written; costa, patente, guida within reach of cost,
+# parent, guide), above KNOWN_WORDS_MIN.
+FOREIGN = [
+    "Muss ich meine Kennzeichen zurückgeben, wenn meine Autoversicherung abläuft?",
+    "Combien coûte une carte REAL ID de plus qu'un permis normal ?",
+    "Posso trabalhar enquanto recebo benefícios por invalidez do Seguro Social?",
+    "¿Puedo consolidar mis préstamos federales para estudiantes?",
+    "退伍军人可以申请哪些教育福利",
+]
+
+
+@pytest.mark.parametrize("question", FOREIGN)
+def test_a_question_in_a_language_the_documents_do_not_share_is_refused(demo, client, question):
+    meta = chat(client, question).json()["switchboard"]
+
+    assert route.route(question).foreign
+    assert (meta["answer_source"], meta["abstained"], meta["citations"]) == ("none", True, [])
+
+
+def test_no_question_of_the_demo_set_in_its_documents_language_is_refused_for_it(demo, client):
+    rows = [json.loads(line) for line in (ROOT / "demo" / "questions.jsonl").read_text().splitlines()]
+    refused = [r["question"] for r in rows if route.route(r["question"], context=[t["text"] for t in r.get("context", [])] or None).foreign]
+    assert refused == []  # misspelt ones ("wat age can i start colecting social secuirty retirment") and follow-ups included
+    assert not route.route("Yes sir").foreign  # one unknown word: a name or a greeting
+    for short in ["SSI?", "GI Bill", "real id cost"]:
+        assert chat(client, short).json()["switchboard"]["answer_source"] == "extractive", short
+
+
 def test_the_chat_endpoint_answers_a_held_out_question_of_each_agency_from_that_agency(demo, client):
     for agency in AGENCIES:
         question = next(r["text"] for r in held_out() if r["label"] == agency and route.route(r["text"]).experts[0]["slug"] == agency)

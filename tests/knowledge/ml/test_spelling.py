@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from knowledge.ml import spelling
 from knowledge.ml.spelling import Vocabulary, max_edits
 
 DOCS = [
@@ -75,3 +76,31 @@ def test_a_wall_of_unknown_words_is_searched_a_bounded_number_of_times(vocabular
     words = " ".join("zz" + "".join(chr(97 + int(d)) for d in f"{i:03d}") for i in range(100))  # 100 distinct unknown words
     vocabulary.correct(words + " renw renw")
     assert len(calls) == spelling.MAX_LOOKUPS
+
+
+def test_the_documents_words_count_as_written_or_misspelt_and_any_alphabets_words_count(vocabulary):
+    assert vocabulary.known_words("how do i renw my drivr licnse") == (3, 7)  # renew, driver, license: "how do i my" are no document's
+    assert vocabulary.known_words("Registration: 42 vehicles!") == (2, 2)  # vehicles is one edit from vehicle; numbers are no words
+    assert vocabulary.known_words("Führerschein erneuern") == (0, 2)
+    assert vocabulary.known_words("驾照") == (0, 2)  # a character of a script without spaces is a word
+    assert vocabulary.known_words("?") == (0, 0)
+
+
+@pytest.mark.parametrize(("documents", "question", "shared"), [
+    (DOCS, "Renew your driver licnse online", True),
+    (DOCS, "Renew the license, Smithers", True),  # one unknown word: a name
+    (DOCS, "Wie erneuere ich meinen Führerschein online?", False),
+    (DOCS, "如何在线更新驾照", False),
+    (["Sie können Ihren Führerschein online erneuern."], "Wie erneuere ich meinen Führerschein online?", False),  # one sentence: too few words
+    (["Wie erneuere ich meinen Führerschein? Sie können Ihren Führerschein online erneuern."], "Kann ich meinen Führerschein online erneuern?", True),
+    (["您可以在线更新驾照。"], "如何在线更新驾照", True),
+    (DOCS, "", True),
+])
+def test_a_question_shares_its_documents_language_when_most_of_its_words_are_theirs(monkeypatch, documents, question, shared):
+    monkeypatch.setattr(spelling, "VOCABULARY_MIN", 0)  # these documents are far fewer than a collection that knows its language
+    assert Vocabulary.from_texts(documents).shares_language(question) is shared
+
+
+def test_documents_of_too_few_words_to_know_their_language_refuse_no_question(vocabulary):
+    assert len(vocabulary) < spelling.VOCABULARY_MIN
+    assert vocabulary.shares_language("Wie erneuere ich meinen Führerschein online?")
