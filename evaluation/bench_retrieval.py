@@ -1,10 +1,11 @@
 """``manage.py bench retrieval``: search latency of one expert collection in the embedded store.
 
 Builds a collection of ``chunks`` synthetic chunks (random unit vectors and Zipf-distributed words,
-so BM25 sees a realistic vocabulary) in a temporary ``EmbeddedQdrantStore``, then times searches
-through the store's public interface (what ``search_expert`` calls), by method, and the same
-hybrid query through qdrant-client's local mode on the same snapshot as the baseline. No encoder
-is loaded: query embedding is measured elsewhere (MEASURED.md: ~25 ms a query on this CPU).
+so BM25 sees a realistic vocabulary) in a temporary Qdrant Edge store (``EdgeQdrantStore``), then
+times searches through the store's public interface (what ``search_expert`` calls), by method, and
+the same hybrid search through the server store's code over qdrant-client's local mode as the
+baseline. No encoder is loaded: query embedding is measured elsewhere (MEASURED.md: ~25 ms a query
+on this CPU).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import numpy as np
 
 from knowledge.ml.sparse import bm25_vector
 from knowledge.stores.base import PointRecord
-from knowledge.stores.embedded import EmbeddedQdrantStore
-from knowledge.stores.qdrant_server import hybrid_search
+from knowledge.stores.edge import EdgeQdrantStore
+from knowledge.stores.qdrant_server import ServerQdrantStore
 
 VOCABULARY = 20_000
 WORDS_PER_CHUNK = 160
@@ -59,7 +60,7 @@ def _timed(fn: Callable[[int], Any], n: int) -> dict[str, float]:
 
 def bench_retrieval(chunks: int = 10_000, queries: int = 200, dimension: int = 384, baseline: bool = True, seed: int = 0,
                     say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Latency figures for a collection of ``chunks`` chunks: embedded store by method, and local mode as the baseline."""
+    """Latency figures for a collection of ``chunks`` chunks: Qdrant Edge by method, and local mode as the baseline."""
     rng = np.random.default_rng(seed)
     say(f"building {chunks:,} synthetic chunks ({dimension} dimensions)")
     points = _points(chunks, dimension, rng)
@@ -68,13 +69,13 @@ def bench_retrieval(chunks: int = 10_000, queries: int = 200, dimension: int = 3
     qsparse = [bm25_vector(" ".join(_words(rng, 6)), query=True) for _ in range(queries)]
     report: dict[str, Any] = {"chunks": chunks, "dimension": dimension, "queries": queries, "limit": 5}
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as root:
-        writer = EmbeddedQdrantStore(Path(root))
+        writer = EdgeQdrantStore(Path(root))
         name = "bench"
         t0 = time.perf_counter()
         writer.rebuild(name, dimension, points)
         report["rebuild_s"] = round(time.perf_counter() - t0, 2)
         say(f"  rebuilt the collection in {report['rebuild_s']} s")
-        reader = EmbeddedQdrantStore(Path(root))  # a fresh process's view: loads the snapshot's index
+        reader = EdgeQdrantStore(Path(root))  # a fresh process's view: loads the active shard
         t0 = time.perf_counter()
         assert reader.count(name) == chunks
         report["reader_load_s"] = round(time.perf_counter() - t0, 3)
@@ -89,15 +90,10 @@ def bench_retrieval(chunks: int = 10_000, queries: int = 200, dimension: int = 3
         report["embedded"]["hybrid_two_collections"] = _timed(
             lambda i: reader.search_many([name, name], qvectors[i].tolist(), *qsparse[i], limit=5, weights=[0.7, 0.3]), queries)
         if baseline:
-            from qdrant_client import QdrantClient
-
-            snapshot = Path(root) / name / (Path(root) / name / EmbeddedQdrantStore.POINTER).read_text().strip()
-            client = QdrantClient(path=str(snapshot), force_disable_check_same_thread=True)
-            try:
-                n = min(queries, 100)
-                report["local_mode"] = {"hybrid": _timed(lambda i: hybrid_search(client, name, qvectors[i].tolist(), *qsparse[i], 5), n)}
-            finally:
-                client.close()
+            local = ServerQdrantStore(":memory:")
+            local.rebuild(name, dimension, points)
+            n = min(queries, 100)
+            report["local_mode"] = {"hybrid": _timed(lambda i: local.search(name, qvectors[i].tolist(), *qsparse[i], limit=5), n)}
             say(f"  local mode hybrid p50 {report['local_mode']['hybrid']['p50_ms']:.2f} ms (the baseline)")
         reader.close()
         writer.close()

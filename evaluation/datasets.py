@@ -215,7 +215,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
                     payload: Callable[[int, int, str], dict[str, Any]], pointer_ttl_s: float = 0.0) -> tuple[Any, str, float]:
     """``chunks`` ((unit row, text)) with their ``vectors``, dense + BM25, in one collection per domain ("eval_<domain>").
 
-    The collections live in a temporary embedded store (never the app's): returns it, its folder
+    The collections live in a temporary Qdrant Edge store (never the app's): returns it, its folder
     (remove it when done) and the seconds the indexing took. ``payload(unit row, chunk row, text)``
     is each point's payload; ``pointer_ttl_s`` the store's (serving's ``QDRANT_POINTER_TTL_S`` where
     an evaluation times searches as serving runs them).
@@ -227,7 +227,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
     from knowledge.ml.sparse import bm25_vector
     from knowledge.points import sparse_text
     from knowledge.stores.base import PointRecord
-    from knowledge.stores.embedded import EmbeddedQdrantStore
+    from knowledge.stores.edge import EdgeQdrantStore
 
     by_domain: dict[str, list[PointRecord]] = defaultdict(list)
     for row, (i, text) in enumerate(chunks):
@@ -237,7 +237,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
             payload=payload(i, row, text),
         ))
     root = tempfile.mkdtemp(prefix=prefix)
-    store = EmbeddedQdrantStore(root, pointer_ttl_s=pointer_ttl_s)
+    store = EdgeQdrantStore(root, pointer_ttl_s=pointer_ttl_s)
     t0 = time.perf_counter()
     for domain in sorted({u["domain"] for u in units}):  # every domain, even one whose documents gave no chunk
         store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
@@ -251,7 +251,7 @@ class DomainIndex:
     units: list[dict[str, Any]]
     domains: list[str]
     chunks: list[tuple[int, str]]  # (unit row, chunk text)
-    store: Any  # knowledge.stores.embedded.EmbeddedQdrantStore
+    store: Any  # knowledge.stores.edge.EdgeQdrantStore
     root: str
     index_s: float
     size: int

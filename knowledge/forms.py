@@ -10,8 +10,8 @@ from django import forms
 from sbcommon.uploads import UploadRejected
 
 from .ingest import check_upload, max_upload_bytes
-from .ml.index import METHODS
 from .points import CHUNK_SIZE_RANGE
+from .stores.contract import METHODS
 
 
 def sentence(message: str) -> str:

@@ -30,8 +30,8 @@ from sbcommon.uploads import UploadRejected, declared_over_limit
 
 from . import forms, search, selectors, services
 from .ingest import max_upload_bytes
-from .ml.index import METHODS
 from .models import Document
+from .stores.contract import METHODS
 
 # Room for the multipart boundaries and the other fields on top of the files themselves.
 

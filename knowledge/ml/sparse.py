@@ -1,46 +1,26 @@
-"""Sparse term vectors for keyword search (BM25 term-frequency part; Qdrant applies the IDF).
-
-Terms are lower-cased word tokens minus stop words, mapped to stable 31-bit indices by hashing,
-so no vocabulary has to be stored or kept in sync between processes.
-"""
+"""Sparse term vectors for keyword search: Qdrant's own BM25 (``qdrant_edge.Bm25``: English stop words and stemming,
+hashed term ids), so Qdrant Edge and a Qdrant server index and query the same terms. The store applies the IDF
+(``Modifier.Idf``)."""
 
 from __future__ import annotations
 
-import re
-import zlib
-from collections import Counter
+from functools import lru_cache
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-STOP_WORDS = frozenset(
-    """a about above after again all am an and any are as at be because been before being below between both but by
-    can could did do does doing down during each few for from further had has have having he her here hers him his how
-    i if in into is it its itself just me more most my no nor not now of off on once only or other our out over own
-    same she should so some such than that the their them then there these they this those through to too under until
-    up very was we were what when where which while who whom why will with would you your yours""".split()
-)
+from qdrant_edge import Bm25, Bm25Config
+
+# BM25's term-frequency saturation and expected chunk length in tokens, chosen by document nDCG@5 over doc2dial's
+# validation questions (one collection per agency, searched alone plus all together, summed): k 1.5 against Qdrant's
+# default 1.2 (+0.006) and 2.0 (+0.003); at k 1.2, length 256 (Qdrant's default) against 120 (-0.005) and 512 (0.000).
+K = 1.5
+AVG_LEN = 256.0
 
 
-def tokenize(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(text.lower()) if t not in STOP_WORDS and len(t) > 1]
+@lru_cache(maxsize=1)
+def _model() -> Bm25:
+    return Bm25(Bm25Config(k=K, avg_len=AVG_LEN, language="english"))
 
 
-def term_index(term: str) -> int:
-    return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
-
-
-def bm25_vector(text: str, *, k1: float = 1.2, b: float = 0.75, avg_len: float = 120.0, query: bool = False) -> tuple[list[int], list[float]]:
-    """Sparse (indices, values) for ``text``.
-
-    Documents get BM25's saturated, length-normalised term frequency; queries get 1 per distinct
-    term (BM25 sums document weights over query terms; the IDF comes from the collection).
-    """
-    counts = Counter(term_index(t) for t in tokenize(text))
-    if not counts:
-        return [], []
-    if query:
-        indices = sorted(counts)
-        return indices, [1.0] * len(indices)
-    length = sum(counts.values())
-    norm = k1 * (1 - b + b * length / avg_len)
-    indices = sorted(counts)
-    return indices, [counts[i] * (k1 + 1) / (counts[i] + norm) for i in indices]
+def bm25_vector(text: str, *, query: bool = False) -> tuple[list[int], list[float]]:
+    """Sparse (indices, values) for ``text``: a document's saturated, length-normalised term frequencies, or a query's 1 per distinct term."""
+    vector = _model().embed_query(text) if query else _model().embed_document(text)
+    return list(vector.indices), list(vector.values)

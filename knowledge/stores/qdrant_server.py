@@ -2,23 +2,24 @@
 
 Each build is a physical collection ``<name>__<stamp>`` behind the alias ``<name>``, switched in one
 alias update; replacing a document upserts its new chunks, then deletes the old ones (never a gap).
-A server that cannot be reached, times out or answers 5xx raises ``StoreUnavailable``.
+A server that cannot be reached, times out or answers 5xx raises ``StoreUnavailable``. Collections
+are laid out as Qdrant Edge's shards are (cosine dense vectors, Qdrant's BM25 terms with the IDF
+modifier) and searched through the same ``contract.search_many``: the same rankings as the embedded store.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import httpx
 import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from ..ml.index import rrf_score
 from .base import Hit, PointRecord, StoreUnavailable
-from .contract import PREFETCH_FACTOR, check_failures, check_method, inject_faults
-from .qdrant_schema import DENSE, SPARSE, create_collection, document_filter, to_points
+from .contract import DENSE, SPARSE, evidence, probed_idf, search_many
 
 
 def _server_errors(method):
@@ -42,45 +43,35 @@ def _server_errors(method):
     return wrapper
 
 
-def _dense_of(point: models.ScoredPoint, q: np.ndarray) -> float:
-    vector = point.vector.get(DENSE) if isinstance(point.vector, dict) else None
-    return float(np.dot(q, np.asarray(vector, dtype=np.float32))) if vector is not None else 0.0
+def create_collection(client: QdrantClient, name: str, dimension: int) -> None:
+    """An empty collection of cosine vectors and IDF-weighted sparse ones (Qdrant Edge's layout), with payload indexes."""
+    client.create_collection(
+        name,
+        vectors_config={DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)},
+        sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+    )
+    if client.init_options.get("location") != ":memory:":  # local mode has none (it filters by scanning)
+        for field_name, schema in (("document_id", models.PayloadSchemaType.INTEGER), ("expert", models.PayloadSchemaType.KEYWORD)):
+            client.create_payload_index(name, field_name, field_schema=schema)
 
 
-def hybrid_search(client: QdrantClient, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int,
-                  method: str = "hybrid") -> list[Hit]:
-    """One collection's best ``limit`` chunks by ``method``, searched by Qdrant itself (``bench retrieval`` times local mode with it)."""
-    check_method(method)
-    sparse = models.SparseVector(indices=sparse_indices, values=sparse_values)
-    if method == "dense":
-        result = client.query_points(name, query=dense, using=DENSE, limit=limit, with_payload=True, with_vectors=[DENSE])
-    elif method == "sparse":
-        if not sparse_indices:
-            return []
-        result = client.query_points(name, query=sparse, using=SPARSE, limit=limit, with_payload=True, with_vectors=[DENSE])
-    else:
-        prefetch = [models.Prefetch(query=dense, using=DENSE, limit=limit * PREFETCH_FACTOR)]
-        if sparse_indices:
-            prefetch.append(models.Prefetch(query=sparse, using=SPARSE, limit=limit * PREFETCH_FACTOR))
-        result = client.query_points(
-            name, prefetch=prefetch, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=limit, with_payload=True, with_vectors=[DENSE],
-        )
-    q = np.asarray(dense, dtype=np.float32)
-    hits = []
-    for point in result.points:
-        score = float(point.score)
-        hits.append(Hit(
-            id=str(point.id), score=score, dense_score=_dense_of(point, q), payload=dict(point.payload or {}),
-            sparse_score=score if method == "sparse" else 0.0, collection=name,
-        ))
-    return hits
+def to_points(points: list[PointRecord]) -> list[models.PointStruct]:
+    return [models.PointStruct(id=p.id, vector={DENSE: p.dense, SPARSE: models.SparseVector(indices=p.sparse_indices, values=p.sparse_values)},
+                               payload=p.payload) for p in points]
+
+
+def document_filter(document_id: int, exclude_ids: list[str] | None = None) -> models.Filter:
+    """The chunks of one document, but those of ``exclude_ids``."""
+    must_not: list[models.Condition] = [models.HasIdCondition(has_id=exclude_ids)] if exclude_ids else []
+    return models.Filter(must=[models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))], must_not=must_not)
 
 
 class ServerQdrantStore:
     """A Qdrant server or cluster; collections live behind aliases."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: int = 10):
-        self.client = QdrantClient(url=url, api_key=api_key, timeout=timeout)
+        """``url`` may be ":memory:": qdrant-client's local mode, through which the contract tests run this code without a server."""
+        self.client = QdrantClient(location=url, api_key=api_key, timeout=timeout)
 
     def _physical(self, name: str) -> str | None:
         for alias in self.client.get_aliases().aliases:
@@ -127,89 +118,39 @@ class ServerQdrantStore:
 
     @_server_errors
     def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5, method: str = "hybrid") -> list[Hit]:
-        check_method(method)
-        inject_faults([name])
-        if self._physical(name) is None:
-            return []
-        return hybrid_search(self.client, name, dense, sparse_indices, sparse_values, limit, method)
+        return search_many(self, [name], dense, sparse_indices, sparse_values, limit, method, None)
 
     @_server_errors
     def search_many(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5,
                     method: str = "hybrid", weights: list[float] | None = None) -> list[Hit]:
-        """Each collection's dense and sparse candidates, merged into global lists by score, fused by weighted RRF.
-
-        Dense cosines are comparable across collections; BM25 scores carry each collection's own
-        IDF here (the embedded store uses IDF over all of them), close enough to rank candidates.
-        """
-        check_method(method)
-        weights = list(weights) if weights is not None else [1.0] * len(names)
-        prefetch = limit * PREFETCH_FACTOR
-        q = np.asarray(dense, dtype=np.float32)
-        pools: dict[str, list[tuple[float, str, str]]] = {"dense": [], "sparse": []}
-        points: dict[tuple[str, str], models.ScoredPoint] = {}
-        weight_of = dict(zip(names, weights, strict=True))
-        failures: dict[str, StoreUnavailable] = {}
-        queries = []
-        if method != "sparse":
-            queries.append(("dense", dense, DENSE))
-        if method != "dense" and sparse_indices:
-            queries.append(("sparse", models.SparseVector(indices=sparse_indices, values=sparse_values), SPARSE))
-        for name, weight in weight_of.items():
-            if weight <= 0:
-                continue
-            try:
-                found = self._candidates(name, queries, prefetch)
-            except StoreUnavailable as exc:
-                failures[name] = exc
-                continue
-            for kind, point in found:
-                pools[kind].append((float(point.score), name, str(point.id)))
-                points[(name, str(point.id))] = point
-        check_failures(names, weights, failures)
-        fused: dict[tuple[str, str], float] = {}
-        sparse_of: dict[tuple[str, str], float] = {}
-        for kind, pool in pools.items():
-            pool.sort(key=lambda item: -item[0])
-            for position, (score, name, pid) in enumerate(pool[:prefetch]):
-                fused[(name, pid)] = fused.get((name, pid), 0.0) + rrf_score(position)
-                if kind == "sparse":
-                    sparse_of[(name, pid)] = score
-        best = sorted(((key, s * weight_of[key[0]]) for key, s in fused.items()), key=lambda item: -item[1])[:limit]
-        return [
-            Hit(id=pid, score=score, dense_score=_dense_of(points[(name, pid)], q), payload=dict(points[(name, pid)].payload or {}),
-                sparse_score=sparse_of.get((name, pid), 0.0), collection=name)
-            for (name, pid), score in best
-        ]
+        return search_many(self, names, dense, sparse_indices, sparse_values, limit, method, weights)
 
     @_server_errors
-    def _candidates(self, name: str, queries: list, prefetch: int) -> list[tuple[str, models.ScoredPoint]]:
-        """One collection's dense and sparse candidates (none if it does not exist); ``StoreUnavailable`` if it cannot be reached."""
-        inject_faults([name])
+    def evidence(self, names: list[str], dense: Any, sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
+        return evidence(self, names, dense, sparse_indices, sparse_values)
+
+    @_server_errors
+    def _candidates(self, name: str, q: np.ndarray, sparse_indices: list[int], sparse_values: list[float], kinds: list[str],
+                    limit: int) -> dict[str, list[tuple[str, float]]]:
         if self._physical(name) is None:
-            return []
-        out = []
-        for kind, query, using in queries:
-            result = self.client.query_points(name, query=query, using=using, limit=prefetch, with_payload=True, with_vectors=[DENSE])
-            out.extend((kind, point) for point in result.points)
-        return out
+            return {}
+        vectors = {DENSE: q.tolist(), SPARSE: models.SparseVector(indices=sparse_indices, values=sparse_values)}
+        found = self.client.query_batch_points(name, requests=[models.QueryRequest(query=vectors[k], using=k, limit=limit) for k in kinds])
+        return {kind: [(str(p.id), float(p.score)) for p in result.points] for kind, result in zip(kinds, found, strict=True)}
 
     @_server_errors
-    def evidence(self, names: list[str], dense: list[float], sparse_indices: list[int], sparse_values: list[float]) -> dict[str, tuple[float, float] | None]:
-        sparse = models.SparseVector(indices=sparse_indices, values=sparse_values)
-        dense = [float(v) for v in dense]  # the caller may pass a numpy vector; the client sends JSON
-        out: dict[str, tuple[float, float] | None] = {}
-        for name in names:
-            inject_faults([name])
-            if self._physical(name) is None:
-                out[name] = None
-                continue
-            top = self.client.query_points(name, query=dense, using=DENSE, limit=1).points
-            if not top:
-                out[name] = None
-                continue
-            best_sparse = self.client.query_points(name, query=sparse, using=SPARSE, limit=1).points if sparse_indices else []
-            out[name] = (float(top[0].score), float(best_sparse[0].score) if best_sparse else 0.0)
-        return out
+    def _records(self, name: str, ids: list[str]) -> dict[str, tuple[dict[str, Any], list[float]]]:
+        found = self.client.retrieve(name, ids=ids, with_payload=True, with_vectors=[DENSE])
+        return {str(r.id): (dict(r.payload or {}), r.vector[DENSE]) for r in found}  # type: ignore[index]
+
+    @_server_errors
+    def _term_idf(self, name: str, terms: list[int]) -> tuple[int, list[float]]:
+        if not terms or self._physical(name) is None:
+            return 0, [0.0] * len(terms)
+        probes = [models.QueryRequest(query=models.SparseVector(indices=[t], values=[1.0]), using=SPARSE, limit=1, with_vector=[SPARSE]) for t in terms]
+        found = [r.points for r in self.client.query_batch_points(name, requests=probes)]
+        return (int(self.client.count(name, exact=True).count),
+                [probed_idf(t, p[0].score, p[0].vector[SPARSE].indices, p[0].vector[SPARSE].values) if p else 0.0 for t, p in zip(terms, found, strict=True)])
 
     @_server_errors
     def count(self, name: str) -> int:

@@ -9,13 +9,13 @@ from .base import VectorStore
 
 @lru_cache(maxsize=1)
 def get_store() -> VectorStore:
-    """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else embedded Qdrant."""
+    """The store from settings: a Qdrant server when ``QDRANT_URL`` is set, else Qdrant Edge in ``QDRANT_PATH``."""
     from django.conf import settings
 
     if settings.QDRANT_URL:
         from .qdrant_server import ServerQdrantStore
 
         return ServerQdrantStore(settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None)
-    from .embedded import EmbeddedQdrantStore
+    from .edge import EdgeQdrantStore
 
-    return EmbeddedQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=settings.QDRANT_POINTER_TTL_S)
+    return EdgeQdrantStore(settings.QDRANT_PATH, pointer_ttl_s=settings.QDRANT_POINTER_TTL_S)

@@ -1,7 +1,7 @@
 """A worker killed (SIGKILL) half-way through an indexing job: the job is retried, no half-written index is ever active.
 
-The worker is a real subprocess running ``jobs.services.run_job`` around a rebuild of an embedded
-Qdrant collection; a fault (``sbcommon.faults``) holds it after it wrote its new snapshot and before
+The worker is a real subprocess running ``jobs.services.run_job`` around a rebuild of a Qdrant Edge
+collection; a fault (``sbcommon.faults``) holds it after it wrote its new snapshot and before
 it switches to it, and the test kills it there. The old snapshot must stay active and searchable,
 the sweeper must queue the job again (its process on this machine is gone; a worker elsewhere would
 wait out the lease), and the second run must finish and switch to a complete index. A real worker
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from knowledge.stores import PointRecord
-from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.edge import EdgeQdrantStore
 
 pytestmark = pytest.mark.slow  # four Django start-ups and a migration in subprocesses: ~1-2 min on 2 cores
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ WORKER = textwrap.dedent('''
     from jobs import services
     from jobs.models import Job
     from knowledge.stores import PointRecord
-    from knowledge.stores.embedded import EmbeddedQdrantStore
+    from knowledge.stores.edge import EdgeQdrantStore
 
     mode, store_path = sys.argv[1], sys.argv[2]
     if mode == "create":
@@ -50,7 +50,7 @@ WORKER = textwrap.dedent('''
             points = [PointRecord(id=f"00000000-0000-0000-0000-{i:012d}", dense=[1.0 if j == i % 8 else 0.0 for j in range(8)],
                                   sparse_indices=[i + 1], sparse_values=[1.0], payload={"text": f"new {i}", "document_id": i})
                       for i in range(5)]
-            EmbeddedQdrantStore(store_path).rebuild("expert_a", 8, points)
+            EdgeQdrantStore(store_path).rebuild("expert_a", 8, points)
             return {"points": len(points)}
         services.run_job(int(sys.argv[3]), work)
     elif mode == "sweep":
@@ -71,7 +71,7 @@ def _job(db: Path, job_id: int) -> dict:
 
 
 def _texts(store_path: Path) -> set[str]:
-    store = EmbeddedQdrantStore(store_path)
+    store = EdgeQdrantStore(store_path)
     hits = store.search("expert_a", [1.0] + [0.0] * (DIM - 1), [1], [1.0], limit=10, method="dense")
     return {h.payload["text"].split()[0] for h in hits}
 
@@ -81,8 +81,8 @@ def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_re
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     store_path = tmp_path / "qdrant"
-    EmbeddedQdrantStore(store_path).rebuild("expert_a", DIM, _points("old", 3))
-    active_before = (store_path / "expert_a" / "ACTIVE").read_text()
+    EdgeQdrantStore(store_path).rebuild("expert_a", DIM, _points("old", 3))
+    active_before = (store_path / "expert_a" / "CURRENT").read_text()
     db = Path(project_env["DATABASE_URL"].removeprefix("sqlite:///"))
 
     def run(*args: str, env: dict[str, str]) -> subprocess.Popen:
@@ -109,7 +109,7 @@ def test_a_worker_killed_mid_index_leaves_the_old_index_active_and_the_job_is_re
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait(timeout=10)
 
-    assert (store_path / "expert_a" / "ACTIVE").read_text() == active_before  # the half-written snapshot never became active
+    assert (store_path / "expert_a" / "CURRENT").read_text() == active_before  # the half-written snapshot never became active
     assert _texts(store_path) == {"old"}
     assert _job(db, job_id)["status"] == "running"  # the row says what happened: a run that never finished
 

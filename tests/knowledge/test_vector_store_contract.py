@@ -1,4 +1,5 @@
-"""One behaviour contract for every vector store: embedded Qdrant always, a Qdrant server when QDRANT_URL is set."""
+"""One behaviour contract for every vector store: Qdrant Edge and the server store's code over qdrant-client's local mode
+always, a Qdrant server when QDRANT_URL is set."""
 
 from __future__ import annotations
 
@@ -10,24 +11,26 @@ import pytest
 
 from knowledge.ml.sparse import bm25_vector
 from knowledge.stores import PointRecord
-from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.edge import EdgeQdrantStore
 from knowledge.stores.qdrant_server import ServerQdrantStore
 
 DIM = 8
 
 
 def _stores():
-    params = [pytest.param("embedded", id="embedded")]
+    params = [pytest.param("edge", id="edge"), pytest.param("local", id="server-code-in-local-mode")]
     params.append(pytest.param("server", id="server", marks=pytest.mark.skipif(not os.environ.get("QDRANT_URL"), reason="QDRANT_URL is not set: no Qdrant server to test against")))
     return params
 
 
 @pytest.fixture(params=_stores())
 def store(request, tmp_path):
-    if request.param == "embedded":
-        s = EmbeddedQdrantStore(tmp_path / "qdrant")
+    if request.param == "edge":
+        s = EdgeQdrantStore(tmp_path / "qdrant")
         yield s
         s.close()
+    elif request.param == "local":  # the server store's own code, over qdrant-client's local mode
+        yield ServerQdrantStore(":memory:")
     else:
         yield ServerQdrantStore(os.environ["QDRANT_URL"], api_key=os.environ.get("QDRANT_API_KEY") or None)
 
@@ -86,18 +89,24 @@ def test_rebuild_switches_to_the_new_contents_in_one_step(store):
     assert search(store, name, "after", 2) == []
 
 
-def test_embedded_readers_in_other_processes_see_each_new_snapshot(tmp_path):
-    """The web process keeps a snapshot open while a worker writes: the writer never needs its lock."""
-    reader = EmbeddedQdrantStore(tmp_path / "q")
-    writer = EmbeddedQdrantStore(tmp_path / "q")  # a second store object stands in for another process
+def test_edge_readers_in_other_processes_see_each_new_version(tmp_path):
+    """The web process keeps a shard loaded while a worker process writes: neither needs the other's lock."""
+    import subprocess
+    import sys
+
+    reader = EdgeQdrantStore(tmp_path / "q")
+    writer = EdgeQdrantStore(tmp_path / "q")
     name = "shared"
     writer.ensure_collection(name, DIM)
     writer.replace_documents(name, {1: [point(1, 0, "first", 0)]})
     assert search(reader, name, "first", 0)[0].payload["text"] == "first"
-    writer.replace_documents(name, {2: [point(2, 0, "second", 4)]})
+    script = ("import sys; from tests.knowledge.test_vector_store_contract import point; from knowledge.stores.edge import EdgeQdrantStore; "
+              "EdgeQdrantStore(sys.argv[1]).replace_documents('shared', {2: [point(2, 0, 'second', 4)]})")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "q")], check=True, env={**os.environ, "PYTHONPATH": f"platform:.:{os.environ.get('PYTHONPATH', '')}"})
     assert search(reader, name, "second", 4)[0].payload["text"] == "second"
-    snapshots = [p for p in (tmp_path / "q" / name).iterdir() if p.is_dir()]
-    assert len(snapshots) <= 2  # old snapshots are collected once nobody holds them
+    assert reader.count(name) == 2
+    versions = [p for p in (tmp_path / "q" / name).iterdir() if p.is_dir()]
+    assert len(versions) == 1  # the writer removed the old version; the reader kept its open files until it moved on
     reader.close()
     writer.close()
 
@@ -147,32 +156,51 @@ def test_search_many_ranks_across_collections_and_honours_weights(store):
     store.drop(second)
 
 
-def test_embedded_readers_never_lock_the_snapshot_they_search(tmp_path):
-    """A reader keeps serving from memory even after a writer's garbage collection removed its snapshot."""
-    reader = EmbeddedQdrantStore(tmp_path / "q")
-    writer = EmbeddedQdrantStore(tmp_path / "q")
-    writer.ensure_collection("c", DIM)
-    writer.replace_documents("c", {1: [point(1, 0, "first", 0)]})
-    assert search(reader, "c", "first", 0)[0].payload["text"] == "first"
+def test_one_collections_fusion_is_qdrants_own_rrf(tmp_path):
+    """``contract.search_many`` over one collection scores every chunk as Edge's ``Prefetch`` + ``Fusion.Rrf`` does."""
+    import qdrant_edge as qe
 
-    for i in range(3):
-        writer.replace_documents("c", {2 + i: [point(2 + i, 0, f"more {i}", 4)]})
+    from knowledge.stores.contract import PREFETCH_FACTOR, RRF_K
 
-    assert len([p for p in (tmp_path / "q" / "c").iterdir() if p.is_dir()]) == 1  # nothing held the old ones
-    assert reader.count("c") == 4
+    store = EdgeQdrantStore(tmp_path / "q")
+    texts = ["renew licence online", "licence fees and renewal", "retirement benefits", "lost licence", "vision test for licence renewal",
+             "apply for benefits online", "replace a lost card", "renew online today"]
+    rng = np.random.default_rng(0)  # no two cosines alike: ties may break either way
+    store.rebuild("c", DIM, [PointRecord(id=str(uuid.uuid4()), dense=rng.normal(size=DIM).tolist(), sparse_indices=bm25_vector(t)[0],
+                                         sparse_values=bm25_vector(t)[1], payload={"document_id": 1, "text": t}) for t in texts])
+    idx, val = bm25_vector("renew my licence online", query=True)
+    query = rng.normal(size=DIM).tolist()
+    ours = {h.payload["text"]: round(h.score, 5) for h in store.search("c", query, idx, val, limit=len(texts))}
+
+    shard = store._shard("c")
+    prefetch = [qe.Prefetch(limit=len(texts) * PREFETCH_FACTOR, query=qe.Query.Nearest(query, using="dense")),
+                qe.Prefetch(limit=len(texts) * PREFETCH_FACTOR, query=qe.Query.Nearest(qe.SparseVector(idx, val), using="sparse"))]
+    theirs = shard.query(qe.QueryRequest(limit=len(texts), prefetches=prefetch, query=qe.Fusion.Rrf(k=RRF_K), with_payload=True))
+    assert ours == {p.payload["text"]: round(p.score, 5) for p in theirs}
+    store.close()
 
 
-def test_embedded_store_reads_a_snapshot_written_before_indexes_were_saved(tmp_path):
-    import shutil
+def test_a_numpy_store_collection_is_converted_on_first_use(tmp_path):
+    """An index the numpy store wrote (ACTIVE -> snapshot/hybrid/) serves at once, its BM25 terms recomputed by Qdrant's Bm25."""
+    import json
 
-    store = EmbeddedQdrantStore(tmp_path / "q")
-    store.ensure_collection("old", DIM)
-    store.replace_documents("old", {1: [point(1, 0, "legacy text", 2)]})
-    active = (tmp_path / "q" / "old" / "ACTIVE").read_text().strip()
-    shutil.rmtree(tmp_path / "q" / "old" / active / "hybrid")
+    snapshot = tmp_path / "q" / "old" / "20261201000000-abcdef12" / "hybrid"
+    snapshot.mkdir(parents=True)
+    payloads = [{"document_id": 1, "title": "Licences", "text": "renew licence online"}, {"document_id": 2, "title": "Pensions", "text": "retirement benefits"}]
+    np.save(snapshot / "dense.npy", np.asarray([vec(0), vec(5)], dtype=np.float32))
+    (snapshot / "points.json").write_text(json.dumps({"ids": [str(uuid.uuid4()), str(uuid.uuid4())], "payloads": payloads}))
+    (snapshot / "meta.json").write_text(json.dumps({"format": 1, "points": 2, "dimension": DIM}))
+    (tmp_path / "q" / "old" / "ACTIVE").write_text("20261201000000-abcdef12")
 
-    fresh = EmbeddedQdrantStore(tmp_path / "q")
-    assert search(fresh, "old", "legacy text", 2)[0].payload["text"] == "legacy text"
+    store = EdgeQdrantStore(tmp_path / "q")
+    hits = search(store, "old", "pension retirement", 5)
+
+    assert hits[0].payload["text"] == "retirement benefits"
+    assert hits[0].sparse_score > 0  # "pensions" in the title stems to the question's "pension"
+    assert store.count("old") == 2
+    assert not (tmp_path / "q" / "old" / "ACTIVE").exists()
+    assert [p.name for p in (tmp_path / "q" / "old").iterdir() if p.is_dir()] == [(tmp_path / "q" / "old" / "CURRENT").read_text()]
+    store.close()
 
 
 def test_evidence_is_each_collections_best_cosine_and_keyword_score(store):
@@ -192,5 +220,46 @@ def test_evidence_is_each_collections_best_cosine_and_keyword_score(store):
     assert other_keywords == 0.0  # none of the question's words is in its documents
     assert found[names[2]] is None
     assert found["contract_missing"] is None
+    for name in names:
+        store.drop(name)
+
+
+def test_edge_and_the_server_store_rank_the_same_points_alike(tmp_path):
+    """Moving from the embedded store to a server (QDRANT_URL) keeps the rankings: same BM25 terms, IDF, fusion and scores."""
+    edge, server = EdgeQdrantStore(tmp_path / "q"), ServerQdrantStore(":memory:")
+    texts = ["renew licence online", "licence fees and renewal", "retirement benefits", "lost licence", "vision test for licence renewal",
+             "apply for benefits online", "replace a lost card", "renew online today"]
+    rng = np.random.default_rng(0)
+    for store in (edge, server):
+        rng = np.random.default_rng(0)
+        for name, rows in (("a", texts[:5]), ("b", texts[5:])):
+            store.ensure_collection(name, DIM)
+            store.replace_documents(name, {i: [PointRecord(id=str(uuid.uuid5(uuid.NAMESPACE_OID, t)), dense=rng.normal(size=DIM).tolist(),
+                                                           sparse_indices=bm25_vector(t)[0], sparse_values=bm25_vector(t)[1], payload={"document_id": i, "text": t})]
+                                           for i, t in enumerate(rows)})
+    idx, val = bm25_vector("renew my licence online benefits", query=True)
+    query = rng.normal(size=DIM).tolist()
+    ranked = [[(h.payload["text"], round(h.score, 5), round(h.dense_score, 4), round(h.sparse_score, 4))
+               for h in store.search_many(["a", "b"], query, idx, val, limit=6, weights=[0.6, 0.4])] for store in (edge, server)]
+    assert ranked[0] == ranked[1]
+    for name, found in edge.evidence(["a", "b"], query, idx, val).items():
+        assert found == pytest.approx(server.evidence(["a", "b"], query, idx, val)[name], abs=1e-5)
+    edge.close()
+
+
+def test_keyword_scores_over_several_collections_use_the_idf_of_all_of_them(store):
+    """A word common in one collection and rare in another weighs the same in both: as if one collection held every chunk."""
+    names = [f"contract_{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    licences = ["renew licence online", "licence fees", "lost licence", "licence test"]
+    pensions = ["retirement benefits", "pension licence rules", "benefits online"]
+    for name, texts in ((names[0], licences), (names[1], pensions), (names[2], licences + pensions)):
+        store.ensure_collection(name, DIM)
+        store.replace_documents(name, {1: [point(1, i, t, i) for i, t in enumerate(texts)]})
+    idx, val = bm25_vector("licence benefits online", query=True)
+
+    split = store.search_many(names[:2], vec(0), idx, val, limit=7, method="sparse")
+    whole = store.search(names[2], vec(0), idx, val, limit=7, method="sparse")
+
+    assert sorted(round(h.sparse_score, 4) for h in split) == sorted(round(h.sparse_score, 4) for h in whole)
     for name in names:
         store.drop(name)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from knowledge.stores import PointRecord, StoreUnavailable, get_store
-from knowledge.stores.embedded import EmbeddedQdrantStore
+from knowledge.stores.edge import EdgeQdrantStore
 from knowledge.stores.qdrant_server import ServerQdrantStore
 from sbcommon import faults
 
@@ -25,8 +25,8 @@ def _points(marker: str, n: int = 3) -> list[PointRecord]:
 
 
 @pytest.fixture
-def embedded(tmp_path) -> EmbeddedQdrantStore:
-    store = EmbeddedQdrantStore(tmp_path / "qdrant", lock_timeout=0.3)
+def embedded(tmp_path) -> EdgeQdrantStore:
+    store = EdgeQdrantStore(tmp_path / "qdrant", lock_timeout=0.3)
     store.rebuild("expert_a", DIM, _points("alpha"))
     return store
 
@@ -63,7 +63,7 @@ def test_a_collection_locked_by_another_writer_raises_store_unavailable_not_a_ti
             held.set()
             release.wait(5)
 
-    other = EmbeddedQdrantStore(embedded.root, lock_timeout=0.3)  # the lock is per file, like another process
+    other = EdgeQdrantStore(embedded.root, lock_timeout=0.3)  # the lock is per file, like another process
     thread = threading.Thread(target=writer)
     thread.start()
     held.wait(5)
@@ -154,11 +154,11 @@ def test_a_fused_search_skips_a_broken_secondary_collection_but_not_a_broken_pri
 
 def test_searches_trust_the_active_pointer_for_its_ttl_and_own_writes_at_once(tmp_path, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("knowledge.stores.embedded.time.monotonic", lambda: clock[0])
-    serving = EmbeddedQdrantStore(tmp_path / "qdrant", pointer_ttl_s=1.0)
+    monkeypatch.setattr("knowledge.stores.edge.time.monotonic", lambda: clock[0])
+    serving = EdgeQdrantStore(tmp_path / "qdrant", pointer_ttl_s=1.0)
     serving.rebuild("expert_a", DIM, _points("alpha"))
     assert _search(serving)[0].payload["expert"] == "alpha"
-    EmbeddedQdrantStore(serving.root).rebuild("expert_a", DIM, _points("beta"))  # another process re-indexes
+    EdgeQdrantStore(serving.root).rebuild("expert_a", DIM, _points("beta"))  # another process re-indexes
     assert _search(serving)[0].payload["expert"] == "alpha"  # within the TTL: the snapshot it had
     clock[0] += 1.5
     assert _search(serving)[0].payload["expert"] == "beta"  # read again after the TTL
