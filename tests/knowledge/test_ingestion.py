@@ -94,18 +94,12 @@ def test_a_store_that_fails_half_way_leaves_no_half_written_snapshot(kb, dmv, mo
     ingest.ingest_files(dmv, [("renew.txt", RENEW)])
     name = collection_name(dmv)
     before = kb.count(name)
-    from knowledge.stores import embedded
+    from knowledge.stores import edge
 
-    real = embedded.to_points
-    calls = {"n": 0}
+    def crash(points):  # after the version copied the old points, before the new ones are in
+        raise RuntimeError("crashed mid-write")
 
-    def fail_second_batch(points):
-        calls["n"] += 1
-        if calls["n"] > 1:
-            raise RuntimeError("crashed mid-write")
-        return real(points)
-
-    monkeypatch.setattr(embedded, "to_points", fail_second_batch)
+    monkeypatch.setattr(edge, "_points", crash)
     big = "\n\n".join(f"Paragraph {i} about licence renewal rules and fees." * 3 for i in range(400)).encode()
     with pytest.raises(RuntimeError):
         ingest.ingest_files(dmv, [("renew.txt", big)])
