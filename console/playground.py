@@ -199,11 +199,12 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm | None = None)
         "citations": [_with_href(c) for c in result.citations],
         "passages": [_with_href(p) for p in result.passages],
         "follow_up": follow_up,
+        "clarify_question": form.cleaned_data["question"].strip() if form is not None and result.clarify else "",
     }
 
 
 _SOURCE_LABELS = {"model": "model", "extractive": "extractive", "extractive_fallback": "extractive fallback",
-                  "not_found": "nothing found", "none": "no expert"}
+                  "not_found": "nothing found", "none": "no expert", "clarify": "question back"}
 
 
 def _fallback_note(result: chat.ChatResult) -> str:

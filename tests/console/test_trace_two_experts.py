@@ -1,0 +1,38 @@
+"""The trace page tells a two-expert answer, a clarifying question and the reply that chose an expert (``serving.breadth``)."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from experts.models import Expert
+from routing.models import RoutingEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(django_user_model):
+    Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    Expert.objects.create(slug="ssa", name="Social Security")
+    return django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
+
+
+def page(client, staff, request_id: str, expert: str, trace: dict) -> str:
+    RoutingEvent.objects.create(request_id=request_id, mode="auto", expert=expert, router_version=1, experts=[{"slug": "dmv", "score": 0.6}],
+                                trace=trace, total_ms=10.0)
+    client.force_login(staff)
+    return client.get(reverse("console-trace", args=[request_id])).content.decode()
+
+
+def test_a_two_expert_answer_names_both_experts(client, staff):
+    html = page(client, staff, "r-both", "dmv", {"experts_answering": ["dmv", "ssa"]})
+    assert "Both Motor Vehicles and Social Security answered, each its part" in html
+
+
+def test_a_clarifying_question_and_the_choice_after_it_are_told(client, staff):
+    asked = page(client, staff, "r-asked", "", {"clarify": [{"slug": "ssa", "name": "Social Security"}, {"slug": "dmv", "name": "Motor Vehicles"}]})
+    assert "The question could belong to Social Security or Motor Vehicles and nothing earlier in the conversation decided it" in asked
+    chosen = page(client, staff, "r-chosen", "ssa", {"chosen_after_clarify": "ssa"})
+    assert "The user chose Social Security when asked which expert they meant" in chosen
+    assert 'id="trace-experts-answering"' not in chosen
