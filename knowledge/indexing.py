@@ -12,8 +12,10 @@ vectors of two models cannot share one collection.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from encoders import embedding_space, get_encoder
@@ -21,11 +23,16 @@ from experts.models import Expert
 from jobs.services import JobReporter
 
 from .models import Document, KnowledgeBase
-from .points import chunk_settings, document_points
+from .points import chunk_settings, documents_points
 from .selectors import collection_name, model_mismatch
 from .stores import PointRecord, get_store
 
 logger = logging.getLogger(__name__)
+
+# Documents embedded together and swapped into the collection in one write. Each write copies the
+# collection's snapshot (knowledge.stores.embedded), so fewer, larger batches write less; kept at the
+# size batches always had, since a larger one changes little when the encoder's passes dominate.
+INDEX_BATCH = 50
 
 
 def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
@@ -38,19 +45,42 @@ def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
     return kb
 
 
-def index_documents(expert: Expert, documents: list[Document]) -> int:
+def _points(expert: Expert, documents: list[Document], seconds: dict[str, float]) -> tuple[dict[int, list[PointRecord]], dict[int, Exception]]:
+    """(points, errors) of each document: embedded together, or, when that fails, one by one to tell the documents that cannot be indexed."""
+    try:
+        return documents_points(expert, documents, seconds), {}
+    except (ValueError, RuntimeError) as exc:
+        if len(documents) == 1:
+            return {}, {documents[0].pk: exc}
+    points: dict[int, list[PointRecord]] = {}
+    errors: dict[int, Exception] = {}
+    for document in documents:
+        try:
+            points.update(documents_points(expert, [document], seconds))
+        except (ValueError, RuntimeError) as exc:
+            errors[document.pk] = exc
+    return points, errors
+
+
+def _add_seconds(seconds: dict[str, float], phase: str, started: float) -> None:
+    seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - started
+
+
+def index_documents(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None) -> int:
     """(Re)index these documents' chunks in one atomic swap; returns the number of chunks.
 
     A document that cannot be chunked or embedded keeps its error and its previous chunks; the
-    others are indexed. If the swap itself fails, nothing changes in the collection.
+    others are indexed. If the swap itself fails, nothing changes in the collection. ``seconds``
+    (when given) gains the time spent chunking, embedding and writing ("chunk", "embed", "write").
     """
+    seconds = {} if seconds is None else seconds
     store = get_store()
     store.ensure_collection(collection_name(expert), get_encoder().dimension)
-    batch: dict[int, list[PointRecord]] = {}
+    batch, errors = _points(expert, documents, seconds)
+    started = time.perf_counter()
     for document in documents:
-        try:
-            batch[document.pk] = document_points(expert, document)
-        except (ValueError, RuntimeError) as exc:
+        if document.pk in errors:
+            exc = errors[document.pk]
             logger.warning("knowledge.index.document_failed", extra={"document": document.pk})
             Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(index_error=f"{exc.__class__.__name__}: {exc}"[:2000])
     if not batch:
@@ -61,28 +91,30 @@ def index_documents(expert: Expert, documents: list[Document]) -> int:
         Document.objects.filter(pk__in=list(batch)).update(index_error=f"indexing failed, the previous version keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
         raise
     now = timezone.now()
-    for document in documents:
-        if document.pk in batch:
-            # Only marks the version that was indexed: a newer upload stays pending.
-            Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now, index_error="")
+    with transaction.atomic():
+        for document in documents:
+            if document.pk in batch:
+                # Only marks the version that was indexed: a newer upload stays pending.
+                Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now, index_error="")
+    _add_seconds(seconds, "write", started)
     return sum(len(points) for points in batch.values())
 
 
-def _index_pending_documents(expert: Expert, reporter: JobReporter, batch_size: int, rounds: int = 5) -> dict[str, int]:
-    done, chunks = 0, 0
+def _index_pending_documents(expert: Expert, reporter: JobReporter, batch_size: int, rounds: int = 5) -> dict[str, Any]:
+    done, chunks, seconds = 0, 0, {}
     for _ in range(rounds):  # uploads that arrive while this runs are picked up by the next round
         pending = list(Document.objects.filter(expert=expert, indexed_at__isnull=True, index_error="").order_by("pk"))
         if not pending:
             break
         for start in range(0, len(pending), batch_size):
             part = pending[start : start + batch_size]
-            chunks += index_documents(expert, part)
+            chunks += index_documents(expert, part, seconds)
             done += len(part)
             reporter.progress((start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
-    return {"documents": done, "chunks": chunks}
+    return {"documents": done, "chunks": chunks, "seconds": {phase: round(s, 2) for phase, s in seconds.items()}}
 
 
-def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = 50) -> dict[str, Any]:
+def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = INDEX_BATCH) -> dict[str, Any]:
     """Index every document of ``expert`` not indexed at its current version (resumable, in batches).
 
     Failed documents are tried again (their error is cleared first). A collection built with
@@ -113,16 +145,21 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
     documents = list(Document.objects.filter(expert=expert).order_by("pk"))
     points: list[PointRecord] = []
     embedded: dict[int, tuple[str, int]] = {}
-    for i, document in enumerate(documents, start=1):
-        try:
-            doc_points = document_points(expert, document)
-        except (ValueError, RuntimeError) as exc:
-            Document.objects.filter(pk=document.pk).update(index_error=f"rebuild stopped here, the previous collection keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
-            raise
-        embedded[document.pk] = (document.content_hash, len(doc_points))
-        points.extend(doc_points)
-        reporter.progress(0.9 * i / max(1, len(documents)), f"embedded {i}/{len(documents)} documents")
+    seconds: dict[str, float] = {}
+    for start in range(0, len(documents), INDEX_BATCH):
+        part = documents[start : start + INDEX_BATCH]
+        batch, errors = _points(expert, part, seconds)
+        if errors:
+            pk, exc = next(iter(errors.items()))
+            Document.objects.filter(pk=pk).update(index_error=f"rebuild stopped here, the previous collection keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
+            raise exc
+        for document in part:
+            embedded[document.pk] = (document.content_hash, len(batch[document.pk]))
+            points.extend(batch[document.pk])
+        reporter.progress(0.9 * (start + len(part)) / max(1, len(documents)), f"embedded {start + len(part)}/{len(documents)} documents")
+    started = time.perf_counter()
     get_store().rebuild(collection_name(expert), get_encoder().dimension, points)
+    _add_seconds(seconds, "write", started)
     _record_model(expert, built=True)
     now = timezone.now()
     stale = 0
@@ -130,9 +167,10 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
         if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, indexed_at=now, index_error=""):
             stale += 1
             Document.objects.filter(pk=pk).update(indexed_at=None)
-    follow_up = _index_pending_documents(expert, reporter, 50) if stale else {"documents": 0}
+    follow_up = _index_pending_documents(expert, reporter, INDEX_BATCH) if stale else {"documents": 0}
     reporter.progress(1.0, f"{len(points)} chunks from {len(embedded)} documents")
-    return {"documents": len(embedded), "chunks": len(points), "updated_after": follow_up["documents"]}
+    return {"documents": len(embedded), "chunks": len(points), "updated_after": follow_up["documents"],
+            "seconds": {phase: round(s, 2) for phase, s in seconds.items()}}
 
 
 def delete_document(document: Document) -> None:

@@ -7,6 +7,7 @@ previous version's chunks keep serving.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,7 @@ class IngestReport:
 
     files: list[dict[str, Any]] = field(default_factory=list)
     indexing: dict[str, Any] = field(default_factory=dict)
+    parse_s: float = 0.0  # reading the files and storing their documents
 
     @property
     def created(self) -> int:
@@ -113,7 +115,7 @@ class IngestReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "files": self.files, "created": self.created, "updated": self.updated, "unchanged": self.unchanged,
-            "failed_files": len(self.failed), "indexing": self.indexing,
+            "failed_files": len(self.failed), "indexing": self.indexing, "parse_s": round(self.parse_s, 2),
         }
 
 
@@ -129,12 +131,12 @@ def ingest_file(expert: Expert, name: str, data: bytes, external_id: str | None 
     outcome["kind"] = parsed.kind
     if parsed.errors:
         outcome["skipped_lines"] = parsed.errors[:50]
-    for doc in parsed.documents:
-        existing_version = Document.objects.filter(expert=expert, external_id=doc.external_id).values_list("version", flat=True).first()
-        document, changed = upsert_document(expert, doc)
-        state = "unchanged" if not changed else ("created" if existing_version is None else "updated")
-        outcome[state] += 1
-        outcome["documents"].append({"id": document.pk, "title": document.title, "version": document.version, "state": state})
+    with transaction.atomic():  # one commit for the file's documents
+        for doc in parsed.documents:
+            document, changed = upsert_document(expert, doc)
+            state = "unchanged" if not changed else ("created" if document.version == 1 else "updated")
+            outcome[state] += 1
+            outcome["documents"].append({"id": document.pk, "title": document.title, "version": document.version, "state": state})
     return outcome
 
 
@@ -147,6 +149,7 @@ def ingest_files(expert: Expert, files: Iterable[tuple[str, bytes | Path]], repo
     reporter = reporter or JobReporter()
     files = list(files)
     report = IngestReport()
+    started = time.perf_counter()
     for i, (name, source) in enumerate(files, start=1):
         data = Path(source).read_bytes() if isinstance(source, Path) else source
         outcome = ingest_file(expert, name, data)
@@ -154,6 +157,7 @@ def ingest_files(expert: Expert, files: Iterable[tuple[str, bytes | Path]], repo
         if outcome.get("error"):
             reporter.log(f"{outcome['file']}: {outcome['error']}")
         reporter.progress(0.3 * i / len(files), f"read {i}/{len(files)} files")
+    report.parse_s = time.perf_counter() - started
     if index and (report.created or report.updated or Document.objects.filter(expert=expert, indexed_at__isnull=True).exists()):
         report.indexing = index_pending(expert, _Scaled(reporter, 0.3, 1.0))
     return report

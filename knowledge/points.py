@@ -6,12 +6,15 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 
 from encoders import get_encoder
+from encoders.batching import MicroBatchingEncoder
 from experts.models import Expert
 
 from .ml import chunking
@@ -64,30 +67,36 @@ def sparse_text(title: str, chunk: str) -> str:
     return f"{title} {chunk}"
 
 
-def document_points(expert: Expert, document: Document) -> list[PointRecord]:
-    """The document's chunks as points. The payload's ``title`` is the chunk's citation title ("Document —
-    Section"), ``document_title`` the document's; ``url`` the page it came from and ``source`` its
-    ``metadata.source`` (where the document came from, when it has no page address)."""
+def documents_points(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None) -> dict[int, list[PointRecord]]:
+    """Each document's chunks as points, the documents embedded together: their chunks in one pass of the
+    encoder, their distinct sentences in another (a document's vectors do not depend on its company).
+
+    The payload's ``title`` is the chunk's citation title ("Document — Section"), ``document_title`` the
+    document's; ``url`` the page it came from and ``source`` its ``metadata.source`` (where the document
+    came from, when it has no page address). ``seconds`` (when given) gains the time spent chunking
+    ("chunk") and embedding ("embed").
+    """
+    started = time.perf_counter()
     size, overlap = chunk_settings(expert)
-    chunks = chunk_document(document.title, document.text, size, overlap)
-    if not chunks:
-        return []
+    chunked = [(document, chunk, title) for document in documents for chunk, title in chunk_document(document.title, document.text, size, overlap)]
+    chunked_at = time.perf_counter()
     encoder = get_encoder()
-    batch_size = settings.EMBEDDING_BATCH_SIZE
-    vectors = encoder.encode([embedding_text(title, c.text) for c, title in chunks], batch_size=batch_size)
-    sentences = _sentence_payloads([c.text for c, _ in chunks], encoder, batch_size)
-    url = document_url(document)
-    source = str((document.metadata or {}).get("source") or "")[:500]
-    points = []
-    for (chunk, title), vector, extra in zip(chunks, vectors, sentences, strict=True):
+    vectors = _encode(encoder, [embedding_text(title, chunk.text) for _, chunk, title in chunked])
+    sentences = _sentence_payloads([chunk.text for _, chunk, _ in chunked], encoder)
+    if seconds is not None:
+        seconds["chunk"] = seconds.get("chunk", 0.0) + chunked_at - started
+        seconds["embed"] = seconds.get("embed", 0.0) + time.perf_counter() - chunked_at
+    points: dict[int, list[PointRecord]] = {document.pk: [] for document in documents}
+    for (document, chunk, title), vector, extra in zip(chunked, vectors, sentences, strict=True):
         indices, values = bm25_vector(sparse_text(title, chunk.text))
-        points.append(
+        points[document.pk].append(
             PointRecord(
                 id=str(uuid.uuid5(POINT_NAMESPACE, f"{document.pk}:{document.content_hash}:{chunk.position}")),
                 dense=vector.tolist(), sparse_indices=indices, sparse_values=values,
                 payload={
                     "expert": expert.slug, "document_id": document.pk, "document_version": document.version,
-                    "title": title, "document_title": document.title, "url": url, "source": source, "position": chunk.position,
+                    "title": title, "document_title": document.title, "url": document_url(document),
+                    "source": str((document.metadata or {}).get("source") or "")[:500], "position": chunk.position,
                     "heading": chunk.heading, "text": chunk.text, **extra,
                 },
             )
@@ -95,8 +104,17 @@ def document_points(expert: Expert, document: Document) -> list[PointRecord]:
     return points
 
 
-def _sentence_payloads(texts: list[str], encoder: Any, batch_size: int) -> list[dict[str, str]]:
-    """Each chunk's sentence vectors for its payload (``INDEX_SENTENCE_VECTORS``), in one encode for the document.
+def _encode(encoder: Any, texts: list[str]) -> np.ndarray:
+    """``texts``' vectors, in calls small enough for the encoder's cache to keep them (``MicroBatchingEncoder.BULK_TEXTS``):
+    the flat expert, a rebuild and serving's answers meet the same chunks and sentences again."""
+    if not texts:
+        return np.zeros((0, encoder.dimension), dtype=np.float32)
+    step = MicroBatchingEncoder.BULK_TEXTS
+    return np.concatenate([encoder.encode(texts[i : i + step], batch_size=settings.EMBEDDING_BATCH_SIZE) for i in range(0, len(texts), step)])
+
+
+def _sentence_payloads(texts: list[str], encoder: Any) -> list[dict[str, str]]:
+    """Each chunk's sentence vectors for its payload (``INDEX_SENTENCE_VECTORS``), each distinct sentence encoded once.
 
     The extractive generator answers from these sentences (``experts.ml.extractive``); with them in
     the payload, serving encodes only the question. Empty dicts when the setting is off.
@@ -106,13 +124,8 @@ def _sentence_payloads(texts: list[str], encoder: Any, batch_size: int) -> list[
     from experts.ml.extractive import split_sentences
 
     split = [split_sentences(text) for text in texts]
-    flat = [sentence for sentences in split for sentence in sentences]
-    if not flat:
-        return [{} for _ in texts]
-    vectors = encoder.encode(flat, batch_size=batch_size)
-    payloads, offset = [], 0
-    for sentences in split:
-        block = vectors[offset : offset + len(sentences)]
-        offset += len(sentences)
-        payloads.append({"sentence_model": encoder.name, "sentence_vectors": pack_vectors(block)} if sentences else {})
-    return payloads
+    distinct = list(dict.fromkeys(sentence for sentences in split for sentence in sentences))  # overlapping chunks share sentences
+    row = {sentence: i for i, sentence in enumerate(distinct)}
+    vectors = _encode(encoder, distinct)
+    return [{"sentence_model": encoder.name, "sentence_vectors": pack_vectors(vectors[[row[s] for s in sentences]])} if sentences else {}
+            for sentences in split]

@@ -43,6 +43,7 @@ def test_it_reports_the_documents_and_passages_it_indexed(folder, tmp_path):
     assert report["chunks"] == indexed == get_store().count(collection_name(Document.objects.first().expert))
     assert indexed > 3  # the long file was cut into several passages
     assert report["passages_per_s"] == report["chunks_per_s"] > report["documents_per_s"] > 0
+    assert set(report["phases_s"]) == {"parse", "chunk", "embed", "write"}
 
 
 def test_called_from_code_it_refuses_to_touch_the_callers_database_without_in_place(folder):

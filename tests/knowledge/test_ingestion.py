@@ -198,23 +198,24 @@ def test_delete_and_drop_are_idempotent(kb, dmv):
     assert kb.count(collection_name(dmv)) == 1
 
 
-def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, monkeypatch):
+def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, monkeypatch, encoder_stub):
     ingest.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
     before = kb.count(collection_name(dmv))
-    real = indexing.document_points
+    real = encoder_stub.encode
 
-    def fail_on_b(expert, document):
-        if document.external_id == "b.txt":
+    def fail_on_b(texts, batch_size=64):
+        if any("registration" in t for t in texts):
             raise RuntimeError("encoder crashed")
-        return real(expert, document)
+        return real(texts, batch_size)
 
-    monkeypatch.setattr(indexing, "document_points", fail_on_b)
+    monkeypatch.setattr(encoder_stub, "encode", fail_on_b)
     with pytest.raises(RuntimeError, match="encoder crashed"):
         indexing.rebuild_index(dmv)
 
     assert kb.count(collection_name(dmv)) == before
     assert "the previous collection keeps serving" in Document.objects.get(external_id="b.txt").index_error
     assert Document.objects.get(external_id="b.txt").indexed_at is not None  # its indexed version still serves
+    assert Document.objects.get(external_id="a.txt").index_error == ""
 
 
 def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, dmv, settings, encoder_stub):
