@@ -3,7 +3,9 @@
 Beside SQuAD token F1 and ROUGE-L against a reference answer: ``recall`` (the share of the reference's
 content words the answer holds: what F1 hides when a one-sentence answer leaves out what the question
 needed), ``words`` (its length), ``junk_rate`` (answers that are link lists, menus, tag clouds or
-run-together titles, ``experts.ml.answer_metrics.is_junk``), ``abstained`` (answered "not found" or "no
+run-together titles, ``experts.ml.answer_metrics.is_junk``), ``two_answers`` (answers made of two experts'
+parts), ``clarified`` (asked which expert first; with a question file's kinds, ``clarify_precision`` and
+``clarify_recall`` against its "ambiguous" kind), ``abstained`` (answered "not found" or "no
 expert covers this"), ``citation_precision`` (cited passages from a gold-relevant document, where qrels
 exist) and the latency the chat path measured. Pure apart from the ``ChatResult`` it reads.
 """
@@ -38,6 +40,8 @@ class Scored:
     total_ms: float = 0.0
     retrieve_ms: float = 0.0
     answer_source: str = ""
+    clarified: bool = False  # the product asked which expert the question meant first (``workspace.ask`` replied)
+    experts_answering: int = 1  # how many experts' parts make up the answer
 
     @property
     def abstained(self) -> bool:
@@ -77,6 +81,7 @@ def scored(result: Any, question: dict[str, Any], external_ids: dict[int, str], 
         cited_documents=docs(result.citations),
         documents=docs(result.passages), relevant=relevant or set(), total_ms=result.timings.get("total_ms", 0.0),
         retrieve_ms=result.timings.get("retrieve_ms", 0.0), answer_source=result.answer_source,
+        clarified=bool(result.choice), experts_answering=len(result.experts_answering),
     )
 
 
@@ -97,6 +102,9 @@ def summarise(rows: list[Scored]) -> dict[str, Any]:
         "rouge_l": _mean([rouge_l(r.text, r.reference or "") for r in referenced]),
         "recall": _mean(recalls),
         "words": round(float(statistics.median([word_count(r.text) for r in answered])), 1) if answered else None,
+        "mean_words": _mean([word_count(r.text) for r in answered]),
+        "two_answers": _mean([float(r.experts_answering > 1) for r in rows]),  # answers made of two experts' parts
+        "clarified": _mean([float(r.clarified) for r in rows]),  # questions asked back first
         "junk_rate": _mean([float(is_junk(r.text)) for r in answered]),
         "abstained": _mean([float(r.abstained) for r in rows]),
         "citation_precision": _mean(precisions),
@@ -111,6 +119,10 @@ def summarise(rows: list[Scored]) -> dict[str, Any]:
         kinds = sorted({r.kind for r in with_facts if r.kind})
         if kinds:
             out["fully_answered_by_kind"] = {k: _mean([float(r.fully_answered) for r in with_facts if r.kind == k]) for k in kinds}
+            out["two_answers_by_kind"] = {k: _mean([float(r.experts_answering > 1) for r in with_facts if r.kind == k]) for k in kinds}
+            # Asked back on the "ambiguous" kind (recall), and of the questions asked back, the share that were (precision; None: none asked).
+            out["clarify_precision"] = _mean([float(r.kind == "ambiguous") for r in with_facts if r.clarified])
+            out["clarify_recall"] = _mean([float(r.clarified) for r in with_facts if r.kind == "ambiguous"])
     return out
 
 

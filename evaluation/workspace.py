@@ -153,11 +153,20 @@ def load(dataset: Dataset, label: str = "domain", flat: bool = False, say: Say =
 def ask(question: dict[str, Any], model: str) -> Any:
     """``question`` through serving's chat path (``serving.chat.answer``) as ``model``, with its conversation's earlier user turns.
 
-    Returns the ``ChatResult`` a ``POST /v1/chat/completions`` would have answered from.
+    Returns the ``ChatResult`` a ``POST /v1/chat/completions`` would have answered from. Where the answer asks which
+    expert the question means, the user replies with the one they meant (the row's first ``choices``, else its
+    ``domain``; else the first offered) and the answer to that reply is returned (its ``choice`` is set).
     """
     from serving.chat import answer
 
-    return answer(question["text"], model=model, history=history(question))
+    earlier = history(question)
+    result = answer(question["text"], model=model, history=earlier)
+    if result.clarify:
+        meant = {*(question.get("choices") or [])[:1]} or {question.get("domain")}
+        reply = next((c for c in result.clarify if c["slug"] in meant or c["name"] in meant), result.clarify[0])
+        asked = [*earlier, {"role": "user", "content": question["text"]}, {"role": "assistant", "content": result.answer}]
+        result = answer(reply["name"], model=model, history=asked)
+    return result
 
 
 # --- the throw-away workspace ----------------------------------------------------------------
