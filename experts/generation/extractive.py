@@ -70,7 +70,7 @@ def _embedder(request: GenerationRequest, encoder: Any) -> Callable[[list[str]],
 
 
 class ExtractiveGenerator:
-    """Assembles the answer from the passages' best sentences (see ``experts.ml.extractive``)."""
+    """Assembles the answer from the passages' best sentences (see ``experts.ml.extractive``), at most ``max_tokens`` words."""
 
     name = "extractive"
 
@@ -78,7 +78,7 @@ class ExtractiveGenerator:
         encoder = get_encoder()
         return extractive_answer(
             request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=ANSWER_WORDS, max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=min(ANSWER_WORDS, request.max_tokens or ANSWER_WORDS), max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name),
         )
 
