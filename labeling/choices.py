@@ -12,6 +12,7 @@ class ProposalStatus(models.TextChoices):
 class RunStatus(models.TextChoices):
     DRAFT = "draft", "In review"
     PROMOTED = "promoted", "Promoted"
+    DISCARDED = "discarded", "Discarded"
 
 
 class ReviewActionKind(models.TextChoices):
@@ -25,6 +26,7 @@ class ReviewActionKind(models.TextChoices):
     ALIGN = "align", "Align with known labels"
     PROMOTE = "promote", "Promote to expert"
     FINISH = "finish", "Finish review"
+    DISCARD_RUN = "discard_run", "Discard the run"
 
 
 # Undo walks back the latest action only; promotion and scripted alignment are not undone, and nothing before them is.

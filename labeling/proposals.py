@@ -54,6 +54,8 @@ def _lock(run: ClusteringRun) -> ClusteringRun:
     locked = ClusteringRun.objects.select_for_update().get(pk=run.pk)
     if locked.status == RunStatus.PROMOTED:
         raise ReviewError("this run has been promoted; start a new clustering run to change it")
+    if locked.status == RunStatus.DISCARDED:
+        raise ReviewError("this run was discarded; start a new clustering run")
     return locked
 
 

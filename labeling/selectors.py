@@ -165,8 +165,8 @@ class RunReview:
 
 
 def runs(user: Any) -> QuerySet[ClusteringRun]:
-    """The clustering runs ``user`` may see (``access.visible_runs``), newest first, with how many proposals are open."""
-    return visible_runs(user).select_related("team").annotate(
+    """The clustering runs ``user`` may see (``access.visible_runs``) but the discarded ones, newest first, with how many proposals are open."""
+    return visible_runs(user).exclude(status=RunStatus.DISCARDED).select_related("team").annotate(
         open_count=Count("proposals", filter=Q(proposals__status__in=OPEN_STATUSES)),
         promoted_count=Count("proposals", filter=Q(proposals__status=ProposalStatus.PROMOTED)),
     ).order_by("-created_at", "-pk")

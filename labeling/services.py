@@ -16,6 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 
@@ -27,13 +28,13 @@ from sbcommon import uploads
 from sbcommon.hashing import text_hash
 from sbcommon.uploads import UploadRejected, check_size
 
-from .access import team_for_new_work
-from .choices import ProposalStatus
+from .access import can_review, team_for_new_work
+from .choices import ProposalStatus, ReviewActionKind, RunStatus
 from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format, iter_rows, sniff
 from .ml.dbscan import SparseDBSCAN
 from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
-from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewDecision
+from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
 from .selectors import chunks, load_embeddings, promoted_run_of, team_queries
 
@@ -315,7 +316,7 @@ def cluster_queries(
     if team is not None:
         key.append(f"team:{team.pk}")  # appended only when set, as above; another team's run is never returned
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
-    existing = ClusteringRun.objects.filter(fingerprint=fingerprint).first()
+    existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:
         return existing
     x = load_embeddings(ids, model)
@@ -368,7 +369,7 @@ def run_from_labels(source: str = "", team: Any = None) -> ClusteringRun:
     ids = [pk for pk, _, _ in rows]
     key = [source, "labels", embedding_space(), len(ids), ids[-1], f"team:{team.pk}" if team is not None else ""]
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
-    existing = ClusteringRun.objects.filter(fingerprint=fingerprint).first()
+    existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:
         return existing
     x = load_embeddings(ids, embedding_space())
@@ -416,6 +417,37 @@ def enqueue_discovery(
     key = "discover:" + hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     title = f"Discover experts in {source or 'all queries'}" + (f" of {team.name}" if team is not None else "")
     return enqueue_once("discover", key, title, tasks.discover, params, user)
+
+
+@transaction.atomic
+def discard_run(run: ClusteringRun, user: Any = None) -> ClusteringRun:
+    """Set aside a run nobody will finish: it leaves the runs list, takes no more review actions and trains nothing.
+
+    Recorded as a review action (who, when). Its queries, proposals and actions are kept; the same
+    discovery started again makes a new run instead of returning this one.
+
+    Args:
+        run: a run in review.
+        user: who discards it; ``None`` (a script) may discard any run.
+
+    Raises:
+        PermissionDenied: ``user`` is neither staff nor a member of the run's team.
+        ReviewError: the run is promoted (its experts exist and the router learns from it) or already discarded.
+    """
+    if user is not None and not can_review(user, run):
+        raise PermissionDenied("Only the run's team and staff may discard it.")
+    locked = ClusteringRun.objects.select_for_update().get(pk=run.pk)
+    if locked.status == RunStatus.PROMOTED:
+        raise ReviewError("this run has been promoted: its experts exist and the router learns from it, so it cannot be discarded")
+    if locked.status == RunStatus.DISCARDED:
+        raise ReviewError("this run is already discarded")
+    run.status = RunStatus.DISCARDED
+    run.save(update_fields=["status"])
+    ReviewAction.objects.create(
+        run=run, user=user if getattr(user, "is_authenticated", False) else None, action=ReviewActionKind.DISCARD_RUN,
+        summary=f"Discarded the run ({run.proposals.filter(status=ProposalStatus.PROPOSED).count()} proposals left in review)",
+    )
+    return run
 
 
 # --- the review queue (served questions labelled by a reviewer) -----------------------------------

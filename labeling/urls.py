@@ -19,6 +19,7 @@ urlpatterns = [
     path("runs/<int:pk>/attach-noise/", views.AttachNoiseView.as_view(), name="labeling-attach-noise"),
     path("runs/<int:pk>/undo/", views.UndoView.as_view(), name="labeling-undo"),
     path("runs/<int:pk>/finish/", views.FinishView.as_view(), name="labeling-finish"),
+    path("runs/<int:pk>/discard/", views.DiscardRunView.as_view(), name="labeling-discard-run"),
     path("proposals/<int:pk>/queries/", views.ProposalQueriesView.as_view(), name="labeling-proposal-queries"),
     path("proposals/<int:pk>/rename/", views.RenameView.as_view(), name="labeling-rename"),
     path("proposals/<int:pk>/split/", views.SplitView.as_view(), name="labeling-split"),

@@ -32,7 +32,7 @@ from sbcommon.uploads import declared_over_limit
 from . import access, forms, selectors, services
 from . import proposals as edits
 from .access import TeamNeeded
-from .choices import ProposalStatus
+from .choices import ProposalStatus, RunStatus
 from .models import ClusteringRun, Proposal
 
 # Room for the multipart boundaries and the other fields on top of the file itself.
@@ -151,7 +151,7 @@ def _review_context(request: HttpRequest, run: ClusteringRun, error: str = "", n
     return {
         "run": run, "review": review, "error": error, "notice": notice,
         "editable": review.editable_proposals, "groups": Group.objects.order_by("name"),
-        "attach_form": forms.AttachNoiseForm(), "draft": run.status != "promoted",
+        "attach_form": forms.AttachNoiseForm(), "draft": run.status == RunStatus.DRAFT,
     }
 
 
@@ -173,7 +173,7 @@ class UnassignedView(LoginRequiredMixin, View):
         proposals = list(run.proposals.filter(status=ProposalStatus.PROPOSED))
         return render(request, "labeling/partials/unassigned.html", {
             "run": run, "page": page, "queries": selectors.with_nearest(run, page.object_list, proposals),
-            "editable": selectors.editable_proposals(run), "draft": run.status != "promoted",
+            "editable": selectors.editable_proposals(run), "draft": run.status == RunStatus.DRAFT,
         })
 
 
@@ -186,7 +186,7 @@ class ProposalQueriesView(LoginRequiredMixin, View):
         return render(request, "labeling/partials/proposal_queries.html", {
             "proposal": proposal, "run": proposal.run, "page": page,
             "editable": [p for p in selectors.editable_proposals(proposal.run) if p.pk != proposal.pk],
-            "can_move": proposal.status == ProposalStatus.PROPOSED and proposal.run.status != "promoted",
+            "can_move": proposal.status == ProposalStatus.PROPOSED and proposal.run.status == RunStatus.DRAFT,
         })
 
 
@@ -318,6 +318,23 @@ class FinishView(ReviewActionView):
             raise PermissionDenied("Only staff users may finish a review (it promotes every open proposal).")
         experts = edits.promote_run(run, user=request.user)
         return f"Review finished: {len(experts)} experts; the router trains on this run from now on."
+
+
+class DiscardRunView(LoginRequiredMixin, View):
+    """POST: discard a run in review (the confirmation box ticked), then the runs list; a promoted run stays, with the reason."""
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        run = access.get_run_or_404(request.user, pk)
+        if request.POST.get("confirm") != "yes":
+            messages.error(request, "Tick the box to confirm that the run is to be discarded.")
+            return redirect("labeling-run", run.pk)
+        try:
+            services.discard_run(run, user=request.user)
+        except edits.ReviewError as exc:
+            messages.error(request, forms.sentence(str(exc)))
+            return redirect("labeling-run", run.pk)
+        messages.success(request, f"Discarded clustering #{run.pk}: it no longer appears among the runs.")
+        return redirect("labeling-runs")
 
 
 # --- grounded training examples (a button on the expert's training data page) ---------------------

@@ -245,6 +245,7 @@ ROWS: dict[str, Row] = {
     "labeling-attach-noise": Row(fill=b_run, names_b=True, bodies=lambda w: [Ask("attaches noise", {"max_distance": 1.0})]),
     "labeling-undo": Row(fill=b_run, names_b=True),
     "labeling-finish": Row(fill=b_run, names_b=True),
+    "labeling-discard-run": Row(fill=b_run, names_b=True, bodies=lambda w: [Ask("discards B's run", {"confirm": "yes"})]),
     "labeling-proposal-queries": Row(fill=and_a_own(b_proposal, a_proposals), names_b=True, opens=("bob", "sam")),
     "labeling-rename": Row(fill=and_a_own(b_proposal, a_proposals), names_b=True, bodies=lambda w: [Ask("renames it", {"name": "Renamed by A"})]),
     "labeling-split": Row(fill=b_proposal, names_b=True, bodies=lambda w: [Ask("splits it", {"k": 2})]),
