@@ -23,7 +23,9 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from experts.access import is_staff, signed_in, user_teams
+from experts.access import can_edit, is_staff, signed_in, user_teams
+from experts.models import Expert
+from experts.services import slug_for
 
 from .models import ClusteringRun, Proposal
 
@@ -112,3 +114,30 @@ def team_for_new_work(user: Any, team: Group | None = None) -> Group | None:
     if team.pk not in {t.pk for t in mine}:
         raise PermissionDenied(f"You are not in {team.name}: import queries and start runs for your own teams only.")
     return team
+
+
+def promotion_team(user: Any, proposal: Proposal, name: str, team: Group | None) -> Group | None:
+    """The team the expert promoted from ``proposal`` as ``name`` belongs to, once ``user`` may promote it there.
+
+    A team's run promotes into that team; a staff-only run into ``team``. Staff promote anything; a
+    member promotes into their own team, never over an expert they may not change (promoting reuses
+    the expert that has the name's slug).
+
+    Raises:
+        PermissionDenied: the member may not promote there, or an expert of that name is another team's.
+    """
+    team = proposal.run.team if proposal.run.team_id is not None else team
+    if user.is_staff:
+        return team
+    if team is None or not user.groups.filter(pk=team.pk).exists():  # a member only ever sees their team's runs: defence in depth
+        raise PermissionDenied("Promote to one of your teams; only staff create experts without a team or for other teams.")
+    existing = proposal.expert or Expert.objects.filter(slug=slug_for(" ".join(name.split()))).first()
+    if existing is not None and not can_edit(user, existing):
+        raise PermissionDenied(f"An expert named {existing.name} exists and belongs to another team.")
+    return team
+
+
+def check_finish(user: Any) -> None:
+    """Finishing a review promotes every open proposal as an expert in one step: a staff decision (PermissionDenied otherwise)."""
+    if not is_staff(user):
+        raise PermissionDenied("Only staff users may finish a review (it promotes every open proposal).")

@@ -42,6 +42,10 @@ class ReviewError(ValueError):
     """A review action that cannot be done, with a message for the reviewer."""
 
 
+class ReviewConflict(ReviewError):
+    """A review action the run's or proposal's state forbids now (promoted, merged, nothing left): a 409 in the API."""
+
+
 def _record(run: ClusteringRun, action: str, user: Any, summary: str, details: dict[str, Any] | None = None, undo: dict[str, Any] | None = None) -> ReviewAction:
     return ReviewAction.objects.create(
         run=run, user=user if getattr(user, "is_authenticated", False) else None, action=action, summary=summary[:255],
@@ -53,17 +57,17 @@ def _lock(run: ClusteringRun) -> ClusteringRun:
     """The run's row, locked for this transaction: reviewers acting at once queue instead of interleaving."""
     locked = ClusteringRun.objects.select_for_update().get(pk=run.pk)
     if locked.status == RunStatus.PROMOTED:
-        raise ReviewError("this run has been promoted; start a new clustering run to change it")
+        raise ReviewConflict("this run has been promoted; start a new clustering run to change it")
     if locked.status == RunStatus.DISCARDED:
-        raise ReviewError("this run was discarded; start a new clustering run")
+        raise ReviewConflict("this run was discarded; start a new clustering run")
     return locked
 
 
 def _editable(proposal: Proposal) -> None:
     if proposal.status == ProposalStatus.PROMOTED:
-        raise ReviewError(f"'{proposal.name}' is promoted to an expert and can no longer change")
+        raise ReviewConflict(f"'{proposal.name}' is promoted to an expert and can no longer change")
     if proposal.status != ProposalStatus.PROPOSED:
-        raise ReviewError(f"'{proposal.name}' is {proposal.get_status_display().lower()}")
+        raise ReviewConflict(f"'{proposal.name}' is {proposal.get_status_display().lower()}")
 
 
 def _refresh(proposal: Proposal) -> None:
@@ -148,6 +152,30 @@ def merge_proposals(target: Proposal, others: list[Proposal], user: Any = None) 
     _record(target.run, ReviewActionKind.MERGE, user, f"Merged {', '.join(repr(n) for n in names)} into '{target.name}'",
             {"target": target.pk, "merged": [o.pk for o in others], "names": names}, {"target": target.pk, "others": undo})
     return target
+
+
+def merge_chosen(run: ClusteringRun, ids: Iterable[int], target_id: int | None = None, user: Any = None) -> tuple[Proposal, int]:
+    """Merge the run's proposals ``ids`` into ``target_id`` (default: the largest of them); returns the target and how many merged.
+
+    Raises:
+        ReviewError: fewer than two of the run's proposals chosen, or one cannot change.
+    """
+    chosen = list(run.proposals.filter(pk__in={*ids, *([target_id] if target_id else [])}))
+    if len(chosen) < 2:
+        raise ReviewError("choose at least two proposals of this run to merge")
+    target = next((p for p in chosen if p.pk == target_id), None) or max(chosen, key=lambda p: (p.size, -p.index))
+    merge_proposals(target, [p for p in chosen if p.pk != target.pk], user=user)
+    return target, len(chosen)
+
+
+def proposal_of(run: ClusteringRun, pk: int | None) -> Proposal | None:
+    """The run's proposal ``pk`` (``None`` for none: unassigned); ReviewError when the run has no such proposal."""
+    if pk is None:
+        return None
+    proposal = run.proposals.filter(pk=pk).first()
+    if proposal is None:
+        raise ReviewError(f"this run has no proposal {pk}")
+    return proposal
 
 
 @transaction.atomic
@@ -237,7 +265,7 @@ def move_queries(run: ClusteringRun, query_ids: list[int], target: Proposal | No
     if not rows:
         raise ReviewError("choose at least one query to move")
     if any(status == ProposalStatus.PROMOTED for _, _, status in rows):
-        raise ReviewError("queries of a promoted proposal can no longer move")
+        raise ReviewConflict("queries of a promoted proposal can no longer move")
     previous = _reassign(run, [(pk, pid) for pk, pid, _ in rows], target)
     count = sum(len(v) for v in previous.values())
     where = f"'{target.name}'" if target else "unassigned"
@@ -252,7 +280,7 @@ def detach_noise(run: ClusteringRun, user: Any = None) -> int:
     run = _lock(run)
     rows = list(Assignment.objects.filter(run=run, topic=-1, proposal__status=ProposalStatus.PROPOSED).values_list("pk", "proposal_id"))
     if not rows:
-        raise ReviewError("no noise query sits in an open proposal")
+        raise ReviewConflict("no noise query sits in an open proposal")
     previous = _reassign(run, rows, None)
     count = sum(len(v) for v in previous.values())
     _record(run, ReviewActionKind.DETACH_NOISE, user, f"Detached {count} noise queries from their proposals", {"count": count}, {"previous": previous})
@@ -269,10 +297,10 @@ def attach_noise(run: ClusteringRun, max_distance: float, user: Any = None) -> i
     ensure_proposal_stats(run)
     proposals = [p for p in run.proposals.filter(status=ProposalStatus.PROPOSED).order_by("index") if p.centroid is not None]
     if not proposals:
-        raise ReviewError("there is no open proposal to attach queries to")
+        raise ReviewConflict("there is no open proposal to attach queries to")
     rows = list(Assignment.objects.filter(run=run, proposal__isnull=True).order_by("query_id").values_list("pk", "query_id"))
     if not rows:
-        raise ReviewError("no query is unassigned")
+        raise ReviewConflict("no query is unassigned")
     centroids = np.stack([centroid_of(p) for p in proposals])
     previous: dict[str, list[int]] = defaultdict(list)
     chosen: dict[int, list[int]] = defaultdict(list)
@@ -317,8 +345,8 @@ def undo_last(run: ClusteringRun, user: Any = None) -> ReviewAction:
     if action is None:
         latest = run.actions.filter(undone=False).first()
         if latest is None:
-            raise ReviewError("there is nothing to undo")
-        raise ReviewError(f"'{latest.summary}' cannot be undone, nor anything before it")
+            raise ReviewConflict("there is nothing to undo")
+        raise ReviewConflict(f"'{latest.summary}' cannot be undone, nor anything before it")
     state = action.undo_state
     if action.action == ReviewActionKind.RENAME:
         Proposal.objects.filter(pk=state["proposal"]).update(name=state["old"])
@@ -461,7 +489,7 @@ def promote_run(run: ClusteringRun, user: Any = None) -> list[Any]:
     """Turn every reviewed proposal into an expert of the run's team (if it has one) and mark the run promoted (idempotent)."""
     experts = []
     if not run.proposals.filter(status__in=OPEN_STATUSES).exists():
-        raise ReviewError("no proposal is left to promote; undo a discard, or start a new clustering run")
+        raise ReviewConflict("no proposal is left to promote; undo a discard, or start a new clustering run")
     for proposal in run.proposals.filter(status__in=OPEN_STATUSES).select_related("expert").order_by("index"):
         if proposal.status == ProposalStatus.PROMOTED and proposal.expert is not None:
             experts.append(proposal.expert)  # promoted by hand: keep the name, description and team chosen then

@@ -16,16 +16,14 @@ from django.contrib import messages
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
-from experts.access import can_edit, get_expert_or_404
-from experts.models import Expert
-from experts.services import slug_for
+from experts.access import get_expert_or_404
 from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
 from sbcommon.uploads import declared_over_limit
 
@@ -250,25 +248,12 @@ class SplitView(ReviewActionView):
         return f"Split '{proposal.name}' into {len(children)} proposals."
 
 
-def _check_promotion(user: Any, proposal: Proposal, name: str, team: Group | None) -> None:
-    """Staff promote anything; a member of the run's team promotes into that team, and never over an
-    expert they may not change (promoting reuses the expert that has the name's slug)."""
-    if user.is_staff:
-        return
-    if team is None or not user.groups.filter(pk=team.pk).exists():  # a member only ever sees their team's runs: defence in depth
-        raise PermissionDenied("Promote to one of your teams; only staff create experts without a team or for other teams.")
-    existing = proposal.expert or Expert.objects.filter(slug=slug_for(" ".join(name.split()))).first()
-    if existing is not None and not can_edit(user, existing):
-        raise PermissionDenied(f"An expert named {existing.name} exists and belongs to another team.")
-
-
 class PromoteView(ReviewActionView):
     proposal_action = True
 
     def act(self, request, run, proposal):
         data = _valid(forms.PromoteForm(proposal, request.POST))
-        team = run.team if run.team_id is not None else data["team"]  # a team's run promotes into that team
-        _check_promotion(request.user, proposal, data["name"], team)
+        team = access.promotion_team(request.user, proposal, data["name"], data.get("team"))
         expert = edits.promote_proposal(
             proposal, data["name"], data["description"], team=team, seed_queries=data["seed_queries"], user=request.user,
         )
@@ -278,16 +263,14 @@ class PromoteView(ReviewActionView):
 class MergeView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.MergeForm(run, request.POST))
-        chosen = list(run.proposals.filter(pk__in=data["all"]))
-        target = next((p for p in chosen if p.pk == data["target"]), None) or max(chosen, key=lambda p: (p.size, -p.index))
-        edits.merge_proposals(target, [p for p in chosen if p.pk != target.pk], user=request.user)
-        return f"Merged {len(chosen)} proposals into '{target.name}'."
+        target, count = edits.merge_chosen(run, data["all"], data["target"], user=request.user)
+        return f"Merged {count} proposals into '{target.name}'."
 
 
 class MoveView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.MoveForm(run, request.POST))
-        target = None if data["target"] == "none" else get_object_or_404(Proposal, pk=int(data["target"]), run=run)
+        target = edits.proposal_of(run, None if data["target"] == "none" else int(data["target"]))
         count = edits.move_queries(run, data["queries"], target, user=request.user)
         return f"Moved {count} {'query' if count == 1 else 'queries'} to {target.name if target else 'unassigned'}."
 
@@ -313,9 +296,7 @@ class UndoView(ReviewActionView):
 
 class FinishView(ReviewActionView):
     def act(self, request, run, proposal):
-        if not request.user.is_staff:
-            # Finishing promotes every open proposal as a teamless expert: a staff decision.
-            raise PermissionDenied("Only staff users may finish a review (it promotes every open proposal).")
+        access.check_finish(request.user)
         experts = edits.promote_run(run, user=request.user)
         return f"Review finished: {len(experts)} experts; the router trains on this run from now on."
 

@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from encoders import embedding_space
+from experts.access import is_staff
 from experts.selectors import active_experts
-from jobs.services import JobFailed, JobReporter
+from jobs.models import Job
+from jobs.services import JobFailed, JobReporter, enqueue_once
 from labeling import selectors as labeling_selectors
 from labeling.services import embed_missing, encode_texts, load_embeddings
 
@@ -369,6 +372,23 @@ def _save_version(result: Any, experts: list[str], fingerprint: str, params: dic
             n_train=n_train, n_val=n_val, router_version=version,
         )
     return version
+
+
+# Shared with every other router training (the demo's too): a second request while one runs opens the running job.
+TRAIN_JOB_KEY = "train_router"
+
+
+def enqueue_training(params: dict[str, Any], user: Any) -> Job:
+    """Enqueue a router training with ``params`` (``routing.forms.TrainRouterForm``'s, ``activation`` among them) for a staff ``user``.
+
+    Raises:
+        PermissionDenied: ``user`` is not staff (a router serves every team).
+    """
+    from . import tasks  # tasks import this module
+
+    if not is_staff(user):
+        raise PermissionDenied("Only staff users may train the router.")
+    return enqueue_once("train_router", TRAIN_JOB_KEY, "Train router", tasks.train_router, params, user=user)
 
 
 @transaction.atomic

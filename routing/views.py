@@ -18,10 +18,9 @@ from encoders import embedding_space, model_name
 from experts import selectors as expert_selectors
 from experts.redaction import hidden_slugs, redactor_for
 from jobs.models import Job
-from jobs.services import enqueue_once
 from sbcommon.console import LoginRequiredMixin
 
-from . import selectors, services, tasks
+from . import selectors, services
 from .forms import TrainRouterForm
 from .models import TrainingRun
 
@@ -253,9 +252,6 @@ class TrainingListView(LoginRequiredMixin, TemplateView):
         return {**super().get_context_data(**kwargs), **_training_list_context()}
 
 
-TRAIN_JOB_KEY = "train_router"
-
-
 class TrainRouterView(LoginRequiredMixin, View):
     """POST (staff): start a router training with the form's parameters, then its job page.
 
@@ -269,8 +265,7 @@ class TrainRouterView(LoginRequiredMixin, View):
         form = TrainRouterForm(request.POST)
         if not form.is_valid():
             return render(request, TrainingListView.template_name, _training_list_context(form), status=400)
-        job = enqueue_once("train_router", TRAIN_JOB_KEY, "Train router", tasks.train_router, form.params(), user=request.user)
-        return redirect("console-job", job.pk)
+        return redirect("console-job", services.enqueue_training(form.params(), request.user).pk)
 
 
 class TrainingCompareView(LoginRequiredMixin, View):

@@ -7,7 +7,17 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
+from experts.access import editable_slugs, visible_experts
+
+from . import selectors
 from .choices import Design, ExperimentKind, Metric, Unit
+
+
+def experiment_form(user: Any, data: Any = None) -> ExperimentForm:
+    """The new-experiment form offering the experts ``user`` may change (and the router's versions to staff)."""
+    editable = visible_experts(user).filter(slug__in=editable_slugs(user))
+    experts, router = selectors.experiment_choices(editable, include_router=user.is_staff)
+    return ExperimentForm(data, experts=experts, router_versions=router)
 
 
 class ExperimentForm(forms.Form):

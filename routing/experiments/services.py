@@ -372,3 +372,28 @@ def experiment_experts(experiment: Experiment) -> list[str]:
     for experts in RouterVersion.objects.filter(version__in=[experiment.control_version, experiment.treatment_version]).values_list("experts", flat=True):
         slugs.update(s for s in (experts if isinstance(experts, list) else []) if isinstance(s, str))
     return sorted(slugs)
+
+
+def create_for(user: Any, data: dict[str, Any]) -> Experiment:
+    """Create the draft ``forms.experiment_form`` validated for ``user``.
+
+    Raises:
+        Http404: an expert ``user`` may not change. PermissionDenied: a router experiment by a non-staff user.
+        ExperimentError: what ``create_experiment`` refuses.
+    """
+    from django.core.exceptions import PermissionDenied
+
+    from experts.access import get_expert_or_404
+
+    expert = None
+    if data["kind"] == ExperimentKind.EXPERT:
+        expert = get_expert_or_404(user, data["expert"], edit=True)  # offered only if editable: a forged slug is a 404
+    elif not user.is_staff:
+        raise PermissionDenied("Only staff users may run router experiments.")
+    fields = ("name", "control_version", "treatment_version", "split", "unit", "primary_metric", "design", "baseline", "min_effect", "alpha", "power")
+    return create_experiment(kind=data["kind"], expert=expert, user=user, **{key: data[key] for key in fields})
+
+
+# What a person may do to an experiment, by the name the console's buttons and the API's URLs use.
+ACTIONS = {"start": start, "pause": pause, "stop": stop, "rollback": rollback, "promote": promote,
+           "keep_control": lambda e: promote(e, force_arm="control"), "delete": delete_draft}
