@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import Group
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from sbcommon.api import ApiError
 
 from .. import services
+from ..models import ClusteringRun, Proposal, ReviewAction
 
 
 class QueryImportSerializer(serializers.Serializer):
@@ -33,10 +35,99 @@ class QueryImportSerializer(serializers.Serializer):
         return upload
 
 
-class ImportAcceptedSerializer(serializers.Serializer):
-    """The import job that was enqueued (or the active one for the same file)."""
+# --- discovery runs, proposals and their review ----------------------------------------------------
 
-    job = serializers.IntegerField()
-    status = serializers.CharField()
-    status_url = serializers.CharField()
-    console_url = serializers.CharField()
+def _team_field(help_text: str) -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True, default=None, help_text=help_text)
+
+
+class StartRunSerializer(serializers.Serializer):
+    """A new clustering run of a team's queries; empty parameters are chosen from the data (as on the console's form)."""
+
+    team = _team_field("The team (by name) whose queries are clustered. Default: the caller's only team; staff may leave it out for staff-only queries.")
+    source = serializers.CharField(max_length=128, required=False, allow_blank=True, default="", help_text="One of the team's sources; empty: all of them.")
+    eps = serializers.FloatField(min_value=0.01, max_value=1.0, required=False, allow_null=True, default=None, help_text="DBSCAN radius in cosine distance; null: read from the data.")
+    min_samples = serializers.IntegerField(min_value=2, max_value=200, default=5, help_text="Queries within eps for a topic's core.")
+    n_experts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None,
+                                         help_text="How many experts (departments) to group the topics into; null: suggested from the data.")
+
+
+class ProposalSerializer(serializers.ModelSerializer):
+    expert = serializers.SlugRelatedField(slug_field="slug", read_only=True, help_text="The expert it was promoted to.")
+
+    class Meta:
+        model = Proposal
+        fields = ["id", "run", "index", "name", "status", "size", "cohesion", "keywords", "representatives", "merged_into", "seed_queries", "expert"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ClusteringRun
+        fields = ["id", "status", "team", "source", "model", "eps", "min_samples", "n_experts", "n_queries", "n_topics", "noise_share", "created_at"]
+
+
+class ActionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ReviewAction
+        fields = ["id", "action", "summary", "created_at", "undone"]
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its proposals (every status), how many queries no proposal holds, and its latest review actions."""
+
+    proposals = ProposalSerializer(many=True, read_only=True)
+    unassigned = serializers.SerializerMethodField()
+    actions = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "unassigned", "proposals", "actions"]
+
+    def get_unassigned(self, run: ClusteringRun) -> int:
+        return run.assignments.filter(proposal__isnull=True).count()
+
+    @extend_schema_field(ActionSerializer(many=True))
+    def get_actions(self, run: ClusteringRun) -> list[dict[str, Any]]:
+        return ActionSerializer(run.actions.all()[:30], many=True).data
+
+
+class ReviewResultSerializer(serializers.Serializer):
+    notice = serializers.CharField(help_text="What was done, in words.")
+    run = RunDetailSerializer()
+
+
+class RenameSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=128)
+
+
+class SplitSerializer(serializers.Serializer):
+    k = serializers.IntegerField(min_value=2, max_value=20, help_text="How many proposals its queries are re-clustered into.")
+
+
+class MergeSerializer(serializers.Serializer):
+    proposals = serializers.ListField(child=serializers.IntegerField(), min_length=1, help_text="Ids of the run's proposals to merge.")
+    target = serializers.IntegerField(required=False, allow_null=True, default=None, help_text="The one they merge into; default: the largest.")
+
+
+class MoveSerializer(serializers.Serializer):
+    queries = serializers.ListField(child=serializers.IntegerField(), min_length=1, help_text="Ids of the run's queries to move.")
+    target = serializers.IntegerField(allow_null=True, help_text="The run's proposal they move to; null: out of every proposal.")
+
+
+class AttachNoiseSerializer(serializers.Serializer):
+    max_distance = serializers.FloatField(min_value=0.0, max_value=2.0, default=0.35, help_text="Cosine distance to the nearest open proposal.")
+
+
+class PromoteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=128, help_text="The expert's name.")
+    description = serializers.CharField(required=False, allow_blank=True, default="", help_text="What it knows; default: from its queries.")
+    team = _team_field("For a staff-only run: the team that owns the expert. A team's run promotes into that team.")
+    seed_queries = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True, default=None,
+                                         help_text="Example queries kept with it; default: its representative queries.")
+
+
+class QueryRowSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="query_id")
+    text = serializers.CharField(source="query.text")
+    topic = serializers.IntegerField(help_text="DBSCAN topic; -1 is noise.")

@@ -1,25 +1,50 @@
 """``POST /api/v1/queries/import``: upload a query log; it is checked, stored and imported by a job for a team.
 
+``/api/v1/discovery/...``: start clustering runs, read them and their proposals, and review them (the console's
+Discovery pages, action for action).
+
 The caller is its ``experts.access.Principal`` (an API key, were one accepted here, acts as the user
 who created it). The queries belong to a team the caller is in (``labeling.access.team_for_new_work``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
-from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status
+from django.core.paginator import Page
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import serializers
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from experts.access import Principal
+from jobs.api.serializers import JobAcceptedSerializer
+from jobs.api.views import accepted
 from sbcommon.api import ApiError
 from sbcommon.uploads import declared_over_limit
 
-from .. import access, services
-from .serializers import ImportAcceptedSerializer, QueryImportSerializer
+from .. import access, selectors, services
+from .. import proposals as edits
+from ..choices import RunStatus
+from ..models import ClusteringRun
+from .serializers import (
+    AttachNoiseSerializer,
+    MergeSerializer,
+    MoveSerializer,
+    PromoteSerializer,
+    ProposalSerializer,
+    QueryImportSerializer,
+    QueryRowSerializer,
+    RenameSerializer,
+    ReviewResultSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    SplitSerializer,
+    StartRunSerializer,
+)
 
 # Room for the multipart boundaries and the other fields on top of the file itself.
 
@@ -32,7 +57,7 @@ class QueryImportView(APIView):
     @extend_schema(
         request={"multipart/form-data": QueryImportSerializer},
         responses={
-            202: ImportAcceptedSerializer,
+            202: JobAcceptedSerializer,
             400: OpenApiResponse(description="Empty, not UTF-8, a CSV without a 'text' column, not JSON Lines, or no team named by a member of several."),
             403: OpenApiResponse(description="The caller is in no team, or not in the team named."),
             413: OpenApiResponse(description="Larger than QUERY_IMPORT_MAX_BYTES."),
@@ -55,9 +80,197 @@ class QueryImportView(APIView):
             raise ApiError(str(exc), status_code=exc.status, param="file") from exc
         except access.TeamNeeded as exc:
             raise ApiError(str(exc), param="team") from exc
-        job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
-        body = {
-            "job": job.pk, "status": job.status,
-            "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk]),
-        }
-        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})
+        return accepted(job)
+
+
+
+# --- discovery runs, their proposals and review ----------------------------------------------------
+# Every run and proposal is read through labeling.access (another team's is a 404); each action calls the
+# same service as the console's button. A state that forbids the action (a promoted run, a merged
+# proposal, nothing to undo) is a 409; bad input is a 400 with the field's error.
+
+def _review(call: Callable[[], str], run: ClusteringRun) -> Response:
+    try:
+        notice = call()
+    except edits.ReviewConflict as exc:
+        raise ApiError(str(exc), status_code=409, code="conflict") from exc
+    except edits.ReviewError as exc:
+        raise ApiError(str(exc)) from exc
+    run.refresh_from_db()
+    return Response({"notice": notice, "run": RunDetailSerializer(run).data})
+
+
+def _valid(serializer_class: type[serializers.Serializer], request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _page(request, page: Page) -> Response:
+    return Response({"count": page.paginator.count, "page": page.number, "pages": page.paginator.num_pages,
+                     "queries": QueryRowSerializer(page.object_list, many=True).data})
+
+
+_PAGE = OpenApiParameter("page", int, description="Page number (default 1).")
+_REFUSALS = {404: OpenApiResponse(description="No such run or proposal, or another team's."),
+             409: OpenApiResponse(description="The run is promoted, the proposal closed, or nothing is left to do.")}
+
+
+class RunListView(APIView):
+    """The clustering runs the caller may see (GET), or a new one started as a background job (POST, 202)."""
+
+    @extend_schema(responses={200: RunSerializer(many=True)})
+    def get(self, request):
+        return Response(RunSerializer(selectors.runs(request.user).select_related("team"), many=True).data)
+
+    @extend_schema(request=StartRunSerializer, responses={
+        202: JobAcceptedSerializer, 400: OpenApiResponse(description="A parameter out of range, or no team named by a member of several."),
+        403: OpenApiResponse(description="The caller is in no team (the message says so), or not in the team named."),
+    })
+    def post(self, request):
+        if not access.may_start_work(request.user):
+            raise PermissionDenied(access.NO_TEAM)
+        data = _valid(StartRunSerializer, request)
+        try:
+            job = services.enqueue_discovery(data["source"], data["eps"], data["min_samples"], data["n_experts"], user=request.user, team=data["team"])
+        except access.TeamNeeded as exc:
+            raise ApiError(str(exc), param="team") from exc
+        return accepted(job)
+
+
+class RunDetailView(APIView):
+    @extend_schema(responses={200: RunDetailSerializer, 404: _REFUSALS[404]})
+    def get(self, request, pk: int):
+        """A run: its status, parameters, proposals (every status), unassigned count and latest review actions."""
+        return Response(RunDetailSerializer(access.get_run_or_404(request.user, pk)).data)
+
+
+class UnassignedView(APIView):
+    @extend_schema(parameters=[_PAGE], responses={200: OpenApiResponse(description="count, page, pages and queries (id, text, topic).")})
+    def get(self, request, pk: int):
+        """One page of the run's queries that no proposal holds."""
+        return _page(request, selectors.unassigned_page(access.get_run_or_404(request.user, pk), request.query_params.get("page") or 1))
+
+
+class ProposalDetailView(APIView):
+    @extend_schema(responses={200: ProposalSerializer, 404: _REFUSALS[404]})
+    def get(self, request, pk: int):
+        """One proposal."""
+        return Response(ProposalSerializer(access.get_proposal_or_404(request.user, pk)).data)
+
+
+class ProposalQueriesView(APIView):
+    @extend_schema(parameters=[_PAGE], responses={200: OpenApiResponse(description="count, page, pages and queries (id, text, topic).")})
+    def get(self, request, pk: int):
+        """One page of a proposal's queries (their ids are what a move sends)."""
+        return _page(request, selectors.proposal_queries(access.get_proposal_or_404(request.user, pk), request.query_params.get("page") or 1))
+
+
+def review_action(request_serializer: type[serializers.Serializer] | None, summary: str) -> Callable[[type[APIView]], type[APIView]]:
+    """The schema of a review action: its request body, the run as it is afterwards, and its refusals."""
+    return extend_schema_view(post=extend_schema(summary=summary, request=request_serializer, responses={
+        200: ReviewResultSerializer, 400: OpenApiResponse(description="Bad input: the field's error."),
+        403: OpenApiResponse(description="The caller may not do this (finishing a review, promoting over another team's expert)."), **_REFUSALS,
+    }))
+
+
+@review_action(RenameSerializer, "Rename a proposal")
+class RenameView(APIView):
+    def post(self, request, pk: int):
+        proposal = access.get_proposal_or_404(request.user, pk)
+        name = _valid(RenameSerializer, request)["name"]
+        return _review(lambda: f"Renamed to '{edits.rename_proposal(proposal, name, user=request.user).name}'.", proposal.run)
+
+
+@review_action(SplitSerializer, "Split a proposal by re-clustering its own queries")
+class SplitView(APIView):
+    def post(self, request, pk: int):
+        proposal = access.get_proposal_or_404(request.user, pk)
+        k = _valid(SplitSerializer, request)["k"]
+        return _review(lambda: f"Split '{proposal.name}' into {len(edits.split_proposal(proposal, k, user=request.user))} proposals.", proposal.run)
+
+
+@review_action(None, "Discard a proposal")
+class DiscardView(APIView):
+    def post(self, request, pk: int):
+        proposal = access.get_proposal_or_404(request.user, pk)
+        return _review(lambda: f"Discarded '{edits.discard_proposal(proposal, user=request.user).name}'.", proposal.run)
+
+
+@review_action(PromoteSerializer, "Promote a proposal to an expert")
+class PromoteView(APIView):
+    def post(self, request, pk: int):
+        proposal = access.get_proposal_or_404(request.user, pk)
+        data = _valid(PromoteSerializer, request)
+        team = access.promotion_team(request.user, proposal, data["name"], data["team"])
+
+        def promote() -> str:
+            expert = edits.promote_proposal(proposal, data["name"], data["description"], team=team, seed_queries=data["seed_queries"], user=request.user)
+            return f"Promoted '{expert.name}' to an expert ({expert.slug})."
+        return _review(promote, proposal.run)
+
+
+@review_action(MergeSerializer, "Merge proposals of the run")
+class MergeView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        data = _valid(MergeSerializer, request)
+
+        def merge() -> str:
+            target, count = edits.merge_chosen(run, data["proposals"], data["target"], user=request.user)
+            return f"Merged {count} proposals into '{target.name}'."
+        return _review(merge, run)
+
+
+@review_action(MoveSerializer, "Move queries to another proposal of the run (or out of every proposal)")
+class MoveView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        data = _valid(MoveSerializer, request)
+        return _review(lambda: f"Moved {edits.move_queries(run, data['queries'], edits.proposal_of(run, data['target']), user=request.user)} queries.", run)
+
+
+@review_action(None, "Take every noise query out of its proposal")
+class DetachNoiseView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        return _review(lambda: f"Detached {edits.detach_noise(run, user=request.user)} noise queries.", run)
+
+
+@review_action(AttachNoiseSerializer, "Attach unassigned queries to their nearest proposal within a distance")
+class AttachNoiseView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        distance = _valid(AttachNoiseSerializer, request)["max_distance"]
+        return _review(lambda: f"Attached {edits.attach_noise(run, distance, user=request.user)} queries.", run)
+
+
+@review_action(None, "Undo the run's latest review action")
+class UndoView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        return _review(lambda: f"Undid: {edits.undo_last(run, user=request.user).summary}.", run)
+
+
+@review_action(None, "Finish the review: promote every open proposal and the run (staff)")
+class FinishView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+        access.check_finish(request.user)
+        if run.status == RunStatus.PROMOTED:
+            raise ApiError("this run is promoted already", status_code=409, code="conflict")
+        return _review(lambda: f"Review finished: {len(edits.promote_run(run, user=request.user))} experts.", run)
+
+
+@review_action(None, "Discard a run nobody will finish: it leaves the runs list and takes no more review actions")
+class DiscardRunView(APIView):
+    def post(self, request, pk: int):
+        run = access.get_run_or_404(request.user, pk)
+
+        def discard() -> str:
+            try:
+                services.discard_run(run, user=request.user)
+            except edits.ReviewError as exc:  # promoted or discarded already: the run's state
+                raise edits.ReviewConflict(str(exc)) from exc
+            return f"Discarded clustering #{run.pk}."
+        return _review(discard, run)

@@ -24,6 +24,7 @@ urlpatterns = [
     path("v1/", include(openai_urlpatterns)),
     path("api/v1/", include(api_urlpatterns)),
     path("api/v1/", include("experts.api.urls")),  # vLLM adapter registration
+    path("api/v1/", include("routing.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     # The console

@@ -201,6 +201,9 @@ ROWS: dict[str, Row] = {
                                                     names_b=True)]),
     "console-key-revoke": Row(fill=lambda w: [{"pk": w.b_key.pk}], names_b=True, opens=("bob", "sam")),
     "console-audit": Row(),
+    "console-teams": Row(bodies=lambda w: [Ask("creates a team", {"name": "A's own team"})]),
+    "console-team": Row(fill=lambda w: [{"pk": w.team_b.pk}], names_b=True, opens=("sam",),
+                        bodies=lambda w: [Ask("joins team B", {"action": "add", "username": "alice"}), Ask("removes bob", {"action": "remove", "username": "bob"})]),
     # Router training: platform-wide, so open to every signed-in user; B's data must not show on it.
     "console-training": Row(),
     "console-training-start": Row(),
@@ -252,6 +255,40 @@ ROWS: dict[str, Row] = {
     "labeling-discard": Row(fill=and_a_own(b_proposal, a_proposals), names_b=True),
     "labeling-promote": Row(fill=b_proposal, names_b=True, bodies=lambda w: [Ask("promotes it for team A", {
         "name": "Payroll by A", "description": "A's now", "team": w.team_a.pk})]),
+    # Discovery through the API: the console's pages and buttons, one endpoint each.
+    "api-discovery-runs": Row(api=True, bodies=lambda w: [Ask("clusters team B's queries", {"team": w.team_b.name, "n_experts": 2}, json=True,
+                                                                  names_b=True)]),
+    "api-discovery-run": Row(api=True, fill=and_a_own(b_run, lambda w: [{"pk": w.a_run.pk}]), names_b=True, methods=("get",), opens=("bob", "sam")),
+    "api-discovery-unassigned": Row(api=True, fill=and_a_own(b_run, lambda w: [{"pk": w.a_run.pk}]), names_b=True, methods=("get",),
+                                    opens=("bob", "sam")),
+    "api-discovery-merge": Row(api=True, fill=b_run, names_b=True, methods=("post",),
+                               bodies=lambda w: [Ask("merges B's proposals", {"proposals": [p.pk for p in w.b_proposals]}, json=True)]),
+    "api-discovery-move": Row(api=True, fill=b_run, names_b=True, methods=("post",), bodies=lambda w: [Ask("moves B's queries", {
+        "queries": list(w.b_run.assignments.values_list("query_id", flat=True)), "target": None}, json=True)]),
+    "api-discovery-detach-noise": Row(api=True, fill=b_run, names_b=True, methods=("post",)),
+    "api-discovery-attach-noise": Row(api=True, fill=b_run, names_b=True, methods=("post",),
+                                      bodies=lambda w: [Ask("attaches noise", {"max_distance": 1.0}, json=True)]),
+    "api-discovery-undo": Row(api=True, fill=b_run, names_b=True, methods=("post",)),
+    "api-discovery-finish": Row(api=True, fill=b_run, names_b=True, methods=("post",)),
+    "api-discovery-discard-run": Row(api=True, fill=b_run, names_b=True, methods=("post",)),
+    "api-discovery-proposal": Row(api=True, fill=and_a_own(b_proposal, a_proposals), names_b=True, methods=("get",), opens=("bob", "sam")),
+    "api-discovery-proposal-queries": Row(api=True, fill=and_a_own(b_proposal, a_proposals), names_b=True, methods=("get",), opens=("bob", "sam")),
+    "api-discovery-rename": Row(api=True, fill=and_a_own(b_proposal, a_proposals), names_b=True, methods=("post",),
+                                bodies=lambda w: [Ask("renames it", {"name": "Renamed by A"}, json=True)]),
+    "api-discovery-split": Row(api=True, fill=b_proposal, names_b=True, methods=("post",), bodies=lambda w: [Ask("splits it", {"k": 2}, json=True)]),
+    "api-discovery-discard": Row(api=True, fill=and_a_own(b_proposal, a_proposals), names_b=True, methods=("post",)),
+    "api-discovery-promote": Row(api=True, fill=b_proposal, names_b=True, methods=("post",), bodies=lambda w: [Ask("promotes it for team A", {
+        "name": "Payroll by A", "description": "A's now", "team": w.team_a.name}, json=True)]),
+    # Router training and experiments through the API (training and activating: staff; B's experts counted, not named).
+    "api-router-train": Row(api=True, methods=("post",), bodies=lambda w: [Ask("trains a candidate", {"activation": "never", "epochs": 1}, json=True)]),
+    "api-router-versions": Row(api=True, methods=("get",)),
+    "api-router-version": Row(api=True, fill=lambda w: [{"version": w.training_run.router_version.version}], methods=("get",)),
+    "api-router-activate": Row(api=True, fill=lambda w: [{"version": w.training_run.router_version.version}], methods=("post",)),
+    "api-experiments": Row(api=True, bodies=lambda w: [Ask("tests b-desk", {
+        "kind": "expert", "expert": "b-desk", "name": "A's test", "control_version": 1, "treatment_version": 2}, json=True, names_b=True)]),
+    "api-experiment": Row(api=True, fill=lambda w: [{"pk": w.b_experiment.pk}], names_b=True, methods=("get",), opens=("bob", "sam")),
+    "api-experiment-action": Row(api=True, fill=lambda w: [{"pk": w.b_experiment.pk, "action": a} for a in ("start", "delete")], names_b=True,
+                                 methods=("post",)),
     # Knowledge bases.
     "knowledge-list": Row(),
     "knowledge-reembed": Row(),

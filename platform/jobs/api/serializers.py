@@ -24,3 +24,12 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_console_url(self, job: Job) -> str:
         return reverse("console-job", args=[job.pk])
+
+
+class JobAcceptedSerializer(serializers.Serializer):
+    """The background job a request enqueued (or the active one doing the same work): poll ``status_url``."""
+
+    job = serializers.IntegerField()
+    status = serializers.CharField()
+    status_url = serializers.CharField()
+    console_url = serializers.CharField()

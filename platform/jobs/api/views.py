@@ -1,10 +1,12 @@
-"""``GET /api/v1/jobs/<id>``: poll a background job."""
+"""``GET /api/v1/jobs/<id>``: poll a background job; ``accepted``: the 202 answer of a request that enqueued one."""
 
 from __future__ import annotations
 
 from django.http import Http404
-from rest_framework import generics
+from django.urls import reverse
+from rest_framework import generics, status
 from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
 
 from ..models import Job
 from ..views import _as_is, _no_slugs, shown, visible_jobs
@@ -33,3 +35,10 @@ class JobDetailView(generics.RetrieveAPIView):
         except Http404 as exc:  # DRF's own NotFound, so the error body says not_found_error
             raise NotFound(f"No job {self.kwargs['pk']}.") from exc
         return shown(job, self.redact_for(self.request.user))
+
+
+def accepted(job: Job) -> Response:
+    """202 with the job's URLs (``Location``: its status URL) for the caller to poll."""
+    job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
+    body = {"job": job.pk, "status": job.status, "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk])}
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})

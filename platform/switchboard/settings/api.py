@@ -27,6 +27,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"ProposalStatusEnum": "labeling.choices.ProposalStatus", "RunStatusEnum": "labeling.choices.RunStatus",
+                            "ReviewActionKindEnum": "labeling.choices.ReviewActionKind"},
 }
 
 # --- request limits ---------------------------------------------------------------------------
