@@ -40,6 +40,7 @@ NAV_ITEMS: tuple[NavEntry, ...] = (
     NavEntry("Alarms", "console-alarms", ("console-alarm",), False, "Operations"),
     NavEntry("API keys", "console-keys", ("console-key",), False, "Operations"),
     NavEntry("API docs", "api-docs", (), False, "Operations"),
+    NavEntry("Teams", "console-teams", ("console-team",), True, "Operations"),
     NavEntry("Audit log", "console-audit", ("console-audit",), True, "Operations"),
     NavEntry("Admin", "admin:index", (), True, "Operations"),
 )

@@ -6,7 +6,7 @@ from experts.access import editable_slugs, visible_slugs
 from experts.redaction import redactor_for
 from jobs.urls import console_urls as job_urls
 
-from . import audit, expert, heatmap, job_links, overview, playground, review_queue, traces
+from . import audit, expert, heatmap, job_links, overview, playground, review_queue, teams, traces
 
 urlpatterns = [
     path("", overview.OverviewView.as_view(), name="console-overview"),
@@ -28,4 +28,6 @@ urlpatterns = [
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for, redactor_for))),
     path("keys/", include("console.keys_urls")),
     path("audit/", audit.AuditLogView.as_view(), name="console-audit"),
+    path("teams/", teams.TeamListView.as_view(), name="console-teams"),
+    path("teams/<int:pk>/", teams.TeamView.as_view(), name="console-team"),
 ]
