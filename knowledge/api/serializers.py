@@ -15,15 +15,6 @@ class DocumentUploadSerializer(serializers.Serializer):
     file = serializers.FileField(allow_empty_file=True, use_url=False, required=False, help_text="A single file (same as one 'files').")
 
 
-class UploadAcceptedSerializer(serializers.Serializer):
-    """The ingest job that was enqueued (or the active one for the same files)."""
-
-    job = serializers.IntegerField()
-    status = serializers.CharField()
-    status_url = serializers.CharField()
-    console_url = serializers.CharField()
-
-
 class DocumentSerializer(serializers.ModelSerializer):
     """A document of an expert's knowledge base, without its text."""
 

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from experts.access import get_expert_or_404
-from jobs.models import Job
+from jobs.api.serializers import JobAcceptedSerializer
+from jobs.api.views import accepted
 from sbcommon.api import ApiError
 from sbcommon.uploads import UploadRejected, declared_over_limit
 
 from .. import selectors, services
 from ..ingest import max_upload_bytes
 from ..models import Document
-from .serializers import DocumentSerializer, DocumentUploadSerializer, UploadAcceptedSerializer
+from .serializers import DocumentSerializer, DocumentUploadSerializer
 
 # Room for the multipart boundaries and headers on top of the files themselves.
-
-
-def _accepted(job: Job) -> Response:
-    job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
-    body = {"job": job.pk, "status": job.status, "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk])}
-    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})
 
 
 class DocumentListView(APIView):
@@ -42,7 +35,7 @@ class DocumentListView(APIView):
     @extend_schema(
         request={"multipart/form-data": DocumentUploadSerializer},
         responses={
-            202: UploadAcceptedSerializer,
+            202: JobAcceptedSerializer,
             400: OpenApiResponse(description="No file, an empty file, or a kind that cannot be read (a binary file, an old .doc, a ZIP)."),
             404: OpenApiResponse(description="No such expert."),
             413: OpenApiResponse(description="Larger than DOCUMENT_UPLOAD_MAX_BYTES (all files together)."),
@@ -62,7 +55,7 @@ class DocumentListView(APIView):
         except UploadRejected as exc:
             code = "file_too_large" if exc.status == 413 else "invalid_request_error"
             raise ApiError(str(exc), status_code=exc.status, code=code, param="files") from exc
-        return _accepted(job)
+        return accepted(job)
 
 
 class DocumentDetailView(APIView):
@@ -73,8 +66,8 @@ class DocumentDetailView(APIView):
         get_expert_or_404(request.user, slug)
         return Response(DocumentSerializer(get_object_or_404(Document.objects.defer("text"), pk=pk, expert__slug=slug)).data)
 
-    @extend_schema(request=None, responses={202: UploadAcceptedSerializer, 404: OpenApiResponse(description="No such document.")})
+    @extend_schema(request=None, responses={202: JobAcceptedSerializer, 404: OpenApiResponse(description="No such document.")})
     def delete(self, request, slug: str, pk: int):
         get_expert_or_404(request.user, slug, edit=True)
         document = get_object_or_404(Document.objects.select_related("expert").defer("text"), pk=pk, expert__slug=slug)
-        return _accepted(services.enqueue_delete(document, user=request.user))
+        return accepted(services.enqueue_delete(document, user=request.user))
