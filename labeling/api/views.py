@@ -131,6 +131,8 @@ class RunListView(APIView):
         if not access.may_start_work(request.user):
             raise PermissionDenied(access.NO_TEAM)
         data = _valid(StartRunSerializer, request)
+        if data["source"] and data["source"] not in {source for _, source, _ in selectors.sources(request.user)}:
+            raise serializers.ValidationError({"source": [f"none of your teams' queries come from {data['source']!r}"]})
         try:
             job = services.enqueue_discovery(data["source"], data["eps"], data["min_samples"], data["n_experts"], user=request.user, team=data["team"])
         except access.TeamNeeded as exc:

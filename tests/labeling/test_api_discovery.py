@@ -73,6 +73,14 @@ def test_it_rejects_parameters_out_of_range_with_the_fields_errors(api):
     assert "min_samples" in message
 
 
+def test_it_rejects_a_source_the_team_has_no_queries_from(api, three_topics):
+    response = api.post("/api/v1/discovery/runs", {"source": "nowhere"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "source: none of your teams' queries come from 'nowhere'"
+    assert api.post("/api/v1/discovery/runs", {"source": "test"}, format="json").status_code == 202
+
+
 def test_it_refuses_a_run_for_another_team(api):
     Group.objects.create(name="Others")
 
