@@ -225,7 +225,7 @@ def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any
     source = source.strip()[:128] or default_source(upload.name)
     team_id = team.pk if team is not None else None
     job = enqueue_once(
-        "import_queries", f"import_queries:{digest}:{int(bool(redact))}:{team_id or ''}:{source}"[:255], f"Import {Path(upload.name).name[:200]}",
+        "import_queries", f"import_queries:{digest}:{int(bool(redact))}:{team_id or ''}:{source}"[:255], f"Import {Path(upload.name).name[:100]} as source {source!r}",
         tasks.import_queries,
         {"path": str(path), "name": upload.name, "source": source, "redact": bool(redact), "sha256": digest, "uploaded": True, "team": team_id},
         user,

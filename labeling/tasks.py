@@ -46,17 +46,18 @@ def _import(job, reporter):
     path = job.params["path"]
     if not os.path.exists(path):
         raise JobFailed(f"uploaded file {os.path.basename(path)} is gone")
+    source = job.params.get("source") or services.default_source(job.params.get("name", path))
     with open(path, "rb") as handle:
         report = services.import_queries(
-            handle, job.params.get("name", path), job.params.get("source", "upload"),
+            handle, job.params.get("name", path), source,
             redact=bool(job.params.get("redact")), reporter=reporter, total_bytes=os.path.getsize(path), team=_team(job),
         )
-    reporter.log(f"imported {report.imported}, duplicates {report.duplicates}, rejected {report.error_count}")
+    reporter.log(f"imported {report.imported} as source {source!r}, duplicates {report.duplicates}, rejected {report.error_count}")
     for batch in report.failed_batches:
         reporter.log(f"lines {batch['first_line']}-{batch['last_line']} not imported ({batch['reason']}); run the import again to retry them")
     if job.params.get("uploaded") and not report.failed_batches and Path(path).parent == services.upload_dir():
         Path(path).unlink(missing_ok=True)  # imported in full: the copy is no longer needed
-    return report.as_dict()
+    return {**report.as_dict(), "source": source}
 
 
 @shared_task(bind=True, acks_late=True, max_retries=3)
