@@ -76,14 +76,15 @@ def test_the_demo_walk_for_a_domain_team(live_server, django_user_model, browser
     expect(page.locator("#alarm")).to_contain_text("Motor Vehicles")
     shot(page, "02-heatmap")
 
-    # The expert page: team, knowledge, traffic, the reported misroute.
+    # The expert page: team, knowledge, traffic, the thumbs-down (no other expert named yet: an unhelpful answer, not a misroute).
     page.click("nav >> text=Overview")
     page.click("#experts >> text=Motor Vehicles")
     expect(page.locator("h1")).to_have_text("Motor Vehicles")
     expect(page.locator("#expert-facts")).to_contain_text("team roads")
     expect(page.locator("#kb-counts")).to_contain_text("3 documents")
-    expect(page.locator("#misroutes")).to_contain_text(MISROUTED)
-    expect(page.locator("#misroutes")).to_contain_text("This is about pensions")
+    expect(page.locator("#unhelpful")).to_contain_text(MISROUTED)
+    expect(page.locator("#unhelpful")).to_contain_text("This is about pensions")
+    expect(page.locator("#misroutes")).not_to_contain_text(MISROUTED)
     shot(page, "03-expert")
 
     # Playground: a question answered in place, with the routing path and the latency split.
