@@ -131,12 +131,14 @@ class EdgeQdrantStore:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    @contextlib.contextmanager
-    def _write(self, name: str, dimension: int | None = None, keep_except: list[int] | None = None) -> Iterator[qe.EdgeShard]:
-        """Yield a new version holding the active one's points but those of documents ``keep_except`` (None: none of
-        them, a fresh collection), then activate it."""
+    def _write(self, name: str, points: list[PointRecord] | None = None, dimension: int | None = None, keep_except: list[int] | None = None,
+               legacy_only: bool = False) -> None:
+        """Write a new version holding the active one's points but those of documents ``keep_except`` (None: none of them,
+        a fresh collection) plus ``points``, then activate it. ``legacy_only``: only if the collection is still the numpy store's."""
         with self._mutex, self._writer_lock(name):
             active = self._active(name)
+            if legacy_only and active is not None:
+                return  # another process converted it while this one waited for the lock
             legacy = None if active or (dimension is not None and keep_except is None) else self._legacy(name)
             if dimension is None:
                 if active is None and legacy is None:
@@ -150,7 +152,7 @@ class EdgeQdrantStore:
                     self._copy(self._dir(name) / active, shard, keep_except)
                 elif keep_except is not None and legacy:
                     _upsert(shard, [p for p in legacy[1] if p.payload.get("document_id") not in keep_except])
-                yield shard
+                _upsert(shard, points or [])
                 # Fault hook: a writer that stalls (or dies) after writing, before the switch.
                 faults.inject("vector_store_write", StoreUnavailable, expert=name.removeprefix("expert_"))
                 shard.flush()
@@ -216,8 +218,8 @@ class EdgeQdrantStore:
                 if not self.root.is_dir():
                     raise StoreUnavailable(f"the embedded vector store's folder {self.root} is missing")
                 if self._active(name) is None and self._active(name, LEGACY_POINTER) is not None:
-                    with contextlib.suppress(ValueError), self._write(name, keep_except=[]):  # ValueError: unreadable, now empty
-                        pass
+                    with contextlib.suppress(ValueError):  # unreadable: logged, and empty from now on
+                        self._write(name, keep_except=[], legacy_only=True)
                 active = self._active(name)
                 self._pointers[name] = (now, active)
             with self._mutex:
@@ -271,22 +273,18 @@ class EdgeQdrantStore:
     # -- the VectorStore interface ---------------------------------------------------------------
     def ensure_collection(self, name: str, dimension: int) -> None:
         if self._active(name) is None and self._active(name, LEGACY_POINTER) is None:
-            with self._write(name, dimension):
-                pass
+            self._write(name, dimension=dimension)
 
     def replace_documents(self, name: str, documents: dict[int, list[PointRecord]]) -> None:
-        with self._write(name, keep_except=list(documents)) as shard:
-            _upsert(shard, [p for batch in documents.values() for p in batch])
+        self._write(name, [p for batch in documents.values() for p in batch], keep_except=list(documents))
 
     def delete_document(self, name: str, document_id: int) -> None:
         if self._active(name) is None and self._active(name, LEGACY_POINTER) is None:
             return
-        with self._write(name, keep_except=[document_id]):
-            pass
+        self._write(name, keep_except=[document_id])
 
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
-        with self._write(name, dimension) as shard:
-            _upsert(shard, points)
+        self._write(name, points, dimension=dimension)
 
     def search(self, name: str, dense: list[float], sparse_indices: list[int], sparse_values: list[float], limit: int = 5, method: str = "hybrid") -> list[Hit]:
         return search_many(self, [name], dense, sparse_indices, sparse_values, limit, method, None)

@@ -199,7 +199,10 @@ def test_a_numpy_store_collection_is_converted_on_first_use(tmp_path):
     assert hits[0].sparse_score > 0  # "pensions" in the title stems to the question's "pension"
     assert store.count("old") == 2
     assert not (tmp_path / "q" / "old" / "ACTIVE").exists()
-    assert [p.name for p in (tmp_path / "q" / "old").iterdir() if p.is_dir()] == [(tmp_path / "q" / "old" / "CURRENT").read_text()]
+    converted = (tmp_path / "q" / "old" / "CURRENT").read_text()
+    assert [p.name for p in (tmp_path / "q" / "old").iterdir() if p.is_dir()] == [converted]
+    EdgeQdrantStore(tmp_path / "q")._write("old", keep_except=[], legacy_only=True)  # a process that waited for the lock to convert it too
+    assert (tmp_path / "q" / "old" / "CURRENT").read_text() == converted
     store.close()
 
 
