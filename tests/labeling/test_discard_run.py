@@ -93,3 +93,13 @@ def test_the_same_discovery_started_again_makes_a_new_run_instead_of_returning_t
 
     assert again != first
     assert (again.status, again.fingerprint) == ("draft", first.fingerprint)
+
+
+def test_a_review_action_on_a_discarded_run_through_the_api_is_a_conflict(console, three_topics):
+    services.discard_run(three_topics)
+
+    response = console.post(f"/api/v1/discovery/proposals/{proposal(three_topics, 'Licences').pk}/rename", {"name": "Driving"},
+                            content_type="application/json")
+
+    assert response.status_code == 409
+    assert "this run was discarded" in response.json()["error"]["message"]
