@@ -89,3 +89,14 @@ def test_a_user_uploads_a_document_and_finds_it_by_searching(live_server, django
     assert page.url == f"{live_server.url}/knowledge/dmv/"
     page.screenshot(path=str(SCREENSHOTS / "knowledge-search.png"), full_page=True)
 
+
+    # Deleting asks first (data-confirm, since the page's policy blocks inline handlers): dismissed, nothing goes.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click(f"#document-{document.pk} button:has-text('Delete')")
+    expect(page.locator(f"#document-{document.pk}")).to_be_visible()
+    assert Document.objects.filter(pk=document.pk).exists()
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    page.click(f"#document-{document.pk} button:has-text('Delete')")
+    expect(page.locator(f"#document-{document.pk}")).to_have_count(0, timeout=30_000)
+    assert asked == ["Delete this document and its chunks?"]

@@ -23,6 +23,12 @@
   });
   document.addEventListener("htmx:afterSwap", hideError);
 
+  // A form with data-confirm asks before it is sent (the page's policy allows no inline handlers).
+  document.addEventListener("submit", function (event) {
+    var message = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (message && !window.confirm(message)) event.preventDefault();
+  }, true);
+
   // The nav's menus: one open at a time, closed by a click elsewhere or Escape.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.nav-group[open]").forEach(function (menu) {
