@@ -23,7 +23,9 @@ questions. ``own_domains`` asks whether an expert would quote better with a scor
 fitted on one domain's train questions alone against the shared one, on that domain's questions. ``save_scorer`` writes ``refit_mlp`` with this
 report's figures: the shipped file is ``evaluate sentences --dataset doc2dial --save-scorer
 experts/ml/sentence_scorer.json``. It does not score abstention or multi-sentence answers
-(``evaluate answers`` does, with the shipped scorer).
+(``evaluate answers`` does, with the shipped scorer). ``reader`` measures the trained reader (``experts.ml.reader``, in
+``VAR_DIR/models/reader``) re-ordering the shipped scorer's first k sentences on the same candidates
+(``evaluation.reader.reader_figures``: the pick's F1 and how often it is the best candidate; None while there is none).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.datasets import stratified_sample
+from evaluation.reader import Candidates, reader_figures
 from evaluation.workspace import Dataset, ask, load
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, candidate_sentences, quoted
@@ -79,8 +82,10 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     cache = ChunkSentenceCache(size=100_000)
     groups: dict[str, list[Group]] = {}
     group_domains: dict[str, list[str]] = {}
+    read: dict[str, list[Candidates]] = {}
+    shipped = load_scorer(None)
     for split, chosen in rows.items():
-        groups[split], group_domains[split] = [], []
+        groups[split], group_domains[split], read[split] = [], [], []
         for q in chosen:
             # The passages the chat path retrieved for the question as asked (auto, with its conversation's user turns).
             result = ask(q, "auto")
@@ -91,6 +96,8 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
             candidates, features = found
             f1 = np.array([token_f1(quoted(sentence), q["answer"]) for _, _, sentence in candidates])  # as the answer quotes it
             groups[split].append((features, f1))
+            order = np.argsort(-shipped.score(features), kind="stable")
+            read[split].append(Candidates(q["text"], [candidates[i][2] for i in order], f1[order]))
             group_domains[split].append(q["domain"])
         say(f"  {split}: {len(groups[split])} questions with candidate sentences (of {len(chosen)})")
 
@@ -121,6 +128,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "network": network.report,
         "paired_val": {name: _paired(groups["val"], scorers[name], scorers["linear_default"]) for name in ("default", "refit_mlp")},
         "held_out_domains": report_held_out,
+        "reader": _reader_report(read),
         "own_domains": report_own,
         "targets": {
             "default_beats_hand_set_on_test": _gt(picked["test"]["default"], picked["test"]["hand_set"]),
@@ -143,6 +151,19 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
                                                    "command": f"manage.py evaluate sentences --dataset {dataset} --save-scorer {save_scorer}"})
         say(f"  the refitted network written to {save_scorer}")
     return report
+
+
+def _reader_report(items: dict[str, list[Candidates]]) -> dict[str, Any] | None:
+    """``reader_figures`` of the trained reader (served or not) on validation and test; None while there is none."""
+    from encoders.model_files import DEFAULT_MODEL, resolve_model_path
+    from experts.generation.extractive import reader_dir
+    from experts.ml.reader import SentenceReader
+
+    try:
+        read = SentenceReader.load(reader_dir(), resolve_model_path(DEFAULT_MODEL)).score
+    except FileNotFoundError:
+        return None
+    return {split: reader_figures(items[split], read) for split in ("val", "test")}
 
 
 def held_out_domains(groups: dict[str, list[Group]], domains: dict[str, list[str]], say: Say) -> dict[str, Any]:

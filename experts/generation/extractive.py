@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 
 from encoders import get_encoder
+from encoders.model_files import DEFAULT_MODEL, resolve_model_path
 from experts.ml.extractive import (
     ANSWER_WORDS,
     MAX_PASSAGES,
+    READER_SHORTLIST,
     Answer,
     ChunkSentenceCache,
     RankedSentence,
@@ -23,6 +28,7 @@ from experts.ml.extractive import (
 
 from .base import GenerationRequest, stream_by_words
 
+logger = logging.getLogger(__name__)
 _caches: dict[str, ChunkSentenceCache] = {}
 _caches_lock = threading.Lock()
 
@@ -54,6 +60,29 @@ def scorer_spec(config: Any = settings) -> str:
     return str(config.EXTRACTIVE_SENTENCE_SCORER)
 
 
+def reader_dir() -> Path:
+    """Where ``manage.py train_reader`` writes the reader and the extractive answer reads it."""
+    return Path(settings.VAR_DIR) / "models" / "reader"
+
+
+@functools.lru_cache(maxsize=1)
+def sentence_reader() -> Callable[[str, list[str]], np.ndarray] | None:
+    """The reader's ``score`` (``experts.ml.reader``, int8), loaded once a process; None (the extractive answer quotes
+    the sentence scorer's choice alone) while ``reader_dir()`` holds none, or one that does not beat the scorer on
+    validation with ``READER_SHORTLIST`` sentences."""
+    from experts.ml.reader import SentenceReader, wins_on_validation
+
+    try:
+        reader = SentenceReader.load(reader_dir(), resolve_model_path(DEFAULT_MODEL))
+    except (OSError, ValueError) as exc:
+        logger.info("extractive.reader.absent", extra={"folder": str(reader_dir()), "error": str(exc)[:200]})
+        return None
+    if not wins_on_validation(reader.report, READER_SHORTLIST):
+        logger.warning("extractive.reader.loses_on_validation", extra={"folder": str(reader_dir()), "shortlist": READER_SHORTLIST})
+        return None
+    return reader.score
+
+
 def _embedder(request: GenerationRequest, encoder: Any) -> Callable[[list[str]], np.ndarray]:
     """The encoder's ``encode``, with the question's vector taken from ``request.question_vector`` where routing computed it."""
     question = request.search_question or request.question
@@ -79,7 +108,7 @@ class ExtractiveGenerator:
         return extractive_answer(
             request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
             max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=min(ANSWER_WORDS, request.max_tokens or ANSWER_WORDS), max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
-            cache=chunk_cache(encoder.name),
+            cache=chunk_cache(encoder.name), reader=sentence_reader(),
         )
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:

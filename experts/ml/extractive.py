@@ -116,6 +116,10 @@ MAX_PASSAGES = 3
 # split by recall, the largest whose mean answer stays within 60 words (tools/choose_answer_words.py, 417 questions,
 # auto): 0 words 0.373 recall (F1 0.307, mean 31.6 words), 30 0.382, 45 0.433, 60 0.461, 80 0.482 (F1 0.285, mean 55.5).
 ANSWER_WORDS = 80
+# The scorer's first sentences the reader (``experts.ml.reader``), when given, re-orders: the best size on doc2dial's
+# validation split (``manage.py train_reader --train-limit 800``, gold-document candidates: the reader's pick F1 with
+# k = 2 0.309, 3 0.293, 5 0.243, against the scorer's own 0.365; that reader loses at every size and is not served).
+READER_SHORTLIST = 2
 # Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
 # figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.
 CHUNK_CACHE_SIZE = 5000
@@ -295,6 +299,7 @@ def extractive_answer(
     min_score: float = 0.25,
     cache: ChunkSentenceCache | None = None,
     scorer: SentenceModel | str | dict[str, Any] | None = None,
+    reader: Callable[[str, list[str]], np.ndarray] | None = None,
 ) -> Answer:
     """Pick the sentences that best answer ``question`` from the top passages.
 
@@ -310,6 +315,8 @@ def extractive_answer(
         cache: sentences and their vectors of chunks seen before, by chunk id (passages without a
             ``chunk_id`` are split and encoded every time).
         scorer: the sentence scorer, or a ``sentence_scorer.load_scorer`` spec (default: the shipped one).
+        reader: scores (question, sentences), higher better (``reader.SentenceReader.score``): it re-orders the
+            scorer's first ``READER_SHORTLIST`` sentences; None: the scorer's order.
     """
     passages = [p for p in passages if not looks_like_menu(p.text)]  # a menu is no answer, though each of its lines alone may pass
     top = [p for p in passages[:max_passages] if p.text.strip()]
@@ -321,6 +328,10 @@ def extractive_answer(
     ranked = [r for r in ranking.sentences if not looks_like_junk(quoted(r.text))]  # a menu, link list or tag cloud is never quoted
     if not ranked:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
+    if reader is not None and len(ranked) > 1:
+        head = ranked[:READER_SHORTLIST]
+        read = np.asarray(reader(question, [r.text for r in head]))
+        ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     chosen = sorted(ranked[:max_sentences], key=lambda r: (r.passage, r.sentence))
     added = complete(chosen[0], passages, max_words) if max_words and max_sentences == 1 else []
     cited: list[int] = []
@@ -338,6 +349,7 @@ def extractive_answer(
         "quoted": [{**where(r), "reasons": ranking.reasons(r)} for r in ranked[:max_sentences]],
         "runner_up": where(ranked[max_sentences]) if len(ranked) > max_sentences else None,
         "candidates": len(ranking.sentences),
+        "read": min(len(ranked), READER_SHORTLIST) if reader is not None else 0,  # the scorer's first sentences the reader re-ordered
         "completed_with": len(added),  # sentences after the best one that complete it
         "set_aside_as_junk": len(ranking.sentences) - len(ranked),
     }

@@ -64,10 +64,13 @@ class Command(BaseCommand):
         ingest = sub.add_parser("ingest", help="documents and passages indexed per second through the upload path, in a throw-away workspace")
         ingest.add_argument("--folder", action="append", default=None, help="files or folders to ingest (repeatable; default: doc2dial's docs.jsonl)")
         ingest.add_argument("--in-place", action="store_true", help="ingest into the current database instead of a throw-away workspace")
+        reader = sub.add_parser("reader", help="the milliseconds the extractive answer's reader adds per answer, on doc2dial's validation questions")
+        reader.add_argument("--dataset", default="../shared/datasets/doc2dial", help="folder with docs.jsonl, qrels.jsonl and queries.jsonl")
+        reader.add_argument("--questions", type=int, default=100)
         for p in (serving, soak):
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
-        for p in (clustering, retrieval, serving, soak, generation, handler, ingest):
+        for p in (clustering, retrieval, serving, soak, generation, handler, ingest, reader):
             p.add_argument("--json", dest="json_path", default=None)
             p.add_argument("--skip-checks", action="store_true")
 
@@ -110,6 +113,10 @@ class Command(BaseCommand):
             from evaluation.bench_ingest import bench_ingest
 
             report = bench_ingest([Path(p) for p in options["folder"] or []], say=self.stdout.write)
+        elif options["target"] == "reader":
+            from evaluation.bench_reader import bench_reader
+
+            report = bench_reader(Path(options["dataset"]), questions=options["questions"], say=self.stdout.write)
         elif options["target"] == "generation":
             from evaluation.bench_generation import bench_generation
 
