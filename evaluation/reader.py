@@ -98,7 +98,7 @@ def reader_figures(items: Sequence[Candidates], read: Callable[[str, list[str]],
 
 
 def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int | None = None, epochs: int = 1,
-                 say: Say = print) -> dict[str, Any]:
+                 lr: float = 4e-5, say: Say = print) -> dict[str, Any]:
     """Build the candidates, fit the reader on the train split, save it in ``out`` and measure it (int8, as served)
     on validation and test next to the shipped scorer; returns the report, which ``out``'s ``reader.json`` also holds."""
     from django.conf import settings
@@ -118,11 +118,11 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
     items = {split: gold_candidates(data, chosen, encoder.encode, say) for split, chosen in rows.items()}
     say("  candidates: " + ", ".join(f"{split} {len(v)}" for split, v in items.items()) + f" ({time.perf_counter() - started:.0f} s)")
     groups = [ReaderGroup(c.question, c.sentences[:TRAIN_SHORTLIST], c.f1[:TRAIN_SHORTLIST]) for c in items["train"]]
-    fitted = fit_reader(groups, base_path, epochs=epochs, seed=SEED, say=say)
+    fitted = fit_reader(groups, base_path, epochs=epochs, lr=lr, seed=SEED, say=say)
     report: dict[str, Any] = {
         "base": settings.EMBEDDING_MODEL, "layers": LAYERS, "max_length": MAX_LENGTH, "temperature": TEMPERATURE, "train_shortlist": TRAIN_SHORTLIST,
         "dataset": dataset.name, "fit": fitted.report, "command": f"manage.py train_reader --dataset {dataset} --out {out}"
-                                                             + (f" --train-limit {train_limit}" if train_limit else "") + (f" --epochs {epochs}" if epochs != 1 else ""),
+                                                             + (f" --train-limit {train_limit}" if train_limit else "") + (f" --epochs {epochs}" if epochs != 1 else "") + (f" --lr {lr}" if lr != 4e-5 else ""),
         "candidates": "the gold document's chunks (product chunking), the first three by cosine, ordered by the shipped scorer",
     }
     fitted.save(out, report)

@@ -1,4 +1,4 @@
-"""``manage.py train_reader --dataset DIR [--out DIR] [--train-limit N] [--epochs N]``: fit the extractive answer's reader.
+"""``manage.py train_reader --dataset DIR [--out DIR] [--train-limit N] [--epochs N] [--lr X]``: fit the extractive answer's reader.
 
 The work is ``evaluation.reader.train_reader``; it writes to ``VAR_DIR/models/reader`` unless told ``--out``.
 """
@@ -20,6 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", default=None, help="folder to write the reader to (default: VAR_DIR/models/reader, where the extractive answer reads it)")
         parser.add_argument("--train-limit", type=int, default=None, help="train questions (stratified by domain; default: all)")
         parser.add_argument("--epochs", type=int, default=1)
+        parser.add_argument("--lr", type=float, default=4e-5, help="AdamW's peak learning rate (default 4e-5)")
 
     def handle(self, *args, **options):
         import torch
@@ -35,7 +36,7 @@ class Command(BaseCommand):
             raise CommandError(f"{dataset} has no queries.jsonl")
         try:
             report = train_reader(dataset, Path(options["out"]) if options["out"] else reader_dir(), resolve_model_path(settings.EMBEDDING_MODEL),
-                                  train_limit=options["train_limit"], epochs=options["epochs"], say=self.stdout.write)
+                                  train_limit=options["train_limit"], epochs=options["epochs"], lr=options["lr"], say=self.stdout.write)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps(report["figures"], indent=1))
