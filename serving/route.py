@@ -108,7 +108,7 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
         raise RoutingUnavailable(f"router v{number} (named by an experiment arm) does not exist")
     with _router_lock:
         cached = _router_cache.get(key)
-        if cached is None or (cached[0].pk, cached[0].path) != (version.pk, version.path):
+        if cached is None or _identity(cached[0]) != _identity(version):
             cached = (version, TextRouter.load(version.path, tokenizer_file=fast_tokenizer_file()), _arbiter_for(version))
             _router_cache[key] = cached
             space = embedding_space()
@@ -124,6 +124,11 @@ def _active_router(number: int | None = None) -> tuple[RouterVersion, TextRouter
                                       "action": "train the router again: its routes do not fit the encoder's vectors",
                                       "routed_with": "fast tier" if fast_routes else "the router as it is"})
     return cached
+
+
+def _identity(version: RouterVersion) -> tuple[Any, ...]:
+    """What tells a loaded router from another: a restored or recreated database may reuse a version's row id and folder."""
+    return version.pk, version.path, version.created_at, tuple(version.experts)
 
 
 def warm_up() -> bool:

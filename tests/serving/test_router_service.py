@@ -149,6 +149,19 @@ def test_no_active_router_is_unavailable(router):
         route.route("licence")
 
 
+def test_a_recreated_version_with_the_same_row_and_folder_is_loaded_again(router):
+    """A database made again (a restore, another test) may reuse version 1's row id and folder for other experts."""
+    route.route("how do I renew my licence")
+    stale = route._router_cache["active"][0]
+    RouterVersion.objects.filter(pk=stale.pk).update(experts=["ssa", "dmv", "va"])
+    route.clear_serving_caches()
+
+    route.route("how do I renew my licence")
+
+    assert route._router_cache["active"][0].experts == ["ssa", "dmv", "va"]
+    assert route._router_cache["active"][0] is not stale
+
+
 def test_warming_up_loads_the_router_and_leaves_the_load_window_empty(router):
     route._router_cache.clear()
     assert route.warm_up()
