@@ -121,12 +121,12 @@ def test_a_dead_worker_is_started_again_and_a_dead_web_server_stops_everything(r
     os.kill(worker, signal.SIGKILL)  # as the OOM killer would
 
     p.wait_for("worker exited with code -9; starting it again (1 of 3 restarts in 10 min)")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a worker imports torch and the apps: minutes on a loaded 2-core machine
     while not (again := [pid for pid, cmd in children_of(p.proc.pid).items() if " worker " in cmd and pid != worker]):
         assert time.monotonic() < deadline, p.output[-3000:]
         time.sleep(0.2)
     while len(re.findall(r"worker \| .*@\S+ ready\.", p.output)) < 2:  # the new worker says it is ready too
-        assert time.monotonic() < deadline + 60, p.output[-3000:]
+        assert time.monotonic() < deadline + 120, p.output[-3000:]
         assert p.proc.poll() is None, p.output[-3000:]
         time.sleep(0.2)
     assert p.proc.poll() is None
