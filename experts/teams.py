@@ -56,34 +56,28 @@ def _member(username: str) -> Any:
 
 
 @transaction.atomic
+def _change_membership(team: Group, username: str, add: bool, actor: Any, request: Any) -> Any:
+    """Put the user ``username`` in ``team`` (``add``) or take them out; audited as ``team.add_member`` or
+    ``team.remove_member``. Returns the user.
+
+    Raises:
+        PermissionDenied: ``actor`` is not staff.
+        TeamError: no such user, or already in (out of) the team.
+    """
+    _check_staff(actor)
+    user = _member(username)
+    if user.groups.filter(pk=team.pk).exists() == add:
+        raise TeamError(f"{user.get_username()} is {'in' if add else 'not in'} {team.name}{' already' if add else ''}")
+    (user.groups.add if add else user.groups.remove)(team)
+    record(f"team.{'add' if add else 'remove'}_member", actor=actor, obj=team, changes={"member": user.get_username()}, request=request)
+    return user
+
+
 def add_member(team: Group, username: str, actor: Any = None, request: Any = None) -> Any:
-    """Put the user ``username`` in ``team``; audited as ``team.add_member``. Returns the user.
-
-    Raises:
-        PermissionDenied: ``actor`` is not staff.
-        TeamError: no such user, or already a member.
-    """
-    _check_staff(actor)
-    user = _member(username)
-    if user.groups.filter(pk=team.pk).exists():
-        raise TeamError(f"{user.get_username()} is in {team.name} already")
-    user.groups.add(team)
-    record("team.add_member", actor=actor, obj=team, changes={"member": user.get_username()}, request=request)
-    return user
+    """``_change_membership``: put ``username`` in ``team``."""
+    return _change_membership(team, username, True, actor, request)
 
 
-@transaction.atomic
 def remove_member(team: Group, username: str, actor: Any = None, request: Any = None) -> Any:
-    """Take the user ``username`` out of ``team``; audited as ``team.remove_member``. Returns the user.
-
-    Raises:
-        PermissionDenied: ``actor`` is not staff.
-        TeamError: no such user, or not a member.
-    """
-    _check_staff(actor)
-    user = _member(username)
-    if not user.groups.filter(pk=team.pk).exists():
-        raise TeamError(f"{user.get_username()} is not in {team.name}")
-    user.groups.remove(team)
-    record("team.remove_member", actor=actor, obj=team, changes={"member": user.get_username()}, request=request)
-    return user
+    """``_change_membership``: take ``username`` out of ``team``."""
+    return _change_membership(team, username, False, actor, request)

@@ -83,3 +83,18 @@ def test_a_team_member_may_neither_see_nor_change_teams(client):
     with pytest.raises(PermissionDenied):
         teams.create_team("Mine", actor=rita)
     assert list(Group.objects.values_list("name", flat=True)) == ["Roads"]
+
+
+def test_adding_a_member_twice_or_removing_a_stranger_is_refused_by_name(staff):
+    roads, rita = make_team("roads"), make_user("rita")
+    teams.add_member(roads, "rita", actor=staff)
+
+    with pytest.raises(teams.TeamError, match="rita is in roads already"):
+        teams.add_member(roads, "rita", actor=staff)
+    teams.remove_member(roads, "rita", actor=staff)
+    with pytest.raises(teams.TeamError, match="rita is not in roads"):
+        teams.remove_member(roads, "rita", actor=staff)
+    with pytest.raises(teams.TeamError, match="no user is called 'nobody'"):
+        teams.add_member(roads, "nobody", actor=staff)
+    assert not rita.groups.exists()
+    assert AuditEntry.objects.filter(action__in=("team.add_member", "team.remove_member")).count() == 2
