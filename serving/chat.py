@@ -29,6 +29,9 @@ from . import accurate, answer_cache, breadth, conversations, events, failover, 
 from .expert_answer import Opened, Source, generation_settings, open_answer
 from .route import (
     NO_EXPERT_ANSWER,
+    OTHER_LANGUAGE,
+    OTHER_LANGUAGE_ANSWER,
+    OUT_OF_SCOPE,
     AllExpertsDown,
     Decision,
     ExpertNotAllowed,
@@ -86,6 +89,7 @@ class ChatResult:
     experts_answering: list[str] = field(default_factory=list)  # the experts whose parts make up the answer (two: a top-2 answer)
     clarify: list[dict[str, str]] = field(default_factory=list)  # the answer asks which of these experts ({"slug", "name"}) the user means
     choice: str = ""  # the expert the user chose in answer to a clarifying question (``serving.breadth.after_clarify``)
+    refusal: str = ""  # why no expert answers: ``route.OUT_OF_SCOPE`` or ``route.OTHER_LANGUAGE`` ("" when one answers)
 
 
 # model name → how many experts: ``auto`` fuses the top 2's passages into one answer (or, where both experts'
@@ -189,6 +193,7 @@ class ChatTurn:
         self.clarify: list[dict[str, str]] = []  # a clarifying question's choices (``serving.breadth``)
         self.choice = ""  # the expert the user chose in answer to a clarifying question
         self._both = False  # both top experts answer their part (``serving.breadth.BOTH``)
+        self.refusal = ""  # why no expert answers: OUT_OF_SCOPE or OTHER_LANGUAGE ("" when one answers)
 
     # -- before the first byte ---------------------------------------------------------------
 
@@ -239,7 +244,7 @@ class ChatTurn:
             self.source = Source(answer_source="clarify")
             return
         if not candidates:  # abstained without a fallback expert: say so, nothing retrieved or generated
-            self._first = Answer(text=NO_EXPERT_ANSWER, citations=[], grounded=False)
+            self._first = Answer(text=OTHER_LANGUAGE_ANSWER if self.refusal == OTHER_LANGUAGE else NO_EXPERT_ANSWER, citations=[], grounded=False)
             self.source = Source(answer_source="none")
             return
         if (req.model == "auto:accurate" or self._both) and len(candidates) > 1 and not self.abstained:
@@ -262,12 +267,16 @@ class ChatTurn:
         expert = self.conversation_expert
         if d.abstained:
             self.abstained = True
+            if d.foreign:  # no expert's documents share the question's language: refused, the conversation's expert included
+                self.refusal = OTHER_LANGUAGE
+                return []
             if expert and (req.allowed is None or expert in req.allowed) and expert in d.raw_scores:
                 self.sticky = True  # nothing is clearly better than the conversation's expert
                 return [expert]
             if d.fallback:
                 self.fallback_used = True
                 return [d.fallback]
+            self.refusal = OUT_OF_SCOPE
             return []
         ranked, self.sticky = conversations.sticky_order(d.failover, expert, conversation_rule.STICKY_MARGIN)
         if req.model == "auto" and not self.sticky:
@@ -428,7 +437,7 @@ class ChatTurn:
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
             earlier_turns_left_out=self.turns_left_out,
             conversation_expert=self.conversation_expert, conversation_expert_from=self._conversation_expert_from,
-            experts_answering=self.experts_answering, clarify=self.clarify, choice=self.choice,
+            experts_answering=self.experts_answering, clarify=self.clarify, choice=self.choice, refusal=self.refusal,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id, self.request.user_id)

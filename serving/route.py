@@ -59,6 +59,10 @@ class StreamInterrupted(Exception):
 
 
 NO_EXPERT_ANSWER = "No expert covers this question."
+OTHER_LANGUAGE_ANSWER = "No expert can answer this question: it is not in the language of the experts' documents."
+# Why no expert answers (the API's ``refusal``): the router placed the question with none of them, or its language is
+# not the documents' (``Decision.foreign``).
+OUT_OF_SCOPE, OTHER_LANGUAGE = "out_of_scope", "other_language"
 
 _router_cache: dict[str, Any] = {}
 # RouterVersion pk -> the encoder's embedding space, for versions trained in another one (set as a version loads)

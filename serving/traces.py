@@ -38,6 +38,7 @@ def routing_evidence(decision: Decision | None) -> dict[str, Any]:
         # "fast": the router's fast tier chose (auto:fast), with its distilled encoder; "full": the sentence encoder.
         "encoder": decision.encoder,
         **({"degraded": decision.degraded} if decision.degraded else {}),
+        **({"other_language": True} if decision.foreign else {}),  # refused: not in the language of the experts' documents
         **({"views": decision.views} if decision.views else {}),
         # Unsure of the question alone, the router ranked it with the conversation's earlier questions.
         **({"conversation": decision.conversation} if decision.conversation else {}),
@@ -51,6 +52,8 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         trace["scores"] = dict(sorted(decision.raw_scores.items(), key=lambda kv: -kv[1]))
     if result is None:
         return trace
+    if result.refusal:
+        trace["refusal"] = result.refusal
     cited = {(c.get("document_id"), c.get("chunk_id")) for c in result.citations}
     trace["passages"] = [
         {"index": p.get("index"), "title": str(p.get("title") or "")[:300], "expert": p.get("expert", ""), "document_id": p.get("document_id"),

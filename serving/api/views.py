@@ -87,6 +87,9 @@ def _routing_meta(turn: chat.ChatTurn) -> dict[str, Any]:
         "router_version": decision.router_version if decision else None,
         "routing_path": "router" if turn.request.model.startswith("auto") else "direct",
         "abstained": turn.abstained,
+        # Why no expert answers: "out_of_scope" (the router placed the question with none) or "other_language" (it is
+        # not in the experts' documents' language); None when one answers.
+        "refusal": turn.refusal or None,
         # The router's in-scope score against its abstain threshold, and who it would have chosen when it abstained.
         "routing_evidence": traces.routing_evidence(decision),
         "fallback_used": turn.fallback_used,
@@ -217,7 +220,8 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
             200: OpenApiResponse(OpenApiTypes.OBJECT, description="A `chat.completion` (or with `stream: true`, `text/event-stream` of "
                                  "`chat.completion.chunk`s ending with `data: [DONE]`); `switchboard` holds the routing metadata: on the whole answer (and "
                                  "the stream's last chunk) `experts_answering`, the experts whose parts make up the answer, and `clarify`, "
-                                 "the choices ({slug, name}) when the answer asks which expert the user means (null otherwise)."),
+                                 "the choices ({slug, name}) when the answer asks which expert the user means (null otherwise); `refusal` says why no "
+                                 "expert answers (`out_of_scope` or `other_language`; null when one does)."),
             400: OpenApiResponse(description="Malformed or invalid request"), 403: OpenApiResponse(description="Expert outside the key's scope"),
             404: OpenApiResponse(description="Unknown model"), 413: OpenApiResponse(description="Body too large"),
             503: OpenApiResponse(description="No router, every candidate expert is down, or the in-process model's queue is full "

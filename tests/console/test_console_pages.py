@@ -180,6 +180,18 @@ def test_the_playground_says_what_a_misspelt_question_was_searched_as(console, e
     assert 'id="answer-spelling"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
 
 
+def test_the_playground_says_a_question_in_another_language_is_refused(console, experts, monkeypatch):
+    result = fake_result("Muss ich meine Kennzeichen zurückgeben?")
+    result.decision.abstained, result.decision.foreign, result.decision.score, result.decision.threshold = True, True, 0.9, 0.5
+    result.answer, result.citations, result.refusal = route.OTHER_LANGUAGE_ANSWER, [], route.OTHER_LANGUAGE
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
+
+    html = console.post(reverse("console-playground-answer"), {"question": "Muss ich?", "mode": "auto"}).content.decode()
+
+    assert "not in the language of the experts&#x27; documents" in html
+    assert "below its threshold" not in html  # not the abstention's reason: the confidence was above it
+
+
 def test_the_playground_says_why_the_answer_quotes_its_sentence(console, experts, monkeypatch):
     result = fake_result()
     result.selection = {"quoted": [{"passage": 1, "sentence": 2, "score": 2.4, "text": "t", "reasons": ["follows a question", "opens <its> section"]}],

@@ -102,7 +102,22 @@ def test_a_question_in_a_language_the_documents_do_not_share_is_refused(demo, cl
     meta = chat(client, question).json()["switchboard"]
 
     assert route.route(question).foreign
-    assert (meta["answer_source"], meta["abstained"], meta["citations"]) == ("none", True, [])
+    assert (meta["answer_source"], meta["abstained"], meta["citations"], meta["refusal"]) == ("none", True, [], "other_language")
+
+
+def test_a_foreign_follow_up_in_a_conversation_with_an_expert_is_refused_not_answered_by_that_expert(demo, client):
+    """The conversation's expert used to take an abstained question (stickiness) even when its language was not the documents'."""
+    first = chat(client, "How do I renew my driver license?", user="u-foreign").json()["switchboard"]
+    assert (first["expert"], first["refusal"]) == ("dmv", None)
+    body = chat(client, FOREIGN[0], conversation_id=first["conversation_id"], user="u-foreign").json()
+    meta = body["switchboard"]
+    assert (meta["expert"], meta["answer_source"], meta["citations"], meta["refusal"]) == ("", "none", [], "other_language")
+    assert "language" in body["choices"][0]["message"]["content"]
+
+
+def test_an_out_of_scope_question_says_why_no_expert_answers(demo, client):
+    meta = chat(client, "What's the weather tomorrow?").json()["switchboard"]
+    assert (meta["abstained"], meta["refusal"], meta["citations"]) == (True, "out_of_scope", [])
 
 
 def test_no_question_of_the_demo_set_in_its_documents_language_is_refused_for_it(demo, client):
