@@ -1,30 +1,13 @@
 """Evaluations and benchmarks of expert discovery (clustering), behind ``manage.py evaluate/bench clustering``.
 
-``evaluate_clustering`` scores, against a dataset's gold labels (``evaluation.metrics`` documents
-how noise is scored), on the same embeddings in the same process:
+``evaluate_clustering`` scores against a dataset's gold labels, on the same embeddings: ``ours_product``
+(``labeling.ml.discovery.discover`` with the product's defaults), ``ours`` (told K), ``ours_topics``
+(DBSCAN's topics before grouping) and baselines at full strength (``kmeans``, ``kmeans_same_k``,
+``hdbscan``, ``hdbscan_grouped``, ``hdbscan_grouped_same_k``); with ``variants``, every grouping and
+noise mode. Rows are the held-out ones by default (the defaults were chosen on ``train``).
 
-* ``ours_product``: ``labeling.ml.discovery.discover`` with the product's defaults, exactly what the
-  console and the monthly re-clustering run (``labeling.services.cluster_queries``): ``SparseDBSCAN``
-  at the radius it suggests, K suggested from the data, the default grouping and noise attachment;
-* ``ours``: the same pipeline told K (the number of gold labels, or ``--experts``); ``ours_topics``:
-  DBSCAN's fine topics before grouping;
-* baselines at full strength: ``kmeans`` (``KMeans(n_init=10)`` at the true K), ``kmeans_same_k``
-  (the same at the K ours suggested), ``hdbscan`` (sklearn's defaults), ``hdbscan_grouped``
-  (HDBSCAN's topics through the same K suggestion, grouping and noise attachment) and
-  ``hdbscan_grouped_same_k`` (the same at our K);
-* with ``variants``, every grouping and noise mode of ``labeling.ml.discovery`` at the suggested and
-  at the true K: how the defaults were chosen, on the train split.
-
-Rows: by default the held-out ones (every labelled row outside ``train``), since the product's
-defaults were chosen on ``train``; ``split`` picks ``train``, ``all`` or one split by name.
-
-``bench_clustering`` times ``SparseDBSCAN`` against sklearn's ``DBSCAN`` on its fast path (Euclidean
-on the L2-normalised vectors at the converted radius sqrt(2 eps), every core) at the same radius on n embeddings:
-synthetic blobs on the 384-d sphere, and the shared datasets' real query embeddings repeated with
-light noise up to n.
-
-Embeddings of a dataset file are cached by ``evaluation.datasets.cached_embeddings`` (keyed by the
-dataset name, the model and a hash of the texts), so reruns skip the encoder.
+``bench_clustering`` times ``SparseDBSCAN`` against sklearn's ``DBSCAN`` (Euclidean on the normalised
+vectors at sqrt(2 eps)) on synthetic blobs and on real query embeddings repeated with light noise.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """``manage.py evaluate sentences``: which sentence the extractive answer quotes, and the fit behind its weights.
 
-The extractive answer (``experts.ml.extractive``) quotes the sentences its scorer
-(``experts.ml.sentence_scorer``) ranks first among the top passages' sentences. This evaluation
-builds, for every question of a dataset whose queries carry a gold ``answer``, the candidates the
-product would score: the ``auto`` mode's passages as ``evaluate answers`` retrieves them (the same
-index, router and serving search, a follow-up's query widened with the user's earlier turns), the top three with text (``extractive_answer``'s
-``max_passages``), their sentences and features by ``extractive.candidate_sentences``, and each
-sentence's token F1 against the gold answer (SQuAD normalisation, the document's own footnote
-numbers dropped as the answer drops them).
-
-It then fits the scorer on a sample of the train split, linear (``fit_weights``; the pull towards
-the hand-set scorer chosen among ``PULLS`` on the validation split) and as the small network the
-product ships (``fit_mlp`` with its defaults), and reports, on validation and test, the F1 of the
-sentence each scorer ranks first: ``hand_set`` (what the product used before the fit),
-``linear_default`` (``LINEAR_DEFAULT``: the linear weights it served next), ``default`` (the scorer the product ships,
-``DEFAULT_SCORER_FILE``), ``refit`` and ``refit_mlp`` (fitted here) and ``best_possible`` (the best
-candidate: what retrieval leaves within reach). ``shortlist_ceiling`` gives the best of the shipped
-scorer's first k sentences (k = 1, 2, 3, 5): the most a judge of that shortlist can reach, as the
-language model's ``select`` decoding judges the first ``selection.SHORTLIST``. ``held_out_domains`` asks whether the network carries
-over to a domain it never saw: fitted without each domain in turn, both scorers on that domain's test
-questions. ``own_domains`` asks whether an expert would quote better with a scorer of its own: the network
-fitted on one domain's train questions alone against the shared one, on that domain's questions. ``save_scorer`` writes ``refit_mlp`` with this
-report's figures: the shipped file is ``evaluate sentences --dataset doc2dial --save-scorer
-experts/ml/sentence_scorer.json``. It does not score abstention or multi-sentence answers
-(``evaluate answers`` does, with the shipped scorer). ``reader`` measures the trained reader (``experts.ml.reader``, in
-``VAR_DIR/models/reader``) re-ordering the shipped scorer's first k sentences on the same candidates
-(``evaluation.reader.reader_figures``: the pick's F1 and how often it is the best candidate; None while there is none).
+For every question of a dataset with a gold ``answer`` it builds the candidates the product would
+score (the ``auto`` mode's top passages with text, their sentences and features by
+``extractive.candidate_sentences``) and each sentence's token F1 against the gold answer. It fits
+the scorer on a sample of train (linear, ``fit_weights``; and the network, ``fit_mlp``) and reports
+on validation and test the F1 of the sentence each scorer ranks first: ``hand_set``,
+``linear_default``, ``default`` (the shipped file), ``refit``, ``refit_mlp`` and ``best_possible``;
+``shortlist_ceiling`` (the best of the first k), ``held_out_domains``, ``own_domains`` and ``reader``
+(``evaluation.reader.reader_figures``). ``save_scorer`` writes ``refit_mlp`` as the shipped file:
+``evaluate sentences --dataset doc2dial --save-scorer experts/ml/sentence_scorer.json``.
 """
 
 from __future__ import annotations

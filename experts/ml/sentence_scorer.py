@@ -1,34 +1,12 @@
 """Which retrieved sentence answers the question: a scorer over a few generic features, and how it is fitted.
 
 The extractive answer (``experts.ml.extractive``) quotes the best-scoring sentences of the top
-passages. A sentence's score is a function of its features (``SentenceModel``: linear, ``features @
-weights``, or a small network over the same features) over:
-
-* ``cosine``: its embedding's cosine with the question's;
-* ``overlap``: the share of the question's content words it contains;
-* ``passage_rank``: its passage's rank among those retrieved (0 = the best);
-* ``first_in_passage``: it opens its passage (often the section's own summary);
-* ``heading``: it does not end like a sentence (no ``. ! ? : ; )``): a title or a link text;
-* ``question``: it is itself a question (FAQ pages ask before they answer);
-* ``log_words``: the log of its length in words, counted up to ``WORDS_CAP`` (a run-on "sentence"
-  of a hundred words, a list the page never punctuated, earns no more than a full sentence);
-* ``previous_cosine``: the cosine of the sentence before it, in the same passage, with the question
-  (0 for a passage's first): in "Can I renew online? Yes, you can renew..." the answer follows the
-  sentence that matches;
-* ``after_question``: the sentence before it is a question;
-* ``overlap_gap``: its ``overlap`` minus the best ``overlap`` among the sentences it competes with (0
-  for the sentence holding most of the question's words). Only this feature depends on the other
-  candidates: ``compare_candidates`` fills it once every passage's rows are in.
-
-``HAND_SET`` is the scorer the extractive answer used before (cosine, 0.15 x overlap and a 0.02
-preference per better passage rank). ``fit_weights`` fits linear weights by a listwise objective;
-``manage.py evaluate sentences`` keeps both linear scorers as its baselines.
-
-A linear score cannot say "a high cosine matters less in a low-ranked passage". ``MlpScorer`` can:
-``MLP_MEMBERS`` one-hidden-layer networks (``MLP_HIDDEN`` units) trained from different seeds on the
-same listwise objective (``fit_mlp``) and averaged, reading the linear features and ``overlap_gap``.
-It ships as ``DEFAULT_SCORER_FILE``, written by ``manage.py evaluate sentences --save-scorer`` (its
-figures against the linear weights are in docs/EVALUATIONS.md); ``load_scorer`` reads any scorer spec.
+passages. ``FEATURES`` are the sentence's cosine with the question, its share of the question's
+content words (``overlap``, and ``overlap_gap`` to the best competing sentence, filled by
+``compare_candidates``), its passage's rank, where it stands in the passage, whether it or the
+sentence before it is a heading or a question, and its length. ``HAND_SET`` is the old hand-set
+scorer, ``fit_weights`` fits linear weights, and ``MlpScorer`` (``fit_mlp``: ``MLP_MEMBERS`` small
+networks averaged) is what ships as ``DEFAULT_SCORER_FILE`` (figures in docs/EVALUATIONS.md).
 ``reasons`` explains a choice by the network's gradient at that sentence.
 """
 

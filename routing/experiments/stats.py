@@ -1,45 +1,17 @@
 """Statistics of A/B experiments between two versions (control "A", treatment "B"). Pure numpy/scipy/statsmodels.
 
-Choices, and why:
-
-- **Proportions** (thumbs-up rate among rated answers, fallback rate, abstain rate): Wilson intervals
-  per arm (good coverage at small n and near 0/1) and Newcombe's hybrid-score interval for the
-  difference B - A (``statsmodels.stats.proportion``).
-- **Latency**: Welch's t-test and interval for the difference of means (unequal variances; latency
-  arms rarely share one), plus the per-arm p50/p95 for reading.
-- **Fixed horizon**: the sample per arm comes from a power calculation done *before* start
-  (``plan``): Cohen's h from ``proportion_effectsize(baseline·(1+min_effect), baseline)`` and
-  ``NormalIndPower().solve_power`` at ``alpha`` (two-sided) and ``power``. Below that sample the
-  fixed design refuses to decide: reading it early would inflate the false-positive rate.
-- **Sequential (always valid)**: the mixture sequential probability ratio test (mSPRT) of Johari,
-  Koomen, Pekelis & Walsh, "Peeking at A/B tests" (KDD 2017; Operations Research 2022), for the
-  difference of two means with a normal mixing distribution N(0, τ²) over the effect θ::
-
-      Λ_n = sqrt(V / (V + τ²)) · exp( τ² · θ̂² / (2 · V · (V + τ²)) ),   V = p̂_A(1-p̂_A)/n_A + p̂_B(1-p̂_B)/n_B
-
-  with θ̂ = p̂_B - p̂_A. (With n per arm and a common sigma^2, V = 2sigma^2/n and this is their two-sample formula.)
-  Rejecting H0: θ = 0 once Λ_n ≥ 1/alpha keeps the type-I error below alpha however often one looks; the
-  always-valid p-value is ``min(1, 1/Λ_n)`` (its running minimum over looks). τ is set to the
-  absolute minimum effect (baseline * min_effect): the mixture then puts its mass on effects of the
-  size the experiment is meant to find.
-- **Sample-ratio mismatch**: a chi-square goodness-of-fit test of the arm counts against the
-  configured split (``scipy.stats.chisquare``); p < 0.001 raises an alarm and blocks any decision
-  (the assignment is broken, so every metric is suspect).
-- **Several metrics read at once**: guardrail p-values are adjusted with Holm's step-down method
-  (``statsmodels.stats.multitest.multipletests``), which controls the family-wise error rate
-  without assuming independence between metrics.
-- **Decision rule** (explicit, in ``decide``): promote B when (1) no SRM, (2) enough data (the
-  planned sample per arm for the fixed design; for the sequential design the always-valid test
-  decides when there is enough, above a floor of ``MIN_SEQUENTIAL_PER_ARM`` units per arm),
-  (3) the primary metric differs significantly *in the good direction*, and (4) no guardrail
-  regresses significantly after Holm. The experiment is sized so that an improvement of
-  ``min_effect`` (relative, default 5%) is detected with the planned power; significance is tested
-  against "no difference". A significant change of the primary in the bad direction, or a
-  guardrail regression, keeps A.
-- **Planned size**: each design is sized for the test it runs (``plan``): the fixed design's z-test
-  by its formula; the sequential design's mSPRT where its power read once at the end reaches
-  ``power`` (peeking adds to it). ``manage.py evaluate abtest --simulate`` measures both (figures in
-  docs/EVALUATIONS.md).
+- Proportions: Wilson intervals per arm, Newcombe's hybrid-score interval for B - A.
+- Latency: Welch's t-test and interval, and each arm's p50/p95.
+- Fixed horizon: the sample per arm comes from a power calculation before the start (``plan``);
+  below it the fixed design refuses to decide.
+- Sequential: the mixture SPRT of Johari et al., "Peeking at A/B tests" (KDD 2017), with a normal
+  mixing distribution N(0, τ²), τ the absolute minimum effect; H0 is rejected once Λ_n ≥ 1/alpha, so
+  looking often is safe, above a floor of ``MIN_SEQUENTIAL_PER_ARM`` units per arm.
+- Sample-ratio mismatch: chi-square of the arm counts against the split; p < ``SRM_ALPHA`` blocks any decision.
+- Guardrails: Holm's step-down adjustment of their p-values.
+- ``decide`` promotes B when there is no SRM, enough data, a significant primary change in the good
+  direction and no significant guardrail regression. ``manage.py evaluate abtest --simulate`` measures
+  both designs (figures in docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations
@@ -149,7 +121,7 @@ class Plan:
 def msprt_final_look_power(n_control: float, ratio: float, p_a: float, p_b: float, tau: float, alpha: float) -> float:
     """Power of the mSPRT read once, at ``n_control`` control units (and ``ratio`` times as many treated ones).
 
-    From the module's Λ_n: it rejects when θ̂²/V ≥ 2(V + τ²)/τ² · (ln(1/alpha) + ½·ln(1 + τ²/V)), a
+    From Λ_n (``msprt_lambda``): it rejects when θ̂²/V ≥ 2(V + τ²)/τ² · (ln(1/alpha) + ½·ln(1 + τ²/V)), a
     critical z of its own at each n, with θ̂ ~ N(p_b - p_a, V). Earlier looks can only add
     rejections, so this is a lower bound on the power of the test as it runs (peeked at).
     """

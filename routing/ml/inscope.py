@@ -1,30 +1,10 @@
-"""The in-scope score: how much a question looks like what the experts were trained on.
+"""The in-scope score: how much a question looks like what the experts were trained on (the router abstains below it).
 
-The router abstains below a threshold on this score, so it decides which questions get "No expert
-covers this question". Three kinds of evidence go into it:
-
-* the network's own (the similarity to the nearest prototype: k-means centres of each expert's
-  training questions, ~10 questions a centre);
-* the nearest training questions themselves (the mean cosine of the ``nearest.K`` most similar ones
-  in the router's bank, ``routing.ml.nearest``): finer than centres, which average long, varied
-  questions into points no real question sits near;
-* the character view's confidence, for questions whose spelling the sentence encoder loses.
-
-``score = (1 - mix) * network + mix * nearest + char_scale * confidence``. Which mix and scale a
-router uses is fitted on its own validation questions (``fit_in_scope``). No validation split holds
-out-of-scope questions, so each expert in turn plays the out-of-scope one: its validation questions
-are scored as if it did not exist (its prototypes and bank rows left out, the other experts' character
-view probabilities renormalised), against the other experts' validation questions scored as served.
-The (mix, scale) with the highest mean AUROC over those held-out experts wins (``IN_SCOPE_RULE``).
-
-Why: on doc2dial the character view's confidence drags the sum down and the nearest questions lift it,
-on clinc150 the confidence helps (docs/EVALUATIONS.md), and the held-out-expert AUROC on validation ranks
-the choices as real out-of-scope questions do on both: on doc2dial it picks no confidence, on clinc150
-half of it.
-
-Provenance, said plainly: this design replaced the previous score after a *test* AUROC fell, and a BM25
-term was dropped partly on a test figure. What it uses for a given router is chosen on that router's
-validation questions alone (``fit_in_scope``), with "none of the extra evidence" among the choices.
+``score = (1 - mix) * network + mix * nearest + char_scale * confidence``: the similarity to the
+nearest prototype, the mean cosine of the nearest training questions (``routing.ml.nearest``) and the
+character view's confidence. ``fit_in_scope`` chooses (mix, scale) on the router's own validation
+questions: each expert in turn plays the out-of-scope one (its prototypes and bank rows left out),
+and the highest mean AUROC wins (``IN_SCOPE_RULE``), "none of the extra evidence" among the choices.
 """
 
 from __future__ import annotations
