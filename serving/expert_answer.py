@@ -29,6 +29,7 @@ from experts.generation import (
     get_generator,
 )
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
+from experts.ml.junk import looks_like_menu
 from experts.models import ExpertVersion
 from experts.selectors import serving_version
 from routing.experiments.assignment import ArmAssignment
@@ -98,6 +99,8 @@ def open_answer(request: GenerationRequest, version: ExpertVersion | None, break
     fmt = request.citation_format
     if getattr(generator, "name", "") == "extractive":  # nothing to fall back to
         return _opened(generator, request, stream, Source("extractive", expert_version=number, citation_format=fmt), breaker)
+    # A menu passage is never quoted (the extractive answer drops it itself), so the model is not shown one either.
+    request = replace(request, passages=[p for p in request.passages if not looks_like_menu(p.text)])
     if not request.passages or max(p.score for p in request.passages) < float(settings.EXTRACTIVE_MIN_SCORE):
         return Opened(Answer(text=NOT_FOUND, citations=[], grounded=False), Source("not_found", expert_version=number, citation_format=fmt), breaker)
     model_breaker = breaker_for(f"{request.expert}:generation")

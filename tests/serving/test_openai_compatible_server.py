@@ -161,6 +161,20 @@ def test_the_server_writes_the_answer_from_the_passages_the_in_process_model_wou
     assert sent["messages"][-1]["content"].rstrip().endswith(QUESTION)
 
 
+MENU = b"Driver licences\nRenew your driving licence online\nReplace a lost driving licence\nDriving licence fees\nContact the licence office\n"
+
+
+def test_the_model_is_never_shown_a_menu_that_matches_the_question(client, server, dmv):
+    ingest.ingest_files(dmv["expert"], [("menu.txt", MENU)])
+
+    meta = meta_of(chat(client, QUESTION, model="dmv"))
+
+    [sent] = server.chats()
+    assert "Replace a lost driving licence" not in json.dumps(sent["messages"])
+    assert "up to six months before it expires" in sent["messages"][-1]["content"]
+    assert {c["title"] for c in meta["citations"]} == {"Renewing a licence"}
+
+
 def test_a_streamed_answer_is_the_servers_text_with_its_citations(client, server, dmv):
     text, meta = streamed(chat(client, QUESTION, model="dmv", stream=True))
 
