@@ -1,28 +1,12 @@
 """``manage.py bench generation``: the in-process language model's first streamed token, speed and adapter switches.
 
-What it runs is the product's own path with the product's settings: ``TransformersGenerator.from_settings()``
-(BASE_MODEL, GENERATOR_MAX_TOKENS, the passages shown as ``experts.ml.prompting`` says, TORCH_THREADS, the prompt prefix
-cache) streaming answers to demo questions (``demo/queries.jsonl``, split ``test``) over passages
-retrieved from the demo documents, chunked by the knowledge app's chunker and ranked by the
-configured encoder (dense cosine only: no vector store is needed). Questions whose best passage
-scores below ``EXTRACTIVE_MIN_SCORE`` are skipped: the product answers those without the model.
-
-Reported, per concurrency level (1, then ``--concurrency``, requests streamed from that many threads):
-``first_token_p50_ms`` / ``p90`` (request to the first non-empty delta, queue wait included),
-``tokens_per_s`` (each answer's tokens after its first, over its streaming time: the decode speed a
-reader sees; None with ``select`` decoding, whose answer arrives whole), ``throughput_tokens_per_s`` (all answer tokens over the level's wall time) and the answers'
-length in tokens. The queue is widened to the concurrency for the run (``queue_max_used``): with the
-default ``GENERATION_QUEUE_MAX`` the requests beyond it would get 503 instead of a measurement. A
-request still waiting when its ``GENERATION_TIMEOUT_S`` runs out is counted in ``timed_out`` (the
-product answers it extractively) and has no first-token figure.
-
-``adapters``: two LoRA adapters made with peft on the base model (random non-zero weights, no
-training: only the cost of switching is measured), loaded into the generator; the time of one
-forward pass over a prompt with the same adapter as the last call against alternating adapters,
-and ``set_adapter`` itself. ``vllm``: measured only when ``VLLM_URL`` is set in the environment.
-
-The machine is shared: the load average before and after is in the report, since other work skews
-every figure (two torch threads on two busy cores were ~5x slower than one).
+It streams answers through ``TransformersGenerator.from_settings()`` to the demo's test questions over
+passages ranked by the configured encoder (questions below ``EXTRACTIVE_MIN_SCORE`` are skipped: the
+product answers those without the model). Per concurrency level it reports ``first_token_p50_ms`` /
+``p90``, ``tokens_per_s`` (None with ``select`` decoding), ``throughput_tokens_per_s``, answer lengths
+and ``timed_out``; the queue is widened to the concurrency (``queue_max_used``). ``adapters`` times a
+forward pass with the same adapter against alternating random ones; ``vllm`` only with ``VLLM_URL``.
+The load average before and after is in the report: other work skews every figure.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """Evaluating the learned router against logistic regression and nearest-example routing.
 
-``evaluate_router`` reads a dataset folder in the shared format (``queries.jsonl`` with ``text``,
-``domain``, ``intent``, ``split``), embeds the texts once (cached by
-``evaluation.datasets.cached_embeddings``), trains every method on ``train`` (``val`` for early stopping,
-calibration and every choice; a seeded stratified 10% of ``train`` when there is no ``val``, which
-``validation`` in the report says) and scores it on ``test`` plus the out-of-scope rows (a null
-label or intent ``oos``, in the ``test`` or ``oos`` split). Test rows whose label never occurs in
-training have no expert to go to: they are reported apart (``unseen_labels``: abstention recall and
-AUROC, as out-of-scope questions), never counted as misroutes.
-
-Methods, all on the same embeddings (``"pipeline": "product"``: the router is the product's own training function):
-- ``router``: ``routing.ml.textrouter.train_text_router`` with the product's defaults, as
-  ``routing.services.train_router_from_labels`` calls it (typo copies, MLP or linear head by validation,
-  prototypes, spelling view, nearest questions, calibrated); no documents (``router_knowledge`` has them).
-- ``logreg``, ``knn`` and, trained on the router's own typo copies too, ``logreg_typos`` and
-  ``knn_typos``: at full strength, every choice (C; k and aggregation) on validation
-  (``evaluation.baselines``). ``comparison`` gives each one's validation and test macro-F1 and accuracy.
-``--ablate`` trains the router again without each mechanism (``evaluation.ablation``), on validation.
-
-Latency (``route_p50_ms``) is measured one query at a time on ~200 test queries through the bare
-sentence encoder (no micro-batching wait, no vector cache: those belong to serving under load, and
-``bench serving`` measures them), at the serving thread count: for each query and each method, a
-request as served (the question sent to an encoder child process, the method reading its words
-meanwhile, then the method on the vector), so every method is charged the same encoder calls and
-hand-off and finds the caches as serving leaves them; ``embed_p50_ms`` is the bare encoder's alone,
-called directly. Five warm-up texts from ``train`` run first, untimed, so no timed text was seen.
-
-What it does not measure: the serving path's batching and caches, the arbiter's load balancing
-under real traffic (``router.arbiter`` simulates it on the shuffled test stream), conversations
-beyond the user's earlier turns, and intent-level routing unless ``--label intent``. With
-``knowledge`` it also scores knowledge-aware routing (``evaluation.knowledge_routing``).
+``evaluate_router`` embeds a dataset once, trains every method on ``train`` (``val``, or a seeded 10%
+of ``train``, for every choice) and scores it on ``test`` plus the out-of-scope rows; test rows whose
+label never occurs in training are reported apart (``unseen_labels``). Methods: ``router`` (the
+product's ``train_text_router`` with its defaults), ``logreg``, ``knn`` and their ``_typos`` variants
+(``evaluation.baselines``); ``--ablate`` retrains without each mechanism (``evaluation.ablation``).
+``route_p50_ms`` is measured one query at a time through the bare encoder as served (an encoder child
+process), ``embed_p50_ms`` the encoder's alone. With ``knowledge`` it also scores knowledge-aware
+routing (``evaluation.knowledge_routing``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Who may see, change and ask which expert: the one access rule of the console, the API and serving.
 
-Every console page, API endpoint and chat path that shows, changes or asks an expert goes through
-these functions, so the rule lives in one place and is read from current team membership at request
-time (nothing about access is copied into a key, a conversation or a session):
-
-- A **principal** is who is asking: a signed-in user (session or HTTP Basic), an API key (always on
-  behalf of the user who created it), or nobody (anonymous).
-- **See and change** (the console, the documents API, traces, review, discovery, jobs):
-  staff see and change every expert; a member of an expert's team sees and changes it and its data;
-  an expert with no team is visible to every signed-in user and changeable by staff only; keys and
-  anonymous callers see nothing in the console. ``get_expert_or_404`` answers 404 for an expert the
-  user may not see (so its existence is not revealed) and ``PermissionDenied`` (403) for one they may
-  see but not change.
-- **Ask** (chat completions, ``/v1/models``, routing candidates, retrieval, the playground): what the
-  principal's user may see, plus every *public* expert (``Expert.public``, which a team turns on).
-  An anonymous caller asks public experts only. A key asks what its user may ask today, narrowed to
-  its scopes when it has some: a key whose user left the team no longer reaches the team's experts,
-  and a key whose user is deactivated or deleted stops working (``clients.services.authenticate``
-  refuses it; were it asked here, its missing user would leave it the public experts only).
+Read from current team membership at request time, never copied into a key or a session.
+- **See and change**: staff everything; a team member their team's experts; an expert with no team
+  is visible to every signed-in user and changeable by staff only. ``get_expert_or_404`` is a 404 for
+  an expert the user may not see and a 403 for one they may see but not change.
+- **Ask**: what the principal's user may see plus every public expert; anonymous callers public ones
+  only; a key what its user may ask today, narrowed to its scopes.
 """
 
 from __future__ import annotations

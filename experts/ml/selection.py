@@ -1,26 +1,12 @@
 """Answers the adapter chooses rather than writes: each passage sentence scored as the answer. Pure: no Django.
 
-A small model fine-tuned on gold answers learns *which* part of the reference material answers a
-question better than it learns to write that part out: decoding freely, it drifts, repeats and
-paraphrases within a few tokens. ``select`` decoding keeps the adapter's judgement and drops its
-drift: every candidate (a sentence of a shown passage, or a run of ``MAX_SPAN`` neighbours, followed by the
-passage's marker and the end token, exactly as training targets are written) is scored by the
-adapter's mean log-probability per token, and the likeliest is the answer. The prompt is run once;
-its key/value cache is shared by every candidate.
-
-The answer is then a verbatim copy of the documents, cited to the passage it came from: it cannot
-state what the passages do not say. Without a scorer ``NOT_FOUND`` is one more candidate, so the
-adapter can still abstain.
-
-With a ``scorer`` (the extractive answer's fitted sentence scorer, ``sentence_scorer``), the adapter
-judges a shortlist: the scorer's ``SHORTLIST`` best sentences of the shown passages, ranked on the whole
-passages exactly as the extractive answer ranks them (the prompt shows the passages cut, the shortlist
-kept), are scored by the adapter, and the answer is the one with the best ``scorer + LM_WEIGHT x mean
-log-probability``. The scorer was fitted on thousands of gold answers, the adapter on a few hundred steps:
-each corrects the other where it is unsure, and two candidates cost far less than every sentence. With a
-shortlist the model does not decide "not found": the passages' weak evidence does, before the model is
-asked, as for the extractive answer (a model's abstention beside the shortlist was measured and removed:
-docs/EVALUATIONS.md, "Measured and removed").
+A small fine-tuned model judges which part of the passages answers better than it writes it out.
+``select`` decoding scores every candidate (a sentence of a shown passage, or a run of up to
+``MAX_SPAN``, followed by its marker and the end token, as training targets are written) by the
+adapter's mean log-probability per token, over one shared prompt cache; the answer is a verbatim,
+cited copy of the documents. Without a scorer ``NOT_FOUND`` is one more candidate. With a ``scorer``
+the adapter judges the scorer's ``SHORTLIST`` best sentences and the answer has the best ``scorer +
+LM_WEIGHT x mean log-probability``; the passages' weak evidence, not the model, decides "not found".
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Discovery as the product runs it: DBSCAN's topics → the number of experts → proposals → noise.
 
 ``discover`` is the one pipeline behind the console's "start a run", the monthly re-clustering and
-``manage.py evaluate clustering`` (its ``ours_product``), so the evaluation measures what runs.
-
-1. Topics: a fitted ``SparseDBSCAN`` (fine, pure topics at the radius it suggests; noise is ``-1``).
-2. K: given, or ``suggest_n_groups`` on the topics (from the data, never from labels).
-3. Proposals, by one of ``GROUPINGS``:
-
-   * ``topics``: ``group_topics`` at the fit's radius (topics kept whole);
-   * ``sweep``: ``propose_experts`` (every radius of the sweep grouped, the lowest k-means objective wins);
-   * ``smoothed_kmeans``: each query is replaced by the mean of itself and its ``NEIGHBOURS`` nearest
-     queries (one mean-shift step: it pulls a query towards the dense core of its subject and away
-     from the stray words that put it between subjects), then k-means with ``KMEANS_STARTS``
-     k-means++ starts (the lowest objective wins) on those vectors;
-   * ``smoothed_kmeans_topics``: the same, then each topic goes whole to the proposal holding most
-     of its queries.
-
-4. Noise (``NOISE_MODES``): ``attach`` leaves every query in its proposal (noise queries keep topic
-   ``-1``, so a reviewer can still detach them: ``labeling.proposals.detach_noise``); ``leave`` takes
-   DBSCAN's noise out of every proposal, for the reviewer to attach.
-
-The defaults (``smoothed_kmeans``, 10 neighbours, noise attached) were chosen by ARI on the *train*
-splits of clinc150 and hwu64, never on the figures ``evaluate clustering`` reports (its held-out rows);
-``manage.py evaluate clustering --dataset ... --split train --variants`` reproduces the comparison
-(figures in docs/EVALUATIONS.md).
+``manage.py evaluate clustering`` (its ``ours_product``). Topics come from ``SparseDBSCAN``, K is given
+or suggested from the topics (``suggest_n_groups``), proposals are made by one of ``GROUPINGS``
+(``smoothed_kmeans``: each query replaced by the mean of itself and its ``NEIGHBOURS`` nearest, then
+k-means) and noise is attached or left out (``NOISE_MODES``). The defaults were chosen by ARI on the
+train splits of clinc150 and hwu64 (``evaluate clustering --split train --variants``; figures in
+docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Routing a follow-up with the conversation it belongs to, for routers without a context path.
 
-"and what about my spouse?" says nothing of who should answer it; the user's earlier questions do.
-A router trained with a context path (``RouterNet(context_dim > 0)``) reads them itself, but that
-needs query logs with conversations. Every other router gets the conversation this way:
-
-1. The question is routed alone, as ever; its in-scope score (and so abstention: a change of
-   subject, ``serving.chat``) always reads the question alone.
-2. When the router is unsure of the question alone (its best expert's probability is below
-   ``below``), the question is routed again as ``unit(question + weight x mean(earlier turns))``:
-   the same router, the same space, the conversation's meaning mixed in. That ranking serves,
-   kept to the experts the question alone makes plausible (``within_question``, ``PLAUSIBLE``).
-
-3. A request that sends its conversation's messages has no stored conversation, so no expert to
-   stay with: the expert its earlier questions route to together (``earlier_vector``, their mean
-   embedding) stands in for one (``serving.route.earlier_expert``), kept unless another expert beats
-   it by ``STICKY_MARGIN``, and answering a follow-up the router abstains on, as a stored
-   conversation's expert does.
-
-A confident question is never re-routed, so a self-contained question that changes expert ("how do
-I apply for student loan forgiveness?" after questions about a driver licence) goes where it
-belongs; an ambiguous follow-up leans on its conversation. Blending always, at any weight, cost
-the changes of subject too much; gating alone did not. A measuring script (since deleted: it routed
-outside the product) chose the defaults on doc2dial's validation split (figures in docs/EVALUATIONS.md);
-``evaluate answers`` and ``evaluate retrieval`` now report follow-ups through the chat path (``by_turn``).
+The question is routed alone first, and its in-scope score always reads it alone. When the router is
+unsure (best probability below ``below``) it is routed again as ``unit(question + weight x
+mean(earlier turns))``, kept to the experts the question alone makes plausible (``within_question``).
+A request that sends its conversation's messages has no stored expert: the one its earlier questions
+route to (``earlier_vector``) stands in, kept unless another beats it by ``STICKY_MARGIN``. The
+defaults were chosen on doc2dial's validation split (docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations

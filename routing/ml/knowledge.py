@@ -1,28 +1,11 @@
 """Knowledge-aware routing: what each expert's own documents say about a question, next to the router.
 
-Switchboard owns every expert's index, so the question's evidence in each candidate expert's
-collection is a routing signal too (docs/ARCHITECTURE.md, "Knowledge-aware routing"). For the
-router's ``CANDIDATES`` most probable experts the caller looks up the best dense cosine of the
-question with any chunk and the best BM25 score of its words, and each candidate gets three
-features (``FEATURES``):
-
-* ``router_log_prob``: the router's log-probability;
-* ``dense_top``: the best cosine in the expert's collection;
-* ``keyword_share``: the expert's best BM25 score over the best candidate's (0 when no word matches
-  anywhere; BM25 scores grow with the question's length, a share does not).
-
-A conditional logit over them (one weight per feature, softmax over the candidates) is fitted on the
-router's validation split by L-BFGS with a small L2 penalty, starting from the router alone (weights
-1, 0, 0), and kept only if its 5-fold cross-validated accuracy beats the router's. The candidates'
-probability mass is redistributed by the combined softmax; the other experts keep the router's.
-
-In-scope score: the router's own score plus the best candidate cosine times ``score_scale``, and the
-question's jargon (``knowledge.ml.distinct.DistinctWords``) times ``word_scale``. Each scale is the
-multiple (``SCALES``) of the router score's spread that best tells held-out experts' validation
-questions from the others' (``routing.ml.inscope``'s rule), a held-out question's evidence taken over
-the candidates the router would offer without its expert (``FIT_CANDIDATES``). The ranking and the
-in-scope score are kept or dropped apart (``in_scope``, ``serves``). docs/EVALUATIONS.md has the
-choices' figures and the alternatives tried.
+For the router's ``CANDIDATES`` most probable experts, ``FEATURES`` are the router's log-probability,
+the best dense cosine in the expert's collection and its best BM25 score over the best candidate's.
+A conditional logit over them is fitted on the router's validation split and kept only if its 5-fold
+cross-validated accuracy beats the router's; the other experts keep the router's probabilities. The
+in-scope score adds the best cosine and the question's jargon (``knowledge.ml.distinct``), each scaled
+by ``routing.ml.inscope``'s held-out-expert rule. docs/EVALUATIONS.md has the figures.
 """
 
 from __future__ import annotations

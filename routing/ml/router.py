@@ -1,25 +1,11 @@
 """The router network: a semantic-fingerprint layer over the query embedding and a gating MLP.
 
-The fingerprint treats the pooled sentence embedding as a 1-channel signal and runs a 1-D
-convolution over it, max-pooled to a fixed length: a cheap, learnable set of local feature
-detectors. The gating MLP maps the fingerprint to one logit per expert.
-
-An optional conversation-context path (``context_dim > 0``) compresses the embeddings of the
-previous turns with a small GRU into ``context_dim`` numbers that are concatenated to the
-fingerprint before the gating MLP. A question without history gets a zero context vector, so one
-model serves both.
-
-An optional prototype memory (``prototypes_per_expert > 0``) holds a few unit-length centroids of
-each expert's training queries. The cosine similarity of a query to its nearest prototype of each
-expert is added to that expert's logit with weight ``prototype_weight`` (fitted on validation data
-after training; 0 while the MLP trains), and the highest of these similarities says how close the
-query is to anything the router was trained on: the out-of-scope score behind abstention.
-``temperature`` (fitted on validation data too) scales the logits into calibrated probabilities.
-
-``head="linear"`` replaces the fingerprint and the gating MLP with one linear layer over the
-embedding (multinomial logistic regression): ``routing.ml.textrouter`` fits one beside the MLP
-(``routing.ml.linear``) and serves it where its validation macro-F1 is the better one. It keeps the
-prototype memory, the temperature and the in-scope score; it has no convolution and no context path.
+The fingerprint is a 1-D convolution over the embedding, max-pooled to a fixed length; the gating MLP
+maps it to one logit per expert. Options: a conversation-context path (``context_dim > 0``: a small GRU
+over the previous turns, zeros without history), a prototype memory (``prototypes_per_expert > 0``:
+the cosine to each expert's nearest centroid added with ``prototype_weight``; the highest is the
+in-scope score), a fitted ``temperature``, and ``head="linear"`` (one linear layer over the embedding,
+which ``routing.ml.textrouter`` serves where its validation macro-F1 is the better one).
 """
 
 from __future__ import annotations

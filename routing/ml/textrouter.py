@@ -1,28 +1,11 @@
 """The router as serving uses it: the embedding network and the character view, blended.
 
-``train_text_router`` is how the product trains a router (``routing.services`` and ``evaluate
-router`` both call it):
-
-1. every training and validation question gets a copy with seeded letter typos
-   (``TrainConfig.typo_rate``; at most ``typo_copies_max`` copies, a seeded sample; the copies are
-   embedded with the same encoder);
-2. ``RouterNet`` trains on the questions and their copies (``train_router``: MLP, prototypes,
-   prototype weight and temperature calibrated on the clean and noised validation questions);
-3. ``CharView`` (``TrainConfig.char_view``) fits on the same texts;
-4. on the clean and noised validation questions only: the blend weight ``w`` (``BLEND_RULE``: NLL on the
-   questions as written, then on their typo copies), the blend's temperature (lowest NLL on both), the
-   in-scope score (``routing.ml.inscope``: on the questions as written) and its abstain threshold (on both);
-5. the linear head (``TrainConfig.linear_head``, ``routing.ml.linear``): logistic regression on the same
-   rows as the network, C chosen on the validation questions as written; steps 3-4 are fitted again on it,
-   and whichever router has the better validation macro-F1 as written serves (``HEAD_RULE``,
-   ``metrics["head"]``: the choice and both figures).
-
-Expert probabilities are ``softmax(((1 - w) log p_net + w log p_char) / T)``; the run's ``val``
-metrics are theirs on the validation questions as written (``val_network``: the network's alone). The in-scope score
-mixes the network's (similarity to the nearest prototype), the nearest training questions' and the
-character view's confidence (its highest probability), in the proportions that tell each held-out
-expert's validation questions from the others' best: a question that is like no training question
-in meaning *and* in spelling scores low.
+``train_text_router`` is how the product trains a router (``routing.services`` and ``evaluate router``
+both call it): seeded typo copies of the questions, ``RouterNet`` trained on both, ``CharView`` fitted
+on the same texts, then on validation only the blend weight (``BLEND_RULE``), its temperature, the
+in-scope score (``routing.ml.inscope``) and its threshold; the linear head is fitted the same way and
+whichever has the better validation macro-F1 serves (``HEAD_RULE``). Expert probabilities are
+``softmax(((1 - w) log p_net + w log p_char) / T)``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """``manage.py run_platform``: the whole single-machine platform in one foreground command.
 
-With ``--prepare`` (what ``make run`` passes) it first migrates the database, makes sure the admin
-account exists, collects the static files and prepares the base language model when ``GENERATOR``
-needs one, in this process (each is a command of its own too; one process starts Django once).
-Starts a Celery worker, loads the bundled demo through it (unless it is already loaded, or
-``--no-demo``), starts Celery beat and serves the web console and APIs with uvicorn (as soon as the
-demo's router starts training, which takes one core of two), and prints that it is ready once the
-demo is loaded and the web server answers; once it is
-ready, and when a language model writes the answers, the demo experts' adapters train in the
-background (``train_demo_adapters``; ``--no-demo-adapters`` skips them). Every child's
-output is printed prefixed with its name. While the demo loads, a second worker (``helper``) takes
-jobs too, so two experts' documents are indexed at once on a machine with two cores; it stops when
-the demo is loaded. The first time, the sentence encoder is exported for ONNX Runtime by a child of
-its own (``prepare_encoder``) while the database migrates and the workers start. Ctrl-C (SIGINT) or SIGTERM stops all children cleanly.
-A worker or beat that dies (the OOM killer, a crash) is started again, up to ``--restarts`` times in
-``RESTART_WINDOW_S``; the worker sweeps the jobs as it starts, so the job it was running is queued
-again at once, after those already queued (``jobs.services.sweep``). If any other child dies, or one dies once too often, the
-others are stopped and the command exits non-zero.
-
-Children run in their own process groups (so a terminal's Ctrl-C reaches the supervisor only, which
-then stops them in order) and, on Linux, get SIGTERM if the supervisor itself is killed.
+With ``--prepare`` (``make run``) it first migrates, ensures the admin account, collects static files
+and prepares the base model when ``GENERATOR`` needs one. It starts a Celery worker (and a ``helper``
+worker while the demo loads), loads the demo unless ``--no-demo``, starts beat and uvicorn, prints that
+it is ready once the demo is loaded and the web server answers, then trains the demo adapters where a
+language model writes the answers (``--no-demo-adapters`` skips them). Each child's output is
+prefixed with its name. A worker or beat that dies is restarted up to ``--restarts`` times in
+``RESTART_WINDOW_S``; any other death stops the rest and exits non-zero. Children run in their own
+process groups, and on Linux get SIGTERM if the supervisor itself is killed.
 """
 
 from __future__ import annotations
@@ -311,7 +299,10 @@ class Command(BaseCommand):
         if not options["no_beat"]:
             from django.core.management import call_command  # the default scheduled jobs (routing.experiments), created once
 
+            from operations.services import ensure_backup_schedule
+
             call_command("ensure_schedules", verbosity=0)
+            ensure_backup_schedule(settings.TIME_ZONE)
 
         def serve() -> None:
             if not options["no_beat"]:
