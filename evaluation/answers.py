@@ -1,20 +1,12 @@
 """``manage.py evaluate answers``: the answers a person gets, per arm and generator, replayed through the product.
 
-The dataset is loaded as a team would load it (``evaluation.workspace.load``: questions imported, one
-expert per domain, documents ingested and indexed, the router trained by its job's service) and every
-question of the split is asked through serving's chat path (``workspace.ask``), with its conversation's
-earlier user turns. Arms differ only in the ``model`` the client names: ``auto`` (the router's top two),
-``fast`` (``auto:fast``), ``oracle`` (the gold expert's slug) and ``flat`` (one expert holding every
-document). Generators differ only in the ``GENERATOR`` setting: ``extractive``; ``base``
-(``transformers``, no adapter); ``lora`` (``transformers`` after each expert's adapter was trained as the
-product trains it: grounded examples, then the training job with its defaults, activated only when it
-beats the base model on the expert's held-out questions, ``experts.services.answer_gate``).
-
-Figures are ``evaluation.scoring.summarise``'s (F1, ROUGE-L, recall, words, junk_rate, abstained,
-citation precision, latency); ``paired`` holds routed minus flat and routed minus oracle, per question,
-with standard errors. ``--questions FILE`` also asks a question file whose rows name the key facts a
-full answer holds (``fully_answered``), and a dataset's out-of-scope rows (split ``oos``) are asked too
-(``abstained_unanswerable``: the share a person was told no expert or document covers).
+The dataset is loaded as a team would load it (``evaluation.workspace.load``) and every question is
+asked through serving's chat path with its earlier user turns. Arms differ only in the ``model`` the
+client names (``auto``, ``fast``, ``oracle``, ``flat``), generators only in ``GENERATOR``
+(``extractive``, ``base``, ``lora``: adapters trained as the product trains them and activated only
+past ``experts.services.answer_gate``). Figures are ``evaluation.scoring.summarise``'s; ``paired``
+holds routed minus flat and minus oracle per question. ``--questions FILE`` adds ``fully_answered``;
+out-of-scope rows give ``abstained_unanswerable``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """``manage.py bench handler``: the web process's own cost of one request through the ASGI handler, in process.
 
-``bench serving`` measures the whole path over HTTP, where identical runs on a shared 2-core machine
-differ by more than a change to the handler saves. This bench takes the network, the encoder and the
-view's work out: ``requests`` sequential ``GET /healthz`` (the middleware chain and a trivial view)
-through the served application (``ASGI_APPLICATION``: ``switchboard.asgi``) and through Django's stock ``ASGIHandler``, driven by asgiref's
-``ApplicationCommunicator`` on one event loop. It reports the CPU and wall milliseconds per request,
-the best of ``rounds`` rounds (the least disturbed), and how many times a request crossed to a thread.
-
-``--chat`` measures a chat request instead (``bench_chat``): the demo's questions through the served
-application in a child process on the demo's data (``evaluation.chat_probe``), the encoder in its own
-child as served, so the figure is the web process's CPU a chat request without uvicorn's HTTP
-parsing: the part of ``bench serving``'s ``cpu_ms_per_request["web server"]`` that the code controls.
-It moves with how many questions the encoder child batches per pass (by a millisecond or more between
-identical runs here): compare versions by alternating runs, and a component in isolation.
+``requests`` sequential ``GET /healthz`` through ``switchboard.asgi`` and through Django's stock
+``ASGIHandler`` (asgiref's ``ApplicationCommunicator``): CPU and wall milliseconds per request, the best
+of ``rounds``, and thread crossings. ``--chat`` (``bench_chat``) measures the demo's chat requests in a
+child process with the encoder in its own child: the web process's CPU without HTTP parsing. It moves
+between identical runs: compare versions by alternating runs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """``manage.py bench serving``: throughput and latency of the chat API over HTTP, against the encoder alone.
 
-The run, in one process tree:
-
-1. a data folder (a fresh temporary one, or ``--var-dir`` to reuse one) with the bundled demo
-   loaded through the real pipeline (``migrate`` + ``load_demo`` with eager Celery, in subprocesses);
-2. uvicorn serving ``switchboard.asgi`` from that folder on a free loopback port, with the
-   extractive generator and batched event writes, exactly as ``run_platform`` starts it;
-3. a warm-up, then ``concurrency`` clients (asyncio, one keep-alive connection each) posting held-out
-   demo questions (split ``test``) to ``/v1/chat/completions`` for ``duration`` seconds;
-4. the encoder alone in this process with the server's thread count, on the same texts: one query
-   at a time (``encoder_rps_single``) and batches of 32 (``encoder_rps_batched``), measured once
-   before the server starts and once after it stopped; the report gives the mean of the two and
-   both runs (``encoder_runs``). This machine's speed drifts by 10-20% within minutes, so a single
-   measurement on one side of the run skewed the ratios either way.
-
-The clients share the machine with the server, as they would on one box; the report says how many
-CPUs there were and the load average before the run, since other work skews every figure.
+The demo is loaded into a data folder through the real pipeline and served by uvicorn as
+``run_platform`` starts it; after a warm-up, ``concurrency`` keep-alive clients post held-out demo
+questions for ``duration`` seconds. The encoder alone, at the server's thread count, is measured before
+and after the run (``encoder_rps_single``, ``encoder_rps_batched``, the mean of the two runs: the
+machine's speed drifts). The report says the CPUs and the load average, since other work skews every figure.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """``manage.py bench soak``: a bounded load on loopback with faults injected on a schedule.
 
-The run:
-
-1. the demo in a data folder (``bench serving``'s ``prepare_demo``) and uvicorn serving it
-   (``bench serving``'s ``Server``) with ``SWITCHBOARD_FAULTS_FILE`` pointing at a file in that folder;
-2. a warm-up at ``rps`` (``warmup`` seconds, longer if needed to ask every held-out question once), then the
-   serving processes' resident memory (``rss_start_mb``, from ``/proc``);
-3. an open-loop load of ``rps`` requests a second for ``duration`` seconds (each request is sent
-   on its own schedule, whatever the previous ones are doing), while the schedule below rewrites
-   the faults file: the server's hooks (``sbcommon.faults``) make a generator or the vector store
-   fail or stall for a while, as a broken backend would;
-4. memory again (``rss_end_mb``), the server stopped, and the routing events in its database
-   matched against the answers: every answered request must have exactly one event.
-
-Every request ends in one of three ways: an answer (``fallbacks`` counts those another expert
-gave after a failure), a clean error (a JSON ``error`` body with a 4xx/5xx status, counted by
-kind in ``errors``), or neither (a timeout, a dropped connection, a body that is not the API's):
-``lost``, which must stay 0.
+The demo is served by uvicorn (``bench serving``'s pieces) with ``SWITCHBOARD_FAULTS_FILE`` in its
+folder; after a warm-up, ``rps`` requests a second are sent open-loop for ``duration`` seconds while
+the schedule rewrites the faults file (``sbcommon.faults``: a generator or the store fails or stalls).
+Resident memory is read before and after, and every answered request must have exactly one routing
+event. Each request ends as an answer (``fallbacks``: given by another expert after a failure), a clean
+JSON error (``errors`` by kind), or ``lost`` (timeout, dropped, not the API's body), which must stay 0.
 """
 
 from __future__ import annotations

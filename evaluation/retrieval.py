@@ -1,18 +1,10 @@
 """``manage.py evaluate retrieval``: what the chat path retrieves, flat vs oracle vs routed, replayed through the product.
 
-The dataset is loaded as a team would load it (``evaluation.workspace.load``; ``--passages`` ingests
-``passages.jsonl`` as the documents and judges with ``qrels_passages.jsonl``) and every test question is
-asked through serving's chat path with its conversation's earlier user turns. A question's ranking is
-the documents of the passages the chat path retrieved (``RETRIEVAL_TOP_K`` of them, best first, a
-document counted once), judged against the qrels. Arms, named as a client names them:
-
-* ``flat``: one expert holding every document (``workspace.FLAT``), asked by its slug;
-* ``oracle``: the gold domain's expert, asked by its slug (a perfect, hard router);
-* ``routed_top1``: ``auto:fast`` (the router's first expert); ``routed_top2``: ``auto`` (its first two).
-
-The product searches one way (hybrid dense + BM25, spelling corrected, widened with the user's earlier
-turns), so there is one method, reported under ``hybrid`` as before. ``paired`` holds routed minus flat
-per question with its standard error; ``cost`` the chat path's retrieval latency per arm.
+The dataset is loaded as a team would load it (``--passages``: passages as documents, judged with
+``qrels_passages.jsonl``) and every test question is asked through the chat path; its ranking is the
+documents of the retrieved passages, judged against the qrels. Arms: ``flat`` (one expert holding
+everything), ``oracle`` (the gold expert), ``routed_top1`` (``auto:fast``) and ``routed_top2``
+(``auto``), reported under ``hybrid``; ``paired`` holds routed minus flat, ``cost`` the latency.
 """
 
 from __future__ import annotations

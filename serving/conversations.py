@@ -1,19 +1,11 @@
 """Conversations: the expert a conversation sticks to and the context its earlier turns give the router.
 
-A conversation keeps no text. Each answered turn appends the question's embedding (float16,
-base64: ~1 KB a turn, the last ``CONTEXT_TURNS`` kept) and the expert that answered; the next turn
-routes with those embeddings as the router's context and, unless another expert beats the
-conversation's expert by ``routing.ml.conversation.STICKY_MARGIN``, is answered by the same expert, so answers
-do not flip between experts mid-conversation. Rows expire ``CONVERSATION_TTL_HOURS`` after their
-last turn; ``purge_expired`` (``routing.retention.purge_expired_conversations``, run daily by the
-``event_retention`` schedule) deletes them.
-
-Writes: with ``EVENTS_SYNC`` on (tests, eager Celery) each turn is saved in the request. Otherwise the
-row is written behind, with the routing events, by the batched writer of ``serving.events`` (one
-upsert per batch); until then this process answers ``resolve`` from the pending row, so a follow-up
-sent to the same process sees its conversation at once (another process may see it up to
-``EVENTS_FLUSH_MS`` later). A turn the writer cannot take (buffer full) is saved in the request; an
-expired conversation that starts over is always saved in the request.
+A conversation keeps no text: each answered turn appends the question's embedding (float16, the last
+``CONTEXT_TURNS``) and the expert that answered, which keeps the next turn unless another beats it by
+``routing.ml.conversation.STICKY_MARGIN``. Rows expire ``CONVERSATION_TTL_HOURS`` after their last turn
+(``purge_expired``). With ``EVENTS_SYNC`` each turn is saved in the request; otherwise it is written
+behind by ``serving.events``' batched writer and this process answers ``resolve`` from the pending row
+meanwhile. A turn the writer cannot take, or an expired conversation starting over, is saved in the request.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Rebuild the bundled demo (``demo/``) from the doc2dial files in ``../shared/datasets/doc2dial``.
 
 The demo keeps, for each of the four agencies, the 15 documents with the most dialogue-opening
-questions and every dialogue-opening question grounded in them. Run from the repository root:
-
-    python tools/build_demo.py [--source ../shared/datasets/doc2dial]
-
-doc2dial's document text was extracted from the agencies' HTML without a separator between
-neighbouring elements, so a link's title runs into its description ("Transfer Post-9/11 GI Bill
-benefitsTransfer your unused ...") and an address's lines into each other ("Claims Intake
-CenterPO Box 4444Janesville"). ``clean_text`` puts a space back at those joins (a lower-case
-letter or a digit touching a capitalised word, letters touching a long number, "!" touching the
-next sentence), leaving alone the product names that are written that way (``KEEP``), web and
-e-mail addresses, puts back the apostrophes the extraction dropped ("you re", "don t", "the
-school s"), and removes the lines of the DMV pages' content-management template ("show
-mydmv button in megamenu:"). Each question keeps doc2dial's gold ``answer`` (the agent's reply, a
-span of the document, cleaned the same way). Each document's ``metadata.source`` says where it came from;
-doc2dial keeps no page addresses, so documents carry no ``url``.
+questions and every dialogue-opening question grounded in them (with doc2dial's gold ``answer``).
+Run from the repository root: ``python tools/build_demo.py [--source ../shared/datasets/doc2dial]``.
+``clean_text`` puts back the spaces and apostrophes doc2dial's HTML extraction dropped
+("benefitsTransfer", "don t"), keeps the names written that way (``KEEP``) and drops the DMV pages'
+template lines.
 """
 
 from __future__ import annotations

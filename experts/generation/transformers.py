@@ -1,22 +1,12 @@
 """The in-process LLM backend: one base model, many LoRA adapters, switched per request.
 
-``GENERATOR=transformers`` loads ``BASE_MODEL`` once per process (lazily, on the first request or
-at warm-up) and the adapters of the experts it is asked to answer for, on demand, into one
-``PeftModel``. At most ``ADAPTER_CACHE_SIZE`` adapters stay loaded: the least recently used one is
-deleted when another is needed. The active adapter is state of the shared model, so switching it
-and generating with it happen while holding the model's ``GenerationQueue``: requests to this
-backend are served one at a time, at most ``GENERATION_QUEUE_MAX`` wait, and the others are told
-to come back (``GenerationBusy``). This backend is for laptops and small installs; vLLM batches
-adapters on a GPU server.
-
-Every generation has a time budget (``GENERATION_TIMEOUT_S``, waiting included): past it the
-model stops. A whole answer over budget raises ``GenerationTimeout`` (the serving path answers
-extractively); a streamed one keeps what was shown and ends with ``finish_reason="time_budget"``.
-The model sees the best ``prompting.SHOWN_PASSAGES`` passages, each cut to its ``prompting.PASSAGE_CHARS``
-most relevant characters (``prompting.focus``): the prompt's length is most of the wait for the first
-token on a CPU. For the same reason the model's
-state after the system message (the same for every question to an expert) is computed once per
-adapter and system prompt and reused (``_prefix_cache``): ~130 of a prompt's ~450 tokens.
+``GENERATOR=transformers`` loads ``BASE_MODEL`` once per process and experts' adapters on demand into
+one ``PeftModel`` (at most ``ADAPTER_CACHE_SIZE``, least recently used out). Switching and generating
+hold the model's ``GenerationQueue``: one request at a time, at most ``GENERATION_QUEUE_MAX`` waiting
+(``GenerationBusy`` past it). Past ``GENERATION_TIMEOUT_S`` the model stops: a whole answer raises
+``GenerationTimeout``, a streamed one ends with ``finish_reason="time_budget"``. The prompt shows the
+best passages cut to their most relevant characters (``prompting.focus``), and the state after the
+system message is cached per adapter (``_prefix_cache``): the prompt's length is most of the wait.
 """
 
 from __future__ import annotations

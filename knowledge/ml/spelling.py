@@ -1,19 +1,9 @@
 """Correcting a question's misspelt words against the words of the documents it is searched in.
 
-The router reads spelling as well as meaning, so "how do i renw my drivr licnse" reaches the DMV;
-the search that follows does not: BM25 matches no misspelt word, and the question's embedding
-drifts. Before searching an expert's collection the question's unknown words are replaced by the
-closest word of that expert's own documents:
-
-* a word is *known* when the documents hold it, or it is in ``dictionary`` (the caller passes the
-  whole words of the encoder's tokenizer: real English words absent from the documents, such as
-  "please", are left alone), or it is shorter than ``MIN_LENGTH`` letters or holds a digit;
-* an unknown word becomes the document word at the smallest Damerau-Levenshtein distance (a swap
-  of two letters counts once), at most 1 edit for words of up to 5 letters and 2 for longer ones,
-  ties going to the more frequent word; with none that close it stays as written.
-
-rapidfuzz does the distance search (C++, ~0.3 ms per unknown word over 10k words), so a question
-without unknown words costs a few set lookups.
+BM25 matches no misspelt word, so before searching an expert's collection each unknown word (not in
+its documents nor ``dictionary``, at least ``MIN_LENGTH`` letters, no digit) becomes the document word
+at the smallest Damerau-Levenshtein distance, at most 1 edit up to 5 letters and 2 beyond, ties to the
+more frequent word; with none that close it stays. rapidfuzz does the search.
 """
 
 from __future__ import annotations

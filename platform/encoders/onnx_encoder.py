@@ -1,19 +1,10 @@
 """The sentence encoder run by ONNX Runtime: exported locally from the shipped weights, float32 or int8.
 
-``EMBEDDING_BACKEND=onnx`` and ``onnx-int8`` (see ``encoders.space.resolve_backend``). The first
-use exports the sentence-transformers model's transformer, with its pooling and normalisation, to
-ONNX with ``torch.onnx.export``, and quantises a copy with ONNX Runtime's dynamic int8 quantisation;
-both are written once, atomically, under ``<cache>/<model>-<weights checksum>/`` beside a
-``meta.json`` that records where they came from and how closely their vectors agree with torch's on a
-fixed sample of texts. Nothing is downloaded.
-
-The float32 export must reproduce torch's vectors (minimum cosine >= ``SAME_SPACE_COSINE``): it is the
-same embedding space, and a model it cannot reproduce is refused. The int8 model's vectors move (on
-MiniLM the minimum cosine over the sample is ~0.96), so ``onnx-int8`` is an embedding space of its own:
-switching to it re-embeds every query and collection, as a new model would
-(``encoders.space.embedding_space``).
-
-The backends' speeds, measured, are in docs/CONFIGURATION.md and docs/EVALUATIONS.md.
+``EMBEDDING_BACKEND=onnx`` and ``onnx-int8``. The first use exports the model (with pooling and
+normalisation) by ``torch.onnx.export`` and quantises a copy to int8, written once, atomically, under
+``<cache>/<model>-<weights checksum>/`` with a ``meta.json`` of their agreement with torch. The float32
+export must reproduce torch's vectors (``SAME_SPACE_COSINE``) or is refused; int8's vectors move, so
+``onnx-int8`` is an embedding space of its own (``encoders.space.embedding_space``). Nothing is downloaded.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The router's character view of a question, and the letter typos it is trained against.
 
-A sentence encoder reads words as word pieces: "licnse" and "license" become different pieces, and
-a question with a few typos lands far from where it belongs (10% letter typos cost the embedding-only
-router 0.21 accuracy on clinc150). Character n-grams barely notice: "licnse" still shares "lic",
-"nse" and most of its 2- to 4-grams with "license". ``CharView`` is such a view: TF-IDF over the
-character n-grams within words (scikit-learn's ``char_wb`` analyser, sublinear term frequency) and a
-multinomial logistic regression over it. The router blends its log-probabilities with the
-embedding network's (``blend``) and adds its confidence to the in-scope score
-(``TextRouter`` in ``routing.ml.textrouter``).
-
-Both views learn from every training question twice: as written, and with seeded letter typos
-(``typo_copies``), so neither has to guess what a typo looks like.
-
-Serving scores one question at a time; ``CharView.log_proba_one`` does that in plain numpy with
-scikit-learn's own analyser (no sparse-matrix machinery, ~20x faster than ``transform`` on one
-text), and ``tests/routing/ml/test_charview.py`` checks it against scikit-learn's path.
+A sentence encoder loses a misspelt word ("licnse"); its character n-grams barely change. ``CharView``
+is TF-IDF over the character n-grams within words and a multinomial logistic regression over it; the
+router blends its log-probabilities with the network's and adds its confidence to the in-scope score.
+Both views learn every question twice, as written and with seeded typos (``typo_copies``).
+``CharView.log_proba_one`` scores one question in plain numpy (``test_charview`` checks it against
+scikit-learn's path).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Query drift: are recent questions still like the ones the router was trained on? Pure numpy/scipy/scikit-learn.
 
-Three signals, each with a p-value so "drifted" means more than noise:
-
-- **Mean-embedding shift**: cosine distance between the mean recent embedding and the mean training
-  embedding. Its null distribution comes from a permutation test (shuffle the pooled rows between
-  the two groups ``n_permutations`` times); p = (1 + #{permuted ≥ observed}) / (1 + n_permutations).
-- **Classifier two-sample test** (C2ST; Lopez-Paz & Oquab, ICLR 2017): a logistic regression tries to
-  tell recent from training embeddings; its cross-validated AUC is 0.5 when both come from the same
-  distribution. The p-value is that of the Mann-Whitney U statistic equivalent to the out-of-fold
-  AUC (AUC = U / (n1·n0)), with the normal approximation; valid because each row is scored by a
-  model that never saw it.
-- **Abstention share**: the share of recent requests the router abstained on against the rate at
-  training time, with a one-sided binomial test (more abstentions = questions it does not know).
-
-The drift verdict: any of the three significant at ``alpha`` *and* large enough to matter
-(cosine shift ≥ ``min_shift`` or AUC ≥ ``min_auc`` or abstention share ≥ 1.5x the training rate).
+Three signals, each with a p-value: the mean-embedding cosine shift (permutation test), a classifier
+two-sample test (C2ST, Lopez-Paz & Oquab 2017: out-of-fold AUC and its Mann-Whitney p-value) and the
+abstention share against the training rate (one-sided binomial). Drifted: any of them significant at
+``alpha`` and large enough (shift ≥ ``min_shift``, AUC ≥ ``min_auc`` or abstentions ≥ 1.5x).
 """
 
 from __future__ import annotations

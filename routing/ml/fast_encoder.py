@@ -1,19 +1,10 @@
 """The fast tier's encoder: a bag of word pieces distilled onto the full sentence encoder's vectors.
 
-The full encoder (MiniLM, six transformer layers) costs ~7-15 ms of CPU a question; on a 2-core
-machine it is the serving ceiling. ``StaticEncoder`` reads a question as the mean of one learned
-vector per word piece (the full encoder's own tokenizer and vocabulary), passed through one linear
-map and normalised: ~0.07 ms a question, no attention.
-
-``distil`` fits it to the full encoder on the questions a router trains on: every word piece's
-vector starts as the full encoder's input embedding, and the table and the linear map learn to
-reproduce the full encoder's sentence vectors (cosine loss, Adam, early-stopped on the validation
-questions' cosine). Its vectors land in the full encoder's space (cosine ~0.85-0.87 with it on
-held-out clinc150 and hwu64 questions), so the same collections can be searched with them; a router
-reading them is trained on them (``routing.services`` trains the fast tier's own router).
-
-What it gives up against the full router is in docs/EVALUATIONS.md (``evaluate router``'s ``fast_tier``).
-Knows nothing of Django.
+``StaticEncoder`` reads a question as the mean of one learned vector per word piece (the full
+encoder's tokenizer), through one linear map, normalised: no attention, a fraction of a millisecond.
+``distil`` starts from the full encoder's input embeddings and learns to reproduce its sentence
+vectors (cosine loss, early-stopped on validation), so its vectors land in the same space and the
+same collections can be searched with them. What it gives up is in docs/EVALUATIONS.md. No Django.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The router's bank of training questions: nearest-example evidence, per expert and overall.
 
-Two things read it (``routing.ml.textrouter``):
-
-* routing: each expert's evidence is the mean cosine of the question with that expert's ``K`` most
-  similar bank questions, added to the router's logits with a weight chosen on validation
-  (``fit_nearest_weight`` there): where the network's prototypes and MLP are coarse (a few hundred
-  long, varied questions per expert), the nearest questions themselves know more;
-* the in-scope score (``routing.ml.inscope``): the mean cosine of the ``K`` most similar bank
-  questions of any expert.
-
-One matrix product per question serves both. The bank is a seeded sample of at most
-``TrainConfig.nearest_bank_max`` training questions, every expert in proportion (at least one each).
-
-Provenance, said plainly: the mechanism was adopted after looking at doc2dial's *test* figures (router
-accuracy 0.763 before, 0.770 after, against kNN's 0.766). Its weight is chosen on each router's own
-validation split (0 turns it off), so a dataset where it does not help gets none of it; the mechanism
-itself stays because ``evaluate router --ablate`` measures it removed, on validation.
+Each expert's evidence is the mean cosine of the question with its ``K`` most similar bank questions,
+added to the router's logits with a weight chosen on validation (0 turns it off); the in-scope score
+(``routing.ml.inscope``) reads the ``K`` most similar of any expert. One matrix product serves both.
+The bank is a seeded sample of at most ``TrainConfig.nearest_bank_max`` questions, every expert in
+proportion. It was adopted on doc2dial's test figures (docs/EVALUATIONS.md); ``evaluate router
+--ablate`` measures it removed, on validation.
 """
 
 from __future__ import annotations
