@@ -3,7 +3,7 @@
 A dataset is a folder holding ``queries.jsonl`` (``text``, ``domain``, ``intent``, ``split``; some
 also ``docs.jsonl``, ``qrels.jsonl`` ...). ``cached_embeddings`` is the one embedding cache of every
 evaluation and benchmark: ``<cache>/<name>-<model>-<fingerprint of the texts>.npy`` under
-``~/.cache/switchboard/embeddings`` (or ``$SWITCHBOARD_EMBEDDING_CACHE``), so reruns skip the
+``~/.cache/switchboard/embeddings`` (or ``$EMBEDDING_DISK_CACHE``, the product's own vector cache), so reruns skip the
 encoder, and a change of texts or model is a miss that recomputes.
 
 The rules every evaluation shares live here too: ``user_turns`` (a conversation's context as the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-CACHE_ENV = "SWITCHBOARD_EMBEDDING_CACHE"
+CACHE_ENV = "EMBEDDING_DISK_CACHE"  # the product's vector cache folder (``encoders.disk_cache``) holds these files too
 
 Say = Callable[[str], Any]
 

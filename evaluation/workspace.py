@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.datasets import read_jsonl
+from evaluation.datasets import embedding_cache_dir, read_jsonl
 
 Say = Callable[[str], Any]
 
@@ -185,7 +185,8 @@ def isolated(argv: list[str], say: Say = print, program: list[str] | None = None
         if models.is_dir():
             (root / "models").symlink_to(models.resolve(), target_is_directory=True)
         env = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
-        env.update({"VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
+        # The product's vector cache on disk, shared with every evaluation: a dataset's second load embeds nothing again.
+        env.update({"EMBEDDING_DISK_CACHE": str(embedding_cache_dir()), "VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
                     "CELERY_TASK_ALWAYS_EAGER": "1", "BASE_MODEL": str(settings.BASE_MODEL), "ADAPTER_DIR": str(root / "adapters"),
                     "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "switchboard.settings")})
         manage = str(Path(settings.BASE_DIR) / "manage.py")

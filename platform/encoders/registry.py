@@ -11,8 +11,9 @@ from django.conf import settings
 from .backends import make_encoder
 from .base import Encoder
 from .batching import MicroBatchingEncoder
+from .disk_cache import DiskCachedEncoder
 from .process import ProcessEncoder
-from .space import model_name, resolve_backend
+from .space import embedding_space, model_name, resolve_backend
 
 # A serving process's encoder (``get_encoder``): concurrent one-text encodes share one forward pass of up
 # to MAX_BATCH texts, waiting at most MAX_WAIT_MS for company, and the vectors of the last CACHE_SIZE
@@ -74,6 +75,8 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
         encoder = _encoders.get(key)
         if encoder is None:
             encoder = _build_encoder(name, int(threads))
+            if settings.EMBEDDING_DISK_CACHE:
+                encoder = DiskCachedEncoder(encoder, settings.EMBEDDING_DISK_CACHE, embedding_space(name))
             _encoders[key] = encoder
     return encoder
 

@@ -8,7 +8,7 @@ from tests.support.hashing_encoder import HashingEncoder
 @pytest.fixture
 def hashing(tmp_path, monkeypatch, settings):
     """The hashing encoder wherever an encoder is asked for, its embeddings cached in tmp_path."""
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache" / "embeddings"))
+    monkeypatch.setenv("EMBEDDING_DISK_CACHE", str(tmp_path / "cache" / "embeddings"))
     encoder = HashingEncoder()
     monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
     settings.EMBEDDING_MODEL = encoder.name

@@ -75,7 +75,7 @@ class CountingEncoder:
 
 
 def test_embeddings_are_cached_by_name_model_and_texts(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBEDDING_DISK_CACHE", str(tmp_path / "cache"))
     encoder = CountingEncoder()
     monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: encoder)
     first = cached_embeddings("set", ["a", "bb"], "some/model", say=lambda _: None)
@@ -91,7 +91,7 @@ def test_embeddings_are_cached_by_name_model_and_texts(tmp_path, monkeypatch):
 
 
 def test_a_dataset_folder_gives_its_records_their_embeddings_and_splits(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBEDDING_DISK_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: CountingEncoder())
     (tmp_path / "tiny").mkdir()
     folder = write(tmp_path / "tiny", [

@@ -20,7 +20,7 @@ SCORES = ("n_clusters", "noise_fraction", "ari", "nmi", "v_measure", "purity", "
 @pytest.fixture
 def dataset(tmp_path, monkeypatch):
     """120 queries in three clearly different domains, plus one out-of-scope row without a domain."""
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBEDDING_DISK_CACHE", str(tmp_path / "cache"))
     rows = [
         {"text": template.format(filler), "domain": domain, "intent": f"{domain}_{t}", "split": "train"}
         for domain, templates in DOMAINS.items()

@@ -57,7 +57,7 @@ def write_dataset(folder, per_split=None, unseen=False, domains=DOMAINS):
 @pytest.fixture(autouse=True)
 def fake_encoder(monkeypatch, tmp_path):
     monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: WordEncoder())
-    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBEDDING_DISK_CACHE", str(tmp_path / "cache"))
 
 
 def test_the_command_writes_every_method_metric_and_the_noise_report(tmp_path, monkeypatch):

