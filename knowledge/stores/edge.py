@@ -70,6 +70,29 @@ def _legacy_points(snapshot: Path) -> tuple[int, list[PointRecord]]:
     return int(meta["dimension"]), out
 
 
+def _settle(version: Path) -> None:
+    """Load a written version once before it is activated: Qdrant Edge's first load rewrites files of the folder
+    (``edge_config.json`` gains its defaults, each ``tracker_journal.dat`` is folded into its tracker), so a version
+    is left as no reader will change it, and two processes loading a new version at once, or a backup copying it,
+    never meet it half-rewritten. Its files are then synced to disk."""
+    qe.EdgeShard.load(str(version)).close()
+    for path in sorted(version.rglob("*"), reverse=True):  # files before the folders that hold them
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _fsync_dir(version.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _upsert(shard: qe.EdgeShard, points: list[PointRecord]) -> None:
     for start in range(0, len(points), BATCH):
         shard.update(qe.UpdateOperation.upsert_points(_points(points[start : start + BATCH])))
@@ -109,8 +132,12 @@ class EdgeQdrantStore:
             pointer.unlink(missing_ok=True)
             return
         tmp = pointer.with_suffix(f".tmp-{uuid.uuid4().hex}")
-        tmp.write_text(version)
+        with open(tmp, "w") as handle:
+            handle.write(version)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, pointer)
+        _fsync_dir(pointer.parent)
 
     @contextlib.contextmanager
     def _writer_lock(self, name: str) -> Iterator[None]:
@@ -161,6 +188,7 @@ class EdgeQdrantStore:
                 shutil.rmtree(target, ignore_errors=True)
                 raise
             shard.close()
+            _settle(target)
             self._set_active(name, version)
             self._collect_garbage(name)  # inside the writer lock: no other writer is copying a version now
 
@@ -201,6 +229,8 @@ class EdgeQdrantStore:
         for child in directory.iterdir() if directory.exists() else []:
             if child.is_dir() and child.name != active:
                 shutil.rmtree(child, ignore_errors=True)
+            elif child.name.startswith(f"{POINTER}.tmp-"):  # a writer killed between writing the pointer and renaming it
+                child.unlink(missing_ok=True)
 
     def _shard(self, name: str) -> qe.EdgeShard | None:
         """The active version, loaded once per version (the pointer is re-read after ``pointer_ttl_s``; 0: every call).
@@ -306,6 +336,55 @@ class EdgeQdrantStore:
             if cached:
                 cached[1].close()
             self._set_active(name, None)
+            self._collect_garbage(name)
+
+    # -- backup and restore (operations.backup) ---------------------------------------------------
+    def names(self) -> list[str]:
+        """The collections that have an active version (converting a numpy-store one first)."""
+        out = []
+        for child in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if not child.is_dir() or child.name.startswith("."):
+                continue
+            if self._active(child.name) is None and self._active(child.name, LEGACY_POINTER) is not None:
+                with contextlib.suppress(ValueError):  # unreadable: logged, and empty from now on
+                    self._write(child.name, keep_except=[], legacy_only=True)
+            if self._active(child.name):
+                out.append(child.name)
+        return out
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[dict[str, Path]]:
+        """Every collection's active version folder, while no writer can change any collection.
+
+        Every writer lock is held until the block ends (writers wait, up to ``lock_timeout``), and an
+        active version is never changed again (``_settle``), so its folder can be copied as it is.
+        """
+        with contextlib.ExitStack() as stack:
+            versions = {}
+            for name in self.names():
+                stack.enter_context(self._writer_lock(name))
+                active = self._active(name)
+                if active:
+                    versions[name] = self._dir(name) / active
+            yield versions
+
+    def install(self, name: str, version: Path, copy: Any = shutil.copytree) -> None:
+        """Make a copy of the version folder ``version`` (another store's, e.g. a backup's) the active version of the empty collection ``name``.
+
+        Raises:
+            ValueError: the collection already has an active version, or the copy does not load.
+        """
+        with self._mutex, self._writer_lock(name):
+            if self._active(name) or self._active(name, LEGACY_POINTER):
+                raise ValueError(f"collection {name} already exists")
+            target = self._dir(name) / f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+            copy(version, target)
+            try:
+                _settle(target)
+            except Exception as exc:  # qdrant_edge raises a bare Exception for every failure
+                shutil.rmtree(target, ignore_errors=True)
+                raise ValueError(f"collection {name}'s copy does not load ({str(exc)[:160]})") from exc
+            self._set_active(name, target.name)
             self._collect_garbage(name)
 
     def health(self) -> None:
