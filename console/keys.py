@@ -1,15 +1,9 @@
 """Console pages for API keys: list, create (the secret is shown once), revoke with confirmation.
 
-Who may do what:
-
-- staff see, create and revoke every key, scoped to any experts or to none (every expert);
-- a team member sees and revokes the keys they created, and may create keys scoped to experts
-  they can edit (``experts.access.can_edit``), at least one: an unscoped key reaches every expert,
-  which only staff may grant;
-- anyone else sees an empty list and cannot create keys.
-
-These views live in routing, not in ``platform/clients``, because the scope rule needs the experts
-app, which sits above ``clients`` in the layers.
+Staff see, create and revoke every key, scoped or not; a team member sees and revokes the keys they
+created and creates keys scoped to at least one expert they can edit (an unscoped key is staff's to
+grant); anyone else sees an empty list. They live in the console, not ``clients``, because the scope
+rule needs the experts app, which sits above ``clients``.
 """
 
 from __future__ import annotations

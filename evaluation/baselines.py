@@ -1,16 +1,9 @@
 """``evaluate router``'s baselines at full strength, on the router's own embeddings.
 
-- ``LogRegMethod``: logistic regression, C chosen on validation (``routing.ml.linear.fit_linear``: the
-  same fit as the router's linear head); in-scope score: its highest probability.
-- ``KnnMethod``: nearest-example routing, k and the aggregation chosen on validation: ``vote`` (each
-  of the k nearest training questions votes for its label with its cosine; in-scope score: the
-  nearest cosine) or ``mean`` (a label's score is the mean of its k best cosines, as semantic-router
-  aggregates; in-scope score: the best label's).
-
-Every choice is the best macro-F1 on the validation questions as written (ties: the first of the
-grid), never a test figure. ``fit_baselines`` fits each one twice: on the training questions, and on
-the training questions followed by the typo copies the router trains on (``routing.ml.textrouter.
-typo_augment``, the same seeded copies, the same encoder): ``logreg_typos``, ``knn_typos``.
+``LogRegMethod`` (C chosen on validation, ``routing.ml.linear.fit_linear``) and ``KnnMethod`` (k and
+the aggregation, ``vote`` or ``mean``, chosen on validation). Every choice is the best validation
+macro-F1, never a test figure. ``fit_baselines`` fits each on the training questions and again with
+the router's typo copies (``logreg_typos``, ``knn_typos``).
 """
 
 from __future__ import annotations

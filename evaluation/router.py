@@ -255,11 +255,8 @@ def evaluate_router(dataset: Path, label: str = "domain", noise: float = 0.0, sa
         ablation: also train the router without each mechanism (``evaluation.ablation``), on validation.
 
     Returns:
-        ``router`` (the product's ``train_text_router`` with its defaults), ``logreg``, ``knn``,
-        ``logreg_typos`` and ``knn_typos`` reports (accuracy, macro_f1, oos_auroc, ...; latency unless
-        ``quality_only``), ``comparison`` (validation and test macro-F1 and accuracy of each, with
-        each baseline's validation choice), ``targets``, the router's arbiter simulation and
-        validation diagnostics, and ``noise_report``/``ablation``/``fingerprint_variants`` when asked.
+        ``router``, ``logreg``, ``knn``, ``logreg_typos`` and ``knn_typos`` reports, ``comparison``,
+        ``targets``, the arbiter simulation and diagnostics, and the studies asked for.
     """
     from django.conf import settings
 

@@ -1,15 +1,10 @@
 """A circuit breaker per expert, shared by every process through Django's cache.
 
-The serving path (``serving.failover``) asks ``breaker_for(slug).allow()`` before each expert in
-ranked order, skips the expert when it is False, and reports ``record_success()`` or
-``record_failure(kind)`` after the call. The rules (``closed``, ``open``, ``half_open``, the one probe)
-are ``experts.circuit``'s, with the ``BREAKER_*`` settings as the policy; a probe that never reports
-back (its process died) frees the slot after ``BREAKER_PROBE_TIMEOUT_SECONDS``.
-
-The state lives in ``caches[settings.BREAKER_CACHE]``: with Django's local-memory cache each process
-has its own breakers; point the cache at Redis to share them. The single probe is claimed with
-``cache.add`` (atomic on every Django backend); the counters are read-modify-write, so two processes
-failing at the same instant may count one failure instead of two, which only delays opening by a call.
+``serving.failover`` asks ``breaker_for(slug).allow()`` before each expert and reports
+``record_success()`` or ``record_failure(kind)``; the rules are ``experts.circuit``'s with the
+``BREAKER_*`` settings, and a probe that never reports back frees its slot after
+``BREAKER_PROBE_TIMEOUT_SECONDS``. The state lives in ``caches[settings.BREAKER_CACHE]`` (Redis shares
+it); the probe is claimed with the atomic ``cache.add``, while two failures at the same instant may count once.
 """
 
 from __future__ import annotations

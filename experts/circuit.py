@@ -1,15 +1,9 @@
 """The circuit-breaker state machine, as pure functions of (state, policy, now).
 
-A breaker is ``closed`` (calls go through), ``open`` (calls are refused until ``reset_s`` has
-passed) or ``half_open`` (one probe call is in flight; its outcome closes or re-opens the breaker).
-It opens after ``failures`` consecutive failures, or after ``window_failures`` failures within the
-last ``window_s`` seconds even when successes were interleaved (an expert failing every other call
-is not healthy either). A success in the closed state resets the consecutive count only; a
-successful probe resets everything.
-
-Nothing here knows where the state is stored or what time it is: ``experts.breaker`` keeps the
-state in Django's cache (shared across processes) and passes the clock in, so tests drive it with a
-fake clock.
+``closed`` (calls go through), ``open`` (refused until ``reset_s`` has passed) or ``half_open`` (one
+probe in flight decides). It opens after ``failures`` consecutive failures, or ``window_failures``
+within ``window_s`` even with successes between. ``experts.breaker`` stores the state and passes the
+clock in, so tests drive it with a fake clock.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Turning uploaded files into documents: plain text, Markdown, HTML, PDF, Word (.docx) and JSON Lines.
 
-The kind of a file is read from its bytes, not its name: a PDF starts with ``%PDF-``, a .docx is a
-ZIP holding ``word/document.xml``, text is text (no NUL bytes, decodable), and among texts JSON
-Lines, HTML and Markdown are told apart by their content (the name only breaks a tie between
-Markdown and plain text). So a binary renamed ``.txt`` is refused, and an HTML page saved as
-``.txt`` is still stripped of its scripts. A name that promises a binary format the content is
-not (a text or HTML file named ``.pdf`` or ``.docx``) is refused: it was mislabelled, or made to
-look like something else. HTML goes through nh3 (``sbcommon.sanitize``) before its text is taken.
-
-Everything here is pure (no Django): bytes in, ``DocumentInput`` rows out, ``ParseError`` with a
-sentence a person can act on when a file cannot be used.
+A file's kind is read from its bytes, not its name (the name only breaks a tie between Markdown and
+text): a binary renamed ``.txt`` is refused, HTML saved as ``.txt`` is still sanitised (nh3), and a
+name promising a binary format the content is not is refused. Pure: bytes in, ``DocumentInput`` rows
+out, ``ParseError`` with a sentence a person can act on.
 """
 
 from __future__ import annotations

@@ -87,13 +87,9 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
                    *, method: str = "hybrid", flat: bool = False, allowed: set[str] | None = None, context: SearchContext | None = None) -> list[Hit]:
     """Search the chosen experts' collections as one, each weighted by the router's confidence in it.
 
-    Scores are made comparable across collections by ranking every candidate globally (dense
-    cosines over all collections, BM25 with IDF over all of them) before fusing, instead of fusing
-    each collection's own ranks (every collection has a rank 1). A chunk's score is then its RRF
-    score times its expert's weight: the router's probability that the answer lives there. When
-    the chosen experts' probabilities add up to less than ``widen_below()`` the other
-    active experts are searched too with the probability left over, so an unsure router degrades
-    to the flat search instead of losing the answer.
+    Every candidate is ranked globally (cosines and BM25 with IDF over all collections) before RRF
+    fusion, and a chunk's score is its RRF score times its expert's weight. When the weights add up to
+    less than ``widen_below()`` the other active experts are searched with what is left over.
 
     Args:
         experts: the chosen experts, best first.

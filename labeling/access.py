@@ -1,17 +1,9 @@
 """Who may see and change Discovery's data: imported queries, clustering runs, their proposals and jobs.
 
-Discovery's one team rule, on top of ``experts.access`` (which owns teams and principals). Every
-console page and API endpoint of Discovery fetches what it shows or changes through these functions:
-
-- Imported queries and clustering runs belong to a team (an auth group) or to none. A run clusters
-  the queries of its own team only, so two teams' sources never mix, even under the same name: a
-  source is a name within a team.
-- Staff see and change everything. A member of a run's team sees and reviews the run, its proposals
-  and their queries, and sees the team's imports and discovery jobs. Work with no team (the demo's
-  run, the monthly re-clustering, anything from before teams) is staff-only.
-- Anyone else gets 404 for a run or proposal, so its existence is not revealed.
-- New work (importing a log, starting a run) belongs to a team: ``team_for_new_work`` gives the
-  one it will belong to, or refuses a non-staff user with no team (403) or a team they are not in.
+On top of ``experts.access``: imports and runs belong to a team or to none, and a run clusters its own
+team's queries only. Staff see and change everything; a member of a run's team reviews it and sees the
+team's imports and jobs; work with no team is staff-only; anyone else gets a 404. New work belongs to
+the team ``team_for_new_work`` gives, which refuses a non-staff user with no team or another team.
 """
 
 from __future__ import annotations

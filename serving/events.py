@@ -1,24 +1,10 @@
 """Recording routing events off the hot path: one row per routed request, written in batches.
 
-``record(**fields)`` takes RoutingEvent field values, updates the Prometheus metrics and appends the
-event to an in-process buffer; a background thread writes the buffer with one ``bulk_create`` every
-``EVENTS_FLUSH_MS`` or as soon as ``EVENTS_BATCH_SIZE`` events wait. A request therefore never waits
-on the database for its event. With ``EVENTS_SYNC`` on (the default when Celery runs eagerly, as in
-the tests) each event is written in the calling thread instead.
-
-Failure handling: a batch that fails to write (database down, locked, restarting) goes back to the
-front of the buffer and is retried with a growing pause (up to ``MAX_BACKOFF_S``); nothing is lost
-unless the buffer reaches ``EVENTS_BUFFER_MAX``, when new events are dropped, counted
-(``dropped``, and ``switchboard_events_dropped_total``) and logged. ``flush()`` writes everything now;
-it runs at the server's shutdown (``shutdown()``, from the ASGI lifespan in ``switchboard.asgi``) and at
-interpreter exit, so a clean shutdown loses nothing.
-
-``created_at`` is stamped when the row is written (``auto_now_add``), normally at most
-``EVENTS_FLUSH_MS`` after the request; after a database outage, the time of the retry.
-
-``purge_old_events`` (``routing.retention``'s, imported here) deletes rows older than
-``ROUTING_EVENT_RETENTION_DAYS`` in batches (the ``routing.tasks.purge_routing_events`` task and the
-``event_retention`` schedule).
+``record(**fields)`` updates the metrics and buffers the event; a background thread writes the buffer
+with one ``bulk_create`` every ``EVENTS_FLUSH_MS`` or at ``EVENTS_BATCH_SIZE`` (with ``EVENTS_SYNC``, in
+the calling thread). A failed batch is retried with backoff up to ``MAX_BACKOFF_S``; events are dropped,
+counted and logged only past ``EVENTS_BUFFER_MAX``. ``flush()`` runs at shutdown and at exit.
+``purge_old_events`` deletes rows older than ``ROUTING_EVENT_RETENTION_DAYS``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Prometheus metrics of the serving path, exposed at ``/metrics``.
 
-Fed from three places: ``serving.events.record`` (every routed request: mode and status, latency
-per stage, the answering expert, fallbacks, failovers, error kinds), the chat API's base class in
-``serving.api.auth`` (every response of the chat-facing endpoints by status, including the 401 and
-429 answered before routing) and the micro-batching encoder (forward-pass batch sizes). The serving caches' hits and misses (the
-encoder's vector cache, the extractive generator's chunk sentence cache) are read from the caches
-at scrape time.
-
-Multi-process caveat: each process has its own registry, so with several uvicorn workers each
-scrape sees one worker. Run one web process per scrape target, or set ``PROMETHEUS_MULTIPROC_DIR``
-(an empty folder shared by the workers, wiped at start) and the view aggregates every worker's
-files with prometheus_client's multiprocess collector (gauges then report per process).
+Fed by ``serving.events.record``, the chat API's base class (every response by status) and the
+micro-batching encoder; the caches' hits and misses are read at scrape time. Each process has its own
+registry: with several uvicorn workers set ``PROMETHEUS_MULTIPROC_DIR`` so a scrape sums them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Choose ``serving.breadth``'s thresholds (top-2 answers and clarifying questions) on doc2dial's validation split.
 
-The dataset is loaded into a throw-away workspace as ``evaluate answers`` loads it (``evaluation.workspace``),
-then every validation question (with its earlier user turns) and every row of a question file (the demo's
-``demo/questions.jsonl``) is routed as ``auto`` routes it, and each question's signals (the two most probable
-experts' probabilities and their documents' best match, ``serving.breadth.Signals``) are written to ``OUT``.
-
-Each doc2dial question belongs to one agency: two answers or a question back is a false alarm there. For
-each ``CLOSE`` on the grid, ``STRONG_MATCH`` is the loosest at which at most ``FALSE_ALARMS`` of the
-validation questions get two answers, and ``MATCH_GAP`` the loosest at which at most ``FALSE_ALARMS`` would
-be asked back were none of them part of a conversation (the rule only asks a conversation's first question);
-the ``CLOSE`` chosen flags the most validation questions within both budgets (ties: the smaller). The
-question file's kinds are printed beside it; they chose nothing.
+Every validation question is routed as ``auto`` routes it in a throw-away workspace and its signals
+(``serving.breadth.Signals``) written to ``OUT``. Each doc2dial question belongs to one agency, so two
+answers or a question back is a false alarm: for each ``CLOSE``, ``STRONG_MATCH`` and ``MATCH_GAP`` are
+the loosest within ``FALSE_ALARMS``, and the ``CLOSE`` that flags the most wins.
 
     PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/choose_top2.py ../shared/datasets/doc2dial demo/questions.jsonl
     python tools/choose_top2.py --signals /tmp/top2_signals.json   # choose again from the written signals

@@ -1,17 +1,9 @@
 """Select decoding as both language-model backends serve it (``selection.DECODING``, "select").
 
-A chosen answer is a passage sentence the expert's model rates best (``experts.ml.selection``). The
-in-process backend scores the options with its own model (``selection.score_continuations``); the
-vLLM backend, with ``VLLM_SELECT``, asks its server for the same numbers (``/v1/completions`` with the
-prompt and each option as token ids, ``prompt_logprobs``). Everything around the scores is shared, so
-an expert answers a question the same way on a laptop and on a GPU server:
-
-* ``shown_passages``: what the model is shown, the best ``prompting.SHOWN_PASSAGES`` passages each cut
-  to its ``prompting.PASSAGE_CHARS`` most relevant characters with the lead sentence kept; the adapters
-  learn from prompts of the same shape (``shown_shape``, ``experts.services.prompt_passages``);
-* ``sentence_scorer``: the extractive answer's scorer, whose shortlist the model judges;
-* ``chosen_answer`` and ``stream_chosen``: the chosen text read as a written answer is (its marker
-  mapped to its passage), whole or streamed word by word, with why it was chosen.
+The in-process backend scores the options with its own model, the vLLM backend with ``VLLM_SELECT``
+asks its server for the same numbers (``prompt_logprobs``); everything around the scores is here, so
+an expert answers the same way on a laptop and on a GPU server: ``shown_passages`` (what the model is
+shown, in the shape adapters learn from), ``sentence_scorer`` and ``chosen_answer``/``stream_chosen``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """A model's answer made safe to show: citation markers mapped to real passages, stops, and a support check.
 
-A language model cites passages by their number in the prompt; the reader sees them numbered in
-order of first citation, so ``[1]`` is always the first entry of the answer's citations. Markers
-for passages that do not exist are dropped. ``CitationStream`` does this while the answer streams
-(holding back a marker split across two deltas) and ``parse_answer`` does it to a whole answer
-with the same code, so a streamed answer and a whole one read the same.
-
-Small models cite unreliably and sometimes invent. When an answer cites nothing, the passages it
-draws on (by shared words) are cited at its end. An answer that brings in figures none of the
-passages has, or talks about what the question asked and no passage mentions, is *unsupported*:
-it is not grounded, and a whole answer is replaced by ``NOT_FOUND``.
+Markers are renumbered in order of first citation and those of passages that do not exist dropped,
+the same way streamed (``CitationStream``) and whole (``parse_answer``). An answer that cites nothing
+cites the passages it draws on; one with figures or subjects no passage has is unsupported, and a
+whole one is replaced by ``NOT_FOUND``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """LoRA adapters for one shared causal LM: training with checkpoints and resume, the held-out evaluation, saving.
 
-Pure ML code (torch, transformers, peft): no Django. The service in ``experts.services`` turns
-database rows into ``Example``s and ``LoraParams``, calls ``train_lora`` and records the result.
-The examples become token ids in ``lora_examples``, the base model is found and loaded in
-``loading``, and the errors every step may raise are in ``lora_errors``.
-
-Training is a plain loop rather than transformers' ``Trainer`` so that the resume contract is
-explicit and small: every ``checkpoint_steps`` optimiser steps the adapter weights, the optimiser
-and scheduler state, the step and the loss curve are written to ``work_dir/checkpoint`` (a temp
-folder renamed into place, so a crash never leaves half a checkpoint). The data order is a
-function of the seed and the epoch, so a resumed run sees exactly the batches the interrupted
-one would have seen next.
+Pure ML code (torch, transformers, peft): ``experts.services`` turns rows into ``Example``s and
+``LoraParams`` and records the result. A plain loop rather than ``Trainer`` keeps the resume contract
+small: every ``checkpoint_steps`` the adapter, optimiser, scheduler, step and loss curve are written
+atomically to ``work_dir/checkpoint``, and the data order is a function of the seed and the epoch.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Searching with the conversation: a follow-up question's query widened with the user's earlier turns.
 
-"And how much does it cost?" names nothing; the user's earlier turns in the same conversation ("I
-want to renew my driver license online") say what "it" is. Search then reads, besides the question:
-
-* dense: the question's embedding plus ``weight`` times the mean embedding of the earlier turns,
-  L2-normalised (the turns pull the query towards the conversation's topic; the question stays the
-  largest part at weights below 1);
-* sparse (BM25): the question's terms (1 each, as ``sparse.bm25_vector`` makes a query) plus
-  ``weight`` for each distinct term of the earlier turns.
-
-Only the user's own turns are read, never the assistant's answers: the answers quote the documents
-the search is looking for, and a conversation keeps no text of them. A question without earlier
-turns is searched as it is. ``CONTEXT_WEIGHT`` is the weight serving uses.
+Dense: the question's embedding plus ``weight`` times the mean of the earlier turns', normalised.
+Sparse (BM25): the question's terms plus ``weight`` for each distinct term of the earlier turns. Only
+the user's own turns are read, never the answers (they quote the documents searched for).
+``CONTEXT_WEIGHT`` is the weight serving uses.
 """
 
 from __future__ import annotations

@@ -15,18 +15,11 @@ _WORD = re.compile(r"[a-z0-9]+")
 class DistinctWords:
     """How strongly a question's rarest words belong to one expert's documents: ``rarity x share``.
 
-    For each word of the experts' documents: its rarity, ``log(all words / its count)`` over every
-    expert's documents, and each expert's share of its occurrences. A question's evidence is the
-    largest ``rarity x share`` among its words: "what is PSLF?" scores high (a rare word, all of it
-    in Student Aid's documents) where the router, which never saw the word in a training question,
-    is unsure. Only words outside ``known`` count: the sentence encoder's whole-word vocabulary, the
-    words of everyday English it reads by meaning. A document set is small and written in another
-    register than questions, so everyday words can be rare in it by chance ("me" occurs 5 times in
-    the demo's 50,000 words, "flight" 5, all in one agency's pages); jargon and acronyms the
-    encoder does not know ("PSLF", "DD214", "FAFSA") are what its meaning misses and the documents
-    hold.
-    ``exclude`` scores a question as if one expert did not exist (its documents gone), which is how
-    the in-scope weight is chosen on validation (held-out experts).
+    A word's rarity is ``log(all words / its count)`` over every expert's documents; a question's
+    evidence is its largest ``rarity x share`` ("what is PSLF?": rare, all in Student Aid's documents).
+    Only words outside ``known`` (the encoder's whole-word vocabulary) count: everyday words can be
+    rare in a small document set by chance, while jargon the encoder does not know is what it misses.
+    ``exclude`` scores as if one expert did not exist (held-out experts on validation).
     """
 
     def __init__(self, counts: Sequence[Counter[str]], known: frozenset[str] | set[str] = frozenset()):

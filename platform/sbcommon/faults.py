@@ -1,16 +1,9 @@
 """Fault injection for soak runs and fault tests: make a named part fail on a schedule, in a live server.
 
-Off unless ``SWITCHBOARD_FAULTS_FILE`` names a JSON file. The file maps a fault name to its spec,
-and a process re-reads it when its modification time changes, so a bench (or a test) switches
-faults on and off in a running server by rewriting one file::
-
-    {"generator": {"mode": "error", "experts": ["tax"], "until": 1767225600.0},
-     "vector_store": {"mode": "down", "delay_s": 0.2, "until": 1767225610.0}}
-
-``mode`` is ``error``/``down`` (the hook raises the caller's exception), or ``slow`` (the hook only
-sleeps ``delay_s``). ``experts`` limits a fault to those experts (absent: all). ``until`` is a Unix
-time after which the fault is over (absent: until the file changes). Hooks cost one ``os.stat``
-per call when the file is set and nothing at all when it is not.
+Off unless ``SWITCHBOARD_FAULTS_FILE`` names a JSON file mapping a fault to its spec, re-read when it
+changes, e.g. ``{"generator": {"mode": "error", "experts": ["tax"], "until": 1767225600.0}}``. ``mode``
+is ``error``/``down`` (raise) or ``slow`` (sleep ``delay_s``); ``experts`` narrows it, ``until`` ends it.
+A hook costs one ``os.stat`` when the file is set and nothing when it is not.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The bundled demo: the real pipeline, run as Celery jobs, on a doc2dial subset.
 
-import questions → embed → cluster into proposals → scripted review (align the proposals with the
-questions' known agencies, as a domain team would in the console) → promote to experts → index each
-expert's documents into its own collection → train the router. Every step is idempotent, so a rerun
-reuses what exists.
-
-Then, in the background once the server is up (``train_demo_adapters``, started by ``run_platform``
-when an LLM generates the answers): each expert's grounded training examples (its labelled questions,
-the passages its own collection returns, the gold answer the demo data carries), then one adapter
-per expert, activated only when it answers the expert's held-out questions better than the base
-model (``experts.services.answer_gate``). Until then the base model answers.
+import → embed → cluster → scripted review (aligned with the known agencies) → promote → index → train
+the router; every step is idempotent. Where a language model writes the answers, ``train_demo_adapters``
+then trains one adapter per expert in the background, activated only past ``experts.services.answer_gate``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Authentication, permissions and rate limits of the chat-facing API (``/v1/*`` and ``/api/v1/route``).
 
-Every chat-facing view inherits ``ChatApiMixin``, so who may call them and how often is decided here:
-
-- ``Authorization: Bearer sk-sb-...`` (what OpenAI clients send) authenticates with an API key
-  (``platform/clients``). A key is always accepted; an unknown, malformed or revoked key is a 401
-  ``invalid_api_key`` even when the API is open, so a client never silently runs without its key.
-- With ``CHAT_API_REQUIRE_AUTH`` on, a caller needs a valid key or a signed-in user (session or
-  HTTP basic auth); without it, anonymous calls are allowed.
-- Each key has its own requests-per-minute limit, anonymous callers one per address
-  (``CHAT_API_ANON_RATE_PER_MINUTE``, off by default); over it: 429 with ``Retry-After``.
-- ``allowed_experts(request)`` gives the experts the caller may ask, by the one access rule
-  (``experts.access.askable_slugs``): a key's user's experts today (narrowed to its scopes), a
-  signed-in user's, or the public ones for an anonymous caller.
+Every chat-facing view inherits ``ChatApiMixin``. A Bearer API key is always checked (a bad one is a
+401 ``invalid_api_key`` even when the API is open); with ``CHAT_API_REQUIRE_AUTH`` a caller needs a key
+or a signed-in user. Each key, and each anonymous address, has its own per-minute limit (429 with
+``Retry-After``). ``allowed_experts(request)`` gives the experts the caller may ask
+(``experts.access.askable_slugs``).
 """
 
 from __future__ import annotations
