@@ -41,17 +41,17 @@ def _ranking(documents: list[str]) -> list[str]:
     return list(dict.fromkeys(d for d in documents if d))
 
 
-def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, limit: int | None = None) -> dict[str, Any]:
-    """Replay the test questions that have qrels through every arm; returns the JSON-able report."""
+def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, limit: int | None = None, split: str = "test") -> dict[str, Any]:
+    """Replay ``split``'s questions that have qrels through every arm (``val`` to choose a setting); returns the JSON-able report."""
     from knowledge.models import Document
 
     started = time.perf_counter()
     dataset = Dataset.read(folder, passages=passages)
-    questions = [q for q in dataset.questions("test") if dataset.relevant.get(str(q.get("query_id")))]
+    questions = [q for q in dataset.questions(split) if dataset.relevant.get(str(q.get("query_id")))]
     if not questions:
-        raise ValueError(f"{folder} has no test questions with a domain and relevance judgements")
+        raise ValueError(f"{folder} has no {split} questions with a domain and relevance judgements")
     questions = questions[:limit] if limit else questions
-    say(f"{dataset.name}: {len(questions)} test questions, {len(dataset.documents):,} {'passages' if passages else 'documents'}")
+    say(f"{dataset.name}: {len(questions)} {split} questions, {len(dataset.documents):,} {'passages' if passages else 'documents'}")
     loaded = load(dataset, flat=True, say=say)
     external = dict(Document.objects.values_list("pk", "external_id"))
     report: dict[str, Any] = {"pipeline": "product"}
@@ -83,7 +83,7 @@ def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, l
     report["router"] = {"version": loaded.router_version, "val_accuracy": loaded.router_metrics.get("val", {}).get("accuracy")}
     report["workspace"] = loaded.seconds
     report["setup"] = {
-        "dataset": dataset.name, "level": "passage" if passages else "document", "test_questions": len(questions),
+        "dataset": dataset.name, "split": split, "level": "passage" if passages else "document", "test_questions": len(questions),
         "test_questions_with_user_context": int(follow_up.sum()), "passages_per_question": "RETRIEVAL_TOP_K",
         "hybrid_ndcg_gap_captured_by_routed_top2": round((report["routed_top2"]["hybrid"]["ndcg@5"] - flat) / (oracle - flat), 3) if oracle != flat else None,
         "bm25_reference": BM25_REFERENCE if dataset.name == "doc2dial" and not passages else None,

@@ -45,6 +45,16 @@ def test_every_arm_is_asked_through_the_chat_path_and_judged_by_the_qrels(tmp_pa
     assert paired["n"] == 16
     assert paired["ndcg@5"] == pytest.approx(report["routed_top2"]["hybrid"]["ndcg@5"] - report["flat"]["hybrid"]["ndcg@5"], abs=2e-4)
 
+def test_the_validation_split_is_asked_when_named(tmp_path):
+    write_answer_dataset(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "qrels.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if not r["query_id"].endswith("-q3")]  # q3: each document's validation question
+    (tmp_path / "qrels.jsonl").write_text("\n".join(json.dumps(r) for r in kept) + "\n")
+
+    with pytest.raises(ValueError, match="no val questions"):
+        evaluate_retrieval(tmp_path, split="val", say=lambda line: None)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")

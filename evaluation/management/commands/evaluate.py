@@ -52,6 +52,7 @@ class Command(BaseCommand):
         retrieval.add_argument("--dataset", required=True, help="folder with docs.jsonl (or passages.jsonl), queries.jsonl and qrels")
         retrieval.add_argument("--passages", action="store_true", help="index passages.jsonl and judge with qrels_passages.jsonl")
         retrieval.add_argument("--limit", type=int, default=None, help="ask at most this many test questions (default: all)")
+        retrieval.add_argument("--split", default="test", choices=["test", "val"], help="the questions asked: val to choose a setting, test to report")
         retrieval.add_argument("--json", dest="json_path", default=None)
         answers = sub.add_parser("answers", help="the answers a person gets (F1, recall, words, junk, abstentions, citations) per arm and generator, replayed through the product")
         answers.add_argument("--dataset", required=True, help="folder with docs.jsonl, queries.jsonl whose rows carry 'answer' (qrels.jsonl for citations)")
@@ -118,7 +119,7 @@ class Command(BaseCommand):
             from evaluation.retrieval import evaluate_retrieval
 
             try:
-                report = evaluate_retrieval(dataset, passages=options["passages"], say=self.stdout.write, limit=options["limit"])
+                report = evaluate_retrieval(dataset, passages=options["passages"], say=self.stdout.write, limit=options["limit"], split=options["split"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from exc
         else:
