@@ -13,3 +13,16 @@ def hashing(tmp_path, monkeypatch, settings):
     monkeypatch.setattr("encoders.get_encoder", lambda *a, **k: encoder)
     settings.EMBEDDING_MODEL = encoder.name
     return encoder
+
+
+@pytest.fixture(autouse=True)
+def slow_evaluations_keep_their_vectors(request, settings, monkeypatch):
+    """The slow evaluations run in place with the product's vector cache on disk (``EMBEDDING_DISK_CACHE``) in the
+    evaluations' cache folder, as ``manage.py evaluate``'s workspaces do: a dataset's second load embeds nothing again."""
+    if request.node.get_closest_marker("slow") is None:
+        return
+    from encoders import registry
+    from evaluation.datasets import embedding_cache_dir
+
+    settings.EMBEDDING_DISK_CACHE = str(embedding_cache_dir())
+    monkeypatch.setattr(registry, "_encoders", {})  # encoders made before this test have no disk cache
