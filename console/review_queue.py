@@ -1,10 +1,8 @@
-"""The review queue: low-confidence, abstained and thumbs-down questions to label with the right expert
-(``console-review``; Discovery's proposal review is labeling's).
+"""The review queue: low-confidence, abstained and thumbs-down questions to label with the right expert.
 
-Who may review what: a user sees a queued question when they may see its event
-(``routing.selectors.visible_events``); they may label it only to an active expert they may change
-(``access.can_edit``), and dismiss it only when they may change one of the experts it belongs to
-(``routing.selectors.event_experts``: the one that answered it, or its candidates). Staff do everything.
+A user sees a queued question when they may see its event (``routing.selectors.visible_events``),
+labels it only to an active expert they may change, and dismisses it only when they may change one of
+its experts (``routing.selectors.event_experts``). Staff do everything.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """``evaluate router --ablate``: the product's router with each of its mechanisms removed, on validation.
 
-Each row trains the router again as ``routing.ml.textrouter.train_text_router`` does with the
-product's defaults, one ``TrainConfig`` field changed (``ABLATIONS``), and reports its macro-F1 and
-accuracy on the validation questions as written (and its accuracy on their typo copies where the
-spelling view makes them), beside the full router's, with the difference (``full minus without``:
-positive means the mechanism helps). Validation also made the router's own choices (early stopping,
-blend, nearest weight, head), so these figures flatter every row alike; test is not read.
-With ``--knowledge`` the documents as evidence are ablated too: the combiner's 5-fold
-cross-validated accuracy on validation against the router alone's on the same questions.
+Each row retrains ``train_text_router`` with one ``TrainConfig`` field changed (``ABLATIONS``) and
+reports validation macro-F1 and accuracy (and typo-copy accuracy) beside the full router's, with
+``full minus without``. Validation also made the router's own choices, so every row is flattered
+alike; test is not read. With ``--knowledge`` the documents as evidence are ablated too.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``manage.py bench retrieval``: search latency of one expert collection in the embedded store.
 
-Builds a collection of ``chunks`` synthetic chunks (random unit vectors and Zipf-distributed words,
-so BM25 sees a realistic vocabulary) in a temporary Qdrant Edge store (``EdgeQdrantStore``), then
-times searches through the store's public interface (what ``search_expert`` calls), by method, and
-the same hybrid search through the server store's code over qdrant-client's local mode as the
-baseline. No encoder is loaded: query embedding is measured elsewhere (MEASURED.md: ~25 ms a query
-on this CPU).
+``chunks`` synthetic chunks (random unit vectors, Zipf-distributed words) in a temporary Qdrant Edge
+store, searched through the store's public interface by method, against the same hybrid search over
+qdrant-client's local mode. No encoder is loaded: query embedding is measured elsewhere.
 """
 
 from __future__ import annotations

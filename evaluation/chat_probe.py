@@ -1,11 +1,8 @@
 """The chat view's own CPU in process: ``bench handler --chat`` runs this module in a child with the demo's data.
 
-``python -m evaluation.chat_probe REQUESTS ROUNDS CONCURRENCY`` (``VAR_DIR`` and the bench's
-environment set by the caller) posts unique demo questions to ``/v1/chat/completions`` through the
-served ASGI application (``switchboard.asgi``: the encoder in its child process, as uvicorn serves
-it), ``CONCURRENCY`` at a time on one event loop, and prints one JSON line: this process's CPU and
-wall milliseconds per request, the best of ``ROUNDS`` rounds. The encoder child's CPU is not
-counted, nor uvicorn's HTTP parsing: what is left is the web process's share of a chat request.
+``python -m evaluation.chat_probe REQUESTS ROUNDS CONCURRENCY`` posts unique demo questions through
+``switchboard.asgi`` (the encoder in its child), ``CONCURRENCY`` at a time, and prints one JSON line:
+this process's CPU and wall milliseconds per request, the best of ``ROUNDS``.
 """
 
 from __future__ import annotations

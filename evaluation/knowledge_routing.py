@@ -1,14 +1,9 @@
 """``evaluate router --knowledge DIR``: the router with each expert's own documents as evidence.
 
-The documents of ``DIR`` (``docs.jsonl``, one domain per expert) are chunked and indexed as
-``evaluate retrieval`` does (``build_domain_index``: one temporary embedded collection per domain,
-the Expert chunking defaults). The router is the one ``evaluate router`` just trained (the product's
-``train_text_router``); the evidence is what serving looks up (``VectorStore.evidence``: the best
-dense cosine and the best BM25 score of the question in each of the router's candidates'
-collections) and the combiner is ``routing.ml.knowledge.KnowledgeCombiner`` fitted on the router's
-validation split, where its abstain threshold is calibrated too. Test, out-of-scope and
-unseen-label questions are scored as every other method is (``method_report``), and ``serve_one``
-is what ``serving.route`` does per question, so ``route_p50_ms`` includes the evidence lookups.
+Each domain's documents are indexed in a temporary collection (``build_domain_index``); the evidence
+is what serving looks up (``VectorStore.evidence``) and ``routing.ml.knowledge.KnowledgeCombiner`` is
+fitted on the router's validation split. Questions are scored as every other method is, and
+``serve_one`` is what ``serving.route`` does per question, lookups included in ``route_p50_ms``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Timing a routing method as serving runs a request: ``measure_latency``.
 
-One query at a time, at the serving thread count: the bare encoder called directly
-(``embed_p50_ms``), then a request as served: the question sent to the encoder in a child process
-(``ProcessEncoder``, as ``switchboard.asgi`` serves; no micro-batching wait, no vector cache: those
-belong to serving under load, which ``bench serving`` measures), the method reading the question's
-words meanwhile (``Served.read``), then finishing on the vector (``route_p50_ms``: that request's
-wall time, the hand-off included).
+One query at a time, at the serving thread count: the bare encoder (``embed_p50_ms``), then a request
+as served (``route_p50_ms``): the question sent to the encoder's child process while the method reads
+its words (``Served.read``), then the method on the vector.
 """
 
 from __future__ import annotations

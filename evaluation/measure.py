@@ -1,10 +1,7 @@
 """Wall time and peak resident memory of a block of code, for benchmarks. Pure: no Django.
 
-Peak memory is read two ways and the larger is kept: the kernel's high-water mark ``VmHWM``, reset
-before the block by writing ``5`` to ``/proc/self/clear_refs`` (Linux; exact, catches short spikes),
-and a thread sampling ``VmRSS`` every few milliseconds (works wherever ``/proc`` exists). Both are
-reported relative to the resident size just before the block, so ``peak_mb`` is the extra memory
-the block needed, not the interpreter, the data already loaded or earlier methods.
+The larger of the kernel's ``VmHWM`` (reset through ``/proc/self/clear_refs``) and a thread sampling
+``VmRSS``, relative to the resident size before the block: ``peak_mb`` is the block's extra memory.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Clustering quality against gold labels, with one explicit rule for noise. Pure: no Django.
 
-Conventions (the same for every method, so the figures compare):
-
-- ``-1`` in the predicted labels is noise (points a method declined to cluster).
-- ARI, NMI and V-measure are computed on *all* points, noise included as one more cluster labelled
-  ``-1``. A method that leaves much noise is therefore scored as if it had put all of it in one
-  (usually very impure) cluster, which is what a user reviewing the proposals would see.
-- Purity is ``sum over predicted clusters of (count of that cluster's most common gold label) / n``,
-  where the sum skips noise: noise points count as wrong. ``n`` is all points, noise included.
-- ``noise_fraction`` is the share of points labelled ``-1``; ``n_clusters`` counts the other labels.
+``-1`` is noise. ARI, NMI and V-measure count noise as one more cluster (what a reviewer would see);
+purity counts noise points as wrong. ``noise_fraction`` is the share of ``-1``, ``n_clusters`` the others.
 """
 
 from __future__ import annotations

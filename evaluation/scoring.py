@@ -1,13 +1,8 @@
 """What a person gets from an answer, scored from the chat path's own result: the figures every replayed evaluation reports.
 
-Beside SQuAD token F1 and ROUGE-L against a reference answer: ``recall`` (the share of the reference's
-content words the answer holds: what F1 hides when a one-sentence answer leaves out what the question
-needed), ``words`` (its length), ``junk_rate`` (answers that are link lists, menus, tag clouds or
-run-together titles, ``experts.ml.answer_metrics.is_junk``), ``two_answers`` (answers made of two experts'
-parts), ``clarified`` (asked which expert first; with a question file's kinds, ``clarify_precision`` and
-``clarify_recall`` against its "ambiguous" kind), ``abstained`` (answered "not found" or "no
-expert covers this"), ``citation_precision`` (cited passages from a gold-relevant document, where qrels
-exist) and the latency the chat path measured. Pure apart from the ``ChatResult`` it reads.
+SQuAD token F1 and ROUGE-L against a reference, ``recall`` (the reference's content words held),
+``words``, ``junk_rate`` (``experts.ml.answer_metrics.is_junk``), ``two_answers``, ``clarified`` (with
+``clarify_precision``/``clarify_recall``), ``abstained``, ``citation_precision`` and the latency.
 """
 
 from __future__ import annotations

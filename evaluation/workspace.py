@@ -1,22 +1,11 @@
 """An evaluation's workspace: a dataset loaded into the product as a team would load it, and asked through serving.
 
-Nothing here chunks, searches, routes or answers. ``load`` goes through the product's own services, in a
-team's order: import the questions (``labeling.services.import_queries``, the log's ``label`` column
-carrying the dataset's domain), make one expert per label (``labeling.services.run_from_labels``, promoted
-as a reviewed run is), give each expert its documents (``knowledge.ingest.upsert_document``, indexed by
-``knowledge.indexing.index_pending``: the product's chunking and titles), then train the router with its
-defaults (``routing.services.train_router_from_labels``, the training job's service). ``ask`` sends a test
-question through ``serving.chat.answer``, the ``ChatTurn`` that ``POST /v1/chat/completions`` runs, with
-the user's earlier turns as a client sends them; the routing event it records is the trace an evaluation
-may read.
-
-The arms of an evaluation are the product with one thing named differently: ``auto`` (the router),
-``oracle`` (the gold expert, as a client naming ``model: <slug>`` gets it) and ``flat`` (one more
-expert, ``FLAT``, holding every document, asked by its slug). Every arm gets the same conversation.
-
-``manage.py evaluate`` runs in a throw-away workspace (``isolated``): a child process on its own SQLite
-database and data folder, removed after. The base model and exported encoders are shared with the
-caller's data folder (read only), so nothing is converted again.
+``load`` goes through the product's own services in a team's order: import the questions, one expert
+per label (``labeling.services.run_from_labels``), each expert's documents ingested and indexed, then
+the router trained with its defaults. ``ask`` sends a question through ``serving.chat.answer`` with the
+user's earlier turns. Arms: ``auto`` (the router), ``oracle`` (the gold expert by slug) and ``flat``
+(one more expert, ``FLAT``, holding every document). ``isolated`` runs in a child process on its own
+database and data folder, sharing the caller's base model and exported encoders read only.
 """
 
 from __future__ import annotations

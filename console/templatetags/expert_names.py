@@ -1,10 +1,7 @@
-"""``{% load expert_names %}``: show a domain team its experts by name, not by slug.
+"""``{% load expert_names %}``: ``{{ slug|expert_name:expert_names }}`` gives the name of an expert the user may see.
 
-``{{ slug|expert_name:expert_names }}`` gives the display name ("Veterans Affairs" for ``va``) of an
-expert the signed-in user may see; ``expert_names`` is in every template's context
-(``console.context_processors.expert_names``). Any other slug is shown as recorded: an expert of
-another team keeps its name to that team, as every console page does, and an expert since deleted
-has no name left.
+``expert_names`` is in every template's context (``console.context_processors``); any other slug (another
+team's expert, a deleted one) is shown as recorded.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The generator interface (the backends themselves are chosen in ``registry``).
 
-Every backend turns a ``GenerationRequest`` into an ``Answer`` (``generate``) or into a stream of
-text deltas ending with the final ``Answer`` (``stream``). Backends raise ``GenerationError``
-(or a subclass) for anything the caller should treat as "this model is down or unsure": the
-serving path then answers extractively from the same passages (or, when the extractive backend
-itself failed, fails over to the next expert). ``AdapterError`` says the request's adapter cannot
-be used (another base model, a corrupt folder): an earlier adapter or the bare base model can
-still answer. ``GenerationBusy`` is not a failure: an in-process backend has as many requests
-waiting as it accepts, and the caller should come back after ``retry_after_s``.
+A backend turns a ``GenerationRequest`` into an ``Answer`` (``generate``) or a stream of deltas ending
+with it (``stream``). ``GenerationError``: serving answers extractively (or fails over);
+``AdapterError``: an earlier adapter or the base model can still answer; ``GenerationBusy`` is not a
+failure: come back after ``retry_after_s``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A bounded queue in front of an in-process model: one generation at a time, a few waiting, the rest refused.
 
-The transformers backend runs one generation at a time (the active adapter is state of the shared
-model). Without a bound, a burst of chat requests would pile up behind it, each holding a server
-thread for minutes. ``GenerationQueue`` admits one holder and at most ``max_waiting`` waiters, in
-arrival order; a request beyond that gets ``GenerationBusy`` at once (the API answers 503 with
-``Retry-After``), and a waiter whose time budget runs out gets ``GenerationTimeout`` (the serving
-path then answers extractively). Nothing else waits on it: routing and the encoder never do.
+``GenerationQueue`` admits one holder and at most ``max_waiting`` waiters in arrival order; beyond that
+``GenerationBusy`` at once (a 503 with ``Retry-After``), and a waiter out of time ``GenerationTimeout``.
 """
 
 from __future__ import annotations
