@@ -420,15 +420,10 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
                   models: list[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the serving benchmark (see the module docstring) and return its report.
 
-    ``models`` (e.g. ``["auto", "auto:fast"]``; default ``[model]``): the chat models measured one
-    after another with the first backend; ``by_model`` holds each one's figures, and with both
-    ``auto`` and ``auto:fast`` ``fast_tier_rps_ratio`` is the second's rps over the first's.
-
-    ``backends`` (``EMBEDDING_BACKEND`` values; default: the configured one, then float32 ``torch``
-    when that differs) are measured one after another on the same demo data; the report's top-level
-    figures are the first's, and ``by_backend`` holds each one's (with the embedding space it serves in:
-    a backend of another space gets the demo loaded in a folder of its own). ``database_url`` and ``redis_url``
-    run the servers (``workers`` of them) on a shared PostgreSQL and Redis, as a scaled-out deployment.
+    ``models`` are measured in turn (``by_model``; ``fast_tier_rps_ratio`` with both ``auto`` and
+    ``auto:fast``), and ``backends`` in turn (``by_backend``; default: the configured one, then
+    ``torch``), the first giving the top-level figures. ``database_url`` and ``redis_url`` run the
+    ``workers`` on a shared PostgreSQL and Redis, as a scaled-out deployment.
     """
     from encoders import embedding_space, resolve_backend
 

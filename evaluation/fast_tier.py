@@ -38,12 +38,9 @@ def fast_tier_report(split: Any, model_name: str, seed: int, say: Callable[[str]
     ``split`` is ``evaluation.router.Split`` (train, val, test and out-of-scope rows); ``full`` the
     full router's report.
 
-    Reports its accuracy, macro-F1 and out-of-scope figures (``method_report``), the accuracy and
-    macro-F1 it gives up against the full router (``accuracy_cost``, ``macro_f1_cost``), its
-    encoder's cosine with the full encoder on the test questions, the distillation, and per
-    question (one at a time, ``texts_timed``: the latency sample) its encoder's p50 and the p50 of
-    encoder + router (``route_p50_ms``). ``documents`` (``--knowledge``): their sentences join the
-    distillation, as the experts' documents do in router training.
+    Reports ``method_report``'s figures, what it gives up (``accuracy_cost``, ``macro_f1_cost``), its
+    encoder's cosine with the full one, the distillation and its latency (``route_p50_ms``).
+    ``documents`` (``--knowledge``): their sentences join the distillation, as in router training.
     """
     n = len(split.classes)
     x_train, y_train = split.xy("train")

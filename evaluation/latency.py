@@ -41,14 +41,9 @@ def measure_latency(
 ) -> dict[str, Any]:
     """p50 per query of the bare encoder alone and of a request through encoder + each method, one query at a time.
 
-    A request runs as serving runs it: the question goes to the encoder in its own process
-    (``ProcessEncoder``, as ``switchboard.asgi`` serves), the method reads what it can from the words
-    meanwhile (``Served.read``), then finishes on the vector. ``route_p50_ms`` is that request's wall
-    time, the hand-off to the child included; ``method_p50_ms`` the method's own time (read and
-    finish); ``embed_p50_ms`` the bare encoder called directly. Both encoders run at the serving
-    thread count ``threads``. A plain ``fn(vector, text)`` reads nothing early. ``send`` replaces the
-    encoder child (tests). ``warmup`` texts (never among ``texts``) run first, untimed, so the timed
-    sample holds no text the encoder or a method has seen.
+    ``route_p50_ms`` is a request's wall time as served (see the module), ``method_p50_ms`` the
+    method's own, ``embed_p50_ms`` the bare encoder's, at ``threads``. ``send`` replaces the encoder
+    child (tests); ``warmup`` texts run first, untimed.
     """
     import torch
     from threadpoolctl import threadpool_limits

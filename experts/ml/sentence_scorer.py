@@ -31,9 +31,7 @@ FEATURES = ("cosine", "overlap", "passage_rank", "first_in_passage", "heading", 
 LISTWISE = ("overlap_gap",)
 HAND_SET = {"cosine": 1.0, "overlap": 0.15, "passage_rank": -0.02}
 _ENDS_SENTENCE = (".", "!", "?", ":", ";", ")")
-# Chosen on doc2dial's validation split (the refit's picked F1 there by cap, with routed search
-# weighing collections by the plain probabilities: none 0.288, 60 0.291, 40 0.290, 30 0.292,
-# 25 0.293, 20 0.287, 15 0.288).
+# Chosen on doc2dial's validation split (docs/EVALUATIONS.md, "Tuned constants").
 WORDS_CAP = 25
 _COLUMN = {name: j for j, name in enumerate(FEATURES)}
 

@@ -23,14 +23,10 @@ _BULLET = re.compile(r"^\s*[-*+•]\s")
 _CONTINUES = frozenset("a an and are as at be by for from in into is of on or our the their to with your".split())
 PLAIN_HEADING_LEVEL = 7  # a plain-text heading sits below any Markdown level
 # Sections shorter than this are packed with the next one; a section that is only a heading always is.
-# Chosen on doc2dial's validation split only (oracle hybrid search, extractive answers, 417
-# questions): 0, 100, 200 and 400 characters gave the same extractive answer F1 to two decimals
-# (0.209, 0.209, 0.207, 0.210) and doc nDCG@5 0.555, 0.541, 0.550, 0.529 (paragraph chunks: 0.531).
+# Chosen on doc2dial's validation split (docs/EVALUATIONS.md, "Tuned constants").
 MIN_SECTION_CHARS = 0
 # Documents are chunked by their sections (``sections=True``), each chunk titled "Document — Section".
-# Chosen on the same split and search (by the extractive answer's F1 to two decimals, then doc nDCG@5):
-# gold-agency nDCG@5 0.555 by sections against 0.531 by paragraphs. A change applies to documents
-# indexed afterwards: rebuild a collection to re-chunk what it holds.
+# Chosen on the same split; a change applies to documents indexed afterwards (rebuild to re-chunk).
 CHUNK_BY_SECTIONS = True
 MAX_QUESTION_HEADING_CHARS = 250
 

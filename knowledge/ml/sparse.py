@@ -8,9 +8,8 @@ from functools import lru_cache
 
 from qdrant_edge import Bm25, Bm25Config
 
-# BM25's term-frequency saturation and expected chunk length in tokens, chosen by document nDCG@5 over doc2dial's
-# validation questions (one collection per agency, searched alone plus all together, summed): k 1.5 against Qdrant's
-# default 1.2 (+0.006) and 2.0 (+0.003); at k 1.2, length 256 (Qdrant's default) against 120 (-0.005) and 512 (0.000).
+# BM25's term-frequency saturation and expected chunk length in tokens, chosen by document nDCG@5 on doc2dial's
+# validation questions (docs/EVALUATIONS.md, "Tuned constants").
 K = 1.5
 AVG_LEN = 256.0
 

@@ -20,17 +20,10 @@ logger = logging.getLogger(__name__)
 class MicroBatchingEncoder:
     """Wraps an encoder so that concurrent one-text ``encode`` calls share one forward pass.
 
-    Serving runs each request on its own thread and embeds one question at a time, where the
-    encoder is ~4x less efficient than on batches. Here each one-text call puts its text on a
-    queue and waits; a single batcher thread takes the first text, collects whatever else arrives
-    within ``max_wait_ms`` (up to ``max_batch`` texts), runs one forward pass and hands each caller
-    its row, or the exception. Under load the queue fills while a pass runs, so batches grow by
-    themselves; when idle a call waits at most ``max_wait_ms`` extra.
-
-    Calls with several texts (indexing, the extractive generator) go straight to the wrapped
-    encoder. A bounded LRU cache of recent vectors (``cache_size`` texts) answers texts seen before
-    without any forward pass: passage sentences recur in every answer that cites the passage.
-    Results equal the unbatched encoder's within float tolerance (padding is masked out).
+    A batcher thread takes the first queued text, collects what else arrives within ``max_wait_ms``
+    (up to ``max_batch``), runs one pass and hands each caller its row or the exception. Calls with
+    several texts go straight to the wrapped encoder; an LRU cache of ``cache_size`` recent vectors
+    answers texts seen before. Results equal the unbatched encoder's within float tolerance.
     """
 
     CACHEABLE_CHARS = 2000  # longer texts are rare repeats and would make the cache's memory unbounded

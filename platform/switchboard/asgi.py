@@ -51,19 +51,10 @@ class BodyTooLarge(Exception):
 class BodyLimit:
     """The largest body one request may send, checked while the body arrives, before anything is stored.
 
-    Django's handler read (and spooled to a temporary file) the whole body before any middleware or
-    view ran, so the views' "refused before the body is read" checks came after a 1 GiB body had been
-    written to disk. Every route accepts ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (Django refuses a larger
-    body that is not files); the routes that take files (``_upload_limits``) accept their own upload
-    limit. Both get ``MULTIPART_SLACK`` on top for the framing, as the upload views' own declared-size
-    check does (``sbcommon.uploads.declared_over_limit``); the finer checks (each file's size, Django's
-    limit on a form or JSON body) still run in the views. The route is looked up only for a body past
-    the first limit, so ordinary requests pay nothing. ``DATA_UPLOAD_MAX_MEMORY_SIZE = None`` lifts the
-    limit, as it does in Django.
-
-    Under WSGI (``wsgi.py``: ``manage.py runserver`` only; nothing here runs gunicorn) Django reads the
-    body lazily, at most the declared Content-Length (a chunked body not at all), so there the views'
-    declared-size checks and ``DATA_UPLOAD_MAX_MEMORY_SIZE`` do run before the body is read.
+    Django's handler spools the whole body before any view runs. Every route accepts
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``, the routes that take files (``_upload_limits``) their own upload
+    limit, both plus ``MULTIPART_SLACK``; the views' finer checks still run. The route is looked up only
+    for a body past the first limit; ``DATA_UPLOAD_MAX_MEMORY_SIZE = None`` lifts it, as in Django.
     """
 
     def __init__(self, scope: dict):

@@ -14,14 +14,9 @@ from .models import Alarm, DriftReport, EvaluationSnapshot
 def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
     """The alarms shown to a user who may see the experts ``visible`` (``None``: staff, every alarm).
 
-    An alarm is shown by what it concerns, whatever its subject (an expert's slug, an experiment's
-    number, a router version): the experts recorded on it when it was raised (``Alarm.experts``:
-    an experiment's alarm names the experts of its arms). A user sees it when one of those experts
-    is one they may see. An alarm about the router as a whole (drift, a router candidate:
-    ``ROUTER_WIDE_ALARMS``) that names no expert carries no team's data (router versions, drift
-    statistics) and concerns every team's questions, so every signed-in user sees it; any other
-    alarm that names no expert (an uncovered cluster near no expert, whose examples are any team's
-    questions) is staff's only.
+    A user sees an alarm when one of the experts recorded on it (``Alarm.experts``) is one they may
+    see. A router-wide alarm (``ROUTER_WIDE_ALARMS``) naming no expert carries no team's data, so every
+    signed-in user sees it; any other alarm naming no expert is staff's only.
     """
     alarms = Alarm.objects.all()
     if visible is None:

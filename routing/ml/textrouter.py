@@ -240,15 +240,10 @@ def train_fast_tier(
 ) -> tuple[FastTier, dict[str, Any]]:
     """The fast tier for the same questions the full router learns from.
 
-    The static encoder is distilled onto the full encoder's vectors of the training questions
-    (``x_train``; the validation questions choose its epoch), then a router is trained on its own
-    vectors exactly as the full one is (``train_text_router``: typo copies embedded by the static
-    encoder, the character view, the blend, the abstain threshold), without a conversation path.
-    ``extra_texts``/``extra_x``: more text the encoder learns from (the experts' documents'
-    sentences, ``fast_encoder.document_sentences``, and their full-encoder vectors); the router
-    learns from the questions alone.
-    Returns the tier and a report: the distillation, and the tier's validation figures beside the
-    full router's inputs (``val``; accuracy on the questions as written).
+    The static encoder is distilled onto the full encoder's vectors of ``x_train`` (plus
+    ``extra_texts``/``extra_x``, the documents' sentences), then a router is trained on its vectors as
+    the full one is, without a conversation path. Returns the tier and a report (the distillation and
+    validation figures).
     """
     config = config or TrainConfig()
     extra_texts = list(extra_texts or [])

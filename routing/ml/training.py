@@ -31,10 +31,8 @@ from .router import RouterNet
 CONTEXT_TURNS = 5
 
 PROTOTYPE_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
-# The fingerprint without the convolution, chosen on the *validation* splits of clinc150 and hwu64
-# (domains; val accuracy with input_noise 0.8: clinc150 0.9767 without vs 0.9753 with it, hwu64
-# 0.9517 vs 0.9507), never on test figures; it also trains ~4x faster and costs half as much to
-# serve. `evaluate router --variants` reports both variants with their val accuracy (fingerprint_variants).
+# The fingerprint without the convolution: chosen on the validation splits of clinc150 and hwu64
+# (docs/EVALUATIONS.md, "Tuned constants"); `evaluate router --variants` reports both.
 DEFAULT_MODEL_KWARGS: dict[str, Any] = {"use_conv": False}
 
 
@@ -46,16 +44,10 @@ class TrainingDiverged(RuntimeError):
 class TrainConfig:
     """Training hyper-parameters (all recorded with the run).
 
-    Noise injection regularises the router: ``input_noise`` adds Gaussian noise to each training
-    embedding (its expected norm that fraction of the unit-length embedding's, whatever the
-    dimension) and re-normalises it. 0.8 was chosen on the validation splits of clinc150 and hwu64
-    (domains, no convolution; val accuracy at 0 / 0.4 / 0.8 / 1.2: clinc150 0.9717 / 0.9733 /
-    0.9767 / 0.9777, hwu64 0.9507 / 0.9526 / 0.9517 / 0.9442; 0.8 has the best mean), never on
-    test figures. ``label_noise`` (with ``noise_kind``) flips
-    that share of labels afresh every epoch (DisturbLabel) and ``gumbel_temperature`` adds Gumbel
-    noise to the logits; both are off by default. ``threads`` is torch's
-    intra-op thread count while training (0 leaves it alone): batches this small run fastest on one
-    thread, and many times slower on a machine whose cores are busy with other work.
+    ``input_noise`` adds Gaussian noise of that relative norm to each training embedding and
+    re-normalises it (0.8: chosen on the validation splits of clinc150 and hwu64, docs/EVALUATIONS.md).
+    ``label_noise`` (DisturbLabel) and ``gumbel_temperature`` are off by default. ``threads`` is
+    torch's intra-op thread count while training (0 leaves it alone; small batches run best on one).
     """
 
     epochs: int = 60
@@ -75,10 +67,8 @@ class TrainConfig:
     max_prototypes: int = 4096
     target_recall: float = 0.95
     threads: int = 1
-    # ``train_text_router`` (routing.ml.textrouter): a copy of every question with this share of letter
-    # typos, and the character view. 0.1 and on: chosen on the validation splits of clinc150 (domains,
-    # clean and 10%-typo val accuracy, mean: 0.875 without either, 0.914 with the copies, 0.959 with
-    # both), never on test figures.
+    # ``train_text_router``: a copy of every question with this share of letter typos, and the character
+    # view; chosen on clinc150's validation split (docs/EVALUATIONS.md, "Tuned constants").
     typo_rate: float = 0.1
     typo_copies_max: int = 30_000  # at most this many copies (a seeded sample; 0: one of every question)
     char_view: bool = True
