@@ -25,22 +25,13 @@ from django.views.generic import TemplateView
 from encoders import embedding_space, get_encoder
 from experts.access import can_edit, get_expert_or_404, visible_slugs
 from experts.models import Expert
-from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
+from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure, first_error
 from sbcommon.uploads import UploadRejected, declared_over_limit
 
 from . import forms, search, selectors, services
 from .ingest import max_upload_bytes
 from .models import Document
 from .stores.contract import METHODS
-
-# Room for the multipart boundaries and the other fields on top of the files themselves.
-
-
-def _first_error(form: Any) -> str:
-    for errors in form.errors.values():
-        if errors:
-            return str(errors[0])
-    return "The form is not valid."
 
 
 class KnowledgeListView(LoginRequiredMixin, TemplateView):
@@ -99,7 +90,7 @@ class UploadView(LoginRequiredMixin, UploadPageMixin, View):
             return refused
         form = forms.UploadForm(request.POST, request.FILES)
         if not form.is_valid():
-            return self._refuse(expert, form, _first_error(form), form.status)
+            return self._refuse(expert, form, first_error(form), form.status)
         try:
             job = services.accept_uploads(expert, form.cleaned_data["files"], user=request.user)
         except UploadRejected as exc:
@@ -133,7 +124,7 @@ class SearchView(LoginRequiredMixin, View):
                 results.append({"method": method, "hits": hits, "ms": (time.perf_counter() - t0) * 1000})
             context.update(results=results, embed_ms=embed_ms, question=question)
         else:
-            context["error"] = _first_error(form)
+            context["error"] = first_error(form)
             status = 400
         template = "knowledge/partials/search_results.html" if request.htmx else "knowledge/expert_detail.html"
         if not request.htmx:

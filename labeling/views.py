@@ -24,7 +24,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import TemplateView
 
 from experts.access import get_expert_or_404
-from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure
+from sbcommon.console import LoginRequiredMixin, UploadPageMixin, csrf_failure, first_error
 from sbcommon.uploads import declared_over_limit
 
 from . import access, forms, selectors, services
@@ -32,16 +32,6 @@ from . import proposals as edits
 from .access import TeamNeeded
 from .choices import ProposalStatus, RunStatus
 from .models import ClusteringRun, Proposal
-
-# Room for the multipart boundaries and the other fields on top of the file itself.
-
-
-def _first_error(form: Any) -> str:
-    for errors in form.errors.values():
-        if errors:
-            return str(errors[0])
-    return "The form is not valid."
-
 
 # --- runs and starting one ------------------------------------------------------------------------
 
@@ -123,7 +113,7 @@ class ImportView(LoginRequiredMixin, UploadPageMixin, View):
         form = forms.ImportForm(request.user, request.POST, request.FILES)
         if not form.is_valid():
             if self._wants_json():
-                return JsonResponse({"error": {"message": _first_error(form)}}, status=form.status)
+                return JsonResponse({"error": {"message": first_error(form)}}, status=form.status)
             return render(request, self.template_name, self._context(form), status=form.status)
         data = form.cleaned_data
         try:
@@ -219,7 +209,7 @@ class ReviewActionView(LoginRequiredMixin, View):
 
 def _valid(form: Any) -> dict[str, Any]:
     if not form.is_valid():
-        raise edits.ReviewError(_first_error(form))
+        raise edits.ReviewError(first_error(form))
     return form.cleaned_data
 
 

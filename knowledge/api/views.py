@@ -19,8 +19,6 @@ from ..ingest import max_upload_bytes
 from ..models import Document
 from .serializers import DocumentSerializer, DocumentUploadSerializer
 
-# Room for the multipart boundaries and headers on top of the files themselves.
-
 
 class DocumentListView(APIView):
     """An expert's documents (GET), or new ones uploaded as multipart files (POST, answered 202 with the ingest job)."""

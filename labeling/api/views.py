@@ -46,8 +46,6 @@ from .serializers import (
     StartRunSerializer,
 )
 
-# Room for the multipart boundaries and the other fields on top of the file itself.
-
 
 class QueryImportView(APIView):
     """Upload a query log: validated before anything is written, then imported by a background job."""

@@ -5,6 +5,7 @@ Only Django here: sbcommon sits below every app, so this module imports none of 
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth import mixins
@@ -12,7 +13,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-__all__ = ["LoginRequiredMixin", "UploadPageMixin", "csrf_failure"]
+__all__ = ["LoginRequiredMixin", "UploadPageMixin", "csrf_failure", "first_error"]
 
 
 class LoginRequiredMixin(mixins.LoginRequiredMixin):
@@ -30,6 +31,14 @@ class LoginRequiredMixin(mixins.LoginRequiredMixin):
             login = redirect_to_login(next_url, self.get_login_url())
             return HttpResponse(status=204, headers={"HX-Redirect": login["Location"]})
         return super().handle_no_permission()
+
+
+def first_error(form: Any) -> str:
+    """The first error of an invalid form, as the page or ``upload.js`` shows it."""
+    for errors in form.errors.values():
+        if errors:
+            return str(errors[0])
+    return "The form is not valid."
 
 
 def csrf_failure(request: HttpRequest) -> HttpResponse | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 
 def envstr(name: str, default: str) -> str:
@@ -19,26 +21,24 @@ def envbool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def envint(name: str, default: int) -> int:
-    """Parse an integer, failing loudly on a malformed value."""
+def _parsed(name: str, default: Any, parse: Callable[[str], Any], kind: str) -> Any:
     value = os.environ.get(name, "")
     if value == "":
         return default
     try:
-        return int(value)
+        return parse(value)
     except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from exc
+        raise ValueError(f"environment variable {name} must be {kind}, got {value!r}") from exc
+
+
+def envint(name: str, default: int) -> int:
+    """Parse an integer, failing loudly on a malformed value."""
+    return _parsed(name, default, int, "an integer")
 
 
 def envfloat(name: str, default: float) -> float:
     """Parse a float, failing loudly on a malformed value."""
-    value = os.environ.get(name, "")
-    if value == "":
-        return default
-    try:
-        return float(value)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be a number, got {value!r}") from exc
+    return _parsed(name, default, float, "a number")
 
 
 def envlist(name: str, default: list[str]) -> list[str]:
