@@ -556,3 +556,17 @@ def save_prompt(expert: Expert, system_prompt: str, citation_format: str, *, act
         citation_format=citation_format, notes=f"prompt edit of v{source.version}" if source else "prompt only", **fields,
     )
     return activate_version(version, user) if activate else version
+
+
+def relocate_adapter_folders(old_root: str, new_root: str, old_var_dir: str, new_var_dir: str) -> int:
+    """Point the versions whose adapter is kept under ``old_root`` at the same folder under ``new_root``, and a base
+    model recorded under the old data folder at the new one (a backup restored elsewhere: ``operations.restore``)."""
+    moves = [(str(old_root).rstrip("/"), str(new_root).rstrip("/")), (str(old_var_dir).rstrip("/"), str(new_var_dir).rstrip("/"))]
+    moved = 0
+    for version in ExpertVersion.objects.exclude(adapter_path="", base_model=""):
+        before = (version.adapter_path, version.base_model)
+        version.adapter_path, version.base_model = (next((new + path[len(old):] for old, new in moves if path.startswith(f"{old}/")), path) for path in before)
+        if (version.adapter_path, version.base_model) != before:
+            version.save(update_fields=["adapter_path", "base_model"])
+            moved += 1
+    return moved

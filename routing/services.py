@@ -398,3 +398,15 @@ def activate_version(version: RouterVersion) -> RouterVersion:
     RouterVersion.objects.filter(pk=version.pk).update(is_active=True)
     version.refresh_from_db()
     return version
+
+
+def relocate_router_folders(old_root: str, new_root: str) -> int:
+    """Point the router versions kept under ``old_root`` at the same folders under ``new_root`` (a backup restored
+    into another data folder: ``operations.restore``); returns how many moved."""
+    old, new = str(old_root).rstrip("/"), str(new_root).rstrip("/")
+    moved = 0
+    for version in RouterVersion.objects.filter(path__startswith=f"{old}/"):
+        version.path = new + version.path[len(old):]
+        version.save(update_fields=["path"])
+        moved += 1
+    return moved

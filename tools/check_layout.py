@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every first-party package: the apps at the root and the packages inside platform/.
-PACKAGES = ("switchboard", "sbcommon", "encoders", "jobs", "clients", "audit", "experts", "knowledge", "labeling", "routing", "serving", "console", "evaluation")
+PACKAGES = ("switchboard", "sbcommon", "encoders", "jobs", "clients", "audit", "experts", "knowledge", "labeling", "routing", "serving", "console", "evaluation", "operations")
 MAX_SHARE = 0.25
 MAX_LINES = 600
 

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "evaluation",
     "clients",  # API keys of the chat API
     "audit",  # audit log of admin and sign-in actions (AUDIT_RETENTION_DAYS in security.py)
+    "operations",  # manage.py backup / restore and the daily scheduled backup (BACKUP_* in database.py)
 ]
 
 MIDDLEWARE = [
