@@ -27,6 +27,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- backups ----------------------------------------------------------------------------------
+# The daily scheduled backup (operations.services; its time is edited on the Schedules page) writes a folder
+# per backup into BACKUP_DIR and keeps the last BACKUP_KEEP. Fixed settings, not environment variables (the
+# operator's variables are capped at 60): make $VAR_DIR/backups a link to another disk to keep them off the
+# data's own. `manage.py backup --to DIR` writes anywhere.
+BACKUP_DIR = VAR_DIR / "backups"
+BACKUP_KEEP = 7
+
 # --- database unavailable ---------------------------------------------------------------------
 # A database that is locked or briefly gone (sbcommon.middleware.DatabaseUnavailableMiddleware): safe
 # requests are retried this many times, the delay doubling from the first, then 503 with this Retry-After.
