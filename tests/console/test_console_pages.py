@@ -20,6 +20,12 @@ pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery staple"
 
 
+def answered(console, monkeypatch, result, question: str = "q") -> str:
+    """The playground's answer fragment for ``question`` when serving answers with ``result``."""
+    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
+    return console.post(reverse("console-playground-answer"), {"question": question, "mode": "auto"}).content.decode()
+
+
 @pytest.mark.parametrize(
     ("method", "name", "args"),
     [
@@ -160,9 +166,7 @@ def test_the_playground_answers_with_the_routing_path_citations_and_latency(cons
 def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
     result = fake_result()
     result.answer = "<script>alert(1)</script> [1] [7]"
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
-
-    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+    html = answered(console, monkeypatch, result)
 
     assert "<script>alert(1)</script>" not in html
     assert '&lt;script&gt;alert(1)&lt;/script&gt; <a class="cite" href="#cite-1">[1]</a> [7]' in html
@@ -171,22 +175,17 @@ def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
 def test_the_playground_says_what_a_misspelt_question_was_searched_as(console, experts, monkeypatch):
     result = fake_result()
     result.spelling = {"searched_for": "renew my <b>driver</b> license", "corrections": [["drivr", "driver"]]}
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
-
-    html = console.post(reverse("console-playground-answer"), {"question": "renew my drivr license", "mode": "auto"}).content.decode()
+    html = answered(console, monkeypatch, result, "renew my drivr license")
 
     assert "Searched for “renew my &lt;b&gt;driver&lt;/b&gt; license” (drivr → driver)" in html
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: fake_result())
-    assert 'id="answer-spelling"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+    assert 'id="answer-spelling"' not in answered(console, monkeypatch, fake_result())
 
 
 def test_the_playground_says_a_question_in_another_language_is_refused(console, experts, monkeypatch):
     result = fake_result("Muss ich meine Kennzeichen zurückgeben?")
     result.decision.abstained, result.decision.foreign, result.decision.score, result.decision.threshold = True, True, 0.9, 0.5
     result.answer, result.citations, result.refusal = route.OTHER_LANGUAGE_ANSWER, [], route.OTHER_LANGUAGE
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
-
-    html = console.post(reverse("console-playground-answer"), {"question": "Muss ich?", "mode": "auto"}).content.decode()
+    html = answered(console, monkeypatch, result, "Muss ich?")
 
     assert "not in the language of the experts&#x27; documents" in html
     assert "below its threshold" not in html  # not the abstention's reason: the confidence was above it
@@ -196,21 +195,16 @@ def test_the_playground_says_why_the_answer_quotes_its_sentence(console, experts
     result = fake_result()
     result.selection = {"quoted": [{"passage": 1, "sentence": 2, "score": 2.4, "text": "t", "reasons": ["follows a question", "opens <its> section"]}],
                         "runner_up": None, "candidates": 3}
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
-
-    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+    html = answered(console, monkeypatch, result)
 
     assert "Why this sentence: follows a question, opens &lt;its&gt; section." in html
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: fake_result())
-    assert 'id="answer-why"' not in console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+    assert 'id="answer-why"' not in answered(console, monkeypatch, fake_result())
 
 
 def test_the_playground_links_only_web_urls(console, experts, monkeypatch):
     result = fake_result()
     result.citations = [{**result.citations[0], "url": "javascript:alert(1)"}]
-    monkeypatch.setattr(chat, "answer", lambda question, model="auto", **_: result)
-
-    html = console.post(reverse("console-playground-answer"), {"question": "q", "mode": "auto"}).content.decode()
+    html = answered(console, monkeypatch, result)
 
     assert "javascript:" not in html
 

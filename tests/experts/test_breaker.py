@@ -37,6 +37,12 @@ def make(slug: str, cache, clock: Clock) -> CircuitBreaker:
     return CircuitBreaker(slug, cache=cache, policy=POLICY, clock=clock)
 
 
+def trip(breaker: CircuitBreaker, kind: str) -> None:
+    """Three failures in a row: POLICY opens the breaker."""
+    for _ in range(POLICY.failures):
+        breaker.record_failure(kind)
+
+
 def test_it_stays_closed_below_the_consecutive_threshold(cache, clock):
     breaker = make("dmv", cache, clock)
     breaker.record_failure("generator_timeout")
@@ -47,8 +53,7 @@ def test_it_stays_closed_below_the_consecutive_threshold(cache, clock):
 
 def test_it_opens_after_consecutive_failures_and_refuses_calls(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_unavailable")
+    trip(breaker, "generator_unavailable")
     assert breaker.state == "open"
     assert breaker.allow() is False
     snap = breaker.snapshot()
@@ -93,8 +98,7 @@ def test_failures_older_than_the_window_are_forgotten(cache, clock):
 
 def test_after_the_reset_period_exactly_one_probe_is_allowed_across_processes(cache, clock):
     first, second = make("dmv", cache, clock), make("dmv", cache, clock)
-    for _ in range(3):
-        first.record_failure("generator_timeout")
+    trip(first, "generator_timeout")
     clock.now += 29.9
     assert first.allow() is False
     clock.now += 0.1
@@ -106,8 +110,7 @@ def test_after_the_reset_period_exactly_one_probe_is_allowed_across_processes(ca
 
 def test_a_successful_probe_closes_the_breaker(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_timeout")
+    trip(breaker, "generator_timeout")
     clock.now += 30
     assert breaker.allow() is True
     breaker.record_success()
@@ -121,8 +124,7 @@ def test_a_successful_probe_closes_the_breaker(cache, clock):
 
 def test_a_failed_probe_reopens_for_another_reset_period(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_timeout")
+    trip(breaker, "generator_timeout")
     clock.now += 30
     assert breaker.allow() is True
     breaker.record_failure("generator_unavailable")
@@ -136,8 +138,7 @@ def test_a_failed_probe_reopens_for_another_reset_period(cache, clock):
 
 def test_a_probe_that_never_reports_back_is_replaced_after_the_probe_timeout(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_timeout")
+    trip(breaker, "generator_timeout")
     clock.now += 30
     assert breaker.allow() is True  # this probe's process dies
     clock.now += 9
@@ -149,24 +150,21 @@ def test_a_probe_that_never_reports_back_is_replaced_after_the_probe_timeout(cac
 
 def test_a_late_success_from_before_the_opening_does_not_close_it(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_timeout")
+    trip(breaker, "generator_timeout")
     breaker.record_success()
     assert breaker.state == "open"
 
 
 def test_breakers_are_per_expert(cache, clock):
     dmv, ssa = make("dmv", cache, clock), make("ssa", cache, clock)
-    for _ in range(3):
-        dmv.record_failure("store_unavailable")
+    trip(dmv, "store_unavailable")
     assert dmv.allow() is False
     assert ssa.allow() is True
 
 
 def test_reset_closes_it_by_hand(cache, clock):
     breaker = make("dmv", cache, clock)
-    for _ in range(3):
-        breaker.record_failure("generator_timeout")
+    trip(breaker, "generator_timeout")
     breaker.reset()
     assert breaker.state == "closed"
 

@@ -22,18 +22,23 @@ def log(tmp_path, monkeypatch):
     return path
 
 
-def test_a_failing_batch_rolls_back_alone_and_the_report_names_its_lines(log, monkeypatch):
+def fail_second_batch(monkeypatch, error: str, written: int = 0) -> None:
+    """The second batch's ``bulk_create`` raises ``error`` after writing its first ``written`` rows; the others go through."""
     real = Query.objects.bulk_create
     calls = {"n": 0}
 
     def flaky(objs, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
-            real(objs[:3], *args, **kwargs)  # part of the batch is written before the database gives up
-            raise OperationalError("database is locked")
+            real(objs[:written], *args, **kwargs)
+            raise OperationalError(error)
         return real(objs, *args, **kwargs)
 
     monkeypatch.setattr(Query.objects, "bulk_create", flaky)
+
+
+def test_a_failing_batch_rolls_back_alone_and_the_report_names_its_lines(log, monkeypatch):
+    fail_second_batch(monkeypatch, "database is locked", written=3)  # part of the batch is written before the database gives up
     out = StringIO()
 
     with pytest.raises(CommandError, match="10 rows were not imported"):
@@ -46,16 +51,7 @@ def test_a_failing_batch_rolls_back_alone_and_the_report_names_its_lines(log, mo
 
 
 def test_a_rerun_after_a_failed_batch_completes_without_duplicates(log, monkeypatch):
-    real = Query.objects.bulk_create
-    calls = {"n": 0}
-
-    def fail_once(objs, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise OperationalError("disk I/O error")
-        return real(objs, *args, **kwargs)
-
-    monkeypatch.setattr(Query.objects, "bulk_create", fail_once)
+    fail_second_batch(monkeypatch, "disk I/O error")
     with open(log, "rb") as handle:
         first = services.import_queries(handle, "log.csv", "log")
     with open(log, "rb") as handle:

