@@ -67,7 +67,6 @@ class ExpertKnowledgeView(LoginRequiredMixin, View):
         return render(request, "knowledge/expert_detail.html", _expert_context(expert, can_edit=can_edit(request.user, expert)))
 
 
-
 @method_decorator(csrf_exempt, name="dispatch")  # checked in post(), after the size: see csrf_failure
 class UploadView(LoginRequiredMixin, UploadPageMixin, View):
     """Upload documents. ``upload.js`` posts them with a progress bar and follows the JSON answer to the job page."""

@@ -81,7 +81,6 @@ class QueryImportView(APIView):
         return accepted(job)
 
 
-
 # --- discovery runs, their proposals and review ----------------------------------------------------
 # Every run and proposal is read through labeling.access (another team's is a 404); each action calls the
 # same service as the console's button. A state that forbids the action (a promoted run, a merged

@@ -149,10 +149,17 @@ class Command(BaseCommand):
             from encoders import resolve_backend
 
             report["embedding_backend"] = resolve_backend()
-        self.stdout.write(json.dumps(report, indent=2))
-        if options["json_path"]:
-            Path(options["json_path"]).write_text(json.dumps(report, indent=2))
-            self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
+        self._emit(report, options["json_path"])
+
+    def _emit(self, report: dict, json_path: str | None) -> None:
+        """Print the report as JSON and, with ``--json``, write it there too (atomically: a temp file renamed)."""
+        text = json.dumps(report, indent=2)
+        self.stdout.write(text)
+        if json_path:
+            tmp = Path(f"{json_path}.tmp")
+            tmp.write_text(text)
+            tmp.replace(json_path)
+            self.stdout.write(self.style.SUCCESS(f"wrote {json_path}"))
 
     def _check_files(self, dataset: Path, options: dict) -> None:
         """Refuse, before any work, a dataset without the files its evaluation reads."""
@@ -206,7 +213,4 @@ class Command(BaseCommand):
         # The headline keys are those of the first design (sequential by default: the one the console uses).
         first = reports[designs[0]]
         report = {"false_positive_rate": first["false_positive_rate"], "power": first["power"], "n_simulations": first["n_simulations"], "designs": reports}
-        self.stdout.write(json.dumps(report, indent=2))
-        if options["json_path"]:
-            Path(options["json_path"]).write_text(json.dumps(report, indent=2))
-            self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
+        self._emit(report, options["json_path"])
