@@ -18,6 +18,7 @@ from django.views.generic import TemplateView
 from experts.access import visible_slugs
 from experts.models import Expert
 from experts.selectors import active_experts
+from routing.ml.diagnostics import shares_cv
 from routing.models import RoutingEvent
 from sbcommon.console import LoginRequiredMixin
 
@@ -136,16 +137,6 @@ def heatmap_buckets(window: str, now: datetime) -> list[datetime]:
     return [end - timedelta(days=i) for i in reversed(range(n))]
 
 
-def load_cv(shares: list[float]) -> float:
-    """Coefficient of variation (population std / mean) of traffic shares; 0 is perfectly even."""
-    if not shares:
-        return 0.0
-    mean = sum(shares) / len(shares)
-    if mean <= 0:
-        return 0.0
-    return (sum((s - mean) ** 2 for s in shares) / len(shares)) ** 0.5 / mean
-
-
 def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None = None, threshold: float = 0.45, min_requests: int = 0) -> Heatmap:
     """Routed requests per answering expert and time bucket over ``window`` (a key of ``HEATMAP_WINDOWS``).
 
@@ -183,7 +174,7 @@ def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None =
         rows.append(HeatRow(slug, names.get(slug, slug), slug in active, cells, expert_total, share, share > threshold and total >= min_requests))
     return Heatmap(
         window=window, label=label, unit=unit, buckets=buckets, rows=rows, total=total, abstained=abstained,
-        fair_share=fair, load_cv=load_cv([r.share for r in rows if r.active] if active else [r.share for r in rows]),
+        fair_share=fair, load_cv=shares_cv([r.share for r in rows if r.active] if active else [r.share for r in rows]),
         threshold=threshold,
     )
 

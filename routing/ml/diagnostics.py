@@ -48,11 +48,16 @@ def top1_shares(y_pred: np.ndarray, n_experts: int) -> np.ndarray:
     return counts / max(1.0, counts.sum())
 
 
-def load_cv(y_pred: np.ndarray, n_experts: int) -> float:
-    """Coefficient of variation (std / mean) of the experts' top-1 shares; 0 is perfectly even."""
-    shares = top1_shares(y_pred, n_experts)
-    mean = shares.mean()
+def shares_cv(shares: Any) -> float:
+    """Coefficient of variation (population std / mean) of traffic shares; 0 is perfectly even."""
+    shares = np.asarray(shares, dtype=float)
+    mean = shares.mean() if shares.size else 0.0
     return float(shares.std() / mean) if mean > 0 else 0.0
+
+
+def load_cv(y_pred: np.ndarray, n_experts: int) -> float:
+    """``shares_cv`` of the experts' top-1 shares."""
+    return shares_cv(top1_shares(y_pred, n_experts))
 
 
 def expected_calibration_error(probs: np.ndarray, y_true: np.ndarray, n_bins: int = ECE_BINS) -> float:
