@@ -96,10 +96,6 @@ class HeatRow:
     share: float
     over_threshold: bool
 
-    @property
-    def share_percent(self) -> float:
-        return 100 * self.share
-
 
 @dataclass(frozen=True)
 class Heatmap:
@@ -115,14 +111,6 @@ class Heatmap:
     fair_share: float
     load_cv: float
     threshold: float
-
-    @property
-    def fair_share_percent(self) -> float:
-        return 100 * self.fair_share
-
-    @property
-    def threshold_percent(self) -> float:
-        return 100 * self.threshold
 
 
 def heatmap_buckets(window: str, now: datetime) -> list[datetime]:

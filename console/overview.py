@@ -156,14 +156,6 @@ class ExpertHealth:
     chunks: int
     over_threshold: bool
 
-    @property
-    def share_percent(self) -> float:
-        return 100 * self.share
-
-    @property
-    def hit_rate_percent(self) -> float | None:
-        return None if self.hit_rate is None else 100 * self.hit_rate
-
 
 def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime | None = None, min_requests: int = 0) -> list[ExpertHealth]:
     """Health lines for ``experts``: shares are of every request some expert answered in the last 7 days.
