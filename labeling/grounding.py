@@ -1,14 +1,9 @@
 """Grounded training examples: an expert's labelled questions answered from its own knowledge base.
 
-The domain team labelled these questions as the expert's (by promoting a proposal, or in the review
-queue); the expert's documents hold their answers. Each question is searched in the expert's
-collection. Where the imported log carries the question's gold answer (``Query.answer``), the
-target is that answer cited to the passage holding it among those serving would show
-(``experts.ml.targets``); otherwise the question is answered extractively with citations
-(``experts.ml.extractive``). Either way the adapter learns to answer in the platform's cited style
-from passages like the ones it will see when serving. Questions whose passages are too weak for a
-grounded answer, or do not hold the gold answer, are skipped, not taught as "not found". A question the
-imported log holds out (its validation or test split) is a held-out example, never a training one.
+Each question is searched in the expert's collection; the target is its gold answer (``Query.answer``)
+cited to the passage holding it (``experts.ml.targets``), or else the extractive answer with citations.
+Questions whose passages are too weak, or miss the gold answer, are skipped, never taught as "not
+found"; a question the log holds out (validation or test split) is a held-out example.
 """
 
 from __future__ import annotations

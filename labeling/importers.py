@@ -3,10 +3,8 @@
 Columns are mapped by name: ``text`` is required (aliases ``query``, ``question``, ``utterance``);
 ``timestamp``, ``user``, ``conversation``, ``label`` (alias ``domain``), ``split`` and ``answer`` (a gold
 answer, alias ``gold_answer``) are optional.
-A bad row is reported with its line number and the reason, never fatal: the file is read as bytes,
-line by line, so an undecodable line, an oversized line or a malformed record costs that row only.
-``sniff`` checks a file's first bytes before anything is stored (empty, not UTF-8, no ``text``
-column, not JSON Lines) so a hopeless file is refused with a message that says why.
+A bad row (undecodable, oversized, malformed) is reported with its line number, never fatal;
+``sniff`` refuses a hopeless file from its first bytes, before anything is stored.
 """
 
 from __future__ import annotations

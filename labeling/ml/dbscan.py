@@ -1,10 +1,7 @@
 """``SparseDBSCAN``: DBSCAN over L2-normalised embeddings with cosine distance, with exactly sklearn's labels.
 
-The labels are computed from the list of close pairs instead of neighbourhood lists: the pairs come
-from the radius search (``labeling.ml.radius``), the radius, when not given, from the eps sweep
-(``labeling.ml.eps_sweep``), and the clusters are read from the pairs directly
-(``labeling.ml.pair_labels``). Grouping the topics found here into expert proposals, and naming
-them, is ``labeling.ml.grouping``.
+The pairs come from ``labeling.ml.radius``, the radius when not given from ``labeling.ml.eps_sweep``,
+the clusters from ``labeling.ml.pair_labels``; grouping topics into proposals is ``labeling.ml.grouping``.
 """
 
 from __future__ import annotations

@@ -61,18 +61,11 @@ def sweep_grid(
 ) -> SweepPlan:
     """Plan the radii ``suggest_eps`` tries (each grid is ``eps_grid`` up to some share of core points).
 
-    The first grid goes up to the highest share (98% down to 20%) whose radius keeps the pairs within
-    ``max_pairs``, so they can all be kept: found with bfloat16 products where those are fast (they
-    must also collect the pairs up to ``BF16_SLACK`` beyond the radius, and cannot tell radii closer
-    than that apart) or else float32. The wide grid goes up to the highest share whose radius has at
-    most ``SWEEP_WORK * max_pairs`` pairs: a radius with more would cost more to scan than it can
-    tell (the outliers' radii, far past the point where topics merge). It is swept only when the
-    first grid ends before its best radius (dense data: near-duplicates, tight topics), with a
-    "capped" pass (``capped_pass``: exact neighbour counts, each row's nearest pairs only).
-
-    A sample of rows is measured against all rows; the distances to each sampled row's nearest M
-    neighbours give both its core distance and an estimate of how many pairs lie within a radius
-    (rows with all M within it count as M: an underestimate, which ``candidate_pairs`` corrects).
+    The first grid goes up to the highest share (98% down to 20%) whose pairs fit in ``max_pairs``
+    (bfloat16 products where fast, keeping ``BF16_SLACK`` beyond the radius); the wide grid up to the
+    highest share with at most ``SWEEP_WORK * max_pairs`` pairs, swept with a capped pass only when the
+    first grid ends before its best radius. A sample of rows against all rows gives the core distances
+    and an estimate of the pairs within each radius (an underestimate, which ``candidate_pairs`` corrects).
     """
     x = normalise(x)
     n = x.shape[0]

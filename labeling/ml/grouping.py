@@ -115,16 +115,12 @@ def group_topics(
 
     Every topic lands wholly in one proposal. Steps:
 
-    1. The topics' normalised centroids are merged by weighted Ward (``weighted_ward``) under three
-       weightings, topic size to the power 0, 1/2 and 1: equal weights let the many small fragments
-       of one subject count many times, full sizes let big topics swallow their neighbours, and
-       which suits the data is not known in advance.
-    2. Each candidate seeds spherical k-means over the points (noise included when ``assign_noise``,
-       starting at the proposal of its nearest topic); the candidate with the smallest total cosine
-       distance to its proposal centroids wins. This is k-means' own objective, so the choice needs
-       no labels and no tuned constant.
-    3. Each topic then joins, as a whole, the proposal whose centroid is closest to its members in
-       total, and each noise point its nearest proposal (or keeps ``-1`` without ``assign_noise``).
+    1. The topics' centroids are merged by weighted Ward (``weighted_ward``) with topic sizes to the
+       power 0, 1/2 and 1 (which suits the data is not known in advance).
+    2. Each candidate seeds spherical k-means over the points; the smallest total cosine distance to
+       the proposal centroids (k-means' own objective: no labels, no tuned constant) wins.
+    3. Each topic joins, whole, the proposal closest to its members in total, and each noise point its
+       nearest proposal (or keeps ``-1`` without ``assign_noise``).
     """
     x = normalise(x)
     labels = np.asarray(labels)
@@ -180,12 +176,9 @@ def group_topics(
 def propose_experts(x: np.ndarray, model: SparseDBSCAN, n_groups: int, min_share: float = 0.5) -> tuple[np.ndarray, float]:
     """Expert proposals from a fitted ``SparseDBSCAN``: (proposal per row, the topic radius used).
 
-    The radius that clusters the most points (``eps_``) is where topics start to merge; grouping
-    does better from slightly finer, purer topics, with more points left to join proposals one by
-    one. So every radius the sweep tried, up to ``eps_`` and with at least ``min_share`` of the best
-    score (too few points clustered below that), is grouped with ``group_topics``, and the grouping
-    with the smallest total cosine distance to its proposal centroids (k-means' objective, the one
-    ``group_topics`` already uses) wins. A fit with a given ``eps`` or a capped fit offers one radius.
+    Grouping does better from topics slightly finer than ``eps_``'s: every radius the sweep tried up
+    to ``eps_``, with at least ``min_share`` of the best score, is grouped with ``group_topics``, and the
+    smallest k-means objective wins. A fit with a given ``eps`` or a capped fit offers one radius.
     """
     x = normalise(x)
     radii = [model.eps_]

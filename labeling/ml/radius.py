@@ -1,10 +1,7 @@
 """The radius search: every pair of rows within a cosine radius, found block by block.
 
-One matrix product per block of rows, upper triangle only, with fixed-size buffers, so the working
-memory stays at ``budget_bytes`` and the result grows with the number of close pairs only. On CPUs
-with fast bfloat16 units the products are bfloat16 and the pairs near the radius are recomputed in
-float32, so the pairs are the float32 ones either way. Where the pairs would not fit in memory, a
-capped pass keeps each row's nearest pairs and exact neighbour counts (``capped_pass``).
+``radius_pairs`` finds them in fixed memory; ``candidate_pairs`` and ``exact_within`` do it in two steps
+with bfloat16 products; ``capped_pass`` keeps each row's nearest pairs where all would not fit.
 """
 
 from __future__ import annotations
@@ -51,10 +48,8 @@ def radius_pairs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pairs ``i < j`` of rows within cosine distance ``eps``: (i, j, distance), int32/int32/float32.
 
-    Only the upper triangle is computed (each block of rows against the rows from its first one on),
-    which halves the work, and the similarity and mask buffers are allocated once, so the working
-    memory stays at about ``budget_bytes`` whatever ``n``; the result grows with the number of close
-    pairs only. Rows must already be L2-normalised float32.
+    One matrix product per block of rows, upper triangle only, into buffers allocated once: the working
+    memory stays at about ``budget_bytes`` whatever ``n``. Rows must be L2-normalised float32.
 
     ``precision="auto"`` multiplies in bfloat16 where that is at least twice as fast (CPUs with
     AMX or AVX512-BF16) and recomputes the pairs near the boundary in float32, so the pairs returned
@@ -228,10 +223,8 @@ def capped_pass(
     """Pairs within ``max(grid)``, keeping for each row only its ``cap`` nearest later rows, with
     every row's neighbour counts within each radius of ``grid``: (i, j, d, counts, slack).
 
-    The counts include the dropped pairs (self excluded), so core status comes from them, not from
-    the pairs kept; memory is ``n * cap`` pairs at most, however dense the data. Rows with more than ``cap`` later
-    neighbours keep the nearest ones, which in dense regions still connect what DBSCAN connects
-    (``SparseDBSCAN`` reports ``n_capped_rows_``).
+    The counts include the dropped pairs (self excluded), so core status stays exact; memory is
+    ``n * cap`` pairs at most, and in dense regions the nearest pairs still connect what DBSCAN connects.
 
     ``counts[k, r, g]`` counts row r's pairs with distance within ``grid[g] + (k - 1) * slack``: with
     bfloat16 distances (off by at most ``slack``) ``counts[0]`` is a lower and ``counts[2]`` an upper
