@@ -5,10 +5,13 @@
 ``BREAKER_*`` settings, and a probe that never reports back frees its slot after
 ``BREAKER_PROBE_TIMEOUT_SECONDS``. The state lives in ``caches[settings.BREAKER_CACHE]`` (Redis shares
 it); the probe is claimed with the atomic ``cache.add``, while two failures at the same instant may count once.
+While that cache cannot be reached, every breaker reads closed and forgets what it is told (logged at
+most every ``UNREACHABLE_LOG_S``): requests are served as without breakers rather than failed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -24,6 +27,19 @@ _KEY = "breaker:v1:{slug}"
 _PROBE_KEY = "breaker:v1:{slug}:probe:{opened_at}:{slot}"
 # State outlives any window or reset period by far; an expired key is a closed breaker.
 _STATE_TTL_S = 24 * 3600
+# One warning per this many seconds while the cache is unreachable, not one per request.
+UNREACHABLE_LOG_S = 10.0
+
+logger = logging.getLogger(__name__)
+_last_warning = [0.0]
+
+
+def _unreachable(action: str) -> None:
+    """Log (at most every ``UNREACHABLE_LOG_S``) that the breakers' cache could not be reached."""
+    now = time.monotonic()
+    if now - _last_warning[0] >= UNREACHABLE_LOG_S:
+        _last_warning[0] = now
+        logger.warning("breaker.cache_unreachable", extra={"action": action}, exc_info=True)
 
 
 def policy_from_settings() -> BreakerPolicy:
@@ -48,13 +64,20 @@ class CircuitBreaker:
         self._key = _KEY.format(slug=slug)
 
     def _load(self) -> BreakerState:
-        return BreakerState.from_dict(self.cache.get(self._key))
+        try:
+            return BreakerState.from_dict(self.cache.get(self._key))
+        except Exception:  # the cache (Redis) is down: a closed breaker, so the expert is tried (see the module docstring)
+            _unreachable("read")
+            return BreakerState()
 
     def _save(self, state: BreakerState) -> None:
-        if state.is_clean:
-            self.cache.delete(self._key)
-        else:
-            self.cache.set(self._key, state.to_dict(), timeout=_STATE_TTL_S)
+        try:
+            if state.is_clean:
+                self.cache.delete(self._key)
+            else:
+                self.cache.set(self._key, state.to_dict(), timeout=_STATE_TTL_S)
+        except Exception:  # the cache is down: this failure or success is not remembered
+            _unreachable("write")
 
     def allow(self) -> bool:
         """May a call go to this expert now? (closed: yes; open: only the one half-open probe)."""
@@ -67,7 +90,12 @@ class CircuitBreaker:
             return False
         probe_key = _PROBE_KEY.format(slug=self.slug, opened_at=repr(state.opened_at), slot=slot)
         ttl = int(self.policy.reset_s + self.policy.probe_timeout_s * 2) + 60
-        if not self.cache.add(probe_key, now, timeout=ttl):
+        try:
+            claimed = self.cache.add(probe_key, now, timeout=ttl)
+        except Exception:  # the cache went away between the read and the claim: let this one probe
+            _unreachable("probe")
+            claimed = True
+        if not claimed:
             return False  # another caller holds this slot's probe
         self._save(start_probe(state, now))
         return True

@@ -7,6 +7,7 @@ import uuid
 import pytest
 from django.core.cache.backends.locmem import LocMemCache
 
+from experts import breaker as breaker_module
 from experts.breaker import CircuitBreaker, all_breakers, breaker_for
 from experts.circuit import BreakerPolicy
 
@@ -189,3 +190,34 @@ def test_breaker_for_uses_the_configured_cache_and_thresholds(settings):
         "retry_in_s": None, "last_error": None, "last_failure_at": None,
     }
     breaker_for("va").reset()
+
+
+class UnreachableCache(LocMemCache):
+    """A cache whose server is down: every call raises, as django's RedisCache does with Redis stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(f"breaker-down-{uuid.uuid4()}", {})
+
+    def get(self, *args, **kwargs):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    set = add = delete = get
+
+
+def test_with_the_cache_down_every_breaker_reads_closed_and_requests_are_served(clock, caplog, monkeypatch):
+    monkeypatch.setattr(breaker_module, "_last_warning", [0.0])  # no warning logged just before by another test
+    breaker = make("ssa", UnreachableCache(), clock)
+    assert breaker.allow()
+    trip(breaker, "generator_timeout")  # nothing to remember it in: no error either
+    breaker.record_success()
+    assert breaker.allow()
+    assert breaker.state == "closed"
+    assert "breaker.cache_unreachable" in caplog.text
+
+
+def test_a_cache_that_fails_between_the_read_and_the_probe_claim_lets_the_probe_through(cache, clock, monkeypatch):
+    breaker = make("ssa", cache, clock)
+    trip(breaker, "generator_timeout")
+    clock.now += POLICY.reset_s + 1
+    monkeypatch.setattr(cache, "add", UnreachableCache().add)
+    assert breaker.allow()
