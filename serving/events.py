@@ -3,7 +3,9 @@
 ``record(**fields)`` updates the metrics and buffers the event; a background thread writes the buffer
 with one ``bulk_create`` every ``EVENTS_FLUSH_MS`` or at ``EVENTS_BATCH_SIZE`` (with ``EVENTS_SYNC``, in
 the calling thread). A failed batch is retried with backoff up to ``MAX_BACKOFF_S``; events are dropped,
-counted and logged only past ``EVENTS_BUFFER_MAX``. ``flush()`` runs at shutdown and at exit.
+counted and logged only past ``EVENTS_BUFFER_MAX``. A failed batch whose COMMIT may have gone through
+before its connection died (a database restart) is looked up before it is written again, so no event is
+written twice. ``flush()`` runs at shutdown and at exit.
 ``purge_old_events`` deletes rows older than ``ROUTING_EVENT_RETENTION_DAYS``.
 """
 
@@ -58,16 +60,46 @@ def _bulk_write(items: list[Any]) -> None:
         RoutingEvent.objects.bulk_create(rows)
         for (write, _), group in groups.items():
             write(group)
-    for (_, written), group in groups.items():
+    _written(items)
+
+
+def _written(items: list[Any]) -> None:
+    """Tell the deferred rows' owners that their rows are in the database."""
+    groups: dict[Callable[[list[Any]], None], list[Any]] = {}
+    for item in items:
+        if isinstance(item, Deferred):
+            groups.setdefault(item.written, []).append(item.row)
+    for written, group in groups.items():
         written(group)
+
+
+def _committed(items: list[Any]) -> bool:
+    """Was this batch, whose write raised, committed after all? (COMMIT reached the database, its answer did not.)
+
+    A batch is one transaction (``bulk_create`` of its events, with its deferred rows in ``atomic``), so
+    one of its events found by ``request_id`` (one per chat request) means all of it was. A batch of
+    deferred rows alone cannot be told; it is written again (the conversation store's rows are upserts).
+    """
+    ids = [item.request_id for item in items if isinstance(item, RoutingEvent) and item.request_id]
+    if not ids:
+        return False
+    return RoutingEvent.objects.filter(request_id__in=ids).exists()
+
+
+def _never_committed(items: list[Any]) -> bool:
+    return False
 
 
 class EventWriter:
     """A bounded buffer of events and the thread that writes it in batches (see the module docstring)."""
 
     def __init__(self, write: Callable[[list[RoutingEvent]], None] = _bulk_write, *, flush_ms: int = 500, batch_size: int = 200,
-                 buffer_max: int = 20000, background: bool = True):
+                 buffer_max: int = 20000, background: bool = True, committed: Callable[[list[Any]], bool] | None = None):
         self._write = write
+        # After a failed write: was that batch committed after all? (``_committed`` with the real write; a write
+        # passed in is taken at its word unless it comes with its own check.)
+        self._committed = committed or (_committed if write is _bulk_write else _never_committed)
+        self._unconfirmed: list[Any] = []  # the batch whose write failed, until it is known whether it committed
         self.background = background  # False: nothing is written until flush() (tests, one-shot scripts)
         self.flush_interval = max(1, flush_ms) / 1000.0
         self.batch_size = max(1, batch_size)
@@ -160,7 +192,10 @@ class EventWriter:
                     backoff = 0.0
                 except Exception:
                     backoff = min(MAX_BACKOFF_S, max(self.flush_interval, backoff * 2))
-                    connections["default"].close()  # the retry reconnects instead of reusing a broken connection
+                    try:
+                        connections["default"].close()  # the retry reconnects instead of reusing a broken connection
+                    except Exception:  # closing a connection to a database that is gone may fail too; it is dropped either way
+                        logger.debug("routing events: closing the broken connection failed", exc_info=True)
         finally:
             connections.close_all()  # this thread's connections only (they are thread-local)
 
@@ -171,10 +206,15 @@ class EventWriter:
             if not batch:
                 return 0
             try:
+                confirmed = self._confirm(batch) if self._unconfirmed else 0
+                if confirmed:
+                    self.written += confirmed
+                    return confirmed
                 self._write(batch)
             except Exception as exc:
                 with self._cond:
                     self._buffer.extendleft(reversed(batch))  # back to the front, in order: retried next
+                self._unconfirmed = self._unconfirmed or batch
                 self.failures += 1
                 metrics.EVENTS_WRITE_FAILURES.inc()
                 logger.warning("routing events: writing %d events failed (%s); %d buffered, will retry", len(batch), exc, len(self._buffer))
@@ -183,6 +223,27 @@ class EventWriter:
                 return 0
             self.written += len(batch)
             return len(batch)
+
+    def _confirm(self, batch: list[Any]) -> int:
+        """Called with the next batch after a failed write: how many items the failed one had committed after all.
+
+        Those (at the front of ``batch``: failed batches go back to the front) are then dropped and the
+        rest of ``batch`` goes back to the buffer; 0: nothing of it is in the database, write ``batch``.
+        Raises what the look-up raises (the database is still down): the failed batch stays unconfirmed.
+        """
+        failed = self._unconfirmed
+        if len(batch) < len(failed) or any(a is not b for a, b in zip(batch, failed, strict=False)):
+            self._unconfirmed = []  # not the failed batch after all (cannot happen while one thread writes at a time)
+            return 0
+        committed = self._committed(failed)
+        self._unconfirmed = []
+        if not committed:
+            return 0
+        _written(failed)
+        logger.warning("routing events: a batch of %d whose write failed had been committed; not written again", len(failed))
+        with self._cond:
+            self._buffer.extendleft(reversed(batch[len(failed):]))
+        return len(failed)
 
 
 _writer: EventWriter | None = None

@@ -190,3 +190,66 @@ def test_the_asgi_lifespan_shutdown_writes_the_buffered_events(settings, monkeyp
 
     assert asyncio.run(serve()) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert write.batches == [["chatcmpl-7"]]
+
+
+class CommitThenLoseConnection(FlakyWrite):
+    """The first ``failures`` batches reach the database and commit, then the connection dies before the answer."""
+
+    def __call__(self, batch):
+        self.batches.append([e.request_id for e in batch])
+        if self.failures:
+            self.failures -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+
+    def committed(self, batch) -> bool:
+        stored = {r for b in self.batches for r in b}
+        return any(e.request_id in stored for e in batch)
+
+
+def test_a_batch_committed_before_its_connection_died_is_not_written_again():
+    write = CommitThenLoseConnection(failures=1)
+    writer = EventWriter(write, flush_ms=60_000, batch_size=3, background=False, committed=write.committed)
+    for i in range(2):
+        writer.add(RoutingEvent(**fields(i)))
+    with pytest.raises(OperationalError):
+        writer.flush()
+    for i in range(2, 5):  # recorded while the database was away: written after the failed batch, once
+        writer.add(RoutingEvent(**fields(i)))
+    assert writer.flush() == 5
+    assert [r for b in write.batches for r in b] == [f"chatcmpl-{i}" for i in range(5)]
+    assert writer.written == 5
+    assert len(writer) == 0
+
+
+def test_a_batch_that_never_reached_the_database_is_written_on_the_retry():
+    write = FlakyWrite(failures=1)
+    writer = EventWriter(write, flush_ms=60_000, batch_size=3, background=False, committed=lambda batch: False)
+    writer.add(RoutingEvent(**fields(1)))
+    with pytest.raises(OperationalError):
+        writer.flush()
+    assert writer.flush() == 1
+    assert write.batches == [["chatcmpl-1"]]
+
+
+@pytest.mark.django_db
+def test_the_database_tells_whether_a_failed_batch_was_committed(monkeypatch):
+    """The real writer against the database: the first bulk insert commits and then raises, as a restart can make it."""
+    manager = type(RoutingEvent.objects)
+    real_bulk_create = manager.bulk_create
+    failures = [OperationalError("server closed the connection unexpectedly")]
+
+    def bulk_create(self, rows, *args, **kwargs):
+        created = real_bulk_create(self, rows, *args, **kwargs)
+        if failures:
+            raise failures.pop()
+        return created
+
+    monkeypatch.setattr(manager, "bulk_create", bulk_create)
+    writer = EventWriter(flush_ms=60_000, batch_size=10, background=False)
+    for i in range(3):
+        writer.add(RoutingEvent(**fields(i)))
+    with pytest.raises(OperationalError):
+        writer.flush()
+    writer.add(RoutingEvent(**fields(3)))
+    assert writer.flush() == 4
+    assert sorted(RoutingEvent.objects.values_list("request_id", flat=True)) == [f"chatcmpl-{i}" for i in range(4)]
