@@ -50,7 +50,9 @@ def unavailable_response(request: HttpRequest, retry_after: int) -> HttpResponse
     """503 with ``Retry-After``: the API's error body for API clients, a short page for people."""
     message = "The database is busy or unavailable; try again in a few seconds."
     if request.path.startswith(("/api/", "/v1/")) or "application/json" in request.headers.get("accept", ""):
-        response: HttpResponse = JsonResponse({"error": {"type": "service_unavailable", "message": message, "param": None, "details": None}}, status=503)
+        # OpenAI's four keys, as every error of the chat API has them; the code tells this 503 from the others.
+        body = {"type": "service_unavailable", "code": "database_unavailable", "message": message, "param": None, "details": None}
+        response: HttpResponse = JsonResponse({"error": body}, status=503)
     else:
         response = HttpResponse(f"<!doctype html><title>Unavailable</title><h1>Temporarily unavailable</h1><p>{message}</p>", status=503)
     response["Retry-After"] = str(retry_after)

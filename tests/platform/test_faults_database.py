@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 from django.db.backends import utils as db_utils
 
 from jobs.models import Job
@@ -84,3 +84,23 @@ def test_a_query_that_is_simply_wrong_is_not_hidden_as_unavailable(signed_in, jo
     with FlakyDatabase(failures=1, error=OperationalError("no such column: foo")):
         with pytest.raises(OperationalError, match="no such column"):
             signed_in.get(f"/api/v1/jobs/{job.pk}")  # the test client re-raises what would be a 500 and a logged traceback
+
+
+@pytest.mark.parametrize("error", [
+    OperationalError('connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused'),
+    OperationalError("terminating connection due to administrator command"),  # pg_ctl stop -m fast
+    OperationalError("FATAL:  the database system is shutting down"),
+    InterfaceError("connection already closed"),
+])
+def test_a_chat_request_while_postgresql_restarts_gets_the_apis_json_503_with_retry_after(client, db, monkeypatch, error):
+    def start(self, stream=False):
+        raise error
+
+    monkeypatch.setattr("serving.chat.ChatTurn.start", start)
+    response = client.post("/v1/chat/completions", data={"model": "auto", "messages": [{"role": "user", "content": "hello"}]},
+                           content_type="application/json")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response["Retry-After"] == "5"
+    assert response.json() == {"error": {"type": "service_unavailable", "code": "database_unavailable",
+                                         "message": "The database is busy or unavailable; try again in a few seconds.", "param": None, "details": None}}
