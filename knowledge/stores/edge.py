@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 POINTER = "CURRENT"
 LEGACY_POINTER = "ACTIVE"
+TURNSTILE = ".backup.lock"  # held by a backup (``frozen``); every writer passes through it first
 BATCH = 256
 
 
@@ -140,10 +141,9 @@ class EdgeQdrantStore:
         _fsync_dir(pointer.parent)
 
     @contextlib.contextmanager
-    def _writer_lock(self, name: str) -> Iterator[None]:
-        directory = self._dir(name)
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / ".writer.lock", "a+") as handle:
+    def _flock(self, path: Path, held_by: str) -> Iterator[None]:
+        """Hold an exclusive lock on the file ``path``, waiting at most ``lock_timeout`` (``held_by`` says who holds it)."""
+        with open(path, "a+") as handle:
             deadline = time.monotonic() + self.lock_timeout
             while True:
                 try:
@@ -151,12 +151,23 @@ class EdgeQdrantStore:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise StoreUnavailable(f"collection {name} is locked: another process has been writing it for over {self.lock_timeout:.0f} s") from None
+                        raise StoreUnavailable(f"{held_by} for over {self.lock_timeout:.0f} s") from None
                     time.sleep(0.05)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _writer_lock(self, name: str) -> Iterator[None]:
+        directory = self._dir(name)
+        directory.mkdir(parents=True, exist_ok=True)
+        # Through the turnstile first: a backup holding it (``frozen``) lets the writes in progress finish and starts
+        # no new one, where writers taking the collection's lock back to back would keep a backup waiting for ever.
+        with self._flock(self.root / TURNSTILE, "a backup has been copying the collections"):
+            pass
+        with self._flock(directory / ".writer.lock", f"collection {name} is locked: another process has been writing it"):
+            yield
 
     def _write(self, name: str, points: list[PointRecord] | None = None, dimension: int | None = None, keep_except: list[int] | None = None,
                legacy_only: bool = False) -> None:
@@ -339,13 +350,13 @@ class EdgeQdrantStore:
             self._collect_garbage(name)
 
     # -- backup and restore (operations.backup) ---------------------------------------------------
-    def names(self) -> list[str]:
-        """The collections that have an active version (converting a numpy-store one first)."""
+    def names(self, convert: bool = True) -> list[str]:
+        """The collections that have an active version (``convert``: converting a numpy-store one first)."""
         out = []
         for child in sorted(self.root.iterdir()) if self.root.is_dir() else []:
             if not child.is_dir() or child.name.startswith("."):
                 continue
-            if self._active(child.name) is None and self._active(child.name, LEGACY_POINTER) is not None:
+            if convert and self._active(child.name) is None and self._active(child.name, LEGACY_POINTER) is not None:
                 with contextlib.suppress(ValueError):  # unreadable: logged, and empty from now on
                     self._write(child.name, keep_except=[], legacy_only=True)
             if self._active(child.name):
@@ -356,13 +367,15 @@ class EdgeQdrantStore:
     def frozen(self) -> Iterator[dict[str, Path]]:
         """Every collection's active version folder, while no writer can change any collection.
 
-        Every writer lock is held until the block ends (writers wait, up to ``lock_timeout``), and an
-        active version is never changed again (``_settle``), so its folder can be copied as it is.
+        The turnstile and every writer lock are held until the block ends (writers wait, up to ``lock_timeout``),
+        and an active version is never changed again (``_settle``), so its folder can be copied as it is.
         """
+        self.names()  # converts numpy-store collections while writers may still go through
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self._flock(self.root / TURNSTILE, "another backup has been copying the collections"))
             versions = {}
-            for name in self.names():
-                stack.enter_context(self._writer_lock(name))
+            for name in self.names(convert=False):
+                stack.enter_context(self._flock(self._dir(name) / ".writer.lock", f"collection {name} is locked: another process has been writing it"))
                 active = self._active(name)
                 if active:
                     versions[name] = self._dir(name) / active
