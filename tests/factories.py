@@ -27,6 +27,18 @@ def make_expert(slug: str, name: str | None = None, *, public: bool = True, **fi
     return Expert.objects.create(slug=slug, name=name or slug.upper(), public=public, **fields)
 
 
+# Team B's expert, named with a marker that a team A page must never show.
+SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
+
+
+def two_teams() -> tuple[Group, Group]:
+    """Team A (roads: ``dmv``) and team B (pensions: ``SLUG_B``), their experts private."""
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    make_expert(SLUG_B, NAME_B, team=pensions, public=False)
+    return roads, pensions
+
+
 def make_key(name: str = "test client", *, created_by: User | None = None, **fields: Any) -> CreatedKey:
     """An API key; it acts for ``created_by`` (by default a staff operator, who may ask every expert)."""
     return create_key(name, created_by=created_by or make_user("key-operator", staff=True), **fields)

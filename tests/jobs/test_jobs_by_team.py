@@ -7,19 +7,15 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Job
-from tests.factories import make_expert, make_team, make_user
+from tests.factories import NAME_B, SLUG_B, make_user, two_teams
 
 pytestmark = pytest.mark.django_db
-
-SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
 
 
 @pytest.fixture
 def teams():
     """Team A (roads: ``dmv``), team B (pensions: ``vault-7f3a``), a member of each, and staff."""
-    roads, pensions = make_team("roads"), make_team("pensions")
-    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
-    make_expert(SLUG_B, NAME_B, team=pensions, public=False)
+    roads, pensions = two_teams()
     return make_user("ana", teams=(roads,)), make_user("bob", teams=(pensions,)), make_user("admin", staff=True), pensions
 
 

@@ -7,19 +7,15 @@ import pytest
 from django.urls import reverse
 
 from routing.models import RouterVersion, TrainingRun
-from tests.factories import make_expert, make_team, make_user
+from tests.factories import NAME_B, SLUG_B, make_expert, make_user, two_teams
 
 pytestmark = pytest.mark.django_db
-
-SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
 
 
 @pytest.fixture
 def world():
     """Team A (roads: ``dmv``), team B (pensions: ``vault-7f3a``, ``ssa``), a run over all three, a member of A, and staff."""
-    roads, pensions = make_team("roads"), make_team("pensions")
-    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
-    make_expert(SLUG_B, NAME_B, team=pensions, public=False)
+    roads, pensions = two_teams()
     make_expert("ssa", "MARKER-B Social Security", team=pensions, public=False)
     version = RouterVersion.objects.create(version=1, path="/nowhere/v1", experts=["dmv", SLUG_B, "ssa"], embedding_model="m", data_fingerprint="f")
     run = TrainingRun.objects.create(
