@@ -7,6 +7,7 @@ POST forms that redirect back (or to the training job's live progress page).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -90,6 +91,17 @@ def _page_context(request: HttpRequest, expert: Expert, **extra: Any) -> dict[st
     return context
 
 
+def _post_form(request: HttpRequest, expert: Expert, form: Any, name: str, refusal: type[Exception],
+               act: Callable[[dict[str, Any]], HttpResponse]) -> HttpResponse:
+    """``act`` on a valid ``form``; else, or when ``act`` raises ``refusal``, the page again with the form's errors (400)."""
+    try:
+        if form.is_valid():
+            return act(form.cleaned_data)
+    except refusal as exc:
+        form.add_error(None, str(exc))
+    return render(request, "experts/adapters.html", _page_context(request, expert, **{name: form}), status=400)
+
+
 class AdaptersView(LoginRequiredMixin, View):
     """The expert's versions (metrics, compare, activate, roll back), training form and prompt editor."""
 
@@ -103,15 +115,8 @@ class TrainView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
-        form = forms.TrainForm(request.POST)
-        if not form.is_valid():
-            return render(request, "experts/adapters.html", _page_context(request, expert, train_form=form), status=400)
-        try:
-            job = services.start_adapter_training(expert, form.cleaned_data, user=request.user)
-        except LoraError as exc:
-            form.add_error(None, str(exc))
-            return render(request, "experts/adapters.html", _page_context(request, expert, train_form=form), status=400)
-        return redirect("console-job", job.pk)
+        return _post_form(request, expert, forms.TrainForm(request.POST), "train_form", LoraError,
+                          lambda data: redirect("console-job", services.start_adapter_training(expert, data, user=request.user).pk))
 
 
 class PromptView(LoginRequiredMixin, View):
@@ -119,18 +124,13 @@ class PromptView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
-        form = forms.PromptForm(request.POST)
-        if not form.is_valid():
-            return render(request, "experts/adapters.html", _page_context(request, expert, prompt_form=form), status=400)
-        try:
-            version = services.save_prompt(expert, form.cleaned_data["system_prompt"], form.cleaned_data["citation_format"],
-                                           activate=form.cleaned_data["activate"], user=request.user)
-        except services.VersionError as exc:
-            form.add_error(None, str(exc))
-            return render(request, "experts/adapters.html", _page_context(request, expert, prompt_form=form), status=400)
-        state = "now serving" if version.status == VersionStatus.ACTIVE else "saved as a candidate"
-        messages.success(request, f"Prompt saved as v{version.version}, {state}.")
-        return redirect("expert-adapters", expert.slug)
+
+        def save(data: dict[str, Any]) -> HttpResponse:
+            version = services.save_prompt(expert, data["system_prompt"], data["citation_format"], activate=data["activate"], user=request.user)
+            state = "now serving" if version.status == VersionStatus.ACTIVE else "saved as a candidate"
+            messages.success(request, f"Prompt saved as v{version.version}, {state}.")
+            return redirect("expert-adapters", expert.slug)
+        return _post_form(request, expert, forms.PromptForm(request.POST), "prompt_form", services.VersionError, save)
 
 
 class ActivateView(LoginRequiredMixin, View):
