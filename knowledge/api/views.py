@@ -10,9 +10,9 @@ from rest_framework.views import APIView
 
 from experts.access import get_expert_or_404
 from jobs.api.serializers import JobAcceptedSerializer
-from jobs.api.views import accepted
-from sbcommon.api import ApiError
-from sbcommon.uploads import UploadRejected, declared_over_limit
+from jobs.api.views import accepted, upload_schema
+from sbcommon.api import ApiError, refuse_declared_over
+from sbcommon.uploads import UploadRejected
 
 from .. import selectors, services
 from ..ingest import max_upload_bytes
@@ -30,21 +30,14 @@ class DocumentListView(APIView):
         expert = get_expert_or_404(request.user, slug)  # another team's expert: 404
         return Response(DocumentSerializer(selectors.documents(expert), many=True).data)
 
-    @extend_schema(
-        request={"multipart/form-data": DocumentUploadSerializer},
-        responses={
-            202: JobAcceptedSerializer,
-            400: OpenApiResponse(description="No file, an empty file, or a kind that cannot be read (a binary file, an old .doc, a ZIP)."),
-            404: OpenApiResponse(description="No such expert."),
-            413: OpenApiResponse(description="Larger than DOCUMENT_UPLOAD_MAX_BYTES (all files together)."),
-        },
-    )
+    @upload_schema(DocumentUploadSerializer, {
+        400: "No file, an empty file, or a kind that cannot be read (a binary file, an old .doc, a ZIP).",
+        404: "No such expert.",
+        413: "Larger than DOCUMENT_UPLOAD_MAX_BYTES (all files together).",
+    })
     def post(self, request, slug: str):
         expert = get_expert_or_404(request.user, slug, edit=True)
-        limit = max_upload_bytes()
-        length = declared_over_limit(request.META, limit)
-        if length is not None:  # refused before the body is read, let alone stored
-            raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="files")
+        refuse_declared_over(request, max_upload_bytes(), "files")
         uploads = request.FILES.getlist("files") + request.FILES.getlist("file")
         if not uploads:
             raise ApiError("send one or more files in the multipart field 'files'", param="files")

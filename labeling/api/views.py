@@ -22,9 +22,8 @@ from rest_framework.views import APIView
 
 from experts.access import Principal
 from jobs.api.serializers import JobAcceptedSerializer
-from jobs.api.views import accepted
-from sbcommon.api import ApiError
-from sbcommon.uploads import declared_over_limit
+from jobs.api.views import accepted, upload_schema
+from sbcommon.api import ApiError, refuse_declared_over
 
 from .. import access, selectors, services
 from .. import proposals as edits
@@ -52,20 +51,13 @@ class QueryImportView(APIView):
 
     parser_classes = [MultiPartParser, FormParser]
 
-    @extend_schema(
-        request={"multipart/form-data": QueryImportSerializer},
-        responses={
-            202: JobAcceptedSerializer,
-            400: OpenApiResponse(description="Empty, not UTF-8, a CSV without a 'text' column, not JSON Lines, or no team named by a member of several."),
-            403: OpenApiResponse(description="The caller is in no team, or not in the team named."),
-            413: OpenApiResponse(description="Larger than QUERY_IMPORT_MAX_BYTES."),
-        },
-    )
+    @upload_schema(QueryImportSerializer, {
+        400: "Empty, not UTF-8, a CSV without a 'text' column, not JSON Lines, or no team named by a member of several.",
+        403: "The caller is in no team, or not in the team named.",
+        413: "Larger than QUERY_IMPORT_MAX_BYTES.",
+    })
     def post(self, request):
-        limit = services.max_import_bytes()
-        length = declared_over_limit(request.META, limit)
-        if length is not None:  # refused before the body is read, let alone stored
-            raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param="file")
+        refuse_declared_over(request, services.max_import_bytes(), "file")
         user = Principal.of(request).user
         if not access.may_start_work(user):
             raise PermissionDenied(access.NO_TEAM)

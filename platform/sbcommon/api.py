@@ -16,6 +16,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from .uploads import declared_over_limit
+
 
 class ApiError(exceptions.APIException):
     """An error raised by a service with a status code and a user-facing message."""
@@ -27,6 +29,13 @@ class ApiError(exceptions.APIException):
         super().__init__(detail=message, code=code)
         self.status_code = status_code
         self.param = param
+
+
+def refuse_declared_over(request: Any, limit: int, param: str) -> None:
+    """A 413 for an upload that declares more than ``limit`` bytes, before its body is read, let alone stored."""
+    length = declared_over_limit(request.META, limit)
+    if length is not None:
+        raise ApiError(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", status_code=413, code="file_too_large", param=param)
 
 
 class LeanSerializer(serializers.Serializer):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.http import Http404
 from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from ..models import Job
 from ..views import _as_is, _no_slugs, shown, visible_jobs
-from .serializers import JobSerializer
+from .serializers import JobAcceptedSerializer, JobSerializer
 
 
 class JobDetailView(generics.RetrieveAPIView):
@@ -42,3 +46,9 @@ def accepted(job: Job) -> Response:
     job.refresh_from_db(fields=["status"])  # a worker (or eager mode) may have started it already
     body = {"job": job.pk, "status": job.status, "status_url": reverse("api-job", args=[job.pk]), "console_url": reverse("console-job", args=[job.pk])}
     return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["status_url"]})
+
+
+def upload_schema(body: Any, refusals: dict[int, str]) -> Callable:
+    """The schema of an upload answered 202 with its job (``accepted``): ``body`` as multipart, and each refusal's status and why."""
+    return extend_schema(request={"multipart/form-data": body}, responses={
+        202: JobAcceptedSerializer, **{code: OpenApiResponse(description=why) for code, why in refusals.items()}})
