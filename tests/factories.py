@@ -27,6 +27,14 @@ def make_expert(slug: str, name: str | None = None, *, public: bool = True, **fi
     return Expert.objects.create(slug=slug, name=name or slug.upper(), public=public, **fields)
 
 
+def roads_and_pensions() -> tuple[Group, Group]:
+    """Team roads with ``dmv`` (Motor Vehicles) and team pensions with ``ssa`` (Social Security), both private."""
+    roads, pensions = make_team("roads"), make_team("pensions")
+    make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    make_expert("ssa", "Social Security", team=pensions, public=False)
+    return roads, pensions
+
+
 # Team B's expert, named with a marker that a team A page must never show.
 SLUG_B, NAME_B = "vault-7f3a", "MARKER-B Pension Vault"
 

@@ -6,7 +6,6 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,6 +13,7 @@ from experts.models import Expert
 from routing.models import Feedback, RoutingEvent
 from serving import traces
 from serving.route import Decision
+from tests.factories import make_user, roads_and_pensions
 
 pytestmark = pytest.mark.django_db
 
@@ -26,14 +26,9 @@ def event(request_id: str, expert: str, *, question: str = "", abstained: bool =
 
 
 @pytest.fixture
-def world(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
-    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
-    member.groups.add(roads)
-    staff = django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
-    return member, staff
+def world():
+    roads, _ = roads_and_pensions()
+    return make_user("rita", teams=(roads,)), make_user("admin", staff=True)
 
 
 def ids(response) -> list[str]:

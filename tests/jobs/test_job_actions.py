@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from experts.models import Expert
 from jobs import services
 from jobs.models import Job
 from routing import tasks
+from tests.factories import make_user, roads_and_pensions
 
 pytestmark = pytest.mark.django_db
 
@@ -109,12 +108,9 @@ def test_cancel_and_retry_need_post(client, staff):
 
 
 @pytest.fixture
-def team_jobs(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
-    member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
-    member.groups.add(roads)
+def team_jobs():
+    roads, _ = roads_and_pensions()
+    member = make_user("rita", teams=(roads,))
     own = Job.objects.create(kind="index_documents", key="index:dmv", title="Index dmv", params={"expert": "dmv"},
                              task_name="knowledge.tasks.index_expert_documents")
     other = Job.objects.create(kind="index_documents", key="index:ssa", title="Index ssa", params={"expert": "ssa"})
