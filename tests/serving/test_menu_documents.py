@@ -18,7 +18,7 @@ from experts.generation import get_generator
 from experts.models import Expert
 from knowledge import search
 from knowledge.models import Document
-from tests.support.hashing_encoder import HashingEncoder, use_encoder
+from tests.support.hashing_encoder import HashingEncoder, serve_with
 from tests.support.serving import chat, meta_of
 
 pytestmark = pytest.mark.django_db
@@ -48,14 +48,9 @@ def dmv(db, settings, tmp_path, monkeypatch, owner, django_capture_on_commit_cal
     """Expert dmv with the page and the four menus uploaded through the documents API and indexed."""
     from knowledge.stores import get_store
 
-    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
     encoder = HashingEncoder()
-    settings.EMBEDDING_MODEL = encoder.name
-    use_encoder(monkeypatch, encoder)
-    monkeypatch.setattr("serving.chat.get_encoder", lambda *a, **k: encoder)
-    monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)
+    serve_with(monkeypatch, settings, tmp_path, encoder)
     settings.EVENTS_SYNC = True
-    get_store.cache_clear()
     get_generator.cache_clear()
     caches[settings.BREAKER_CACHE].clear()
     expert = Expert.objects.create(slug="dmv", name="Motor Vehicles", public=True, chunk_size=300, chunk_overlap=50)

@@ -23,7 +23,7 @@ from experts.generation.vllm import VllmGenerator
 from experts.ml.prompting import build_messages
 from experts.models import Expert, ExpertVersion
 from knowledge import ingest
-from tests.support.hashing_encoder import HashingEncoder, use_encoder
+from tests.support.hashing_encoder import HashingEncoder, serve_with
 from tests.support.serving import chat, meta_of
 
 pytestmark = pytest.mark.django_db
@@ -107,15 +107,10 @@ def dmv(server, settings, tmp_path, monkeypatch):
     """Expert dmv with one ingested document, answered through ``server`` (``GENERATOR=vllm``, its one model as the base model)."""
     from knowledge.stores import get_store
 
-    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
     encoder = HashingEncoder()
-    settings.EMBEDDING_MODEL = encoder.name
-    use_encoder(monkeypatch, encoder)
-    monkeypatch.setattr("serving.chat.get_encoder", lambda *a, **k: encoder)
-    monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: encoder)
+    serve_with(monkeypatch, settings, tmp_path, encoder)
     settings.GENERATOR, settings.VLLM_URL, settings.VLLM_BASE_MODEL_NAME = "vllm", server.url, SERVED
     settings.EVENTS_SYNC = True
-    get_store.cache_clear()
     get_generator.cache_clear()
     caches[settings.BREAKER_CACHE].clear()
     expert = Expert.objects.create(slug="dmv", name="Motor Vehicles", public=True, chunk_size=300, chunk_overlap=50)

@@ -35,3 +35,15 @@ def use_encoder(monkeypatch, encoder) -> None:
     """Every knowledge code path (indexing, search, the console's search page) encodes with ``encoder``."""
     for module in ENCODER_USERS:
         monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: encoder)
+
+
+def serve_with(monkeypatch, settings, tmp_path, encoder) -> None:
+    """A fresh embedded store under ``tmp_path``, and ``encoder`` in every knowledge code path and serving's chat path."""
+    from knowledge.stores import get_store
+
+    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
+    settings.EMBEDDING_MODEL = encoder.name
+    use_encoder(monkeypatch, encoder)
+    for module in ("serving.chat", "experts.generation.extractive"):
+        monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: encoder)
+    get_store.cache_clear()
