@@ -6,6 +6,8 @@ the schedule rewrites the faults file (``sbcommon.faults``: a generator or the s
 Resident memory is read before and after, and every answered request must have exactly one routing
 event. Each request ends as an answer (``fallbacks``: given by another expert after a failure), a clean
 JSON error (``errors`` by kind), or ``lost`` (timeout, dropped, not the API's body), which must stay 0.
+With ``restarts`` the PostgreSQL and Redis it runs on are stopped and started again mid-run as well
+(``evaluation.soak_restarts``): clean 503s while the database is down, answers again within 10 s of its return.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from typing import Any
 
 from sbcommon import faults
 
+from . import soak_restarts
 from .bench_serving import Server, _free_port, _percentile, deployment_env, held_out_questions, prepare_demo, unique_question
+from .soak_restarts import RECOVERY_TARGET_S, Restart
 
 REQUEST_TIMEOUT_S = 60.0
 # Connections open at once. Requests due while all are busy wait on the client (their wait counts in
 # their latency) rather than pile up inside an overloaded server until every one of them times out.
 MAX_IN_FLIGHT = 8
+# When the restarts come, as fractions of the run: between the fault schedule's first phases and its last
+# (every generator failing at 0.85), so that a restart's recovery is not hidden behind a scheduled fault's 503s.
+RESTART_AT = {"database": 0.25, "cache": 0.65}
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Tally:
     lost: dict[str, int] = field(default_factory=dict)
     fallbacks: int = 0
     answered_by: dict[str, int] = field(default_factory=dict)
+    timeline: list[tuple[float, float, str]] = field(default_factory=list)  # (sent_s, done_s, outcome) into the load
 
     def add(self, bucket: dict[str, int], kind: str) -> None:
         bucket[kind] = bucket.get(kind, 0) + 1
@@ -111,50 +119,57 @@ def _experts(base: str) -> list[str]:
     return [m for m in models if not m.startswith("auto")]
 
 
-def _classify(tally: Tally, status: int, body: bytes, elapsed_ms: float) -> None:
+def _classify(tally: Tally, status: int, body: bytes, elapsed_ms: float) -> str:
+    """Count one response in ``tally``; returns its outcome: "answered", the error's kind or the lost kind."""
     try:
         payload = json.loads(body)
     except ValueError:
-        tally.add(tally.lost, f"http_{status}_not_json")
-        return
+        return _lost(tally, f"http_{status}_not_json")
     if status == 200 and isinstance(payload, dict) and payload.get("choices"):
         content = (payload["choices"][0].get("message") or {}).get("content")
         if not isinstance(content, str) or not content:
-            tally.add(tally.lost, "empty_answer")
-            return
+            return _lost(tally, "empty_answer")
         meta = payload.get("switchboard") or {}
         tally.latencies_ms.append(elapsed_ms)
         tally.answered.append(str(payload.get("id", "")))
         tally.add(tally.answered_by, str(meta.get("expert") or "none"))
         if meta.get("failover_from"):
             tally.fallbacks += 1
-        return
+        return "answered"
     error = payload.get("error") if isinstance(payload, dict) else None
     if status >= 400 and isinstance(error, dict) and error.get("message"):
         tally.latencies_ms.append(elapsed_ms)
-        tally.add(tally.errors, f"{status}:{error.get('code') or error.get('type') or 'error'}")
-        return
-    tally.add(tally.lost, f"http_{status}_unexpected_body")
+        kind = f"{status}:{error.get('code') or error.get('type') or 'error'}"
+        tally.add(tally.errors, kind)
+        return kind
+    return _lost(tally, f"http_{status}_unexpected_body")
+
+
+def _lost(tally: Tally, kind: str) -> str:
+    tally.add(tally.lost, kind)
+    return kind
 
 
 async def _load(base: str, questions: list[str], rps: float, duration: float, phases: list[Phase], faults_file: Path,
-                say: Callable[[str], None], run: str) -> tuple[Tally, float]:
-    """Send ``rps`` requests a second for ``duration`` seconds, switching faults per ``phases``; returns the tally and wall time."""
+                say: Callable[[str], None], run: str, restarts: list[Restart] | None = None) -> tuple[Tally, float]:
+    """Send ``rps`` requests a second for ``duration`` seconds, switching faults per ``phases`` and stopping and
+    starting services per ``restarts``; returns the tally and wall time."""
     import httpx
 
     tally = Tally()
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
 
-    async def one(http: httpx.AsyncClient, n: int) -> None:
+    async def one(http: httpx.AsyncClient, n: int, started: float) -> None:
         body = {"model": "auto", "messages": [{"role": "user", "content": unique_question(questions, n, run)}]}
         t0 = time.perf_counter()  # open loop: a request's latency includes any wait for a free connection
         async with gate:
             try:
                 response = await http.post("/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
             except httpx.HTTPError as exc:
-                tally.add(tally.lost, type(exc).__name__)
-                return
-            _classify(tally, response.status_code, response.content, (time.perf_counter() - t0) * 1000)
+                outcome = _lost(tally, type(exc).__name__)
+            else:
+                outcome = _classify(tally, response.status_code, response.content, (time.perf_counter() - t0) * 1000)
+        tally.timeline.append((t0 - started, time.perf_counter() - started, outcome))
 
     async def fault_driver(started: float) -> None:
         active: dict[str, dict[str, Any]] = {}
@@ -168,13 +183,15 @@ async def _load(base: str, questions: list[str], rps: float, duration: float, ph
     async with httpx.AsyncClient(base_url=base, limits=limits) as http:
         started = time.perf_counter()
         driver = asyncio.create_task(fault_driver(started))
+        restarter = asyncio.create_task(soak_restarts.drive(restarts or [], started, say))
         tasks = []
         total = int(duration * rps)
         for n in range(total):
             await asyncio.sleep(max(0.0, started + n / rps - time.perf_counter()))
-            tasks.append(asyncio.create_task(one(http, n)))
+            tasks.append(asyncio.create_task(one(http, n, started)))
         await asyncio.gather(*tasks)
         driver.cancel()
+        await restarter  # a service still down would be started again by the soak's finally; let the drive finish first
         wall = time.perf_counter() - started
     return tally, wall
 
@@ -197,15 +214,50 @@ def _event_counts(db_path: Path, request_ids: list[str], database_url: str | Non
     return missing, duplicated
 
 
+def plan_restarts(services: list[str], duration: float, down_s: float, database_url: str | None, redis_url: str | None,
+                  commands: dict[str, str]) -> list[Restart]:
+    """The restarts asked for (``services``: "database", "cache"), at ``RESTART_AT`` of the run.
+
+    ``commands``: ``db_stop``, ``db_start``, ``redis_stop``, ``redis_start`` (missing: this machine's defaults).
+    Raises ``ValueError`` for a service the soak does not run on, or a run too short for the outage and its recovery.
+    """
+    restarts = []
+    for service in dict.fromkeys(services):
+        if service == "database":
+            if not (database_url or "").startswith(("postgres://", "postgresql://")):
+                raise ValueError("--restart database needs --database-url postgresql://... (the soak's own SQLite has no server to stop)")
+            restarts.append(Restart("database", RESTART_AT[service] * duration, down_s, commands.get("db_stop") or soak_restarts.DB_STOP,
+                                    commands.get("db_start") or soak_restarts.DB_START, soak_restarts.database_ready(database_url or "")))
+        elif service == "cache":
+            if not redis_url:
+                raise ValueError("--restart cache needs --redis-url redis://... (without it the cache is in each process)")
+            restarts.append(Restart("cache", RESTART_AT[service] * duration, down_s, commands.get("redis_stop") or soak_restarts.REDIS_STOP,
+                                    commands.get("redis_start") or soak_restarts.REDIS_START, soak_restarts.cache_ready(redis_url)))
+        else:
+            raise ValueError(f"unknown service to restart {service!r}: use database or cache")
+    for restart in restarts:
+        if down_s <= 0 or restart.at_s + down_s + RECOVERY_TARGET_S > duration:
+            raise ValueError(f"the {restart.service} restart at {restart.at_s:.0f} s, down {down_s:.0f} s, and its {RECOVERY_TARGET_S:.0f} s "
+                             f"to recover do not fit a {duration:.0f} s run: raise --duration or lower --down-seconds")
+    return restarts
+
+
 def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = None, warmup: float = 20.0, workers: int = 1,
-               database_url: str | None = None, redis_url: str | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+               database_url: str | None = None, redis_url: str | None = None, restart: list[str] | None = None, down_s: float = 10.0,
+               commands: dict[str, str] | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the soak (see the module docstring) and return its report.
 
     ``workers``, ``database_url`` and ``redis_url``: the scaled-out setup (uvicorn processes on a shared
-    PostgreSQL and Redis); routing events are then counted in PostgreSQL.
+    PostgreSQL and Redis); routing events are then counted in PostgreSQL. ``restart`` ("database",
+    "cache"): stop that server for ``down_s`` seconds mid-run with ``commands`` (see ``plan_restarts``);
+    whatever happens, every server it may have stopped is started again before this returns.
     """
     if duration < 30 or rps <= 0:
         raise ValueError("duration must be at least 30 s (the fault schedule needs room) and rps positive")
+    restarts = plan_restarts(restart or [], duration, down_s, database_url, redis_url, commands or {})
+    for planned in restarts:
+        if not planned.ready():
+            raise RuntimeError(f"the {planned.service} does not answer before the soak; start it first ({planned.start!r})")
     folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-soak-"))
     folder.mkdir(parents=True, exist_ok=True)
     deployment = deployment_env(database_url, redis_url)
@@ -236,10 +288,14 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
             phases = schedule(duration, experts)
             say(f"soaking: {rps} requests/s for {duration:.0f} s with {len(phases)} faults scheduled ...")
             load_before = os.getloadavg()
-            tally, wall = asyncio.run(_load(server.base, questions, rps, duration, phases, faults_file, say, "soak"))
+            tally, wall = asyncio.run(_load(server.base, questions, rps, duration, phases, faults_file, say, "soak", restarts))
             rss_end = rss_mb(server.proc.pid)
             faults.write(faults_file, {})
     finally:
+        services_after = {r.service: soak_restarts.ensure_up(r) for r in restarts}  # CI and other people use these servers
+        for service, state in services_after.items():
+            if state != "up":
+                say(f"{service} after the soak: {state}")
         if previous is None:
             os.environ.pop(faults.ENV_VAR, None)
         else:
@@ -273,9 +329,17 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
         "database": "postgresql" if database_url else "sqlite",
         "cache": "redis" if redis_url else "local memory",
     }
+    if restarts:
+        report["restarts"] = soak_restarts.restart_reports(restarts, tally.timeline)
+        report["services_after"] = services_after
     report["targets"] = {
         "lost == 0": report["lost"] == 0,
         "no missing or duplicated events": not missing and not duplicated,
         "memory growth <= 10%": report["rss_growth"] is not None and report["rss_growth"] <= 0.10,
     }
+    for row in report.get("restarts", []):
+        recovered = row["recovery_s"] is not None and row["recovery_s"] <= RECOVERY_TARGET_S
+        report["targets"][f"{row['service']} back within {RECOVERY_TARGET_S:.0f} s of its return"] = recovered and not row["error"]
+        clean = "answers or clean 503s" if row["service"] == "database" else "answers (or a scheduled fault's 503s)"
+        report["targets"][f"{row['service']} down: {clean} only"] = row["stopped_at_s"] is not None and not row["unclean_while_down"]
     return report

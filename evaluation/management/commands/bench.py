@@ -8,6 +8,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from evaluation import soak_restarts
+
 VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new temporary folder)"
 
 
@@ -49,6 +51,16 @@ class Command(BaseCommand):
         soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
         soak.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
         soak.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+        soak.add_argument("--restart", action="append", choices=["database", "cache"], default=None,
+                          help="stop this server mid-run and start it again (repeatable): database (needs --database-url postgresql://..., "
+                               "at 25%% of the run) or cache (needs --redis-url, at 65%%); it is started again whatever happens")
+        soak.add_argument("--down-seconds", type=float, default=10.0, help="seconds each restarted server stays down (default 10)")
+        soak.add_argument("--db-stop", default=soak_restarts.DB_STOP, help=f"command that stops PostgreSQL (default: {soak_restarts.DB_STOP!r})")
+        soak.add_argument("--db-start", default=soak_restarts.DB_START, help=f"command that starts it (default: {soak_restarts.DB_START!r})")
+        soak.add_argument("--redis-stop", default=soak_restarts.REDIS_STOP, help=f"command that stops Redis (default: {soak_restarts.REDIS_STOP!r})")
+        soak.add_argument("--redis-start", default=soak_restarts.REDIS_START,
+                          help="command that starts Redis as it ran before (default: as .ci/run starts it, "
+                               f"{soak_restarts.REDIS_START.replace('%', '%%')!r})")
         generation = sub.add_parser("generation", help="the in-process model (BASE_MODEL): first streamed token, tokens/s, adapter switches")
         generation.add_argument("--requests", type=int, default=10, help="demo questions per concurrency level (default 10)")
         generation.add_argument("--concurrency", type=int, default=8, help="concurrent requests of the second level (default 8)")
@@ -106,7 +118,8 @@ class Command(BaseCommand):
 
             report = bench_soak(duration=options["duration"], rps=options["rps"], var_dir=options["var_dir"], warmup=options["warmup"],
                                 workers=options["workers"], database_url=options["database_url"], redis_url=options["redis_url"],
-                                say=self.stdout.write)
+                                restart=options["restart"], down_s=options["down_seconds"],
+                                commands={k: options[k] for k in ("db_stop", "db_start", "redis_stop", "redis_start")}, say=self.stdout.write)
         elif options["target"] == "ingest":
             if not options["in_place"]:
                 return self._isolated()
