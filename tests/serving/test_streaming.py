@@ -26,6 +26,13 @@ def post(client, body=BODY):
     return client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
 
 
+def recorded(request_id: str) -> tuple[int, str]:
+    """The status code and error kind of the request's routing event, once the writer has flushed."""
+    events.flush()
+    event = RoutingEvent.objects.get(request_id=request_id)
+    return event.status_code, event.error_kind
+
+
 def parse(raw: bytes) -> list:
     """The SSE ``data:`` payloads, JSON-decoded except the final ``[DONE]``."""
     out = []
@@ -105,9 +112,7 @@ def test_a_failure_after_streaming_began_sends_an_error_event_then_done_and_is_r
     assert chunks[-1] == "[DONE]"
     assert chunks[-2]["error"]["code"] == "generator_error"
     assert "failed mid-answer" in chunks[-2]["error"]["message"]
-    events.flush()
-    event = RoutingEvent.objects.get(request_id=chunks[0]["id"])
-    assert (event.status_code, event.error_kind) == (502, "generator_error")
+    assert recorded(chunks[0]["id"]) == (502, "generator_error")
 
 
 def test_a_client_leaving_halfway_closes_the_backend_stream_and_records_a_cancelled_event(serving, client):
@@ -118,14 +123,12 @@ def test_a_client_leaving_halfway_closes_the_backend_stream_and_records_a_cancel
     assert serving["generator"].closed == []
     response.close()  # what the WSGI server does when the client is gone
     assert serving["generator"].closed == ["dmv"]
-    events.flush()
-    event = RoutingEvent.objects.get(request_id=first["id"])
-    assert (event.status_code, event.error_kind) == (499, "client_cancelled")
+    assert recorded(first["id"]) == (499, "client_cancelled")
 
 
 def test_a_stream_through_the_asgi_handler_is_an_async_iterator_in_the_same_format(serving):
     async def run():
-        response = await AsyncClient().post("/v1/chat/completions", data=json.dumps(BODY), content_type="application/json")
+        response = await post(AsyncClient())
         assert response.is_async
         return response, b"".join([part async for part in response.streaming_content])
 
@@ -143,7 +146,7 @@ def test_an_asgi_client_leaving_halfway_is_recorded_as_cancelled(serving):
     gen.gate = threading.Event()
 
     async def run():
-        response = await AsyncClient().post("/v1/chat/completions", data=json.dumps(BODY), content_type="application/json")
+        response = await post(AsyncClient())
         chunks: list[bytes] = []
 
         async def consume():
@@ -162,14 +165,12 @@ def test_an_asgi_client_leaving_halfway_is_recorded_as_cancelled(serving):
 
     first = async_to_sync(run)()
     assert gen.closed == ["dmv"]
-    events.flush()
-    event = RoutingEvent.objects.get(request_id=first["id"])
-    assert (event.status_code, event.error_kind) == (499, "client_cancelled")
+    assert recorded(first["id"]) == (499, "client_cancelled")
 
 
 def test_closing_an_asgi_stream_before_any_chunk_still_records_the_request(serving):
     async def run():
-        response = await AsyncClient().post("/v1/chat/completions", data=json.dumps(BODY), content_type="application/json")
+        response = await post(AsyncClient())
         await sync_to_async(response.close)()  # Django closes the response; nothing was ever pulled
         return response["x-switchboard-request-id"]
 

@@ -50,6 +50,11 @@ def _bearer(secret: str) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
+def _renew(client, secret: str) -> int:
+    """The status of asking ``dmv`` to renew a licence with the key ``secret``."""
+    return _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code
+
+
 def _searched(fake_store) -> set[str]:
     return {slug for call in fake_store.calls for slug in call}
 
@@ -113,13 +118,13 @@ def test_a_key_stops_reaching_a_team_its_user_left_and_stops_working_when_the_us
     alice = teams["alice"]
     secret = make_key("alice's front end", created_by=alice, scopes=["dmv"]).secret
     client = Client()
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 200
+    assert _renew(client, secret) == 200
     alice.groups.remove(teams["a"])
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 404
+    assert _renew(client, secret) == 404
     assert "dmv" not in [m["id"] for m in client.get("/v1/models", **_bearer(secret)).json()["data"]]
     alice.is_active = False
     alice.save()
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 401
+    assert _renew(client, secret) == 401
 
 
 def test_a_key_scoped_to_an_expert_that_moved_to_another_team_no_longer_reaches_it(teams):
@@ -192,11 +197,11 @@ def test_with_the_serving_caches_on_a_change_of_team_or_user_applies_at_once(tea
     alice = teams["alice"]
     secret = make_key("alice's front end", created_by=alice, scopes=["dmv"]).secret
     client = Client()
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 200
+    assert _renew(client, secret) == 200
     alice.groups.remove(teams["a"])
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 404
+    assert _renew(client, secret) == 404
     alice.groups.add(teams["a"])
-    assert _ask(client, "renew my licence", model="dmv", **_bearer(secret)).status_code == 200
+    assert _renew(client, secret) == 200
     signed_in = _signed_in(alice)
     assert _ask(signed_in, "when is my pension paid", model="ssa").status_code == 404
     alice.is_staff = True
