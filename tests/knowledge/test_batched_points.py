@@ -7,6 +7,7 @@ import pytest
 
 from knowledge import ingest, points
 from knowledge.models import Document
+from tests.support.hashing_encoder import crash_on
 
 pytestmark = pytest.mark.django_db
 
@@ -63,14 +64,7 @@ def test_seconds_gain_the_time_spent_chunking_and_embedding(documents, dmv):
 def test_a_document_that_cannot_be_embedded_keeps_its_error_and_the_rest_of_its_batch_is_indexed(documents, dmv, encoder_stub, monkeypatch):
     from knowledge import indexing
 
-    real = encoder_stub.encode
-
-    def encode(texts, batch_size=64):
-        if any("Registration fees" in t for t in texts):
-            raise RuntimeError("encoder crashed")
-        return real(texts, batch_size)
-
-    monkeypatch.setattr(encoder_stub, "encode", encode)
+    crash_on(monkeypatch, encoder_stub, "Registration fees")
     result = indexing.index_pending(dmv)
 
     fees = Document.objects.get(external_id="fees.txt")

@@ -7,6 +7,7 @@ import pytest
 from knowledge import indexing, ingest, search, selectors, services
 from knowledge.models import Document, KnowledgeBase
 from knowledge.selectors import collection_name
+from tests.support.hashing_encoder import crash_on
 
 from .conftest import make_pdf
 
@@ -201,14 +202,7 @@ def test_delete_and_drop_are_idempotent(kb, dmv):
 def test_a_rebuild_that_fails_on_one_document_keeps_the_old_collection(kb, dmv, monkeypatch, encoder_stub):
     ingest.ingest_files(dmv, [("a.txt", b"Licence renewal online"), ("b.txt", b"Vehicle registration fees")])
     before = kb.count(collection_name(dmv))
-    real = encoder_stub.encode
-
-    def fail_on_b(texts, batch_size=64):
-        if any("registration" in t for t in texts):
-            raise RuntimeError("encoder crashed")
-        return real(texts, batch_size)
-
-    monkeypatch.setattr(encoder_stub, "encode", fail_on_b)
+    crash_on(monkeypatch, encoder_stub, "registration")
     with pytest.raises(RuntimeError, match="encoder crashed"):
         indexing.rebuild_index(dmv)
 

@@ -47,3 +47,15 @@ def serve_with(monkeypatch, settings, tmp_path, encoder) -> None:
     for module in ("serving.chat", "experts.generation.extractive"):
         monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: encoder)
     get_store.cache_clear()
+
+
+def crash_on(monkeypatch, encoder, word: str) -> None:
+    """``encoder`` raises "encoder crashed" on a batch holding ``word`` and encodes every other batch as before."""
+    real = encoder.encode
+
+    def encode(texts, batch_size=64):
+        if any(word in t for t in texts):
+            raise RuntimeError("encoder crashed")
+        return real(texts, batch_size)
+
+    monkeypatch.setattr(encoder, "encode", encode)
