@@ -41,11 +41,9 @@ def refuse_declared_over(request: Any, limit: int, param: str) -> None:
 class LeanSerializer(serializers.Serializer):
     """A request serializer whose fields are shallow copies of the declared ones.
 
-    DRF deep-copies every declared field (re-running each one's ``__init__``, nested serializers
-    included) for every serializer instance, so that a view may change its instance's fields; that was
-    ~10% of the web process's CPU for a chat request. The hot request serializers change no field, and
-    binding sets only the copy's own attributes (name, parent, label, source), so a shallow copy of the
-    never-bound declared field is enough. Nested serializers (a ``ListField``'s child) are then shared
+    DRF deep-copies every declared field for every serializer instance (a measurable share of a chat
+    request's CPU, docs/EVALUATIONS.md); the hot request serializers change no field and binding sets
+    only the copy's own attributes, so a shallow copy is enough. Nested serializers are then shared
     between requests: fine for validation, which keeps no state on them.
     """
 

@@ -239,12 +239,9 @@ class OneThreadASGIHandler(ASGIHandler):
     def _respond(self, request):
         """The whole synchronous part of a request, in its thread: ``request_started``, the chain, and the close.
 
-        Django's handler crosses to the request's thread three times: to send ``request_started`` (its
-        receivers are synchronous), for the view, and to close the response (``request_finished``).
-        Each crossing is event-loop work and a wait for the GIL (``bench handler``: 1.12 -> 0.71 ms
-        of CPU a request). A complete (non-streaming) response is closed here, before its bytes are
-        sent: its content is already rendered. A streaming one is closed after its last chunk, as
-        Django does.
+        Django's handler crosses to the request's thread three times (``request_started``, the view, the
+        close), each crossing event-loop work and a wait for the GIL (``bench handler``, docs/EVALUATIONS.md).
+        A complete response is closed here, before its bytes are sent; a streaming one after its last chunk.
         """
         signals.request_started.send(sender=self.__class__, scope=request.scope)
         response = self.get_response(request)
