@@ -1,10 +1,7 @@
 """Greedy answers for many prompts at once, with one base model and its LoRA adapters. Pure: no Django.
 
-Prompts are built exactly as training builds them (``lora_examples.fit_prompt``: the chat template of
-``prompting.build_messages``, the last passages dropped first when the prompt is too long), grouped
-by adapter, sorted by length and run in left-padded batches so that padding stays small. The
-serving backend (``experts.generation.transformers``) answers one request at a time; evaluations
-answer thousands of questions, and a server batching concurrent requests can use this too.
+Prompts are built as training builds them (``lora_examples.fit_prompt``), grouped by adapter, sorted
+by length and run in left-padded batches; evaluations answer thousands of questions this way.
 """
 
 from __future__ import annotations

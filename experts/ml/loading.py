@@ -1,12 +1,9 @@
-"""The shared base LM and its LoRA adapters, from local files: found, checked against each other, loaded.
+"""The shared base LM and its LoRA adapters, from local files: found, checked against each other, loaded. Pure: no Django.
 
-``base_model`` converts the shipped GGUF into the folder ``BASE_MODEL`` names, once; this module finds
-that folder (or a hub id already in the local cache: the platform never downloads weights), loads its
-tokenizer and model on this machine's device (4-bit where QLoRA is usable, bfloat16 where it is
-native), and tells which base model an adapter was trained on, so that no adapter is served on
-another base model than its own.
-
-Pure ML code (torch, transformers): no Django.
+This finds the folder ``BASE_MODEL`` names (or a hub id already in the local cache: nothing is ever
+downloaded), loads its tokenizer and model on this machine's device (4-bit where QLoRA is usable,
+bfloat16 where native), and tells which base model an adapter was trained on, so no adapter is
+served on another.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""LoRA's examples as token ids: the prompt a model is shown, fitted to its room, and the answer it learns.
+"""LoRA's examples as token ids: the prompt a model is shown, fitted to its room, and the answer it learns. Pure: no Django.
 
-Training, the held-out evaluation and generation all build a prompt here (``prompting.build_messages``
-through the tokenizer's chat template), so the model is shown at serving time exactly what it was
-trained on. A prompt too long for its room loses its least relevant passages first.
-
-Pure ML code (torch, transformers' tokenizers): no Django.
+Training, the held-out evaluation and generation all build a prompt here, so serving shows the model
+what it was trained on; a prompt too long for its room loses its least relevant passages first.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Training targets from gold answers: the answer, cited to the retrieved passage that holds it. Pure: no Django.
 
-Where the data carries a gold answer (doc2dial's ``answer`` is a span of the grounding document),
-an adapter should learn to give that answer from the passages retrieval finds, citing the passage
-it came from. A gold answer that none of the passages holds would teach the adapter to state facts
-that are not in front of it, so such questions are skipped, as weak retrievals are.
+A gold answer none of the passages holds would teach the adapter to state facts not in front of it,
+so such questions are skipped, as weak retrievals are.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A tiny causal language model built from a config, for tests and laptops without model weights.
 
-The model hubs are unreachable from the machines this runs on, so tests (and a first try of the
-``transformers`` backend) use a Llama-architecture model with random weights and a byte-level BPE
-tokenizer trained locally on a handful of texts. It is saved with ``save_pretrained`` so both
-transformers (``AutoModelForCausalLM.from_pretrained(DIR)``) and vLLM (``--model DIR``) load it.
+A Llama-architecture model with random weights and a byte-level BPE tokenizer trained locally on a
+few texts, saved with ``save_pretrained`` so transformers and vLLM (``--model DIR``) both load it.
 """
 
 from __future__ import annotations

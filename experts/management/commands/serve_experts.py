@@ -1,14 +1,10 @@
 """``manage.py serve_experts``: start (or print) the vLLM server for the experts' active adapters.
 
-The command line is built from the database: every active expert whose active version has an
-adapter becomes one ``--lora-modules NAME=PATH`` (NAME is ``<slug>-v<version>``, what the vllm
-generator sends as ``model``). It refuses, saying which expert is at fault, when an adapter folder
-is missing or an adapter was trained on another base model than ``BASE_MODEL``: vLLM serves one
-base model, and an adapter trained on another would load and answer garbage.
-
-``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` is set so new versions can be registered without a
-restart (``POST /api/v1/experts/<slug>/adapter/register``). ``VLLM_API_KEY``, when set, reaches
-vLLM through the environment (vLLM reads the same variable), never through the printed command.
+Every active expert whose active version has an adapter becomes one ``--lora-modules NAME=PATH``
+(NAME ``<slug>-v<version>``, what the vllm generator sends as ``model``). It refuses, naming the expert,
+a missing adapter folder or an adapter trained on another base model than ``BASE_MODEL``. It sets
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (new versions register without a restart); ``VLLM_API_KEY``
+reaches vLLM through the environment, never the printed command.
 """
 
 from __future__ import annotations
