@@ -38,6 +38,14 @@ def make(slug: str, cache, clock: Clock) -> CircuitBreaker:
     return CircuitBreaker(slug, cache=cache, policy=POLICY, clock=clock)
 
 
+@pytest.fixture
+def tripped(cache, clock) -> CircuitBreaker:
+    """dmv's breaker, opened by three timeouts at the clock's start."""
+    breaker = make("dmv", cache, clock)
+    trip(breaker, "generator_timeout")
+    return breaker
+
+
 def trip(breaker: CircuitBreaker, kind: str) -> None:
     """Three failures in a row: POLICY opens the breaker."""
     for _ in range(POLICY.failures):
@@ -109,51 +117,43 @@ def test_after_the_reset_period_exactly_one_probe_is_allowed_across_processes(ca
     assert second.state == "half_open"
 
 
-def test_a_successful_probe_closes_the_breaker(cache, clock):
-    breaker = make("dmv", cache, clock)
-    trip(breaker, "generator_timeout")
+def test_a_successful_probe_closes_the_breaker(tripped, clock):
     clock.now += 30
-    assert breaker.allow() is True
-    breaker.record_success()
-    assert breaker.state == "closed"
-    assert breaker.allow() is True
-    assert breaker.snapshot()["failures"] == 0
+    assert tripped.allow() is True
+    tripped.record_success()
+    assert tripped.state == "closed"
+    assert tripped.allow() is True
+    assert tripped.snapshot()["failures"] == 0
     # It takes the full threshold again to re-open.
-    breaker.record_failure("generator_timeout")
-    assert breaker.state == "closed"
+    tripped.record_failure("generator_timeout")
+    assert tripped.state == "closed"
 
 
-def test_a_failed_probe_reopens_for_another_reset_period(cache, clock):
-    breaker = make("dmv", cache, clock)
-    trip(breaker, "generator_timeout")
+def test_a_failed_probe_reopens_for_another_reset_period(tripped, clock):
     clock.now += 30
-    assert breaker.allow() is True
-    breaker.record_failure("generator_unavailable")
-    assert breaker.state == "open"
-    assert breaker.snapshot()["opened_at"] == clock.now
+    assert tripped.allow() is True
+    tripped.record_failure("generator_unavailable")
+    assert tripped.state == "open"
+    assert tripped.snapshot()["opened_at"] == clock.now
     clock.now += 29
-    assert breaker.allow() is False
+    assert tripped.allow() is False
     clock.now += 1
-    assert breaker.allow() is True
+    assert tripped.allow() is True
 
 
-def test_a_probe_that_never_reports_back_is_replaced_after_the_probe_timeout(cache, clock):
-    breaker = make("dmv", cache, clock)
-    trip(breaker, "generator_timeout")
+def test_a_probe_that_never_reports_back_is_replaced_after_the_probe_timeout(tripped, clock):
     clock.now += 30
-    assert breaker.allow() is True  # this probe's process dies
+    assert tripped.allow() is True  # this probe's process dies
     clock.now += 9
-    assert breaker.allow() is False
+    assert tripped.allow() is False
     clock.now += 1
-    assert breaker.allow() is True
-    assert breaker.allow() is False
+    assert tripped.allow() is True
+    assert tripped.allow() is False
 
 
-def test_a_late_success_from_before_the_opening_does_not_close_it(cache, clock):
-    breaker = make("dmv", cache, clock)
-    trip(breaker, "generator_timeout")
-    breaker.record_success()
-    assert breaker.state == "open"
+def test_a_late_success_from_before_the_opening_does_not_close_it(tripped, clock):
+    tripped.record_success()
+    assert tripped.state == "open"
 
 
 def test_breakers_are_per_expert(cache, clock):
@@ -163,11 +163,9 @@ def test_breakers_are_per_expert(cache, clock):
     assert ssa.allow() is True
 
 
-def test_reset_closes_it_by_hand(cache, clock):
-    breaker = make("dmv", cache, clock)
-    trip(breaker, "generator_timeout")
-    breaker.reset()
-    assert breaker.state == "closed"
+def test_reset_closes_it_by_hand(tripped, clock):
+    tripped.reset()
+    assert tripped.state == "closed"
 
 
 def test_a_bad_policy_is_refused():
