@@ -59,7 +59,7 @@ def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, l
     follow_up = np.array([bool(q.get("context")) for q in questions])
     for arm, model in ARMS.items():
         t0 = time.perf_counter()
-        ndcg, recall, retrieve_ms, gold_expert = [], [], [], []
+        ndcg, recall, retrieve_ms, gold_expert, refused = [], [], [], [], []
         for q in questions:
             named = model or (loaded.flat if arm == "flat" else loaded.experts[q["domain"]])
             got = scored(ask(q, named), q, external, loaded.experts[q["domain"]])
@@ -68,13 +68,17 @@ def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, l
             recall.append(recall_at_k(ranked, gold))
             retrieve_ms.append(got.retrieve_ms)
             gold_expert.append(got.expert == got.gold_expert)
+            refused.append(not got.documents)  # no expert answered (the router placed the question with none): nothing retrieved
         per_question[arm] = ndcg
         report[arm] = {"hybrid": {"ndcg@5": round(float(np.mean(ndcg)), 4), "recall@5": round(float(np.mean(recall)), 4)},
-                       "retrieve_p50_ms": round(float(np.median(retrieve_ms)), 1), "answering_expert_is_gold": round(float(np.mean(gold_expert)), 4)}
+                       "retrieve_p50_ms": round(float(np.median(retrieve_ms)), 1), "answering_expert_is_gold": round(float(np.mean(gold_expert)), 4),
+                       # Questions nothing was retrieved for (every one of them is answerable here), and nDCG@5 on the others.
+                       "nothing_retrieved": round(float(np.mean(refused)), 4),
+                       "ndcg@5_where_retrieved": round(float(np.mean([n for n, r in zip(ndcg, refused, strict=True) if not r])), 4) if not all(refused) else None}
         report[arm]["by_turn"] = {part: round(float(np.mean(np.array(ndcg)[mask])), 4) if mask.any() else None
                                   for part, mask in (("first", ~follow_up), ("follow_up", follow_up))}
         say(f"  {arm:12s} recall@5 {report[arm]['hybrid']['recall@5']:.3f}  nDCG@5 {report[arm]['hybrid']['ndcg@5']:.3f}  "
-            f"retrieval p50 {report[arm]['retrieve_p50_ms']} ms  ({time.perf_counter() - t0:.0f} s)")
+            f"retrieval p50 {report[arm]['retrieve_p50_ms']} ms  nothing retrieved {report[arm]['nothing_retrieved']:.3f}  ({time.perf_counter() - t0:.0f} s)")
     report["paired"] = {}
     for arm in ("routed_top1", "routed_top2", "oracle"):
         mean, se = paired_difference(per_question[arm], per_question["flat"])

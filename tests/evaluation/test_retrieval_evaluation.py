@@ -38,9 +38,11 @@ def test_every_arm_is_asked_through_the_chat_path_and_judged_by_the_qrels(tmp_pa
         assert 0.0 <= figures["recall@5"] <= 1.0
         assert report[arm]["retrieve_p50_ms"] >= 0.0
         assert set(report[arm]["by_turn"]) == {"first", "follow_up"}
+        assert 0.0 <= report[arm]["nothing_retrieved"] <= 1.0
     # The gold expert's collection holds only its own four documents, the relevant one among them.
     assert report["oracle"]["hybrid"]["recall@5"] == 1.0
     assert report["oracle"]["answering_expert_is_gold"] == 1.0
+    assert (report["oracle"]["nothing_retrieved"], report["oracle"]["ndcg@5_where_retrieved"]) == (0.0, report["oracle"]["hybrid"]["ndcg@5"])
     paired = report["paired"]["routed_top2 - flat"]
     assert paired["n"] == 16
     assert paired["ndcg@5"] == pytest.approx(report["routed_top2"]["hybrid"]["ndcg@5"] - report["flat"]["hybrid"]["ndcg@5"], abs=2e-4)
