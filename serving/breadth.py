@@ -26,7 +26,7 @@ ONE, BOTH, CLARIFY = "one", "both", "clarify"
 CLOSE = 0.25  # the runner-up's probability over the first's, at least: the router cannot tell the two apart
 STRONG_MATCH = 0.53  # both experts' documents match at least this well (best dense cosine): each answers its part
 MATCH_GAP = 0.02  # the two experts' best matches differ by at most this: the documents do not settle it either
-PART_WORDS = 40  # each part of a two-expert answer: together about one answer's length (experts.ml.extractive.ANSWER_WORDS 80)
+PART_WORDS = 40  # each part of a two-expert answer: together about one answer's length (experts.ml.extractive.ANSWER_WORDS)
 CLARIFY_LEAD = "Which do you mean"  # how a clarifying question starts: a client sends it back in its messages
 _SLUG = re.compile(r"\(([A-Za-z0-9_-]+)\)")
 

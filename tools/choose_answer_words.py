@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-BUDGETS = (0, 30, 45, 60, 80)
+BUDGETS = (0, 30, 45, 50, 55, 60, 80)
 MEAN_WORDS_CAP = 60
 
 

@@ -57,7 +57,7 @@ def test_every_scored_answer_is_what_the_chat_api_returns_for_the_same_messages(
             assert key in figures
         assert figures["n"] == 16
     assert report["results"]["oracle"]["extractive"]["expert_is_gold"] == 1.0
-    assert report["results"]["oracle"]["extractive"]["f1"] > 0.3  # the gold expert's documents hold every answer
+    assert report["results"]["oracle"]["extractive"]["recall"] > 0.6  # the gold expert's documents hold every answer, and the answer holds most of it
     assert set(report["paired"]) == {"auto/extractive - flat/extractive", "auto/extractive - oracle/extractive"}
 
     rows = [json.loads(line) for line in answers_file.read_text().splitlines()]

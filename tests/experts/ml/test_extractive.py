@@ -141,17 +141,26 @@ def test_packed_vectors_round_trip_in_half_precision_and_bad_input_is_refused():
     assert unpack_vectors("not base64!", 8) is None
 
 
-def test_the_best_sentence_is_completed_by_the_ones_after_it_within_the_word_budget(encoder):
-    page = [Passage(text="Renewal costs 64 dollars for a licence. Pay by card or cheque at the office. Bring your old licence with you. "
-                         "Offices open at nine on weekdays.", title="Renewals", score=0.7)]
-    question = "How much does licence renewal cost?"
+def test_the_best_sentence_is_completed_by_the_next_best_ones_that_fit_each_once_in_page_order(encoder):
+    page = [Passage(text="Renewal costs 64 dollars for a licence. Offices open at nine on weekdays. Parking is free behind the building. "
+                         "You can pay the renewal fee by card or cheque.", title="Renewals", score=0.7),
+            Passage(text="A licence is valid for eight years. Renewal costs 64 dollars for a licence.", title="Licences", score=0.6)]
+    question = "How much does licence renewal cost and can I pay by card?"
 
     alone = extractive_answer(question, page, encoder.encode, max_sentences=1)
     completed = extractive_answer(question, page, encoder.encode, max_sentences=1, max_words=20)
+    longer = extractive_answer(question, page, encoder.encode, max_sentences=1, max_words=30)
 
-    assert alone.text == "Renewal costs 64 dollars for a licence. [1]"
-    assert completed.text == "Renewal costs 64 dollars for a licence. Pay by card or cheque at the office. [1]"  # a third sentence would pass 20 words
+    assert alone.text == "You can pay the renewal fee by card or cheque. [1]"
+    # The runner-up sentence fills the answer up, and it reads in the page's order, one citation mark for the passage.
+    assert completed.selection["runner_up"]["text"] == "Renewal costs 64 dollars for a licence."
+    assert completed.text == "Renewal costs 64 dollars for a licence. You can pay the renewal fee by card or cheque. [1]"
     assert completed.selection["completed_with"] == 1
+    # Within 30 words: the second passage's copy of the fee sentence is quoted once, a sentence too long to fit is passed over.
+    assert longer.text.count("Renewal costs 64 dollars") == 1
+    assert len(longer.text.replace("[1]", "").replace("[2]", "").split()) <= 30
+    assert longer.text.endswith("[2]")
+    assert [c.title for c in longer.citations] == ["Renewals", "Licences"]
 
 
 def test_a_navigation_menu_is_never_quoted_even_when_it_matches_best(encoder):
