@@ -379,14 +379,15 @@ TRAIN_JOB_KEY = "train_router"
 
 
 def enqueue_training(params: dict[str, Any], user: Any) -> Job:
-    """Enqueue a router training with ``params`` (``routing.forms.TrainRouterForm``'s, ``activation`` among them) for a staff ``user``.
+    """Enqueue a router training with ``params`` (``routing.forms.TrainRouterForm``'s, ``activation`` among them) for a staff
+    ``user``, or with no user for the platform itself (``manage.py experts train``, a schedule).
 
     Raises:
         PermissionDenied: ``user`` is not staff (a router serves every team).
     """
     from . import tasks  # tasks import this module
 
-    if not is_staff(user):
+    if user is not None and not is_staff(user):
         raise PermissionDenied("Only staff users may train the router.")
     return enqueue_once("train_router", TRAIN_JOB_KEY, "Train router", tasks.train_router, params, user=user)
 
