@@ -112,12 +112,11 @@ class _ChunkSentences:
 # of the top three passages of doc2dial's train questions (``sentence_scorer``, ``manage.py evaluate sentences``).
 MAX_PASSAGES = 3
 # The extractive answer's length: its best sentence, then the scorer's next best sentences of the passages it read
-# (each once, any passage) that still fit, while the answer stays within this many words (``complete``; 0: the best
-# sentence alone). Rule and bound chosen on doc2dial's validation split by recall, through the product (auto, 417
-# questions): the largest bound whose mean answer stays within 60 words. The earlier rule (the sentences after the best
-# one in its passage, at 80 words) had recall 0.490 at a mean of 57.6 words; this one 0.471 at 45, 0.488 at 50, 0.498
-# at 55 (mean 57.6), 0.517 at 60 (mean 62.5, over the cap). The two are level on validation; demo/questions.jsonl (not
-# used to choose) shows the difference a person sees: fully answered 0.262 -> 0.381 (docs/EVALUATIONS.md).
+# (each once, any passage, no question) that still fit, while the answer stays within this many words (``complete``;
+# 0: the best sentence alone). Rule and bound chosen on doc2dial's validation split by recall, through the product
+# (tools/choose_answer_words.py: auto, 417 questions): the largest bound whose mean answer stays within 60 words.
+# Recall 0.383 at 0 words, 0.472 at 45, 0.489 at 50, 0.506 at 55 (mean 56.3 words), 0.523 at 60 (mean 60.6, over).
+# The earlier rule (the sentences after the best one in its passage, at 80 words) had 0.490 at a mean of 57.6.
 ANSWER_WORDS = 55
 # The scorer's first sentences the reader (``experts.ml.reader``), when given, re-orders: the best size on doc2dial's
 # validation split (``manage.py train_reader --train-limit 800``, gold-document candidates: the reader's pick F1 with
