@@ -18,7 +18,8 @@ from evaluation.workspace import FLAT, history
 from tests.factories import make_key
 from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
-RECALL_FLOOR = 0.50  # today: 0.521 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
+RECALL_FLOOR = 0.50  # today: 0.517 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
+FULLY_ANSWERED_FLOOR = 0.33  # today: 0.369, demo/questions.jsonl through auto in the same workspace (target 0.7)
 
 
 @pytest.fixture
@@ -129,4 +130,5 @@ def test_on_doc2dial_the_replayed_answers_hold_their_floors():
     assert auto["expert_is_gold"] >= 0.85
     for arm in ("flat", "oracle"):
         assert abs(report["results"][arm]["extractive"]["recall"] - auto["recall"]) < 0.05, arm
-    print("demo questions fully answered:", auto.get("questions", {}).get("fully_answered"))
+    print("demo questions fully answered:", auto["questions"]["fully_answered"])
+    assert auto["questions"]["fully_answered"] >= FULLY_ANSWERED_FLOOR
