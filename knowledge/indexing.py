@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from encoders import embedding_space, get_encoder
+from experts.ml.extractive import set_aside_share
 from experts.models import Expert
 from jobs.services import JobReporter
 
@@ -62,6 +63,11 @@ def _points(expert: Expert, documents: list[Document], seconds: dict[str, float]
     return points, errors
 
 
+def _set_aside(points: list[PointRecord]) -> float:
+    """The share of a document's indexed text no answer quotes (``extractive.set_aside_share`` over its chunks)."""
+    return set_aside_share([str(p.payload.get("text") or "") for p in points])
+
+
 def _add_seconds(seconds: dict[str, float], phase: str, started: float) -> None:
     seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - started
 
@@ -95,7 +101,8 @@ def index_documents(expert: Expert, documents: list[Document], seconds: dict[str
         for document in documents:
             if document.pk in batch:
                 # Only marks the version that was indexed: a newer upload stays pending.
-                Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(chunk_count=len(batch[document.pk]), indexed_at=now, index_error="")
+                Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(
+                    chunk_count=len(batch[document.pk]), set_aside=_set_aside(batch[document.pk]), indexed_at=now, index_error="")
     _add_seconds(seconds, "write", started)
     return sum(len(points) for points in batch.values())
 
@@ -144,7 +151,7 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
     reporter = reporter or JobReporter()
     documents = list(Document.objects.filter(expert=expert).order_by("pk"))
     points: list[PointRecord] = []
-    embedded: dict[int, tuple[str, int]] = {}
+    embedded: dict[int, tuple[str, int, float]] = {}
     seconds: dict[str, float] = {}
     for start in range(0, len(documents), INDEX_BATCH):
         part = documents[start : start + INDEX_BATCH]
@@ -154,7 +161,7 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
             Document.objects.filter(pk=pk).update(index_error=f"rebuild stopped here, the previous collection keeps serving: {exc.__class__.__name__}: {exc}"[:2000])
             raise exc
         for document in part:
-            embedded[document.pk] = (document.content_hash, len(batch[document.pk]))
+            embedded[document.pk] = (document.content_hash, len(batch[document.pk]), _set_aside(batch[document.pk]))
             points.extend(batch[document.pk])
         reporter.progress(0.9 * (start + len(part)) / max(1, len(documents)), f"embedded {start + len(part)}/{len(documents)} documents")
     started = time.perf_counter()
@@ -163,8 +170,8 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
     _record_model(expert, built=True)
     now = timezone.now()
     stale = 0
-    for pk, (digest, n) in embedded.items():
-        if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, indexed_at=now, index_error=""):
+    for pk, (digest, n, aside) in embedded.items():
+        if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, set_aside=aside, indexed_at=now, index_error=""):
             stale += 1
             Document.objects.filter(pk=pk).update(indexed_at=None)
     follow_up = _index_pending_documents(expert, reporter, INDEX_BATCH) if stale else {"documents": 0}

@@ -15,6 +15,8 @@ class Document(models.Model):
     text = models.TextField()
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    set_aside = models.FloatField(null=True, blank=True, help_text="Share of the indexed text an answer never quotes (menus, link lists, tag "
+                                  "clouds: experts.ml.extractive.set_aside_share); searchable all the same. Empty: not indexed since.")
     indexed_at = models.DateTimeField(null=True, blank=True)
     index_error = models.TextField(blank=True, help_text="Why the current version could not be indexed (the previous one keeps serving).")
     created_at = models.DateTimeField(auto_now_add=True)

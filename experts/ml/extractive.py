@@ -100,6 +100,20 @@ def word_set(text: str) -> set[str]:
     return {t for t in _WORD.findall(text.lower()) if t not in _STOP}
 
 
+def set_aside_share(chunks: list[str]) -> float:
+    """The share of ``chunks``' characters an answer never quotes: whole menus (``junk.looks_like_menu``) and, in the
+    other chunks, the sentences that are link lists, tag clouds or run-together titles (``junk.looks_like_junk``).
+    What the console shows per document; 0.0 for no text."""
+    total = aside = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if looks_like_menu(chunk):
+            aside += len(chunk)
+        else:
+            aside += sum(len(sentence) for sentence in split_sentences(chunk) if looks_like_junk(quoted(sentence)))
+    return round(aside / total, 4) if total else 0.0
+
+
 @dataclass(frozen=True)
 class _ChunkSentences:
     sentences: list[str]

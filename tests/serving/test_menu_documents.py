@@ -12,6 +12,7 @@ import json
 import pytest
 from django.core.cache import caches
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from experts.generation import get_generator
@@ -73,6 +74,19 @@ def test_the_menus_are_indexed_and_found_by_search(dmv):
     assert all(d.indexed_at is not None and d.chunk_count >= 1 for d in documents.values())
     found = {h.payload["document_id"] for h in search.search_expert(dmv, "renew driving licence online", limit=10)}
     assert {documents[name].pk for name in MENUS} & found  # searchable: a menu's words still lead to its site's pages
+
+
+def test_each_document_says_how_much_of_it_no_answer_quotes_and_the_console_shows_it(dmv, client, owner):
+    shares = dict(Document.objects.filter(expert=dmv).values_list("external_id", "set_aside"))
+    assert shares["renew.txt"] == 0.0
+    assert all(shares[name] >= 0.9 for name in MENUS), shares
+
+    client.force_login(owner)
+    html = client.get(reverse("knowledge-expert", args=["dmv"])).content.decode()
+    page = Document.objects.get(expert=dmv, external_id="renew.txt")
+    menu = Document.objects.get(expert=dmv, external_id="menu.md")
+    assert f'<td class="num" id="set-aside-{page.pk}">none</td>' in html
+    assert f'<td class="num" id="set-aside-{menu.pk}">{round(menu.set_aside * 100)}%</td>' in html
 
 
 @pytest.mark.parametrize("question", QUESTIONS)
