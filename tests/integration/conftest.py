@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Settings that would leak the caller's deployment into the test's own.
 SCRUBBED = ("DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "QDRANT_URL", "QDRANT_PATH", "ROUTER_DIR", "DEMO_DIR", "VAR_DIR")
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432")
 
 
 @pytest.fixture
@@ -92,6 +93,33 @@ def _wait_for_job(db_path: Path, job_id: int, worker: subprocess.Popen, log: Pat
             pytest.fail(f"the worker exited with {worker.returncode} while job {job_id} was {status}:\n{log.read_text()[-4000:]}")
         time.sleep(0.5)
     pytest.fail(f"job {job_id} still {status} after {timeout:.0f} s; worker log:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def postgres_database():
+    """``postgres_database()``: the URL of a fresh, empty database on the server at POSTGRES_URL.
+
+    Every database made is dropped at teardown; the test is skipped when the server is unreachable.
+    """
+    import psycopg
+
+    try:
+        admin = psycopg.connect(f"{POSTGRES_URL}/postgres", autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL unreachable at {POSTGRES_URL}: {str(exc).strip()}")
+    names: list[str] = []
+
+    def create() -> str:
+        names.append(f"switchboard_test_{uuid.uuid4().hex[:12]}")
+        admin.execute(f'CREATE DATABASE "{names[-1]}"')
+        return f"{POSTGRES_URL}/{names[-1]}"
+
+    try:
+        yield create
+    finally:
+        for name in names:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
 
 
 @pytest.fixture
