@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 
 from experts.generation import GenerationRequest
+from sbcommon.lazy import ProcessSingleton
 
 
 @dataclass(frozen=True)
@@ -86,22 +87,14 @@ class AnswerCache:
         return len(self._entries)
 
 
-_cache: AnswerCache | None = None
-_cache_lock = threading.Lock()
+_cache = ProcessSingleton(lambda: AnswerCache(settings.ANSWER_CACHE_SIZE))
 
 
 def get_cache() -> AnswerCache:
     """The process's answer cache, made on first use from ``ANSWER_CACHE_SIZE``."""
-    global _cache
-    if _cache is None:
-        with _cache_lock:
-            if _cache is None:
-                _cache = AnswerCache(settings.ANSWER_CACHE_SIZE)
-    return _cache
+    return _cache.get()
 
 
 def reset() -> None:
     """Forget the cache (tests; a settings change)."""
-    global _cache
-    with _cache_lock:
-        _cache = None
+    _cache.reset()

@@ -24,6 +24,7 @@ from django.db import connections, transaction
 
 from routing.models import RoutingEvent
 from routing.retention import purge_old_events as purge_old_events  # its public name here too (tests, scripts)
+from sbcommon.lazy import ProcessSingleton
 
 from . import metrics
 
@@ -246,20 +247,19 @@ class EventWriter:
         return len(failed)
 
 
-_writer: EventWriter | None = None
-_writer_lock = threading.Lock()
+def _make_writer() -> EventWriter:
+    writer = EventWriter(flush_ms=settings.EVENTS_FLUSH_MS, batch_size=settings.EVENTS_BATCH_SIZE,
+                         buffer_max=settings.EVENTS_BUFFER_MAX)
+    atexit.register(writer.close)
+    return writer
+
+
+_writer = ProcessSingleton(_make_writer)
 
 
 def get_writer() -> EventWriter:
     """The process's event writer, made on first use from the EVENTS_* settings."""
-    global _writer
-    if _writer is None:
-        with _writer_lock:
-            if _writer is None:
-                _writer = EventWriter(flush_ms=settings.EVENTS_FLUSH_MS, batch_size=settings.EVENTS_BATCH_SIZE,
-                                      buffer_max=settings.EVENTS_BUFFER_MAX)
-                atexit.register(_writer.close)
-    return _writer
+    return _writer.get()
 
 
 def record(**fields: Any) -> None:
@@ -282,13 +282,14 @@ def defer(row: Any, write: Callable[[list[Any]], None], written: Callable[[list[
 
 def buffered() -> int:
     """Events (and deferred rows) waiting to be written in this process."""
-    return len(_writer) if _writer is not None else 0
+    writer = _writer.value
+    return len(writer) if writer is not None else 0
 
 
 def flush() -> None:
     """Write any buffered events now (tests, bench and shutdown call this)."""
-    if _writer is not None:
-        _writer.flush()
+    if (writer := _writer.value) is not None:
+        writer.flush()
 
 
 def shutdown() -> None:
@@ -297,8 +298,8 @@ def shutdown() -> None:
     At-exit hooks are not enough: uvicorn re-raises the SIGTERM it handled once it has stopped,
     which kills the process without running them. Events recorded later are written in the caller.
     """
-    if _writer is not None:
-        _writer.close()
+    if (writer := _writer.value) is not None:
+        writer.close()
 
 
 metrics.EVENTS_BUFFERED.set_function(buffered)

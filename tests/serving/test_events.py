@@ -91,7 +91,7 @@ def test_record_returns_before_the_write_and_the_thread_bulk_writes(settings, mo
         RoutingEvent.objects.bulk_create(batch)
 
     writer = EventWriter(counting_write, flush_ms=50, batch_size=100)
-    monkeypatch.setattr(events, "_writer", writer)
+    monkeypatch.setattr(events._writer, "value", writer)
     for i in range(20):
         events.record(**fields(i))
     deadline = time.monotonic() + 10
@@ -171,7 +171,7 @@ def test_the_asgi_lifespan_shutdown_writes_the_buffered_events(settings, monkeyp
     settings.EVENTS_SYNC = False
     write = FlakyWrite()
     writer = EventWriter(write, flush_ms=60_000, batch_size=100)  # nothing written before shutdown but for it
-    monkeypatch.setattr(events, "_writer", writer)
+    monkeypatch.setattr(events._writer, "value", writer)
     events.record(**fields(7))
     assert write.batches == []
 

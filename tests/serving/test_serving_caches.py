@@ -59,7 +59,7 @@ def test_clear_serving_caches_forgets_queryset_updates_too(ttl):
 def behind(settings, monkeypatch):
     settings.EVENTS_SYNC = False
     writer = EventWriter(flush_ms=60_000, background=False)
-    monkeypatch.setattr(events, "_writer", writer)
+    monkeypatch.setattr(events._writer, "value", writer)
     yield writer
     conversations._pending.clear()
 
