@@ -370,12 +370,8 @@ class TransformersGenerator:
 
         if self._weak(request):
             return Answer(text=NOT_FOUND, citations=[], grounded=False)
-        budget = self._budget(request)
-        deadline = time.monotonic() + budget
-        shown = self.prompt_passages(request)
-        if self._selects(request):
-            with self.queue.hold(budget):
-                chosen = self._select(request, shown, deadline, budget)
+        budget, deadline, shown, chosen = self._start(request)
+        if chosen is not None:
             return chosen_answer(request, chosen, max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph, min_score=self.min_score)
         with self.queue.hold(budget):
             model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
@@ -394,6 +390,17 @@ class TransformersGenerator:
     def _parse(self, request: GenerationRequest, text: str) -> Answer:
         return parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score,
                             question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
+
+    def _start(self, request: GenerationRequest) -> tuple[float, float, list[Passage], Selected | None]:
+        """The request's time budget, its deadline, the passages its prompt shows, and, where its decoding
+        selects among candidate answers, the chosen one (the queue held for it; None: decode freely)."""
+        budget = self._budget(request)
+        deadline = time.monotonic() + budget
+        shown = self.prompt_passages(request)
+        if not self._selects(request):
+            return budget, deadline, shown, None
+        with self.queue.hold(budget):
+            return budget, deadline, shown, self._select(request, shown, deadline, budget)
 
     def _selects(self, request: GenerationRequest) -> bool:
         return selects(self.decoding, request)
@@ -450,12 +457,8 @@ class TransformersGenerator:
             yield NOT_FOUND
             yield Answer(text=NOT_FOUND, citations=[], grounded=False)
             return
-        budget = self._budget(request)
-        deadline = time.monotonic() + budget
-        shown = self.prompt_passages(request)
-        if self._selects(request):
-            with self.queue.hold(budget):
-                chosen = self._select(request, shown, deadline, budget)
+        budget, deadline, shown, chosen = self._start(request)
+        if chosen is not None:
             yield from stream_chosen(request, chosen, max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph, min_score=self.min_score)
             return
         self.queue.acquire(budget)
