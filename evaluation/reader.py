@@ -25,7 +25,7 @@ from evaluation.datasets import stratified_sample
 from evaluation.workspace import Dataset
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import MAX_PASSAGES, ChunkSentenceCache, Passage, candidate_sentences, quoted
-from experts.ml.reader import LAYERS, MAX_LENGTH, TEMPERATURE, ReaderGroup, SentenceReader, fit_reader, pick
+from experts.ml.reader import LAYERS, LEARNING_RATE, MAX_LENGTH, TEMPERATURE, ReaderGroup, SentenceReader, fit_reader, pick
 from experts.ml.sentence_scorer import load_scorer
 
 Say = Callable[[str], Any]
@@ -98,7 +98,7 @@ def reader_figures(items: Sequence[Candidates], read: Callable[[str, list[str]],
 
 
 def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int | None = None, epochs: int = 1,
-                 lr: float = 4e-5, say: Say = print) -> dict[str, Any]:
+                 lr: float = LEARNING_RATE, say: Say = print) -> dict[str, Any]:
     """Build the candidates, fit the reader on the train split, save it in ``out`` and measure it (int8, as served)
     on validation and test next to the shipped scorer; returns the report, which ``out``'s ``reader.json`` also holds."""
     from django.conf import settings
@@ -121,8 +121,8 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
     fitted = fit_reader(groups, base_path, epochs=epochs, lr=lr, seed=SEED, say=say)
     report: dict[str, Any] = {
         "base": settings.EMBEDDING_MODEL, "layers": LAYERS, "max_length": MAX_LENGTH, "temperature": TEMPERATURE, "train_shortlist": TRAIN_SHORTLIST,
-        "dataset": dataset.name, "fit": fitted.report, "command": f"manage.py train_reader --dataset {dataset} --out {out}"
-                                                             + (f" --train-limit {train_limit}" if train_limit else "") + (f" --epochs {epochs}" if epochs != 1 else "") + (f" --lr {lr}" if lr != 4e-5 else ""),
+        "dataset": dataset.name, "fit": fitted.report, "rank_bias": [round(float(b), 4) for b in fitted.rank_bias], "command": f"manage.py train_reader --dataset {dataset} --out {out}"
+                                                             + (f" --train-limit {train_limit}" if train_limit else "") + (f" --epochs {epochs}" if epochs != 1 else "") + (f" --lr {lr}" if lr != LEARNING_RATE else ""),
         "candidates": "the gold document's chunks (product chunking), the first three by cosine, ordered by the shipped scorer",
     }
     fitted.save(out, report)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from experts.ml.reader import LEARNING_RATE
+
 
 class Command(BaseCommand):
     requires_system_checks: list[str] = []  # a training job needs no URL or admin checks
@@ -20,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", default=None, help="folder to write the reader to (default: VAR_DIR/models/reader, where the extractive answer reads it)")
         parser.add_argument("--train-limit", type=int, default=None, help="train questions (stratified by domain; default: all)")
         parser.add_argument("--epochs", type=int, default=1)
-        parser.add_argument("--lr", type=float, default=4e-5, help="AdamW's peak learning rate (default 4e-5)")
+        parser.add_argument("--lr", type=float, default=LEARNING_RATE, help=f"AdamW's peak learning rate for the layers (default {LEARNING_RATE})")
 
     def handle(self, *args, **options):
         import torch

@@ -75,11 +75,14 @@ def test_the_extractive_generator_falls_back_to_the_scorer_while_there_is_no_rea
 
 
 def test_a_reader_is_served_only_where_it_beats_the_scorer_on_validation():
-    report = {"figures": {"val": {"scorer": {"picked_f1": 0.365}, "reader": {"2": {"picked_f1": 0.38}, "5": {"picked_f1": 0.24}}},
-                          "test": {"scorer": {"picked_f1": 0.1}, "reader": {"5": {"picked_f1": 0.9}}}}}
+    report = {"figures": {"val": {"scorer": {"picked_f1": 0.365, "pick_is_best": 0.37},
+                                  "reader": {"2": {"picked_f1": 0.38, "pick_is_best": 0.39}, "3": {"picked_f1": 0.37, "pick_is_best": 0.37},
+                                             "5": {"picked_f1": 0.24, "pick_is_best": 0.5}}},
+                          "test": {"scorer": {"picked_f1": 0.1, "pick_is_best": 0.1}, "reader": {"4": {"picked_f1": 0.9, "pick_is_best": 0.9}}}}}
     assert wins_on_validation(report, 2)
+    assert not wins_on_validation(report, 3)  # a better F1, but the pick is the best sentence no more often
     assert not wins_on_validation(report, 5)
-    assert not wins_on_validation(report, 3)  # not measured at that size
+    assert not wins_on_validation(report, 4)  # not measured on validation at that size
     assert not wins_on_validation({"fit": {}}, 2)
 
 
@@ -93,6 +96,23 @@ def test_a_fitted_reader_round_trips_through_its_saved_files(tmp_path):
     loaded = SentenceReader.load(tmp_path, base, int8=False)
     sentences = ["Renewal costs 64 dollars.", "Offices open at nine."]
     assert loaded.report == {"test": True}
+    assert np.allclose(loaded.rank_bias, fitted.rank_bias)
+    assert fitted.rank_bias[0] > fitted.rank_bias[1]  # the first place was the right one here
     assert np.allclose(loaded.score(groups[0].question, sentences), fitted.score(groups[0].question, sentences), atol=0.02)  # float16 on disk
     with pytest.raises(ValueError, match="no question"):
         fit_reader([ReaderGroup("q", ["only one"], np.array([1.0]))], base)
+
+
+def test_an_untrained_readers_scores_differ_between_pairs_and_ignore_padding():
+    """The head reads the mean of the pair's token states: on the classification token (BERT's pooler) MiniLM gave every
+    pair the same logit, and the first readers never learnt; the padding of a batch must not move a pair's score."""
+    from encoders.model_files import DEFAULT_MODEL, resolve_model_path
+    from experts.ml.reader import _cross_encoder
+
+    encoder = _cross_encoder(resolve_model_path(DEFAULT_MODEL))
+    reader = SentenceReader(encoder.model, encoder.tokenizer)
+    sentences = ["Renewal costs 64 dollars.", "Offices open at nine.", "You can renew your driver licence online at any time of the day or night."]
+    together = reader.score(QUESTION, sentences)
+    alone = np.array([reader.score(QUESTION, [s])[0] for s in sentences])
+    assert np.allclose(together, alone, atol=1e-5)
+    assert np.ptp(together) > 1e-3
