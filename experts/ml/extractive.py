@@ -133,8 +133,8 @@ MAX_PASSAGES = 3
 # The earlier rule (the sentences after the best one in its passage, at 80 words) had 0.490 at a mean of 57.6.
 ANSWER_WORDS = 55
 # The scorer's first sentences the reader (``experts.ml.reader``), when given, re-orders: the best size on doc2dial's
-# validation split (``manage.py train_reader --train-limit 800``, gold-document candidates: the reader's pick F1 with
-# k = 2 0.309, 3 0.293, 5 0.243, against the scorer's own 0.365; that reader loses at every size and is not served).
+# validation split (``manage.py train_reader``, all train questions, gold-document candidates, int8: the reader's
+# pick F1 / pick is the best with k = 2 0.3705 / 37.4%, 3 and 5 0.3695 / 37.1%, against the scorer's own 0.365 / 37.1%).
 READER_SHORTLIST = 2
 # Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
 # figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.
@@ -351,10 +351,8 @@ def extractive_answer(
         read = np.asarray(reader(question, [r.text for r in head]))
         ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     added = complete(ranked, max_words) if max_words and max_sentences == 1 else []
-    # The best sentence's passage first, then the others; in each, the sentences in the page's order (a "Yes." before its
-    # detail), each passage cited once.
-    lead = ranked[0].passage
-    chosen = sorted([*ranked[:max_sentences], *added], key=lambda r: (r.passage != lead, r.passage, r.sentence))
+    # In the pages' order: a passage's sentences read as they were written, each passage cited once.
+    chosen = sorted([*ranked[:max_sentences], *added], key=lambda r: (r.passage, r.sentence))
     cited: list[int] = []
     pieces: list[tuple[int, list[str]]] = []  # (passage, its sentences quoted in a row): one citation mark each
     for r in chosen:
