@@ -351,8 +351,10 @@ def extractive_answer(
         read = np.asarray(reader(question, [r.text for r in head]))
         ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     added = complete(ranked, max_words) if max_words and max_sentences == 1 else []
-    # In the pages' order: a passage's sentences read as they were written, each passage cited once.
-    chosen = sorted([*ranked[:max_sentences], *added], key=lambda r: (r.passage, r.sentence))
+    # The best sentence's passage first, then the others; in each, the sentences in the page's order (a "Yes." before its
+    # detail), each passage cited once.
+    lead = ranked[0].passage
+    chosen = sorted([*ranked[:max_sentences], *added], key=lambda r: (r.passage != lead, r.passage, r.sentence))
     cited: list[int] = []
     pieces: list[tuple[int, list[str]]] = []  # (passage, its sentences quoted in a row): one citation mark each
     for r in chosen:

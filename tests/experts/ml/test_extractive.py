@@ -163,6 +163,16 @@ def test_the_best_sentence_is_completed_by_the_next_best_ones_that_fit_each_once
     assert [c.title for c in longer.citations] == ["Renewals", "Licences"]
 
 
+def test_the_best_sentences_passage_leads_the_answer_even_when_another_passage_was_retrieved_first(encoder):
+    first = Passage(text="Offices open at nine on weekdays. Parking is free behind the building.", title="Offices", score=0.8)
+    second = Passage(text="Renewal costs 64 dollars for a licence.", title="Renewals", score=0.6)
+
+    answer = extractive_answer("How much does licence renewal cost?", [first, second], encoder.encode, max_sentences=1, max_words=30)
+
+    assert answer.text.startswith("Renewal costs 64 dollars for a licence. [1]")
+    assert answer.citations[0].title == "Renewals"
+
+
 def test_a_navigation_menu_is_never_quoted_even_when_it_matches_best(encoder):
     menu = "Renew licence Online Services Renewal Fees Licence Renewal Forms Contact Us About Renewal Offices"
     page = [Passage(text=f"{menu}\n\nRenewal of a licence costs 64 dollars in any office.", title="Renewals", score=0.7)]
