@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from experts.ml.citations import CitationStream
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.lora_examples import Example
 from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, STOP_AT_PARAGRAPH, build_messages, parse_answer
@@ -117,8 +117,7 @@ class VllmGenerator:
             return
         payload = self.payload(request, stream=True)
         parts: list[str] = []
-        shown = min(len(request.passages), self.max_passages)
-        markers = MarkerRenumberer(shown, request.citation_format)
+        markers = CitationStream(request.passages[: self.max_passages], request.citation_format)
         for attempt in range(self.retries + 1):
             try:
                 with self._client.stream("POST", "/v1/chat/completions", json=payload) as response:
@@ -493,46 +492,3 @@ def _sse_deltas(lines: Iterator[str]) -> Iterator[str]:
             yield text
     if not done:
         raise GenerationUnavailable("the vLLM server closed the stream before [DONE]")
-
-
-class MarkerRenumberer:
-    """Renumbers citation markers in streamed text the way ``parse_answer`` does the whole answer.
-
-    ``feed`` returns the text that can be shown now: everything except a tail that may still grow
-    into a marker (``[``, ``[1``...), which waits for the next delta.
-    """
-
-    def __init__(self, n_passages: int, citation_format: str = "[{index}]"):
-        before, _, after = citation_format.partition("{index}")
-        self.format = citation_format
-        self.n_passages = n_passages
-        self.order: list[int] = []
-        self.buffer = ""
-        self.pattern = re.compile(re.escape(before) + r"\s*(\d{1,3})\s*" + re.escape(after))
-        partial = [re.escape(before[:k]) for k in range(1, len(before) + 1)]
-        partial += [re.escape(before) + r"\s*\d{0,3}\s*" + re.escape(after[:k]) for k in range(len(after))]
-        self.partial = re.compile("(?:" + "|".join(partial) + ")") if before else None
-        self.longest = len(before) + len(after) + 8
-
-    def _renumber(self, match: re.Match[str]) -> str:
-        n = int(match.group(1))
-        if not 1 <= n <= self.n_passages:
-            return ""
-        if n not in self.order:
-            self.order.append(n)
-        return self.format.format(index=self.order.index(n) + 1)
-
-    def feed(self, delta: str) -> str:
-        self.buffer += delta
-        cut = len(self.buffer)
-        if self.partial is not None:
-            for i in range(max(0, len(self.buffer) - self.longest), len(self.buffer)):
-                if self.partial.fullmatch(self.buffer, i):
-                    cut = i
-                    break
-        ready, self.buffer = self.buffer[:cut], self.buffer[cut:]
-        return self.pattern.sub(self._renumber, ready)
-
-    def flush(self) -> str:
-        ready, self.buffer = self.buffer, ""
-        return self.pattern.sub(self._renumber, ready)
