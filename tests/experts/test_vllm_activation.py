@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -11,16 +10,9 @@ import pytest
 from experts import services
 from experts.generation.vllm import VllmGenerator
 from experts.models import Expert, ExpertVersion
+from tests.support.vllm import FakeVllm, replay
 
 pytestmark = pytest.mark.django_db
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
-
-
-def recorded(name: str) -> httpx.Response:
-    response = json.loads((FIXTURES / f"{name}.json").read_text())["response"]
-    if response["json"] is None:
-        return httpx.Response(response["status"], text=response["text"])
-    return httpx.Response(response["status"], json=response["json"])
 
 
 @pytest.fixture
@@ -41,23 +33,14 @@ def versions(tmp_path, settings) -> tuple[ExpertVersion, ExpertVersion]:
 
 
 def fake_vllm(monkeypatch, *responses) -> list[httpx.Request]:
-    queue, seen = list(responses), []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        item = queue.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    transport = httpx.MockTransport(handle)
-    monkeypatch.setattr("experts.generation.vllm.VllmGenerator", lambda: VllmGenerator("http://vllm.test", transport=transport, sleep=lambda s: None, retries=0))
-    return seen
+    server = FakeVllm(*responses)
+    monkeypatch.setattr("experts.generation.vllm.VllmGenerator", lambda: VllmGenerator("http://vllm.test", transport=server.transport(), sleep=lambda s: None, retries=0))
+    return server.requests
 
 
 def test_activation_loads_the_adapter_into_vllm_before_switching(monkeypatch, versions):
     v1, v2 = versions
-    seen = fake_vllm(monkeypatch, recorded("models"), recorded("load_lora_adapter"))
+    seen = fake_vllm(monkeypatch, replay("models"), replay("load_lora_adapter"))
     services.activate_version(v2)
     assert [r.url.path for r in seen] == ["/v1/models", "/v1/load_lora_adapter"]
     assert json.loads(seen[1].content) == {"lora_name": "dmv-v2", "lora_path": v2.adapter_path}
@@ -78,7 +61,7 @@ def test_vllm_down_refuses_the_activation_and_the_previous_version_keeps_serving
 
 def test_vllm_refusing_the_adapter_refuses_the_activation(monkeypatch, versions):
     v1, v2 = versions
-    fake_vllm(monkeypatch, recorded("models"), recorded("load_lora_adapter_missing_path"))
+    fake_vllm(monkeypatch, replay("models"), replay("load_lora_adapter_missing_path"))
     with pytest.raises(services.VersionError, match="could not load the adapter of v2"):
         services.activate_version(v2)
     v1.refresh_from_db()

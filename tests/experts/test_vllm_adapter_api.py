@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -12,34 +11,17 @@ from rest_framework.test import APIClient
 from experts.breaker import breaker_for
 from experts.generation.vllm import VllmGenerator
 from experts.models import Expert, ExpertVersion
+from tests.support.vllm import FakeVllm, recorded, replay
 
 pytestmark = pytest.mark.django_db
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 REGISTER = "/api/v1/experts/dmv/adapter/register"
 
 
-def recorded(name: str) -> httpx.Response:
-    response = json.loads((FIXTURES / f"{name}.json").read_text())["response"]
-    if response["json"] is None:
-        return httpx.Response(response["status"], text=response["text"])
-    return httpx.Response(response["status"], json=response["json"])
-
-
-class FakeVllm:
-    """Stands in for the network: every VllmGenerator the view builds talks to this handler."""
-
-    def __init__(self, monkeypatch, *responses):
-        self.responses = list(responses)
-        self.requests: list[httpx.Request] = []
-        transport = httpx.MockTransport(self.handle)
-        monkeypatch.setattr("experts.api.views.VllmGenerator", lambda **kw: VllmGenerator("http://vllm.test", transport=transport, sleep=lambda s: None, **kw))
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        item = self.responses.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
+def fake_vllm(monkeypatch, *responses) -> FakeVllm:
+    """Every VllmGenerator the view builds talks to a FakeVllm answering with ``responses``."""
+    server = FakeVllm(*responses)
+    monkeypatch.setattr("experts.api.views.VllmGenerator", lambda **kw: VllmGenerator("http://vllm.test", transport=server.transport(), sleep=lambda s: None, **kw))
+    return server
 
 
 @pytest.fixture
@@ -60,7 +42,7 @@ def staff(django_user_model) -> APIClient:
 
 
 def test_staff_register_the_active_adapter_with_vllm(monkeypatch, dmv, staff):
-    fake = FakeVllm(monkeypatch, recorded("load_lora_adapter"))
+    fake = fake_vllm(monkeypatch, replay("load_lora_adapter"))
     response = staff.post(REGISTER)
     assert response.status_code == 200, response.content
     assert response.json() == {
@@ -72,14 +54,14 @@ def test_staff_register_the_active_adapter_with_vllm(monkeypatch, dmv, staff):
 
 
 def test_registering_again_says_it_was_already_loaded(monkeypatch, dmv, staff):
-    FakeVllm(monkeypatch, recorded("load_lora_adapter_again"))
+    fake_vllm(monkeypatch, replay("load_lora_adapter_again"))
     response = staff.post(REGISTER)
     assert response.status_code == 200
     assert response.json()["registered"] is False
 
 
 def test_a_signed_in_user_who_is_not_staff_is_refused(monkeypatch, dmv, django_user_model):
-    fake = FakeVllm(monkeypatch)
+    fake = fake_vllm(monkeypatch)
     client = APIClient()
     client.force_authenticate(django_user_model.objects.create_user("member", "m@example.com", "pw"))
     response = client.post(REGISTER)
@@ -99,7 +81,7 @@ def test_an_unknown_expert_is_404(staff, base):
 
 
 def test_an_expert_without_an_adapter_is_409(monkeypatch, staff, base):
-    fake = FakeVllm(monkeypatch)
+    fake = fake_vllm(monkeypatch)
     Expert.objects.create(slug="dmv", name="DMV")
     response = staff.post(REGISTER)
     assert response.status_code == 409
@@ -109,7 +91,7 @@ def test_an_expert_without_an_adapter_is_409(monkeypatch, staff, base):
 
 
 def test_a_missing_adapter_folder_is_409(monkeypatch, dmv, staff):
-    FakeVllm(monkeypatch)
+    fake_vllm(monkeypatch)
     dmv.adapter_path = "/nonexistent/dmv-v2"
     dmv.save()
     response = staff.post(REGISTER)
@@ -118,7 +100,7 @@ def test_a_missing_adapter_folder_is_409(monkeypatch, dmv, staff):
 
 
 def test_an_adapter_trained_on_another_base_model_is_409(monkeypatch, dmv, staff, tmp_path):
-    FakeVllm(monkeypatch)
+    fake_vllm(monkeypatch)
     dmv.base_model = str(tmp_path)
     dmv.save()
     response = staff.post(REGISTER)
@@ -128,7 +110,7 @@ def test_an_adapter_trained_on_another_base_model_is_409(monkeypatch, dmv, staff
 
 def test_vllm_down_is_503_with_the_reason(monkeypatch, dmv, staff):
     refused = httpx.ConnectError("[Errno 111] Connection refused")
-    FakeVllm(monkeypatch, refused, refused, refused)
+    fake_vllm(monkeypatch, refused, refused, refused)
     response = staff.post(REGISTER)
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "vllm_unavailable"
@@ -136,7 +118,7 @@ def test_vllm_down_is_503_with_the_reason(monkeypatch, dmv, staff):
 
 
 def test_vllm_refusing_the_adapter_is_502_with_its_message(monkeypatch, dmv, staff):
-    FakeVllm(monkeypatch, recorded("load_lora_adapter_missing_path"))
+    fake_vllm(monkeypatch, replay("load_lora_adapter_missing_path"))
     response = staff.post(REGISTER)
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "vllm_error"
@@ -144,9 +126,9 @@ def test_vllm_refusing_the_adapter_is_502_with_its_message(monkeypatch, dmv, sta
 
 
 def test_status_shows_whether_vllm_serves_the_adapter_and_the_breaker(monkeypatch, dmv, staff):
-    models = json.loads((FIXTURES / "models.json").read_text())["response"]["json"]
+    models = recorded("models")["response"]["json"]
     models["data"].append({**next(m for m in models["data"] if m.get("parent")), "id": "dmv-v2"})
-    FakeVllm(monkeypatch, recorded("health"), httpx.Response(200, json=models))
+    fake_vllm(monkeypatch, replay("health"), httpx.Response(200, json=models))
     breaker_for("dmv").reset()
     breaker_for("dmv").record_failure("generator_timeout")
     response = staff.get("/api/v1/experts/dmv/adapter")
@@ -161,7 +143,7 @@ def test_status_shows_whether_vllm_serves_the_adapter_and_the_breaker(monkeypatc
 
 
 def test_status_with_vllm_down_says_loaded_is_unknown(monkeypatch, dmv, staff):
-    FakeVllm(monkeypatch, httpx.ConnectError("refused"))
+    fake_vllm(monkeypatch, httpx.ConnectError("refused"))
     body = staff.get("/api/v1/experts/dmv/adapter").json()
     assert body["loaded"] is None
     assert body["vllm"]["ok"] is False

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +18,9 @@ from experts.generation.selecting import shown_passages, shown_shape
 from experts.generation.vllm import VllmGenerator
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.prompting import build_messages
+from tests.support.vllm import FakeVllm as Server
+from tests.support.vllm import recorded, replay
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 URL = "http://vllm.test:8000"
 DMV = AdapterRef(expert="dmv", name="dmv-v1", path="/adapters/dmv-v1", base_model="/models/tiny", version=1)
 SSA = AdapterRef(expert="ssa", name="ssa-v3", path="/adapters/ssa-v3", base_model="/models/tiny", version=3)
@@ -30,42 +30,12 @@ PASSAGES = [
 ]
 
 
-def recorded(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
-
-
-def replay(name: str, **changes) -> httpx.Response:
-    """The recorded response ``name`` (``changes`` override parts of its JSON body)."""
-    response = recorded(name)["response"]
-    if response["json"] is None:
-        return httpx.Response(response["status"], text=response["text"], headers={"content-type": response["content_type"]})
-    return httpx.Response(response["status"], json={**response["json"], **changes})
-
-
-class Server:
-    """A fake vLLM: answers each call with the next queued response and keeps what it received."""
-
-    def __init__(self, *responses):
-        self.responses = list(responses)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        item = self.responses.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    def bodies(self) -> list[dict]:
-        return [json.loads(r.content) for r in self.requests]
-
-
 def generator(server: Server, **kwargs) -> tuple[VllmGenerator, list[float]]:
     sleeps: list[float] = []
     kwargs.setdefault("base_model_name", "base")
     kwargs.setdefault("retries", 2)
     kwargs.setdefault("decoding", "free")  # chat completions: the recorded contract (chosen answers: test_vllm_select.py)
-    gen = VllmGenerator(URL, transport=httpx.MockTransport(server), sleep=sleeps.append, timeout_s=5, min_score=0.25, **kwargs)
+    gen = VllmGenerator(URL, transport=server.transport(), sleep=sleeps.append, timeout_s=5, min_score=0.25, **kwargs)
     return gen, sleeps
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,10 +18,10 @@ from experts.generation.selecting import shown_passages
 from experts.generation.vllm import VllmGenerator, _option_logprobs
 from experts.ml.extractive import Passage
 from experts.ml.prompting import LEAD_SENTENCE, PASSAGE_CHARS, SHOWN_PASSAGES, build_messages
+from tests.support.vllm import recorded
 
 from .ml.test_selection import _BagOfWordsEncoder
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 URL = "http://vllm.test:8000"
 DMV = AdapterRef(expert="dmv", name="dmv-v1", path="/adapters/dmv-v1", base_model="/models/tiny", version=1)
 PASSAGES = [
@@ -30,10 +29,6 @@ PASSAGES = [
     Passage("Offices close at five on Fridays. Can I renew by mail? Yes, mail the renewal form.", "Hours", score=0.6),
 ]
 QUESTION = "how much does it cost to renew my license"
-
-
-def recorded(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
 
 
 class TinyVllm:
