@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings
 
 from experts.generation import GenerationRequest
+from experts.ml.lru import Lru
 from sbcommon.lazy import ProcessSingleton
 
 
@@ -56,9 +55,11 @@ class AnswerCache:
     """Answers by key, least recently used first out; ``size`` 0: off."""
 
     def __init__(self, size: int):
-        self.size = int(size)
-        self._entries: OrderedDict[str, Cached] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: Lru[str, Cached] = Lru(size)
+
+    @property
+    def size(self) -> int:
+        return self._entries.size
 
     @property
     def enabled(self) -> bool:
@@ -66,22 +67,11 @@ class AnswerCache:
 
     def lookup(self, key: str) -> Cached | None:
         """The answer cached under ``key``, or None."""
-        if not self.enabled:
-            return None
-        with self._lock:
-            cached = self._entries.get(key)
-            if cached is not None:
-                self._entries.move_to_end(key)
-            return cached
+        return self._entries.get(key)
 
     def store(self, key: str, cached: Cached) -> None:
-        if not self.enabled or not cached.text.strip():
-            return
-        with self._lock:
-            self._entries[key] = cached
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+        if cached.text.strip():
+            self._entries.put(key, cached)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -9,8 +9,6 @@ answer. When the best passage scores below ``min_score`` the answer says so inst
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .junk import looks_like_junk, looks_like_menu
+from .lru import Lru
 from .sentence_scorer import SentenceModel, compare_candidates, load_scorer, reasons, sentence_features
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n{2,}|\n(?=\s*(?:[-*•]|\d+\.)\s)")
@@ -150,11 +149,19 @@ class ChunkSentenceCache:
     """
 
     def __init__(self, size: int = CHUNK_CACHE_SIZE):
-        self.size = max(0, int(size))
-        self._items: OrderedDict[tuple[str, int, int], _ChunkSentences] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self._items: Lru[tuple[str, int, int], _ChunkSentences] = Lru(size)
+
+    @property
+    def size(self) -> int:
+        return self._items.size
+
+    @property
+    def hits(self) -> int:
+        return self._items.hits
+
+    @property
+    def misses(self) -> int:
+        return self._items.misses
 
     @staticmethod
     def key(passage: Passage) -> tuple[str, int, int] | None:
@@ -162,30 +169,15 @@ class ChunkSentenceCache:
 
     def get(self, passage: Passage) -> _ChunkSentences | None:
         key = self.key(passage)
-        if key is None or not self.size:
-            return None
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return item
+        return None if key is None else self._items.get(key)
 
     def put(self, passage: Passage, item: _ChunkSentences) -> None:
         key = self.key(passage)
-        if key is None or not self.size:
-            return
-        with self._lock:
-            self._items[key] = item
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        if key is not None:
+            self._items.put(key, item)
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        self._items.clear()
 
     def __len__(self) -> int:
         return len(self._items)
