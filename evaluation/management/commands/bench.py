@@ -32,8 +32,6 @@ class Command(BaseCommand):
         serving.add_argument("--concurrency", type=int, default=16, help="concurrent clients (default 16)")
         serving.add_argument("--duration", type=float, default=30.0, help="seconds of measured load (default 30)")
         serving.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load first (default 5)")
-        serving.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
-        serving.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         serving.add_argument("--model", default="auto", help="model sent by the clients (auto, auto:fast or an expert's slug)")
         serving.add_argument("--models", default="", help="comma-separated models to measure in turn, e.g. auto,auto:fast (by_model in the JSON; "
                                                           "overrides --model)")
@@ -49,8 +47,6 @@ class Command(BaseCommand):
         soak.add_argument("--duration", type=float, default=300.0, help="seconds of load after the warm-up (default 300)")
         soak.add_argument("--rps", type=float, default=5.0, help="requests a second, sent open-loop (default 5)")
         soak.add_argument("--warmup", type=float, default=20.0, help="seconds of load before the first memory reading (default 20)")
-        soak.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
-        soak.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
         soak.add_argument("--restart", action="append", choices=["database", "cache"], default=None,
                           help="stop this server mid-run and start it again (repeatable): database (needs --database-url postgresql://..., "
                                "at 25%% of the run) or cache (needs --redis-url, at 65%%); it is started again whatever happens")
@@ -80,6 +76,8 @@ class Command(BaseCommand):
         reader.add_argument("--dataset", default="../shared/datasets/doc2dial", help="folder with docs.jsonl, qrels.jsonl and queries.jsonl")
         reader.add_argument("--questions", type=int, default=100)
         for p in (serving, soak):
+            p.add_argument("--var-dir", default=None, help=VAR_DIR_HELP)
+            p.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
         for p in (clustering, retrieval, serving, soak, generation, handler, ingest, reader):
