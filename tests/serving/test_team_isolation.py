@@ -59,6 +59,15 @@ def _searched(fake_store) -> set[str]:
     return {slug for call in fake_store.calls for slug in call}
 
 
+def _alice_leaves_team_a(teams, client: Client) -> str:
+    """Alice's key to ``dmv`` answers until she leaves team A, then ``dmv`` is a 404 to it; returns the key's secret."""
+    secret = make_key("alice's front end", created_by=teams["alice"], scopes=["dmv"]).secret
+    assert _renew(client, secret) == 200
+    teams["alice"].groups.remove(teams["a"])
+    assert _renew(client, secret) == 404
+    return secret
+
+
 def test_the_playground_routes_and_searches_only_the_users_own_experts(teams):
     client = _signed_in(teams["alice"])
     response = client.post("/playground/answer/", {"question": "when is my pension paid", "mode": "auto"})
@@ -115,12 +124,8 @@ def test_an_anonymous_caller_asks_public_experts_only(teams, settings):
 
 
 def test_a_key_stops_reaching_a_team_its_user_left_and_stops_working_when_the_user_is_deactivated(teams):
-    alice = teams["alice"]
-    secret = make_key("alice's front end", created_by=alice, scopes=["dmv"]).secret
-    client = Client()
-    assert _renew(client, secret) == 200
-    alice.groups.remove(teams["a"])
-    assert _renew(client, secret) == 404
+    alice, client = teams["alice"], Client()
+    secret = _alice_leaves_team_a(teams, client)
     assert "dmv" not in [m["id"] for m in client.get("/v1/models", **_bearer(secret)).json()["data"]]
     alice.is_active = False
     alice.save()
@@ -194,12 +199,8 @@ def test_metrics_are_served_to_this_machine_or_to_a_token_only(teams, settings):
 
 def test_with_the_serving_caches_on_a_change_of_team_or_user_applies_at_once(teams, settings):
     settings.SERVING_CACHE_TTL_S = 60.0
-    alice = teams["alice"]
-    secret = make_key("alice's front end", created_by=alice, scopes=["dmv"]).secret
-    client = Client()
-    assert _renew(client, secret) == 200
-    alice.groups.remove(teams["a"])
-    assert _renew(client, secret) == 404
+    alice, client = teams["alice"], Client()
+    secret = _alice_leaves_team_a(teams, client)
     alice.groups.add(teams["a"])
     assert _renew(client, secret) == 200
     signed_in = _signed_in(alice)
