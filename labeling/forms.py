@@ -154,14 +154,24 @@ class MergeForm(forms.Form):
 
 
 class MoveForm(forms.Form):
-    """Queries to move and where to: another proposal, or out of every proposal."""
+    """Queries to move and where to: another proposal, or out of every proposal. The queries are the ones selected,
+    or every query holding the words of ``matching`` (in ``source`` only, when one is chosen)."""
 
-    queries = IdListField(error_messages={"required": "Select the queries to move."})
+    queries = IdListField(required=False)
+    matching = forms.CharField(required=False, max_length=200, label="Questions containing")
+    source = forms.ChoiceField(required=False, label="from")
     target = forms.ChoiceField(error_messages={"required": "Choose where to move them."})
 
     def __init__(self, run: ClusteringRun, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["target"].choices = [("none", "Unassigned"), *_open_choices(run)]
+        self.fields["source"].choices = [("", "any proposal"), *_open_choices(run)]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not data.get("queries") and not (data.get("matching") or "").strip():
+            raise forms.ValidationError("Select the queries to move, or type words they contain.")
+        return data
 
 
 class AttachNoiseForm(forms.Form):

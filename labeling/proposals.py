@@ -253,9 +253,40 @@ def _reassign(run: ClusteringRun, assignments: list[tuple[int, int | None]], tar
     return dict(previous)
 
 
+MATCHING_MAX_CHARS = 200  # a search a reviewer types, not a pasted document
+
+
+def matching_queries(run: ClusteringRun, text: str, source: Proposal | None = None) -> list[int]:
+    """Ids of the run's queries whose text holds every word of ``text`` (any case), in ``source`` (None: anywhere in the run).
+
+    Raises:
+        ReviewError: ``text`` has no word, or is longer than ``MATCHING_MAX_CHARS``.
+    """
+    words = text.split()
+    if not words or len(text) > MATCHING_MAX_CHARS:
+        raise ReviewError(f"type one to {MATCHING_MAX_CHARS} characters of words the queries to move contain")
+    rows = Assignment.objects.filter(run=run).exclude(proposal__status=ProposalStatus.PROMOTED)  # those can no longer move
+    if source is not None:
+        rows = rows.filter(proposal=source)
+    for word in words:
+        rows = rows.filter(query__text__icontains=word)
+    return list(rows.values_list("query_id", flat=True))
+
+
+def move_matching(run: ClusteringRun, text: str, target: Proposal | None, source: Proposal | None = None, user: Any = None) -> int:
+    """Move every query of the run holding all the words of ``text`` (from ``source`` only, when given) to ``target``:
+    a mixed proposal fixed in one step ("all the questions about garbage go to Government"). Undone like any move."""
+    ids = matching_queries(run, text, source)
+    if not ids:
+        where = f" in '{source.name}'" if source is not None else ""
+        raise ReviewError(f"no query{where} holds every word of {text.strip()!r}")
+    return move_queries(run, ids, target, user=user, matching=text.strip())
+
+
 @transaction.atomic
-def move_queries(run: ClusteringRun, query_ids: list[int], target: Proposal | None, user: Any = None) -> int:
-    """Move queries of a run to another proposal (``None``: leave them unassigned); returns how many moved."""
+def move_queries(run: ClusteringRun, query_ids: list[int], target: Proposal | None, user: Any = None, matching: str = "") -> int:
+    """Move queries of a run to another proposal (``None``: leave them unassigned); returns how many moved.
+    ``matching``: the words that chose them (``move_matching``), for the review's history."""
     run = _lock(run)
     if target is not None:
         if target.run_id != run.pk:
@@ -269,8 +300,10 @@ def move_queries(run: ClusteringRun, query_ids: list[int], target: Proposal | No
     previous = _reassign(run, [(pk, pid) for pk, pid, _ in rows], target)
     count = sum(len(v) for v in previous.values())
     where = f"'{target.name}'" if target else "unassigned"
-    _record(run, ReviewActionKind.MOVE, user, f"Moved {count} {'query' if count == 1 else 'queries'} to {where}",
-            {"queries": list(query_ids)[:100], "target": target.pk if target else None}, {"previous": previous})
+    chosen = f" matching '{matching}'" if matching else ""
+    _record(run, ReviewActionKind.MOVE, user, f"Moved {count} {'query' if count == 1 else 'queries'}{chosen} to {where}",
+            {"queries": list(query_ids)[:100], "target": target.pk if target else None, **({"matching": matching} if matching else {})},
+            {"previous": previous})
     return count
 
 

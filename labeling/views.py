@@ -261,8 +261,14 @@ class MoveView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.MoveForm(run, request.POST))
         target = edits.proposal_of(run, None if data["target"] == "none" else int(data["target"]))
-        count = edits.move_queries(run, data["queries"], target, user=request.user)
-        return f"Moved {count} {'query' if count == 1 else 'queries'} to {target.name if target else 'unassigned'}."
+        matching = (data["matching"] or "").strip()
+        if matching and not data["queries"]:
+            source = edits.proposal_of(run, int(data["source"])) if data["source"] else None
+            count = edits.move_matching(run, matching, target, source=source, user=request.user)
+        else:
+            count = edits.move_queries(run, data["queries"], target, user=request.user)
+        chosen = f" matching '{matching}'" if matching and not data["queries"] else ""
+        return f"Moved {count} {'query' if count == 1 else 'queries'}{chosen} to {target.name if target else 'unassigned'}."
 
 
 class DetachNoiseView(ReviewActionView):

@@ -111,8 +111,15 @@ class MergeSerializer(serializers.Serializer):
 
 
 class MoveSerializer(serializers.Serializer):
-    queries = serializers.ListField(child=serializers.IntegerField(), min_length=1, help_text="Ids of the run's queries to move.")
+    queries = serializers.ListField(child=serializers.IntegerField(), min_length=1, required=False, help_text="Ids of the run's queries to move.")
+    matching = serializers.CharField(required=False, max_length=200, help_text="Instead of ids: move every query holding all these words (any case).")
+    source = serializers.IntegerField(required=False, allow_null=True, help_text="With matching: only the queries of this proposal (default: the whole run).")
     target = serializers.IntegerField(allow_null=True, help_text="The run's proposal they move to; null: out of every proposal.")
+
+    def validate(self, attrs):
+        if bool(attrs.get("queries")) == bool((attrs.get("matching") or "").strip()):
+            raise serializers.ValidationError({"queries": "send either queries (ids) or matching (words), not both nor neither"})
+        return attrs
 
 
 class AttachNoiseSerializer(serializers.Serializer):

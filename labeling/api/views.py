@@ -218,7 +218,14 @@ class MoveView(APIView):
     def post(self, request, pk: int):
         run = access.get_run_or_404(request.user, pk)
         data = _valid(MoveSerializer, request)
-        return _review(lambda: f"Moved {edits.move_queries(run, data['queries'], edits.proposal_of(run, data['target']), user=request.user)} queries.", run)
+
+        def move() -> str:
+            target = edits.proposal_of(run, data["target"])
+            if data.get("matching"):
+                count = edits.move_matching(run, data["matching"], target, source=edits.proposal_of(run, data.get("source")), user=request.user)
+                return f"Moved {count} queries matching '{data['matching'].strip()}'."
+            return f"Moved {edits.move_queries(run, data['queries'], target, user=request.user)} queries."
+        return _review(move, run)
 
 
 @review_action(None, "Take every noise query out of its proposal")

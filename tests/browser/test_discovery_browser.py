@@ -106,3 +106,30 @@ def test_a_reviewer_renames_merges_and_undoes_on_the_run_page(live_server, djang
     page.locator("article.proposal", has_text="renew driving licence").locator("button:has-text('Rename')").click()
     expect(page.locator("#review-notice")).to_contain_text("to 'Driving licences'")
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_reviewer_moves_every_question_holding_some_words_in_one_step(live_server, django_user_model, browser_page, width):
+    from playwright.sync_api import expect
+
+    team = Group.objects.create(name="Reviewers")
+    django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD).groups.add(team)
+    run = seed(team)
+    page = browser_page
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(page, "owner", f"{live_server.url}/login/?next=/discovery/runs/{run.pk}/")
+    licences = page.locator("article.proposal", has_text="renew driving licence")
+    target = licences.locator(".proposal-name").inner_text()
+
+    page.fill("#move-matching", "passport")
+    page.select_option("#move-matching-target", label=target)
+    page.click("#move-matching-button")
+
+    expect(page.locator("#review-notice")).to_contain_text(f"Moved 8 queries matching 'passport' to {target}.")
+    expect(page.locator("article.proposal", has_text="renew driving licence").locator(".size")).to_have_text("16")
+    page.screenshot(path=f"/tmp/discovery-move-{width}.png", full_page=True)
+    wide = page.evaluate("[...document.querySelectorAll('#run-body *')].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1).map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 8)")
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0, wide
+    page.click("#undo-button")
+    expect(page.locator("#review-notice")).to_contain_text("Undid: Moved 8 queries matching 'passport'")
+    page.screenshot(path=f"/tmp/discovery-move-{width}.png", full_page=True)

@@ -159,6 +159,22 @@ def test_it_moves_queries_to_another_proposal_and_refuses_a_target_of_another_ru
     assert (refused.status_code, empty.status_code) == (400, 400)
 
 
+def test_it_moves_every_query_holding_some_words_in_one_call(api, three_topics):
+    licences, passports = proposal(three_topics, "Licences"), proposal(three_topics, "Passports")
+    url = f"/api/v1/discovery/runs/{three_topics.pk}/move"
+
+    moved = api.post(url, {"matching": "driving 3", "source": licences.pk, "target": passports.pk}, format="json")
+    nothing = api.post(url, {"matching": "weather forecast", "target": passports.pk}, format="json")
+    both = api.post(url, {"matching": "driving", "queries": [1], "target": None}, format="json")
+    neither = api.post(url, {"target": None}, format="json")
+
+    assert moved.status_code == 200, moved.content
+    assert moved.json()["notice"] == "Moved 1 queries matching 'driving 3'."
+    assert "renew my driving licence 3" in Assignment.objects.filter(proposal=passports).values_list("query__text", flat=True)
+    assert (nothing.status_code, both.status_code, neither.status_code) == (400, 400, 400)
+    assert "weather forecast" in nothing.content.decode()
+
+
 def test_it_splits_a_proposal_by_its_own_queries(api, make_run):
     run = make_run({"Mixed": (0, {0: [f"licence renewal {i}" for i in range(4)], 1: [f"licence theft {i}" for i in range(4)]})})
 

@@ -159,6 +159,31 @@ def test_moving_selected_queries_from_the_page(console, three_topics):
     assert set(chosen) <= set(Assignment.objects.filter(proposal=passports).values_list("query_id", flat=True))
 
 
+def test_moving_every_question_that_holds_some_words_from_the_page_and_undoing_it(console, make_run):
+    run = make_run({
+        "Government": (0, ["garbage collection day", "recycling bins for garbage", "council tax band", "pothole repair"]),
+        "Cloud storage": (1, ["garbage in my backup folder", "sync a shared folder", "storage plan price"]),
+    })
+    government, cloud = proposal(run, "Government"), proposal(run, "Cloud storage")
+    page = console.get(reverse("labeling-run", args=[run.pk])).content.decode()
+    assert 'id="move-matching-form"' in page
+
+    response = console.post(reverse("labeling-move", args=[run.pk]), {"matching": "GARBAGE", "source": government.pk, "target": cloud.pk}, headers=HTMX)
+
+    assert "Moved 2 queries matching &#x27;GARBAGE&#x27; to Cloud storage." in response.content.decode()
+    texts = set(Assignment.objects.filter(proposal=cloud).values_list("query__text", flat=True))
+    assert {"garbage collection day", "recycling bins for garbage", "garbage in my backup folder"} <= texts
+    assert "council tax band" not in texts
+    html = console.post(reverse("labeling-undo", args=[run.pk]), headers=HTMX).content.decode()
+    assert "Undid: Moved 2 queries matching &#x27;GARBAGE&#x27; to &#x27;Cloud storage&#x27;." in html
+    assert Assignment.objects.filter(proposal=government).count() == 4
+
+    nothing = console.post(reverse("labeling-move", args=[run.pk]), {"matching": "weather", "target": cloud.pk}, headers=HTMX).content.decode()
+    assert "No query holds every word of &#x27;weather&#x27;." in nothing
+    empty = console.post(reverse("labeling-move", args=[run.pk]), {"matching": "  ", "target": cloud.pk}, headers=HTMX).content.decode()
+    assert "Select the queries to move, or type words they contain." in empty
+
+
 def test_attaching_and_detaching_noise_from_the_page(console, three_topics):
     response = console.post(reverse("labeling-attach-noise", args=[three_topics.pk]), {"max_distance": "0.35"}, headers=HTMX)
 
