@@ -85,7 +85,7 @@ def workspace(tmp_path, settings, monkeypatch, fake_encoder, transactional_db):
     use_data_folder(settings, tmp_path / "var")
     use_encoder(monkeypatch, fake_encoder)
     monkeypatch.setattr("experts.generation.extractive.get_encoder", lambda *a, **k: fake_encoder)
-    monkeypatch.setattr(settings, "EMBEDDING_MODEL", fake_encoder.name, raising=False)
+    settings.EMBEDDING_MODEL = fake_encoder.name  # through the settings fixture: a monkeypatch of it leaked an override into later tests
     install_router(settings.ROUTER_DIR, settings, embedding_model=embedding_space())
     for slug, files in DOCUMENTS.items():
         report = ingest_files(Expert.objects.get(slug=slug), [(name, text.encode()) for name, text in files.items()])

@@ -87,11 +87,15 @@ def test_metrics_can_be_turned_off(client, settings):
 
 def test_serving_cache_hits_and_misses_are_exported(client):
     from experts.generation.extractive import chunk_cache
+    from experts.ml.extractive import Passage
 
     cache = chunk_cache("metrics-test")
+    passage = Passage(text="Renewal costs 64 dollars.", chunk_id="metrics-test-chunk")
     before = scrape(client)
-    cache.hits += 2
-    cache.misses += 1
+    assert cache.get(passage) is None  # a miss
+    cache.put(passage, object())
+    assert cache.get(passage) is not None  # a hit
+    assert cache.get(passage) is not None  # and another
     after = scrape(client)
     key = "switchboard_cache_lookups_total"
     assert after[(key, (("cache", "chunk_sentences"), ("result", "hit")))] - before.get((key, (("cache", "chunk_sentences"), ("result", "hit"))), 0) == 2
