@@ -305,9 +305,12 @@ def cluster_queries(
     queries = team_queries(team).order_by("pk")
     if source:
         queries = queries.filter(source=source)
-    rows = list(queries.values_list("pk", "text"))
-    if len(rows) < max(10, min_samples * 2):
-        raise JobFailed(f"only {len(rows)} queries to cluster; import at least {max(10, min_samples * 2)}")
+    logged = list(queries.values_list("pk", "text", "conversation", "timestamp"))
+    rows = [(pk, text) for pk, text, _, _ in logged]
+    opener = conversation_openers([(conversation, timestamp) for _, _, conversation, timestamp in logged])
+    openers = sorted(set(opener))
+    if len(openers) < max(10, min_samples * 2):
+        raise JobFailed(f"only {len(openers)} questions open a conversation or stand alone; import at least {max(10, min_samples * 2)}")
     ids = [pk for pk, _ in rows]
     key: list[Any] = [source, model, eps, min_samples, n_experts, len(ids), ids[-1]]
     if not attach_noise:
@@ -315,34 +318,40 @@ def cluster_queries(
     key.append(f"grouping:{grouping}")  # a run grouped another way is another run
     if team is not None:
         key.append(f"team:{team.pk}")  # appended only when set, as above; another team's run is never returned
+    if len(openers) < len(rows):
+        key.append(f"follow-ups:{len(rows) - len(openers)}")  # as above: a log without conversations keeps its fingerprint
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:
         return existing
-    x = load_embeddings(ids, model)
-    reporter.progress(0.2, "clustering")
+    # Only the questions that open a conversation (or stand alone) are clustered, and only they name and
+    # represent a proposal: a follow-up ("When did it take place?") says little on its own; it goes with its opener.
+    x = load_embeddings([ids[i] for i in openers], model)
+    reporter.progress(0.2, f"clustering {len(openers)} questions" + (f" ({len(rows) - len(openers)} follow-ups go with their conversation's first)"
+                                                                     if len(openers) < len(rows) else ""))
     # Exact DBSCAN on the full embeddings: the blockwise pair search is fast enough at 100k, and a PCA
     # reduction at the same eps changes the clusters (ARI 0.51 against exact at 20k).
     estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
-    labels = estimator.labels_
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
     found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")
-    groups = found.groups
-    summaries = describe_groups([t for _, t in rows], x, groups)
+    summaries = describe_groups([rows[i][1] for i in openers], x, found.groups)
+    place = {row: k for k, row in enumerate(openers)}
+    labels = np.array([estimator.labels_[place[opener[i]]] for i in range(len(rows))])
+    groups = np.array([found.groups[place[opener[i]]] for i in range(len(rows))])
     reporter.progress(0.8, f"{len(summaries)} proposals; saving")
     with transaction.atomic():
         run = ClusteringRun.objects.create(
             source=source, team=team, model=model, eps=estimator.eps_, min_samples=min_samples, n_experts=len(summaries),
             fingerprint=fingerprint, n_queries=len(ids), n_topics=estimator.n_clusters_,
-            noise_share=float((labels == -1).mean()),
+            noise_share=float((estimator.labels_ == -1).mean()),
         )
         proposals = {}
         for i, summary in enumerate(summaries):
             name = " / ".join(summary.keywords[:3]) or f"Proposal {i + 1}"
-            centroid, cohesion = group_stats(x[groups == summary.label])
+            centroid, cohesion = group_stats(x[found.groups == summary.label])
             proposals[summary.label] = Proposal.objects.create(
                 run=run, index=i, name=name[:128], keywords=summary.keywords,
-                representatives=[rows[j][1] for j in summary.representatives], size=summary.size,
+                representatives=[rows[openers[j]][1] for j in summary.representatives], size=int((groups == summary.label).sum()),
                 centroid=centroid, cohesion=cohesion,
             )
         Assignment.objects.bulk_create(
@@ -350,6 +359,20 @@ def cluster_queries(
             batch_size=5000,
         )
     return run
+
+
+def conversation_openers(turns: list[tuple[str, Any]]) -> list[int]:
+    """For each logged question (its conversation id and timestamp, in import order), the position of the question
+    that opened its conversation: its own for one without a conversation id or the first of its conversation (the
+    earliest timestamp, then the first imported)."""
+    first: dict[str, tuple[Any, int]] = {}
+    for i, (conversation, timestamp) in enumerate(turns):
+        if not conversation:
+            continue
+        when = (timestamp is None, timestamp or 0, i)
+        if conversation not in first or when < first[conversation][0]:
+            first[conversation] = (when, i)
+    return [first[conversation][1] if conversation else i for i, (conversation, _) in enumerate(turns)]
 
 
 def run_from_labels(source: str = "", team: Any = None) -> ClusteringRun:
