@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -66,6 +67,12 @@ def document_filter(document_id: int, exclude_ids: list[str] | None = None) -> m
     return models.Filter(must=[models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))], must_not=must_not)
 
 
+
+def _build_name(name: str) -> str:
+    """A new physical collection behind the alias ``name``: its build time and a random part, since two builds within
+    one millisecond (a collection made, then rebuilt at once) met the same name ("already exists")."""
+    return f"{name}__{int(time.time() * 1000)}_{uuid.uuid4().hex[:8]}"
+
 class ServerQdrantStore:
     """A Qdrant server or cluster; collections live behind aliases."""
 
@@ -82,7 +89,7 @@ class ServerQdrantStore:
     @_server_errors
     def ensure_collection(self, name: str, dimension: int) -> None:
         if self._physical(name) is None:
-            physical = f"{name}__{int(time.time() * 1000)}"
+            physical = _build_name(name)
             create_collection(self.client, physical, dimension)
             self.client.update_collection_aliases(
                 change_aliases_operations=[models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=physical, alias_name=name))]
@@ -104,7 +111,7 @@ class ServerQdrantStore:
     @_server_errors
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         old = self._physical(name)
-        physical = f"{name}__{int(time.time() * 1000)}"
+        physical = _build_name(name)
         create_collection(self.client, physical, dimension)
         for start in range(0, len(points), 256):
             self.client.upsert(physical, points=to_points(points[start : start + 256]), wait=True)
