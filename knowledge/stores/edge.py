@@ -35,7 +35,8 @@ import qdrant_edge as qe
 
 from sbcommon import faults
 
-from ..ml.sparse import bm25_vector
+from ..ml.sparse import MODEL as SPARSE_MODEL
+from ..ml.sparse import bm25_vector, chunk_text
 from .base import Hit, PointRecord, StoreUnavailable
 from .contract import DENSE, SPARSE, evidence, probed_idf, search_many
 
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 POINTER = "CURRENT"
 LEGACY_POINTER = "ACTIVE"
 TURNSTILE = ".backup.lock"  # held by a backup (``frozen``); every writer passes through it first
+SPARSE_FILE = "sparse_model"  # in each version: the ``knowledge.ml.sparse.MODEL`` its sparse vectors were made with
 BATCH = 256
 
 
@@ -66,7 +68,7 @@ def _legacy_points(snapshot: Path) -> tuple[int, list[PointRecord]]:
     dense = np.load(folder / "dense.npy", allow_pickle=False).reshape(len(stored["ids"]), meta["dimension"])
     out = []
     for pid, vector, payload in zip(stored["ids"], dense, stored["payloads"], strict=True):
-        indices, values = bm25_vector(f"{payload.get('title', '')} {payload.get('text', '')}")
+        indices, values = bm25_vector(chunk_text(payload))
         out.append(PointRecord(id=pid, dense=vector.tolist(), sparse_indices=indices, sparse_values=values, payload=payload))
     return int(meta["dimension"]), out
 
@@ -169,14 +171,25 @@ class EdgeQdrantStore:
         with self._flock(directory / ".writer.lock", f"collection {name} is locked: another process has been writing it"):
             yield
 
+    def _sparse_model(self, name: str, version: str) -> str:
+        """The sparse model a version's vectors were made with ("" for a version written before versions said it)."""
+        try:
+            return (self._dir(name) / version / SPARSE_FILE).read_text().strip()
+        except FileNotFoundError:
+            return ""
+
     def _write(self, name: str, points: list[PointRecord] | None = None, dimension: int | None = None, keep_except: list[int] | None = None,
-               legacy_only: bool = False) -> None:
+               legacy_only: bool = False, resparse_only: bool = False) -> None:
         """Write a new version holding the active one's points but those of documents ``keep_except`` (None: none of them,
-        a fresh collection) plus ``points``, then activate it. ``legacy_only``: only if the collection is still the numpy store's."""
+        a fresh collection) plus ``points``, then activate it. ``legacy_only``: only if the collection is still the numpy
+        store's; ``resparse_only``: only if its sparse vectors are another model's. Points copied from a version of another
+        sparse model get theirs made again from their title and text, so a version never mixes two models' terms."""
         with self._mutex, self._writer_lock(name):
             active = self._active(name)
             if legacy_only and active is not None:
                 return  # another process converted it while this one waited for the lock
+            if resparse_only and (active is None or self._sparse_model(name, active) == SPARSE_MODEL):
+                return  # as above
             legacy = None if active or (dimension is not None and keep_except is None) else self._legacy(name)
             if dimension is None:
                 if active is None and legacy is None:
@@ -187,7 +200,7 @@ class EdgeQdrantStore:
             shard = qe.EdgeShard.create(str(target), _config(dimension))
             try:
                 if keep_except is not None and active:
-                    self._copy(self._dir(name) / active, shard, keep_except)
+                    self._copy(self._dir(name) / active, shard, keep_except, resparse=self._sparse_model(name, active) != SPARSE_MODEL)
                 elif keep_except is not None and legacy:
                     _upsert(shard, [p for p in legacy[1] if p.payload.get("document_id") not in keep_except])
                 _upsert(shard, points or [])
@@ -199,18 +212,24 @@ class EdgeQdrantStore:
                 shutil.rmtree(target, ignore_errors=True)
                 raise
             shard.close()
+            (target / SPARSE_FILE).write_text(SPARSE_MODEL)
             _settle(target)
             self._set_active(name, version)
             self._collect_garbage(name)  # inside the writer lock: no other writer is copying a version now
 
     @staticmethod
-    def _copy(source: Path, shard: qe.EdgeShard, skip_documents: list[int]) -> None:
+    def _copy(source: Path, shard: qe.EdgeShard, skip_documents: list[int], resparse: bool = False) -> None:
+        """The points of the version at ``source`` but ``skip_documents``'s, into ``shard``; ``resparse``: their sparse
+        vectors made again (``knowledge.ml.sparse``) from their title and text."""
         old = qe.EdgeShard.load(str(source))
         try:
             skip = qe.Filter(must_not=[qe.FieldCondition(key="document_id", match=qe.MatchAny(any=skip_documents))]) if skip_documents else None
             offset = None
             while True:
                 records, offset = old.scroll(qe.ScrollRequest(offset=offset, limit=BATCH, filter=skip, with_payload=True, with_vector=True))
+                if records and resparse:
+                    records = [qe.Point(id=r.id, vector={DENSE: r.vector[DENSE], SPARSE: qe.SparseVector(*bm25_vector(chunk_text(r.payload or {})))},
+                                        payload=r.payload) for r in records]
                 if records:
                     shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=r.id, vector=r.vector, payload=r.payload) for r in records]))
                 if offset is None:
@@ -270,6 +289,11 @@ class EdgeQdrantStore:
                 if active is None:
                     self._readers.pop(name, None)
                     return None
+            if self._sparse_model(name, active) != SPARSE_MODEL:  # an older release's terms: made again once, then loaded
+                with contextlib.suppress(FileNotFoundError):  # collected meanwhile by another writer: read the pointer again
+                    self._write(name, keep_except=[], resparse_only=True)
+                self._pointers.pop(name, None)
+                continue
             try:
                 shard = qe.EdgeShard.load(str(self._dir(name) / active))
             except Exception as exc:  # qdrant_edge raises a bare Exception for every failure

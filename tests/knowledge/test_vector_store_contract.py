@@ -196,13 +196,43 @@ def test_a_numpy_store_collection_is_converted_on_first_use(tmp_path):
     hits = search(store, "old", "pension retirement", 5)
 
     assert hits[0].payload["text"] == "retirement benefits"
-    assert hits[0].sparse_score > 0  # "pensions" in the title stems to the question's "pension"
+    assert hits[0].sparse_score > 0  # its "retirement", the question's too
     assert store.count("old") == 2
     assert not (tmp_path / "q" / "old" / "ACTIVE").exists()
     converted = (tmp_path / "q" / "old" / "CURRENT").read_text()
     assert [p.name for p in (tmp_path / "q" / "old").iterdir() if p.is_dir()] == [converted]
     EdgeQdrantStore(tmp_path / "q")._write("old", keep_except=[], legacy_only=True)  # a process that waited for the lock to convert it too
     assert (tmp_path / "q" / "old" / "CURRENT").read_text() == converted
+    store.close()
+
+
+def test_a_collection_whose_terms_another_bm25_made_gets_them_made_again_on_first_use(tmp_path):
+    """An older release's sparse vectors (another tokenizer or stemmer, another k) would miss the question's terms: the first
+    search writes a version with each chunk's terms made again from its title and text, its dense vectors kept."""
+    from knowledge.ml.sparse import MODEL
+    from knowledge.stores.edge import SPARSE_FILE
+
+    root = tmp_path / "q"
+    old = EdgeQdrantStore(root)
+    old.ensure_collection("c", DIM)
+    stale = [PointRecord(id=str(uuid.uuid4()), dense=vec(i), sparse_indices=[7], sparse_values=[1.0], payload={"document_id": i, "title": t, "text": x})
+             for i, (t, x) in enumerate([("Licences", "renew licence online"), ("Pensions", "retirement benefits")])]
+    old.replace_documents("c", {0: stale[:1], 1: stale[1:]})
+    version = (root / "c" / "CURRENT").read_text()
+    (root / "c" / version / SPARSE_FILE).write_text("qdrant-bm25:english:snowball:k1.5:avg256")
+    old.close()
+
+    store = EdgeQdrantStore(root)
+    hits = search(store, "c", "retirement", 0)
+
+    assert hits[0].payload["text"] == "retirement benefits"
+    assert hits[0].sparse_score > 0  # the stale terms held none of the question's
+    a, b = np.asarray(vec(1)), np.asarray(vec(0))
+    assert hits[0].dense_score == pytest.approx(float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)), abs=1e-4)  # its dense vector kept
+    now = (root / "c" / "CURRENT").read_text()
+    assert now != version
+    assert (root / "c" / now / SPARSE_FILE).read_text() == MODEL
+    assert store.count("c") == 2
     store.close()
 
 
