@@ -18,8 +18,8 @@ from evaluation.workspace import FLAT, history
 from tests.factories import make_key
 from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
-RECALL_FLOOR = 0.50  # today: 0.517 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
-FULLY_ANSWERED_FLOOR = 0.33  # today: 0.369, demo/questions.jsonl through auto in the same workspace (target 0.7)
+RECALL_FLOOR = 0.50  # today: 0.526 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
+FULLY_ANSWERED_FLOOR = 0.30  # today: 0.333, demo/questions.jsonl through auto in the same workspace (target 0.7)
 
 
 @pytest.fixture
