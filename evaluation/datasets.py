@@ -224,8 +224,7 @@ def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], 
     import time
     from collections import defaultdict
 
-    from knowledge.ml.sparse import bm25_vector
-    from knowledge.points import sparse_text
+    from knowledge.ml.sparse import bm25_vector, sparse_text
     from knowledge.stores.base import PointRecord
     from knowledge.stores.edge import EdgeQdrantStore
 

@@ -20,7 +20,7 @@ from experts.models import Expert
 from .ml import chunking
 from .ml.chunking import Chunk, chunk_text, section_title
 from .ml.sentences import pack_vectors
-from .ml.sparse import bm25_vector
+from .ml.sparse import bm25_vector, sparse_text
 from .models import Document
 from .stores import PointRecord
 
@@ -61,10 +61,6 @@ def document_url(document: Document) -> str:
 def embedding_text(title: str, chunk: str) -> str:
     """What a chunk's dense vector is made from: the chunk's title (document and section) gives it its context."""
     return f"{title}\n{chunk}"
-
-
-def sparse_text(title: str, chunk: str) -> str:
-    return f"{title} {chunk}"
 
 
 def documents_points(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None) -> dict[int, list[PointRecord]]:

@@ -261,13 +261,13 @@ class MoveView(ReviewActionView):
     def act(self, request, run, proposal):
         data = _valid(forms.MoveForm(run, request.POST))
         target = edits.proposal_of(run, None if data["target"] == "none" else int(data["target"]))
-        matching = (data["matching"] or "").strip()
-        if matching and not data["queries"]:
+        matching = "" if data["queries"] else (data["matching"] or "").strip()  # the selected queries, else the typed words
+        if matching:
             source = edits.proposal_of(run, int(data["source"])) if data["source"] else None
             count = edits.move_matching(run, matching, target, source=source, user=request.user)
         else:
             count = edits.move_queries(run, data["queries"], target, user=request.user)
-        chosen = f" matching '{matching}'" if matching and not data["queries"] else ""
+        chosen = f" matching '{matching}'" if matching else ""
         return f"Moved {count} {'query' if count == 1 else 'queries'}{chosen} to {target.name if target else 'unassigned'}."
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from experts.ml.base_model import sha256_file
 
 CHUNK = 1 << 20
 
@@ -65,17 +66,9 @@ def copy_tree(src: Path, dst: Path, skip: Callable[[Path], bool] = lambda p: Fal
             copy_sparse(child, dst / child.name)
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_list(root: Path) -> list[dict[str, Any]]:
     """Every file under ``root`` as {path (relative, '/'-separated), bytes, sha256}, sorted by path."""
-    return [{"path": p.relative_to(root).as_posix(), "bytes": p.stat().st_size, "sha256": sha256(p)}
+    return [{"path": p.relative_to(root).as_posix(), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
             for p in sorted(root.rglob("*")) if p.is_file()]
 
 
@@ -92,7 +85,7 @@ def verify(root: Path, files: list[dict[str, Any]]) -> str | None:
             return f"{entry['path']} is missing"
         if path.stat().st_size != entry["bytes"]:
             return f"{entry['path']} has {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
-        if sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             return f"{entry['path']}'s checksum does not match the manifest"
     extra = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in listed)
     extra = [p for p in extra if p != "manifest.json"]

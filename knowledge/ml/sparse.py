@@ -29,6 +29,6 @@ def bm25_vector(text: str, *, query: bool = False) -> tuple[list[int], list[floa
     return list(vector.indices), list(vector.values)
 
 
-def chunk_text(payload: dict) -> str:
-    """What a chunk's sparse vector is made from: its title and text (``knowledge.points.sparse_text``)."""
-    return f"{payload.get('title', '')} {payload.get('text', '')}"
+def sparse_text(title: str, chunk: str) -> str:
+    """What a chunk's sparse vector is made from: its title (document and section) and its text."""
+    return f"{title} {chunk}"

@@ -36,7 +36,7 @@ import qdrant_edge as qe
 from sbcommon import faults
 
 from ..ml.sparse import MODEL as SPARSE_MODEL
-from ..ml.sparse import bm25_vector, chunk_text
+from ..ml.sparse import bm25_vector, sparse_text
 from .base import Hit, PointRecord, StoreUnavailable
 from .contract import DENSE, SPARSE, evidence, probed_idf, search_many
 
@@ -68,7 +68,7 @@ def _legacy_points(snapshot: Path) -> tuple[int, list[PointRecord]]:
     dense = np.load(folder / "dense.npy", allow_pickle=False).reshape(len(stored["ids"]), meta["dimension"])
     out = []
     for pid, vector, payload in zip(stored["ids"], dense, stored["payloads"], strict=True):
-        indices, values = bm25_vector(chunk_text(payload))
+        indices, values = bm25_vector(sparse_text(payload.get('title', ''), payload.get('text', '')))
         out.append(PointRecord(id=pid, dense=vector.tolist(), sparse_indices=indices, sparse_values=values, payload=payload))
     return int(meta["dimension"]), out
 
@@ -228,7 +228,7 @@ class EdgeQdrantStore:
             while True:
                 records, offset = old.scroll(qe.ScrollRequest(offset=offset, limit=BATCH, filter=skip, with_payload=True, with_vector=True))
                 if records and resparse:
-                    records = [qe.Point(id=r.id, vector={DENSE: r.vector[DENSE], SPARSE: qe.SparseVector(*bm25_vector(chunk_text(r.payload or {})))},
+                    records = [qe.Point(id=r.id, vector={DENSE: r.vector[DENSE], SPARSE: qe.SparseVector(*bm25_vector(sparse_text((r.payload or {}).get('title', ''), (r.payload or {}).get('text', ''))))},
                                         payload=r.payload) for r in records]
                 if records:
                     shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=r.id, vector=r.vector, payload=r.payload) for r in records]))

@@ -57,6 +57,8 @@ class DiskCachedEncoder:
         return db
 
     def __getattr__(self, attribute: str):
+        if attribute == "inner":  # not set yet (a copy being built): no delegation loop
+            raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:

@@ -93,7 +93,7 @@ class Command(BaseCommand):
     def _proposals(self, options: dict[str, Any]) -> None:
         run = self._run(options["run"])
         for p in run.proposals.order_by("index"):
-            examples = "; ".join(str(t.get("text", t) if isinstance(t, dict) else t) for t in (p.representatives or [])[:3])[:160]
+            examples = "; ".join((p.representatives or [])[:3])[:160]
             self.stdout.write(f"  {p.pk:>6}  {p.name[:40]:40}  {p.size:>6} questions  {p.status:10}  {examples}")
 
     def _rename(self, options: dict[str, Any]) -> None:
