@@ -60,13 +60,10 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
 
     One instance per (model, threads), made under a lock: when a server starts, many request
     threads ask at once, and each would otherwise load its own copy of the model.
-    ``MAX_BATCH``, ``MAX_WAIT_MS`` and ``CACHE_SIZE`` configure the wrapper; with a max batch of 1 or
-    less and no cache the bare encoder is returned.
+    ``MAX_BATCH``, ``MAX_WAIT_MS`` and ``CACHE_SIZE`` configure the wrapper.
     """
-    if name is None or threads is None:
-        name = name or settings.EMBEDDING_MODEL
-        threads = settings.TORCH_THREADS if threads is None else threads
-    name = model_name(name)  # an embedding space's name loads its model: one encoder per model, not per alias
+    threads = settings.TORCH_THREADS if threads is None else threads
+    name = model_name(name or settings.EMBEDDING_MODEL)  # an embedding space's name loads its model: one encoder per model, not per alias
     key = (name, int(threads), resolve_backend())
     encoder = _encoders.get(key)
     if encoder is not None:
@@ -81,27 +78,16 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
     return encoder
 
 
-def _encoder_process_enabled() -> bool:
-    """``ENCODER_PROCESS`` (serving processes turn it on, see ``switchboard.asgi``)."""
-    return settings.ENCODER_PROCESS
-
-
 def _build_encoder(name: str, threads: int) -> Encoder:
-    max_batch, max_wait_ms, cache_size = MAX_BATCH, MAX_WAIT_MS, CACHE_SIZE
-    if _encoder_process_enabled():
+    if settings.ENCODER_PROCESS:  # serving processes turn it on (``switchboard.asgi``)
         # The child process encodes with the serving thread count and batches; this process only caches.
         bare: Encoder = ProcessEncoder(name, threads=serving_threads(default=threads) if threads > 0 else threads,
-                                       max_batch=max_batch, max_wait_ms=max_wait_ms)
+                                       max_batch=MAX_BATCH, max_wait_ms=MAX_WAIT_MS)
         atexit.register(bare.close)
-        if cache_size <= 0:
-            return bare
-        cached = MicroBatchingEncoder(bare, max_batch=1, cache_size=cache_size)
+        cached = MicroBatchingEncoder(bare, max_batch=1, cache_size=CACHE_SIZE)
         atexit.register(cached.close)
         return cached
-    bare = make_encoder(name, threads=threads)
-    if max_batch <= 1 and cache_size <= 0:
-        return bare
-    batched = MicroBatchingEncoder(bare, max_batch=max_batch, max_wait_ms=max_wait_ms, cache_size=cache_size,
+    batched = MicroBatchingEncoder(make_encoder(name, threads=threads), max_batch=MAX_BATCH, max_wait_ms=MAX_WAIT_MS, cache_size=CACHE_SIZE,
                                    batch_threads=serving_threads(default=threads) if threads > 0 else 0)
     atexit.register(batched.close)
     return batched
