@@ -128,13 +128,10 @@ class JobListView(JobAccessMixin, TemplateView):
         return {**super().get_context_data(**kwargs), **self.list_context()}
 
 
-class JobRowsView(JobAccessMixin, TemplateView):
+class JobRowsView(JobListView):
     """The list's table body alone; it keeps polling itself while any job is queued or running."""
 
     template_name = "jobs/partials/job_rows.html"
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {**super().get_context_data(**kwargs), **self.list_context()}
 
 
 class JobDetailView(JobAccessMixin, TemplateView):
