@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -214,8 +215,6 @@ class OneThreadASGIHandler(ASGIHandler):
 
     def __init__(self):
         super().__init__()
-        from django.conf import settings
-
         self.threads = RequestThreads(keep=settings.REQUEST_THREADS_KEEP)
 
     async def __call__(self, scope, receive, send):
@@ -383,9 +382,7 @@ def _warm_up() -> None:
 
         warm_up_hottest(traffic_by_expert)
     except Exception:  # a broken model shows up in /readyz; warming up is best effort
-        import logging
-
-        logging.getLogger(__name__).exception("encoder warm-up failed")
+        logger.exception("encoder warm-up failed")
     freeze_startup_objects()
     if not routed:
         _warm_up_router_later()
@@ -393,8 +390,6 @@ def _warm_up() -> None:
 
 def _warm_up_router_later() -> None:
     """Load the router (``serving.route.warm_up``) as soon as one is active, instead of during its first question."""
-    import time
-
     from serving.route import warm_up
 
     deadline = time.monotonic() + ROUTER_WAIT_FOR_S
@@ -404,9 +399,7 @@ def _warm_up_router_later() -> None:
             if warm_up():
                 return
     except Exception:  # best effort, as above: the first question loads it then
-        import logging
-
-        logging.getLogger(__name__).exception("router warm-up failed")
+        logger.exception("router warm-up failed")
 
 
 from sbcommon.gcfreeze import freeze_after_requests, freeze_startup_objects  # noqa: E402  (after django.setup)
