@@ -51,20 +51,11 @@ class LoadWindow:
                 if not self._counts[old]:
                     del self._counts[old]
 
-    def loads(self, experts: list[str]) -> dict[str, float]:
-        """Each expert's share of the window's ``size`` slots (not of the slots filled so far)."""
-        with self._lock:
-            return {e: self._counts.get(e, 0) / self.size for e in experts}
-
     def load_array(self, experts: list[str]) -> np.ndarray:
-        """``loads`` as an array in the order of ``experts``."""
+        """Each expert's share of the window's ``size`` slots (not of the slots filled so far), in the order of ``experts``."""
         with self._lock:
             counts = self._counts
             return np.fromiter((counts.get(e, 0) for e in experts), dtype=np.float64, count=len(experts)) / self.size
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._recent)
 
     def clear(self) -> None:
         with self._lock:
@@ -74,16 +65,11 @@ class LoadWindow:
 
 @dataclass
 class ArbiterDecision:
-    """The ranked experts after load adjustment and capacity, and whether to abstain."""
+    """The ranked experts (with their adjusted scores) after load adjustment and capacity, and whether to abstain."""
 
     ranked: list[tuple[str, float]]
     chosen: list[str]
-    failover: list[str]
     abstained: bool
-    raw_scores: dict[str, float]
-    adjusted_scores: dict[str, float]
-    skipped: list[str] = field(default_factory=list)
-    score: float | None = None
 
 
 @dataclass
@@ -126,9 +112,7 @@ class Arbiter:
         # Order: adjusted score, then raw score, then position in ``raw_scores`` (deterministic ties).
         order = np.lexsort((np.arange(len(experts)), -raw, -adjusted))
         over = loads[order] > self.capacity
-        skipped: list[str] = []
         if over.any() and not over.all():
-            skipped = [experts[i] for i in order[over]]
             order = np.concatenate([order[~over], order[over]])
         # The adjustment moves an idle expert up and a busy one down by up to λ; the scores shown stay
         # in [0, 1] (an idle expert's 0.9998 + 0.0004 is 1, not 1.0002), the order is the unclipped one.
@@ -138,8 +122,4 @@ class Arbiter:
         abstained = bar is not None and score is not None and score < bar
         if record and not abstained:
             self.window.record(ranked[0][0])
-        names = [e for e, _ in ranked]
-        return ArbiterDecision(
-            ranked=ranked, chosen=names[:top_k], failover=names[:MAX_TOP_K], abstained=abstained,
-            raw_scores=raw_scores, adjusted_scores=dict(ranked), skipped=skipped, score=score,
-        )
+        return ArbiterDecision(ranked=ranked, chosen=[e for e, _ in ranked[:top_k]], abstained=abstained)
