@@ -1,9 +1,9 @@
 """The eps sweep: the DBSCAN radius that finds fine, pure topics, and the pairs to label at it.
 
-``suggest_eps`` sweeps radii between quantiles of the core distance on the full data, from one
-pass over the pairs within the largest of them, and keeps the one that clusters the most points
-outside the largest cluster: fine, pure topics, just before they start to merge. Dense data whose
-pairs would not fit in memory is swept with a capped pass (``labeling.ml.radius.capped_pass``).
+``sweep`` (``SparseDBSCAN(eps=None)``) tries radii between quantiles of the core distance on the
+full data, from one pass over the pairs within the largest of them, and keeps the one that clusters
+the most points outside the largest cluster: fine, pure topics, just before they start to merge.
+Dense data whose pairs would not fit in memory is swept with a capped pass (``labeling.ml.radius.capped_pass``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _sample_neighbours(x: np.ndarray, min_samples: int, sample: int, seed: int, 
 
 @dataclass
 class SweepPlan:
-    """The radii ``suggest_eps`` tries: a first grid whose pairs all fit in memory (collected in
+    """The radii ``sweep`` tries: a first grid whose pairs all fit in memory (collected in
     ``mode``, "bfloat16" or "float32"), and a wider one for a capped second pass if needed."""
 
     grid: np.ndarray
@@ -59,7 +59,7 @@ class SweepPlan:
 def sweep_grid(
     x: np.ndarray, min_samples: int = 5, sample: int = 2000, seed: int = 0, max_pairs: int = SWEEP_MAX_PAIRS, precision: str = "auto"
 ) -> SweepPlan:
-    """Plan the radii ``suggest_eps`` tries (each grid is ``eps_grid`` up to some share of core points).
+    """Plan the radii ``sweep`` tries (each grid is ``eps_grid`` up to some share of core points).
 
     The first grid goes up to the highest share (98% down to 20%) whose pairs fit in ``max_pairs``
     (bfloat16 products where fast, keeping ``BF16_SLACK`` beyond the radius); the wide grid up to the
@@ -123,17 +123,6 @@ def select_eps(
     return best[1], best[2], curve
 
 
-def suggest_eps(x: np.ndarray, min_samples: int = 5, sample: int = 2000, seed: int = 0) -> float:
-    """Suggest DBSCAN's ``eps`` (cosine distance) for fine, pure topics.
-
-    Sweeps ``sweep_grid`` on the full data (one pass over the pairs within the grid's largest radius,
-    then DBSCAN at every radius from those pairs) and keeps the radius where the most points are in
-    clusters other than the largest (``select_eps``). ``SparseDBSCAN(eps=None)`` does the same and
-    reuses the pairs.
-    """
-    return sweep(normalise(np.asarray(x)), min_samples, sample, seed).eps
-
-
 @dataclass
 class Neighbours:
     """The pairs a fit labels from: all pairs within ``eps`` (i < j, float32 distances), or with
@@ -159,7 +148,7 @@ def sweep(
     x: np.ndarray, min_samples: int, sample: int, seed: int, block: int | None = None, budget_bytes: int = 128 << 20,
     precision: str = "auto", max_pairs: int = SWEEP_MAX_PAIRS,
 ) -> Neighbours:
-    """The sweep of ``suggest_eps``: the chosen radius and the pairs to label from."""
+    """The radius that clusters the most points outside the largest cluster (``select_eps``), and the pairs to label from."""
     n = x.shape[0]
     if n <= min_samples:
         return Neighbours(0.3, *radius_pairs(x, 0.3, block=block, budget_bytes=budget_bytes, precision=precision))

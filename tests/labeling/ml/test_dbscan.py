@@ -6,7 +6,7 @@ from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score
 
 from labeling.ml.dbscan import SparseDBSCAN
-from labeling.ml.eps_sweep import clustered_outside_largest, suggest_eps
+from labeling.ml.eps_sweep import clustered_outside_largest
 from labeling.ml.pair_labels import dbscan_from_pairs
 from labeling.ml.radius import radius_pairs
 
@@ -31,10 +31,10 @@ def test_it_recovers_well_separated_topics_with_the_suggested_eps():
     assert adjusted_rand_score(y[clustered], model.labels_[clustered]) > 0.95
 
 
-def test_suggest_eps_grows_with_the_spread():
+def test_the_suggested_eps_grows_with_the_spread():
     tight, _ = blobs_on_sphere(spread=0.03)
     loose, _ = blobs_on_sphere(spread=0.12)
-    assert suggest_eps(tight) < suggest_eps(loose)
+    assert SparseDBSCAN(min_samples=5).fit(tight).eps_ < SparseDBSCAN(min_samples=5).fit(loose).eps_
 
 
 # --- exactness at scale: precisions, capped pairs -------------------------------------------------
@@ -84,7 +84,6 @@ def test_the_suggested_eps_comes_from_one_pass_and_is_reported_with_its_curve():
     scores = [score for _, score in model.eps_curve_]
     assert model.eps_ in [eps for eps, _ in model.eps_curve_]
     assert max(scores) == dict(model.eps_curve_)[model.eps_]
-    assert suggest_eps(x, min_samples=5) == pytest.approx(model.eps_)
 
 
 def test_the_criterion_prefers_many_topics_to_noise_and_to_one_giant():
