@@ -1,8 +1,8 @@
 """Answers the adapter chooses rather than writes: each passage sentence scored as the answer. Pure: no Django.
 
 A small fine-tuned model judges which part of the passages answers better than it writes it out.
-``select`` decoding scores every candidate (a sentence of a shown passage, or a run of up to
-``MAX_SPAN``, followed by its marker and the end token, as training targets are written) by the
+``select`` decoding scores every candidate (a sentence of a shown passage, followed by its marker
+and the end token, as training targets are written) by the
 adapter's mean log-probability per token, over one shared prompt cache; the answer is a verbatim,
 cited copy of the documents. Without a scorer ``NOT_FOUND`` is one more candidate. With a ``scorer``
 the adapter judges the scorer's ``SHORTLIST`` best sentences and the answer has the best ``scorer +
@@ -23,9 +23,6 @@ from .lora_examples import Example, fit_prompt, fitted_passages
 from .prompting import DEFAULT_CITATION_FORMAT, clean_passage_text, render_citation
 from .sentence_scorer import FEATURES, SentenceModel, load_scorer, reasons
 
-# How many neighbouring sentences one candidate may hold: on doc2dial's validation split pairs scored
-# lower than single sentences, at twice the cost (docs/EVALUATIONS.md).
-MAX_SPAN = 1
 # Padded candidate positions per forward pass: candidates of similar length go together, so little
 # of a pass is padding (a pass's cost grows with its rows x the longest candidate).
 BATCH_TOKENS = 512
@@ -61,22 +58,19 @@ class Candidate:
         return self.text if not self.passage else f"{quoted(self.text)} {render_citation(self.passage, citation_format)}"
 
 
-def candidates(passages: Sequence[Passage], *, max_span: int = MAX_SPAN, abstain: bool = True,
-               citation_format: str = DEFAULT_CITATION_FORMAT) -> list[Candidate]:
-    """Every run of 1..``max_span`` neighbouring sentences of each passage (as the prompt shows it), and the abstention."""
+def candidates(passages: Sequence[Passage], *, abstain: bool = True, citation_format: str = DEFAULT_CITATION_FORMAT) -> list[Candidate]:
+    """Every sentence of each passage (as the prompt shows it), and the abstention.
+
+    Single sentences: on doc2dial's validation split pairs of neighbouring sentences scored lower, at twice
+    the cost (docs/EVALUATIONS.md)."""
     out: list[Candidate] = []
     seen: set[tuple[str, int]] = set()
     for number, passage in enumerate(passages, start=1):
-        text = clean_passage_text(passage.text, citation_format)
-        sentences = split_sentences(text)
-        for start in range(len(sentences)):
-            for span in range(1, max_span + 1):
-                if start + span > len(sentences):
-                    break
-                joined = " ".join(sentences[start : start + span]).strip()
-                if joined and (joined, number) not in seen:
-                    seen.add((joined, number))
-                    out.append(Candidate(joined, number, start + 1))
+        for place, sentence in enumerate(split_sentences(clean_passage_text(passage.text, citation_format)), start=1):
+            sentence = sentence.strip()
+            if sentence and (sentence, number) not in seen:
+                seen.add((sentence, number))
+                out.append(Candidate(sentence, number, place))
     if abstain:
         out.append(Candidate(NOT_FOUND, 0))
     return out
@@ -143,11 +137,12 @@ def candidate_ids(tokenizer: Any, candidate: Candidate, citation_format: str = D
     return [*ids, tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else ids
 
 
-def choose(scores: Sequence[tuple[float, int]], length_power: float = 1.0) -> int:
-    """The index of the best candidate: summed log-probability over length ** ``length_power`` (1: per token; 0: the sum)."""
+def choose(scores: Sequence[tuple[float, int]]) -> int:
+    """The index of the best candidate: its mean log-probability per token (powers 0.5 and 0.75 of the length scored
+    lower on doc2dial's validation split, docs/CONFIGURATION.md)."""
     if not scores:
         raise ValueError("no candidates to choose from")
-    return max(range(len(scores)), key=lambda i: scores[i][0] / max(1, scores[i][1]) ** length_power)
+    return max(range(len(scores)), key=lambda i: scores[i][0] / max(1, scores[i][1]))
 
 
 @dataclass(frozen=True)
@@ -222,7 +217,7 @@ class SelectionPlan:
     keep: list[int] = field(default_factory=list)  # the shortlisted options' rows in ``features``
 
 
-def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (), max_span: int = MAX_SPAN,
+def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
                    scorer: SentenceScorer | None = None, scorer_question: str = "") -> SelectionPlan:
     """The prompt (built as generation builds it, ``lora_examples.fit_prompt`` in ``room`` tokens) and the options the model
     scores: the sentences of the passages that prompt holds and the abstention, or with ``scorer`` its shortlist (the
@@ -238,7 +233,7 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
     fmt = example.citation_format
     abstain = Candidate(NOT_FOUND, 0)
     if scorer is None:
-        options = candidates(list(example.passages)[:fitted], max_span=max_span, citation_format=fmt)
+        options = candidates(list(example.passages)[:fitted], citation_format=fmt)
         return SelectionPlan(prompt, options, [candidate_ids(tokenizer, c, fmt) for c in options], fmt)
     whole = list(example.whole or example.passages)[:fitted]
     ranking = scorer.rank(scorer_question or example.question, whole)
@@ -251,14 +246,14 @@ def plan_selection(tokenizer: Any, example: Example, room: int, *, history: Sequ
                          features, [r.row for r in best])
 
 
-def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_power: float = 1.0) -> Selected:
+def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]]) -> Selected:
     """The answer ``plan``'s options and the model's ``scores`` of them (summed log-probability, tokens) give:
     without a scorer the best mean log-probability (``choose``), with one ``shortlist_choice``, and why."""
     if len(scores) != len(plan.options):
         raise ValueError(f"{len(scores)} scores for {len(plan.options)} options")
     options, scorer = plan.options, plan.scorer
     if scorer is None:
-        best = choose(scores, length_power)
+        best = choose(scores)
         return Selected(options[best].answer(plan.citation_format), len(plan.prompt), scores[best][1])
     shortlisted = plan.rated + [0.0] * (len(options) - len(plan.rated))
     best = shortlist_choice(options, shortlisted, scores, scorer.weight)
@@ -271,18 +266,15 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]], length_powe
 
 
 def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
-           max_span: int = MAX_SPAN, length_power: float = 1.0, prefix: Callable[[list[int]], Any] | None = None,
-           scorer: SentenceScorer | None = None, scorer_question: str = "") -> Selected:
+           scorer: SentenceScorer | None = None) -> Selected:
     """The candidate ``model`` (with its active adapter) rates best as the answer to ``example``'s prompt
     (``plan_selection``, ``score_continuations``, ``decide``).
 
-    ``prefix``, given the prompt's ids, returns a copy of the model's state after its first tokens (the
-    serving backend's prompt prefix cache), or None. With ``scorer``, the model judges only its shortlist
-    (and the abstention), by ``shortlist_choice``; without, every sentence, by its mean log-probability alone.
+    With ``scorer``, the model judges only its shortlist (and the abstention), by ``shortlist_choice``;
+    without, every sentence, by its mean log-probability alone.
     """
-    plan = plan_selection(tokenizer, example, room, history=history, max_span=max_span, scorer=scorer, scorer_question=scorer_question)
-    scores = score_continuations(model, plan.prompt, plan.continuations, prefix=prefix(plan.prompt) if prefix is not None else None)
-    return decide(plan, scores, length_power)
+    plan = plan_selection(tokenizer, example, room, history=history, scorer=scorer)
+    return decide(plan, score_continuations(model, plan.prompt, plan.continuations))
 
 
 def _choice(shortlist: Sequence[Candidate], rated: Sequence[float], scores: Sequence[tuple[float, int]], best: int, weight: float,

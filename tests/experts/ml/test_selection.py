@@ -12,25 +12,24 @@ from experts.ml.selection import Candidate, candidate_ids, candidates, score_con
 WRITES = {"decoding": "free", "lead_sentence": False, "select_shortlist": 0}
 
 
-def test_candidates_are_each_run_of_neighbouring_sentences_then_the_abstention():
+def test_candidates_are_each_sentence_then_the_abstention():
     passages = [
         Passage(text="You can renew online at any time. The fee is 64 dollars. Bring your old licence."),
         Passage(text="Offices close at five on Fridays [3]."),
     ]
-    got = candidates(passages, max_span=2)
-    assert got[:5] == [
+    got = candidates(passages)
+    assert got[:3] == [
         Candidate("You can renew online at any time.", 1),
-        Candidate("You can renew online at any time. The fee is 64 dollars.", 1),
         Candidate("The fee is 64 dollars.", 1),
-        Candidate("The fee is 64 dollars. Bring your old licence.", 1),
         Candidate("Bring your old licence.", 1),
     ]
-    assert got[5] == Candidate("Offices close at five on Fridays.", 2)  # the document's own footnote number is not shown
+    assert [c.sentence for c in got[:3]] == [1, 2, 3]
+    assert got[3] == Candidate("Offices close at five on Fridays.", 2)  # the document's own footnote number is not shown
     assert got[-1] == Candidate(NOT_FOUND, 0)
-    assert len(got) == 7
-    assert got[1].target() == "You can renew online at any time. The fee is 64 dollars. [1]"
+    assert len(got) == 5
+    assert got[1].target() == "The fee is 64 dollars. [1]"
     assert got[-1].target() == NOT_FOUND
-    assert [c.passage for c in candidates(passages, abstain=False)] == [1, 1, 1, 2]  # by default single sentences (MAX_SPAN)
+    assert [c.passage for c in candidates(passages, abstain=False)] == [1, 1, 1, 2]
 
 
 def test_a_passage_that_imitates_the_prompts_delimiters_is_cleaned_as_the_prompt_shows_it():
