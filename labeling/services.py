@@ -329,8 +329,7 @@ def cluster_queries(
     x = load_embeddings([ids[i] for i in openers], model)
     reporter.progress(0.2, f"clustering {len(openers)} questions" + (f" ({len(rows) - len(openers)} follow-ups go with their conversation's first)"
                                                                      if len(openers) < len(rows) else ""))
-    # Exact DBSCAN on the full embeddings: the blockwise pair search is fast enough at 100k, and a PCA
-    # reduction at the same eps changes the clusters (ARI 0.51 against exact at 20k).
+    # Exact DBSCAN on the full embeddings (docs/EVALUATIONS.md, "Measured and removed": PCA first).
     estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
     found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")

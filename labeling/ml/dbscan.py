@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.decomposition import PCA
 
 from .eps_sweep import SWEEP_MAX_PAIRS, pairs_at, sweep
 from .pair_labels import complete_borders, dbscan_from_pairs
@@ -25,10 +24,8 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
     Args:
         eps: neighbourhood radius in cosine distance; ``None``: the eps sweep's.
         min_samples: points within ``eps`` (self included) for a core point.
-        n_components: reduce to this many PCA dimensions first (``None`` keeps all). Faster, but the
-            labels are then those of DBSCAN on the projected vectors, not on the originals.
         block: rows per similarity block; ``None`` sizes blocks to ``budget_bytes``.
-        random_state: seed for the eps sample and PCA.
+        random_state: seed for the eps sample.
         budget_bytes: working memory for one block of similarities when ``block`` is ``None``.
         precision: ``"auto"``, ``"float32"`` or ``"bfloat16"`` products (see ``radius_pairs``); the
             labels are those of float32 distances in every case.
@@ -50,7 +47,6 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
         self,
         eps: float | None = None,
         min_samples: int = 5,
-        n_components: int | None = None,
         block: int | None = None,
         random_state: int = 0,
         budget_bytes: int = 128 << 20,
@@ -59,7 +55,6 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
     ):
         self.eps = eps
         self.min_samples = min_samples
-        self.n_components = n_components
         self.block = block
         self.random_state = random_state
         self.budget_bytes = budget_bytes
@@ -73,8 +68,6 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
         if self.min_samples < 1:
             raise ValueError("min_samples must be at least 1")
         X = normalise(X)
-        if self.n_components and self.n_components < X.shape[1] and X.shape[0] > self.n_components:
-            X = normalise(PCA(n_components=self.n_components, random_state=self.random_state).fit_transform(X))
         if self.eps is None:
             nb = sweep(X, self.min_samples, 2000, self.random_state, self.block, self.budget_bytes, self.precision, self.max_pairs)
         else:
