@@ -57,8 +57,7 @@ def wait(job: Job, say: Callable[[str], None], timeout: float = 1800) -> Job:
         time.sleep(0.5)
 
 
-def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, n_experts: int = 4,
-              on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the demo pipeline; returns a summary (experts, documents per expert, router version).
 
     ``on_step`` is called with each step's number (1 to 6) as the step starts: ``run_platform`` starts
@@ -83,7 +82,7 @@ def load_demo(demo_dir: Path | None = None, say: Callable[[str], None] = print, 
     step(3)
     say("3/6 clustering the questions into expert proposals")
     job = wait(enqueue_once("cluster_queries", f"cluster:{SOURCE}", "Cluster demo questions", labeling_tasks.cluster_queries,
-                            {"source": SOURCE, "min_samples": 3, "n_experts": n_experts}), say)
+                            {"source": SOURCE, "min_samples": 3, "n_experts": 4}), say)
     run = ClusteringRun.objects.get(pk=job.result["run"])
     say(f"  {run.n_topics} topics (eps {run.eps:.3f}, {run.noise_share:.0%} noise) grouped into {run.proposals.count()} proposals")
 

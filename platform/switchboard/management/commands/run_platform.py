@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -63,7 +63,6 @@ class Child:
     reader: threading.Thread
     expected_exit: bool = False
     restarts: int = 0  # how often it may be started again after dying, within RESTART_WINDOW_S
-    started: float = field(default_factory=time.monotonic)
 
 
 RESTART_WINDOW_S = 600.0
