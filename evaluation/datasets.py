@@ -211,38 +211,6 @@ def typo_copy_encoder(name: str, model: str, say: Say = print) -> Callable[[list
     return lambda texts: cached_embeddings(f"{name}-router-typo-copies", texts, model, say)
 
 
-def index_by_domain(chunks: list[tuple[int, str]], units: list[dict[str, Any]], vectors: np.ndarray, prefix: str,
-                    payload: Callable[[int, int, str], dict[str, Any]], pointer_ttl_s: float = 0.0) -> tuple[Any, str, float]:
-    """``chunks`` ((unit row, text)) with their ``vectors``, dense + BM25, in one collection per domain ("eval_<domain>").
-
-    The collections live in a temporary Qdrant Edge store (never the app's): returns it, its folder
-    (remove it when done) and the seconds the indexing took. ``payload(unit row, chunk row, text)``
-    is each point's payload; ``pointer_ttl_s`` the store's (serving's ``QDRANT_POINTER_TTL_S`` where
-    an evaluation times searches as serving runs them).
-    """
-    import tempfile
-    import time
-    from collections import defaultdict
-
-    from knowledge.ml.sparse import bm25_vector, sparse_text
-    from knowledge.stores.base import PointRecord
-    from knowledge.stores.edge import EdgeQdrantStore
-
-    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
-    for row, (i, text) in enumerate(chunks):
-        indices, values = bm25_vector(sparse_text(units[i]["title"], text))
-        by_domain[units[i]["domain"]].append(PointRecord(
-            id=hashlib.md5(f"{i}:{row}".encode()).hexdigest(), dense=vectors[row].tolist(), sparse_indices=indices, sparse_values=values,
-            payload=payload(i, row, text),
-        ))
-    root = tempfile.mkdtemp(prefix=prefix)
-    store = EdgeQdrantStore(root, pointer_ttl_s=pointer_ttl_s)
-    t0 = time.perf_counter()
-    for domain in sorted({u["domain"] for u in units}):  # every domain, even one whose documents gave no chunk
-        store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
-    return store, root, time.perf_counter() - t0
-
-
 @dataclass
 class DomainIndex:
     """A dataset's documents chunked as an expert's are and indexed into one temporary collection per domain ("eval_<domain>")."""
@@ -253,12 +221,6 @@ class DomainIndex:
     store: Any  # knowledge.stores.edge.EdgeQdrantStore
     root: str
     index_s: float
-    size: int
-    overlap: int
-
-    @property
-    def names(self) -> list[str]:
-        return [f"eval_{d}" for d in self.domains]
 
     def close(self) -> None:
         import shutil
@@ -267,27 +229,46 @@ class DomainIndex:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def build_domain_index(dataset: Path, passages: bool, say: Callable[[str], None], prefix: str) -> DomainIndex:
-    """Chunk ``docs.jsonl`` (``passages.jsonl`` with ``passages``) with the Expert defaults, embed (cached) and index by domain."""
+def build_domain_index(dataset: Path, say: Callable[[str], None]) -> DomainIndex:
+    """Chunk ``docs.jsonl`` with the Expert defaults, embed (cached) and index dense + BM25 by domain.
+
+    The collections live in a temporary Qdrant Edge store (never the app's) with serving's pointer cache
+    (``QDRANT_POINTER_TTL_S``): timed searches pay what a served request pays.
+    """
+    import tempfile
+    import time
+    from collections import defaultdict
+
     from django.conf import settings
 
     from experts.models import Expert
     from knowledge.ml.chunking import chunk_text
+    from knowledge.ml.sparse import bm25_vector, sparse_text
     from knowledge.points import embedding_text
+    from knowledge.stores.base import PointRecord
+    from knowledge.stores.edge import EdgeQdrantStore
 
-    units = read_jsonl(Path(dataset) / ("passages.jsonl" if passages else "docs.jsonl"))
+    units = read_jsonl(Path(dataset) / "docs.jsonl")
     domains = sorted({u["domain"] for u in units})
     size = int(Expert._meta.get_field("chunk_size").default)
     overlap = int(Expert._meta.get_field("chunk_overlap").default)
-    say(f"{Path(dataset).name}: {len(units):,} {'passages' if passages else 'documents'} in {len(domains)} domains, chunks of {size}/{overlap}")
+    say(f"{Path(dataset).name}: {len(units):,} documents in {len(domains)} domains, chunks of {size}/{overlap}")
     chunks = [(i, chunk.text) for i, unit in enumerate(units) for chunk in chunk_text(unit["text"], size=size, overlap=overlap)]
-    name = Path(dataset).name + ("-passages" if passages else "")
     chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
     encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
-    cx = cached_embeddings(f"{name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
-    # Serving's pointer cache (QDRANT_POINTER_TTL_S): timed searches pay what a served request pays.
-    store, root, index_s = index_by_domain(chunks, units, cx, prefix,
-                                           lambda i, row, text: {"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
-                                           pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
+    vectors = cached_embeddings(f"{Path(dataset).name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
+    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
+    for row, (i, text) in enumerate(chunks):
+        indices, values = bm25_vector(sparse_text(units[i]["title"], text))
+        by_domain[units[i]["domain"]].append(PointRecord(
+            id=hashlib.md5(f"{i}:{row}".encode()).hexdigest(), dense=vectors[row].tolist(), sparse_indices=indices, sparse_values=values,
+            payload={"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
+        ))
+    root = tempfile.mkdtemp(prefix="router-knowledge-")
+    store = EdgeQdrantStore(root, pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
+    t0 = time.perf_counter()
+    for domain in domains:  # every domain, even one whose documents gave no chunk
+        store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
+    index_s = time.perf_counter() - t0
     say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
-    return DomainIndex(units, domains, chunks, store, root, index_s, size, overlap)
+    return DomainIndex(units, domains, chunks, store, root, index_s)

@@ -28,9 +28,7 @@ class KnowledgeRouting:
     def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0, router_threshold: float | None = None):
         from evaluation.datasets import build_domain_index
 
-        if split.label != "domain":
-            raise ValueError("--knowledge routes between domains: documents belong to a domain, not to an intent (use --label domain)")
-        self.index = build_domain_index(Path(folder), False, say, "router-knowledge-")
+        self.index = build_domain_index(Path(folder), say)
         missing = [c for c in split.classes if c not in self.index.domains]
         if missing:
             self.index.close()

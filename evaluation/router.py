@@ -36,7 +36,7 @@ from evaluation.routing_metrics import classification_metrics, method_report, ro
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
 from routing.ml.textrouter import Embed, train_text_router, typo_augment
-from routing.ml.training import Context, TrainConfig, train_router
+from routing.ml.training import Context, TrainConfig, inject_label_noise, train_router
 
 LATENCY_QUERIES = 200
 BASELINES = ("logreg", "logreg_typos", "knn", "knn_typos")
@@ -182,12 +182,6 @@ def simulate_arbiter(method: RouterMethod, x: np.ndarray, texts: list[str], y: n
 
 
 # --- the evaluation ------------------------------------------------------------------------------
-
-def _flip(y: np.ndarray, ratio: float, n: int, seed: int) -> np.ndarray:
-    from routing.ml.training import inject_label_noise
-
-    return inject_label_noise(y, ratio, n, np.random.default_rng(seed + 1000))
-
 
 def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str, tuple[dict[str, Any], TrainConfig]], embed: Embed) -> dict[str, Any]:
     """Fit the baselines at full strength and each named router configuration on (optionally noisy) train/val labels.
@@ -554,5 +548,6 @@ def _noisy_train_val(split: Split, level: float, seed: int) -> tuple[np.ndarray,
     x_train, y_train = split.xy("train")
     x_val, y_val = split.xy("val")
     if level > 0:
-        y_train, y_val = _flip(y_train, level, n, seed), _flip(y_val, level, n, seed + 1)
+        y_train = inject_label_noise(y_train, level, n, np.random.default_rng(seed + 1000))
+        y_val = inject_label_noise(y_val, level, n, np.random.default_rng(seed + 1001))
     return x_train, y_train, x_val, y_val
