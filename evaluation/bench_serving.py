@@ -29,6 +29,7 @@ from django.conf import settings
 
 from encoders import base as encoder_base
 from encoders import registry as encoder_registry
+from encoders import serving_threads
 from evaluation.datasets import read_queries
 from sbcommon.env import envbool
 
@@ -408,12 +409,6 @@ def encoder_throughput(questions: list[str], encoder: Any, seconds: float = 8.0)
     return {"encoder_rps_single": round(single, 1), "encoder_rps_batched": round(batched, 1)}
 
 
-def _serving_threads() -> int:
-    from encoders import serving_threads
-
-    return serving_threads()
-
-
 def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | None = None, warmup: float = 5.0, workers: int = 1,
                   model: str = "auto", encoder_seconds: float = 8.0, max_warmup: float = 180.0, max_chunk_miss_rate: float = 0.01,
                   backends: list[str] | None = None, database_url: str | None = None, redis_url: str | None = None,
@@ -482,7 +477,7 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
     questions = held_out_questions()
     say(f"measuring the encoder alone before the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")
     # The server's encoder runs its forward passes with ENCODER_THREADS threads (default: TORCH_THREADS).
-    bare = make_encoder(settings.EMBEDDING_MODEL, threads=_serving_threads(), backend=backend)
+    bare = make_encoder(settings.EMBEDDING_MODEL, threads=serving_threads(), backend=backend)
     encoder_before = encoder_throughput(questions, bare, seconds=encoder_seconds)
     port = _free_port()
     with Server(folder, port, workers=workers, env={"EMBEDDING_BACKEND": backend, **(deployment or {})}) as server:
@@ -543,7 +538,7 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
         "model": model,
         "server_processes": workers,
         "torch_threads": settings.TORCH_THREADS,
-        "encoder_threads": _serving_threads(),
+        "encoder_threads": serving_threads(),
         "encoder_sub_batch": encoder_base.SUB_BATCH,
         "encoder_in_child_process": envbool("ENCODER_PROCESS", True),  # the server's view: switchboard.asgi defaults it on
         "encoder_max_batch": encoder_registry.MAX_BATCH,

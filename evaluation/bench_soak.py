@@ -27,7 +27,7 @@ from typing import Any
 from sbcommon import faults
 
 from . import soak_restarts
-from .bench_serving import Server, _free_port, _percentile, deployment_env, held_out_questions, prepare_demo, unique_question
+from .bench_serving import Server, _free_port, _percentile, _stat, deployment_env, held_out_questions, prepare_demo, unique_question
 from .soak_restarts import RECOVERY_TARGET_S, Restart
 
 REQUEST_TIMEOUT_S = 60.0
@@ -83,14 +83,8 @@ def _tree_pids(root: int) -> list[int]:
     """``root`` and all its descendants, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        if entry.name.isdigit() and (stat := _stat(entry.name)):
+            children.setdefault(stat[0], []).append(int(entry.name))
     out, todo = [], [root]
     while todo:
         pid = todo.pop()

@@ -17,20 +17,6 @@ from routing.ml.charview import add_typos
 from routing.ml.training import TrainConfig
 
 
-def train_tier(model_name: str, texts_train: list[str], x_train: np.ndarray, y_train: np.ndarray, texts_val: list[str], x_val: np.ndarray,
-               y_val: np.ndarray, n: int, documents: list[str], name: str, model_kwargs: dict[str, Any], config: TrainConfig,
-               say: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
-    """``routing.ml.textrouter.fast_tier_from_model`` with the dataset's cached embeddings of the documents' sentences; raises ValueError."""
-    from encoders import resolve_model_path
-    from routing.ml.textrouter import fast_tier_from_model
-
-    def embed(texts: list[str]) -> np.ndarray:
-        return cached_embeddings(f"{name}-fast-tier-document-sentences", texts, model_name, say)
-
-    return fast_tier_from_model(resolve_model_path(model_name), texts_train, x_train, y_train, texts_val, x_val, y_val, n, documents, embed,
-                                model_kwargs, config)
-
-
 def fast_tier_report(split: Any, model_name: str, seed: int, say: Callable[[str], Any], full: dict[str, Any], texts_timed: list[str],
                      documents: list[str] | None = None, name: str = "", *, model_kwargs: dict[str, Any], typo_rate: float) -> dict[str, Any]:
     """The fast tier as router training makes it (``train_fast_tier``), scored on the same test questions as the full router.
@@ -42,14 +28,18 @@ def fast_tier_report(split: Any, model_name: str, seed: int, say: Callable[[str]
     encoder's cosine with the full one, the distillation and its latency (``route_p50_ms``).
     ``documents`` (``--knowledge``): their sentences join the distillation, as in router training.
     """
+    from encoders import resolve_model_path
+    from routing.ml.textrouter import fast_tier_from_model
+
     n = len(split.classes)
     x_train, y_train = split.xy("train")
     x_val, y_val = split.xy("val")
     say(f"training the fast tier on {len(y_train)} queries")
     t = time.perf_counter()
-    try:
-        tier, trained = train_tier(model_name, split.texts("train"), x_train, y_train, split.texts("val"), x_val, y_val, n, documents or [], name,
-                                   model_kwargs, TrainConfig(seed=seed), say)
+    try:  # the documents' sentences embedded by the dataset's cache
+        tier, trained = fast_tier_from_model(
+            resolve_model_path(model_name), split.texts("train"), x_train, y_train, split.texts("val"), x_val, y_val, n, documents or [],
+            lambda texts: cached_embeddings(f"{name}-fast-tier-document-sentences", texts, model_name, say), model_kwargs, TrainConfig(seed=seed))
     except ValueError as exc:  # as router training does: no tier, and why
         return {"trained": False, "reason": str(exc)}
     train_s = time.perf_counter() - t
