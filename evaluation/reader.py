@@ -43,6 +43,16 @@ class Candidates:
     f1: np.ndarray
 
 
+def answered(data: Dataset, train_limit: int | None) -> dict[str, list[dict[str, Any]]]:
+    """The train, val and test questions with a gold answer, train cut to a stratified ``train_limit``; ValueError without train or val ones."""
+    rows = {split: [q for q in data.questions(split) if q.get("answer")] for split in ("train", "val", "test")}
+    if not rows["train"] or not rows["val"]:
+        raise ValueError(f"{data.name} needs train and validation questions with an 'answer' and a domain")
+    if train_limit and len(rows["train"]) > train_limit:
+        rows["train"] = [rows["train"][j] for j in stratified_sample([q["domain"] for q in rows["train"]], train_limit, seed=SEED)]
+    return rows
+
+
 def gold_candidates(data: Dataset, questions: Sequence[dict[str, Any]], encode: Callable[[list[str]], np.ndarray],
                     say: Say = print) -> list[Candidates]:
     """Each question's candidates from its gold document (see the module docstring); questions without a gold
@@ -109,11 +119,7 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
     data = Dataset.read(dataset)
     if not data.documents or not data.relevant:
         raise ValueError(f"{dataset} needs docs.jsonl and qrels.jsonl: the reader reads each question's gold document")
-    rows = {split: [q for q in data.questions(split) if q.get("answer")] for split in ("train", "val", "test")}
-    if not rows["train"] or not rows["val"]:
-        raise ValueError(f"{dataset} needs train and validation questions with an 'answer'")
-    if train_limit and len(rows["train"]) > train_limit:
-        rows["train"] = [rows["train"][j] for j in stratified_sample([q["domain"] for q in rows["train"]], train_limit, seed=SEED)]
+    rows = answered(data, train_limit)
     encoder = get_encoder(settings.EMBEDDING_MODEL, max(1, settings.TORCH_THREADS))
     items = {split: gold_candidates(data, chosen, encoder.encode, say) for split, chosen in rows.items()}
     say("  candidates: " + ", ".join(f"{split} {len(v)}" for split, v in items.items()) + f" ({time.perf_counter() - started:.0f} s)")

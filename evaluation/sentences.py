@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import stratified_sample
-from evaluation.reader import Candidates, reader_figures
+from evaluation.reader import Candidates, answered, reader_figures
 from evaluation.workspace import Dataset, ask, load
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, candidate_sentences, quoted
@@ -55,11 +54,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     data = Dataset.read(dataset)
     if not data.documents:
         raise ValueError(f"{dataset} has no docs.jsonl to quote from")
-    rows = {split: [q for q in data.questions(split) if q.get("answer")] for split in ("train", "val", "test")}
-    if not rows["train"] or not rows["val"]:
-        raise ValueError(f"{dataset} needs train and validation questions with an 'answer' and a domain")
-    if train_limit and len(rows["train"]) > train_limit:
-        rows["train"] = [rows["train"][j] for j in stratified_sample([q["domain"] for q in rows["train"]], train_limit, seed=SEED)]
+    rows = answered(data, train_limit)
     load(data, say=say)
     encoder = get_encoder(settings.EMBEDDING_MODEL, max(1, settings.TORCH_THREADS))
     cache = ChunkSentenceCache(size=100_000)
