@@ -1,5 +1,3 @@
-from typing import Any
-
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save
 
@@ -16,8 +14,5 @@ class ServingConfig(AppConfig):
 
         # A saved or deleted router version is re-read by this process's next request (other
         # processes rely on SERVING_CACHE_TTL_S).
-        def clear(*_args: Any, **_kwargs: Any) -> None:
-            clear_serving_caches()
-
-        post_save.connect(clear, sender=RouterVersion, dispatch_uid="serving-cache-save-RouterVersion", weak=False)
-        post_delete.connect(clear, sender=RouterVersion, dispatch_uid="serving-cache-delete-RouterVersion", weak=False)
+        post_save.connect(clear_serving_caches, sender=RouterVersion, dispatch_uid="serving-cache-save-RouterVersion", weak=False)
+        post_delete.connect(clear_serving_caches, sender=RouterVersion, dispatch_uid="serving-cache-delete-RouterVersion", weak=False)

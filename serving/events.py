@@ -87,10 +87,6 @@ def _committed(items: list[Any]) -> bool:
     return RoutingEvent.objects.filter(request_id__in=ids).exists()
 
 
-def _never_committed(items: list[Any]) -> bool:
-    return False
-
-
 class EventWriter:
     """A bounded buffer of events and the thread that writes it in batches (see the module docstring)."""
 
@@ -99,7 +95,7 @@ class EventWriter:
         self._write = write
         # After a failed write: was that batch committed after all? (``_committed`` with the real write; a write
         # passed in is taken at its word unless it comes with its own check.)
-        self._committed = committed or (_committed if write is _bulk_write else _never_committed)
+        self._committed = committed or (_committed if write is _bulk_write else lambda items: False)
         self._unconfirmed: list[Any] = []  # the batch whose write failed, until it is known whether it committed
         self.background = background  # False: nothing is written until flush() (tests, one-shot scripts)
         self.flush_interval = max(1, flush_ms) / 1000.0

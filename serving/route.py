@@ -90,8 +90,6 @@ def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
     clear_experts_caches()
 
 
-
-
 def _router_version(key: str, number: int | None) -> RouterVersion | None:
     """The active RouterVersion (or version ``number``), kept with the serving caches for SERVING_CACHE_TTL_S seconds."""
 
@@ -470,5 +468,3 @@ def _views(experts: list[str], scored: Any, weight: float, reachable: set[str], 
         # Only the experts this request may reach: a key scoped to some experts learns nothing of the others' documents.
         views["knowledge"] = {slug: e for slug, e in evidence.items() if slug in reachable} if "unavailable" not in evidence else evidence
     return views
-
-

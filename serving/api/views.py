@@ -333,4 +333,3 @@ class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         body = {"response_id": feedback.request_id, "rating": "up" if feedback.rating > 0 else "down", "comment": feedback.comment,
                 "expert": feedback.expert, "suggested_expert": feedback.suggested_expert or None, "updated": not created}
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
