@@ -249,11 +249,10 @@ class OneThreadASGIHandler(ASGIHandler):
             response._closed_in_thread = True
         return response
 
-    async def read_body(self, receive, limit: BodyLimit | None = None):
+    async def read_body(self, receive, limit: BodyLimit):
         """Django's ``read_body``, stopping at ``limit``: a declared length over it before any ``receive``, else as soon as
         the chunks add up to more (a chunked body, or a Content-Length that lies); what is spooled never exceeds it."""
-        if limit is not None:
-            await limit.check_declared()
+        await limit.check_declared()
         body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
         size = 0
         while True:
@@ -263,7 +262,7 @@ class OneThreadASGIHandler(ASGIHandler):
                 raise RequestAborted()  # the client went away early
             if "body" in message:
                 size += len(message["body"])
-                if limit is not None and await limit.exceeded_by(size):
+                if await limit.exceeded_by(size):
                     body_file.close()
                     raise BodyTooLarge(limit.limit or 0, declared_length(limit.scope))
                 body_file.write(message["body"])
