@@ -171,22 +171,6 @@ def _load_checkpoint(work_dir: Path, model: Any, optimizer: Any, scheduler: Any)
     return int(progress["step"]), list(progress["loss_curve"])
 
 
-def _load_init_adapter(model: Any, folder: Path, params: LoraParams) -> None:
-    """Start from another adapter's weights; it must have this training's rank and target modules."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    config = folder / "adapter_config.json"
-    weights = folder / "adapter_model.safetensors"
-    if not config.is_file() or not weights.is_file():
-        raise LoraError(f"{folder} is not a peft adapter to start from (no adapter_config.json / adapter_model.safetensors)")
-    theirs = json.loads(config.read_text())
-    if int(theirs.get("r", -1)) != params.rank or sorted(theirs.get("target_modules") or []) != sorted(params.target_modules):
-        raise LoraError(f"the adapter in {folder} has rank {theirs.get('r')} on {theirs.get('target_modules')}; "
-                        f"this training needs rank {params.rank} on {params.target_modules}")
-    set_peft_model_state_dict(model, load_file(str(weights)))
-
-
 def _base_loss(work_dir: Path, start: int, compute: Callable[[], float | None]) -> float | None:
     """The base model's held-out loss, measured before the first step and kept next to the checkpoints."""
     path = work_dir / "base_eval.json"
@@ -246,7 +230,6 @@ def train_lora(
     on_step: StepCallback | None = None,
     min_examples: int = 1,
     threads: int | None = None,
-    init_adapter: str | Path | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``train``, evaluate it on ``evaluation``, save it to ``out_dir``.
 
@@ -262,9 +245,6 @@ def train_lora(
             call resumes from the last checkpoint.
         min_examples: fewer training examples than this is refused.
         threads: torch CPU threads while training (restored afterwards); None leaves them as they are.
-        init_adapter: an adapter folder (same rank and target modules) to continue from instead of
-            LoRA's identity start: an expert's adapter can start from one pooled over every expert's
-            data. The held-out ``base_eval_loss`` stays the bare base model's.
 
     Raises:
         LoraError: bad parameters or data; BaseModelNotFound; TrainingOutOfMemory.
@@ -275,15 +255,14 @@ def train_lora(
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples,
-                      Path(init_adapter) if init_adapter else None)
+        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples)
     finally:
         torch.set_num_threads(previous)
 
 
 def _train(
     base_model: str, train: Sequence[Example], evaluation: Sequence[Example], params: LoraParams,
-    out: Path, work: Path, on_step: StepCallback | None, min_examples: int, init_adapter: Path | None = None,
+    out: Path, work: Path, on_step: StepCallback | None, min_examples: int,
 ) -> TrainResult:
     import torch
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
@@ -318,8 +297,6 @@ def _train(
     start, curve = _load_checkpoint(work, model, optimizer, scheduler)
     # LoRA starts as the identity (B = 0), so before the first step this is the bare base model's loss.
     base_eval_loss = _base_loss(work, start, lambda: evaluate_loss(model, encoded_eval, pad_id, params.batch_size))
-    if init_adapter is not None and start == 0:
-        _load_init_adapter(model, init_adapter, params)
     model.train()
     loss_value = curve[-1]["loss"] if curve else float("nan")
     try:

@@ -143,28 +143,6 @@ def test_lora_the_answer_only_loss_is_the_models_own_loss(tiny_lm_dir):
     assert float(summed) / tokens == pytest.approx(float(reference), rel=1e-4)
 
 
-def test_lora_training_continues_from_another_adapter(tiny_lm_dir, tmp_path):
-    from safetensors.torch import load_file
-
-    pooled = LoraParams(**FAST)
-    train_lora(str(tiny_lm_dir), DMV + SSA, [], pooled, tmp_path / "pooled", tmp_path / "w1")
-    # A learning rate too small to move anything: the continued adapter is the one it started from.
-    still = LoraParams(**{**FAST, "max_steps": 1, "learning_rate": 1e-12})
-    train_lora(str(tiny_lm_dir), DMV, [], still, tmp_path / "dmv", tmp_path / "w2", init_adapter=tmp_path / "pooled")
-    fresh = train_lora(str(tiny_lm_dir), DMV, DMV[:1], still, tmp_path / "fresh", tmp_path / "w3")
-    start, continued = load_file(str(tmp_path / "pooled" / "adapter_model.safetensors")), load_file(str(tmp_path / "dmv" / "adapter_model.safetensors"))
-    assert set(start) == set(continued)
-    assert all(torch.allclose(start[k], continued[k], atol=1e-6) for k in start)
-    assert any(v.abs().max() > 0 for k, v in start.items() if "lora_B" in k)  # the pooled adapter did learn
-    assert all(v.abs().max() < 1e-6 for k, v in load_file(str(tmp_path / "fresh" / "adapter_model.safetensors")).items() if "lora_B" in k)
-    assert fresh.base_eval_loss is not None
-
-    with pytest.raises(LoraError, match="rank 4"):
-        train_lora(str(tiny_lm_dir), DMV, [], LoraParams(**{**FAST, "rank": 2}), tmp_path / "x", tmp_path / "w4", init_adapter=tmp_path / "pooled")
-    with pytest.raises(LoraError, match="not a peft adapter"):
-        train_lora(str(tiny_lm_dir), DMV, [], still, tmp_path / "y", tmp_path / "w5", init_adapter=tmp_path)
-
-
 def test_lora_top_layers_adapts_only_the_last_layers(tiny_lm_dir, tmp_path):
     from safetensors.torch import load_file
 
