@@ -106,18 +106,6 @@ class Context:
         return torch.as_tensor(self.turns[idx], dtype=torch.float32), torch.as_tensor(self.lengths[idx], dtype=torch.long)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def pick_device(requested: str = "auto") -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
-
-
 def switch_balance_loss(logits: torch.Tensor) -> torch.Tensor:
     """Switch Transformer auxiliary loss on a batch of router logits."""
     probs = logits.softmax(dim=-1)
@@ -126,19 +114,14 @@ def switch_balance_loss(logits: torch.Tensor) -> torch.Tensor:
     return n * (top1.mean(dim=0) * probs.mean(dim=0)).sum()
 
 
-def inject_label_noise(y: np.ndarray, ratio: float, n_classes: int, rng: np.random.Generator, kind: str = "uniform", confusion: np.ndarray | None = None) -> np.ndarray:
-    """Flip ``ratio`` of labels: to a uniformly random other class, or to the most confusable one."""
+def inject_label_noise(y: np.ndarray, ratio: float, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Flip ``ratio`` of labels, each to a uniformly random other class (the only ``noise_kind`` training implements)."""
     y = y.copy()
     if ratio <= 0 or n_classes < 2:
         return y
     flip = rng.random(y.shape[0]) < ratio
     for i in np.nonzero(flip)[0]:
-        if kind == "confusable" and confusion is not None:
-            row = confusion[y[i]].astype(float).copy()
-            row[y[i]] = 0
-            y[i] = int(np.argmax(row)) if row.sum() > 0 else (y[i] + rng.integers(1, n_classes)) % n_classes
-        else:
-            y[i] = (y[i] + rng.integers(1, n_classes)) % n_classes
+        y[i] = (y[i] + rng.integers(1, n_classes)) % n_classes
     return y
 
 
@@ -162,12 +145,11 @@ def validate_training_data(x_train: np.ndarray, y_train: np.ndarray, x_val: np.n
         raise ValueError(f"experts {missing} have no training examples; drop them or label some queries for them")
 
 
-def _logits(model: RouterNet, x: torch.Tensor, context: Context | None, idx: Any = None, mlp_only: bool = False) -> torch.Tensor:
-    ctx, lengths = (None, None) if context is None else context.rows(slice(None) if idx is None else idx)
+def _logits(model: RouterNet, x: torch.Tensor, context: Context | None, mlp_only: bool = False) -> torch.Tensor:
+    ctx, lengths = (None, None) if context is None else context.rows(slice(None))
     if ctx is not None:
         ctx = ctx.to(x.device)
-    xb = x if idx is None else x[idx]
-    return model.mlp_logits(xb, ctx, lengths) if mlp_only else model(xb, ctx, lengths)
+    return model.mlp_logits(x, ctx, lengths) if mlp_only else model(x, ctx, lengths)
 
 
 def evaluate(model: RouterNet, x: torch.Tensor, y: torch.Tensor, context: Context | None = None) -> dict[str, float]:
@@ -298,8 +280,10 @@ def _train(
     x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n_experts: int, model_kwargs: dict[str, Any] | None,
     config: TrainConfig, context_train: Context | None, context_val: Context | None,
 ) -> TrainResult:
-    seed_everything(config.seed)
-    device = pick_device(config.device)
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device)
     rng = np.random.default_rng(config.seed)
     kwargs = {"prototypes_per_expert": config.prototypes_per_expert, **(model_kwargs or {})}
     kwargs.pop("prototype_weight", None)
@@ -319,7 +303,7 @@ def _train(
     for epoch in range(1, config.epochs + 1):
         model.train()
         # DisturbLabel: a fresh share of flipped labels every epoch is a regulariser, not corrupted data.
-        yt = torch.as_tensor(inject_label_noise(y_train, config.label_noise, n_experts, rng, config.noise_kind), device=device) if config.label_noise > 0 else y_clean
+        yt = torch.as_tensor(inject_label_noise(y_train, config.label_noise, n_experts, rng), device=device) if config.label_noise > 0 else y_clean
         order = torch.randperm(xt.shape[0], generator=generator).to(device)
         total, batches = 0.0, 0
         for start in range(0, xt.shape[0], config.batch_size):
