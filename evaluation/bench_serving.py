@@ -80,12 +80,7 @@ def served_env(var_dir: Path, **extra: str) -> dict[str, str]:
 def deployment_env(database_url: str | None = None, redis_url: str | None = None) -> dict[str, str]:
     """The servers a scaled-out deployment shares, as environment: PostgreSQL (``DATABASE_URL``) and Redis
     (``REDIS_URL``: the cache behind rate limits, breakers and serving state). Empty: the bench's own files."""
-    env = {}
-    if database_url:
-        env["DATABASE_URL"] = database_url
-    if redis_url:
-        env["REDIS_URL"] = redis_url
-    return env
+    return {name: url for name, url in (("DATABASE_URL", database_url), ("REDIS_URL", redis_url)) if url}
 
 
 def prepare_demo(var_dir: Path, say: Callable[[str], None], deployment: dict[str, str] | None = None, backend: str | None = None) -> float:
