@@ -264,13 +264,8 @@ class NumpyScorer:
         self._erf = erf
         self.prototypes = None if flat is None else (flat[0].cpu().numpy().T.copy(), flat[1].cpu().numpy().copy())
 
-    def __call__(self, vector: np.ndarray) -> tuple[np.ndarray, float]:
-        """Calibrated probabilities (N,) and the in-scope score for one embedding (D,)."""
-        log_probs, score = self.log_scores(vector)
-        return np.exp(log_probs), score
-
     def log_scores(self, vector: np.ndarray) -> tuple[np.ndarray, float]:
-        """``__call__``'s probabilities as log-probabilities (what the blend with the character view reads).
+        """Calibrated log-probabilities (N,) (what the blend with the character view reads) and the in-scope score for one embedding (D,).
 
         In-place arithmetic throughout: each array operation costs more than its arithmetic at these sizes.
         """

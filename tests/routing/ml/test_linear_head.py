@@ -55,8 +55,8 @@ def test_the_linear_router_gives_scikit_learns_probabilities_and_survives_a_save
     assert loaded.head == "linear"
     scorer = loaded.numpy_scorer()
     assert scorer is not None  # serving's one-question path
-    one, _ = scorer(x[0])
-    np.testing.assert_allclose(one, model.predict_proba(x[:1])[0], atol=1e-4)
+    one, _ = scorer.log_scores(x[0])
+    np.testing.assert_allclose(np.exp(one), model.predict_proba(x[:1])[0], atol=1e-4)
 
 
 def test_a_linear_head_refuses_a_convolution_or_a_context_path():
