@@ -17,20 +17,16 @@ from typing import Any
 PATH = "/v1/chat/completions"
 
 
-async def _one(app: Any, question: str) -> None:
-    from evaluation.bench_handler import request
-
-    await request(app, PATH, json.dumps({"model": "auto", "messages": [{"role": "user", "content": question}]}).encode(), timeout=60)
-
-
 async def _round(app: Any, questions: list[str], n: int, concurrency: int, run: str) -> None:
+    from evaluation.bench_handler import request
     from evaluation.bench_serving import unique_question
 
     numbers = iter(range(n))
 
     async def client() -> None:
         for i in numbers:
-            await _one(app, unique_question(questions, i, run))
+            body = {"model": "auto", "messages": [{"role": "user", "content": unique_question(questions, i, run)}]}
+            await request(app, PATH, json.dumps(body).encode(), timeout=60)
 
     await asyncio.gather(*(client() for _ in range(concurrency)))
 
