@@ -22,7 +22,6 @@ from experts.ml.extractive import (
     ChunkSentenceCache,
     RankedSentence,
     extractive_answer,
-    quoted,
     rank_sentences,
 )
 
@@ -46,12 +45,6 @@ def chunk_cache_counts() -> tuple[int, int]:
     """(hits, misses) of this process's chunk sentence caches (for /metrics and the serving bench)."""
     caches = list(_caches.values())
     return sum(c.hits for c in caches), sum(c.misses for c in caches)
-
-
-def clear_chunk_caches() -> None:
-    """Forget every cached chunk (tests; re-indexing changes chunk texts, which the cache key notices anyway)."""
-    with _caches_lock:
-        _caches.clear()
 
 
 def scorer_spec(config: Any = settings) -> str:
@@ -129,13 +122,3 @@ def first_choices(request: GenerationRequest, count: int, max_passages: int = MA
     ranking = rank_sentences(request.search_question or request.question, list(request.passages), _embedder(request, encoder),
                              max_passages=max_passages, cache=chunk_cache(encoder.name), scorer=scorer_spec(settings))
     return ranking.sentences[:count] if ranking is not None else []
-
-
-def lead_sentence(request: GenerationRequest) -> tuple[int, str] | None:
-    """(place among ``request.passages``, 1-based; the sentence as quoted) that the extractive answer would quote first.
-
-    None when it would answer "not found" (weak passages, no sentence). The language model's prompt
-    names it (``prompting.LEAD_SENTENCE``).
-    """
-    best = first_choices(request, 1)
-    return (best[0].passage, quoted(best[0].text)) if best else None

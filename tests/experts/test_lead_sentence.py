@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from experts.generation.base import GenerationRequest
-from experts.generation.extractive import ExtractiveGenerator, lead_sentence
+from experts.generation.extractive import ExtractiveGenerator, first_choices
 from experts.generation.transformers import TransformersGenerator
-from experts.ml.extractive import Passage
+from experts.ml.extractive import Passage, quoted
 from experts.ml.prompting import render_passages
 
 # The model writes its answers: free decoding, no lead sentence, no shortlist (the product chooses among the scorer's).
@@ -24,7 +24,8 @@ def _request() -> GenerationRequest:
 
 
 def test_the_lead_is_the_best_sentence_the_extractive_answer_quotes():
-    place, sentence = lead_sentence(_request())
+    best = first_choices(_request(), 1)
+    place, sentence = best[0].passage, quoted(best[0].text)
     answer = ExtractiveGenerator().generate(_request())
     assert (place, sentence) == (1, "You can renew your driver license online with MyDMV if it expired less than two years ago.")
     assert answer.selection["quoted"][0]["text"] == sentence
@@ -45,7 +46,7 @@ def test_prompt_passages_keep_and_name_the_lead_only_when_asked():
 
 def test_weak_passages_have_no_lead():
     weak = GenerationRequest(question=QUESTION, expert="dmv", passages=[Passage(text="Unrelated words here, nothing else.", score=0.01)])
-    assert lead_sentence(weak) is None
+    assert first_choices(weak, 1) == []
     assert TransformersGenerator.from_settings(base_model="unused", lead_sentence=True, decoding="free", select_shortlist=0).prompt_passages(weak)[0].lead == ""
 
 
@@ -61,7 +62,6 @@ def test_the_vllm_payload_names_the_lead_when_it_is_on():
 
 def test_with_select_decoding_the_cut_keeps_every_sentence_of_the_shortlist(monkeypatch):
     """The extractive answer's first choices are what select decoding's model judges: the cut keeps them all."""
-    from experts.generation.extractive import first_choices
 
     request = _request()
     best = first_choices(request, 2)
@@ -87,7 +87,6 @@ def test_a_lead_under_a_section_heading_is_kept_in_the_cut():
 
 def test_the_cut_keeps_the_shortlist_from_every_passage_shown_not_only_the_first_three():
     """Shown four passages, the model judges sentences of all four (plan_selection): the cut keeps them wherever they are."""
-    from experts.generation.extractive import first_choices
 
     others = [Passage(text=f"{FILLER}Registration stickers are mailed within ten days.", title=f"Other {i}", score=0.6, chunk_id=f"o-{i}")
               for i in range(3)]

@@ -155,7 +155,6 @@ def test_the_extractive_answer_reads_the_fast_tiers_vector_instead_of_encoding_t
 
     fake = FakeEncoder()
     monkeypatch.setattr(extractive, "get_encoder", lambda *a, **k: fake)
-    extractive.clear_chunk_caches()
     passages = [Passage(text="Renew your licence online. Pensions are paid monthly.", title="Guide", score=0.9)]
     vector = fake.encode(["licence"])[0].tolist()
     fake.seen.clear()
