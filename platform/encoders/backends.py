@@ -10,11 +10,6 @@ from .space import model_name, resolve_backend
 from .torch_encoder import SentenceTransformerEncoder
 
 
-def export_cache_dir() -> str:
-    """Where exported encoders are kept: ``ENCODER_EXPORT_DIR`` (``$VAR_DIR/models/encoders``)."""
-    return str(settings.ENCODER_EXPORT_DIR)
-
-
 def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None,
                  cache_dir: str | None = None) -> Encoder:
     """A bare encoder (no batching, no cache) for ``name`` with ``backend`` (default: the setting)."""
@@ -29,6 +24,6 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
             # pass keeps a question's vector, and so its route, the same under load, at a cost in speed
             # (622 against 999 questions/s in passes of 8 on this project's CPU, one thread).
             sub_batch = 1
-        return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or export_cache_dir(), threads=threads,
+        return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or settings.ENCODER_EXPORT_DIR, threads=threads,
                                     sub_batch=sub_batch)
     return SentenceTransformerEncoder(model_name(name), threads=threads, sub_batch=sub_batch, backend=backend)

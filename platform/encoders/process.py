@@ -10,8 +10,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
-from .backends import export_cache_dir, make_encoder
+from .backends import make_encoder
 from .base import SUB_BATCH, EncoderUnavailable, notify_batch_listeners
 from .passes import measure_pass_cost, next_pass
 from .space import resolve_backend
@@ -132,7 +133,7 @@ class ProcessEncoder:
         parent, child = ctx.Pipe(duplex=True)
         # The backend and the export folder are resolved here: a spawned child has no Django settings.
         process = ctx.Process(target=_serve_encoder, args=(child, self.name, self.threads, self.max_batch, self.max_wait_ms, SUB_BATCH,
-                                                          self.backend, export_cache_dir()),
+                                                          self.backend, settings.ENCODER_EXPORT_DIR),
                               name="switchboard-encoder", daemon=True)
         process.start()
         child.close()

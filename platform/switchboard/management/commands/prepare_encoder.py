@@ -15,7 +15,6 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from encoders import model_name, resolve_backend, resolve_model_path
-from encoders.backends import export_cache_dir
 
 
 def _export_folder() -> tuple[str, str, Path]:
@@ -23,7 +22,7 @@ def _export_folder() -> tuple[str, str, Path]:
 
     name = model_name(settings.EMBEDDING_MODEL)
     path = resolve_model_path(name)
-    return name, path, export_dir(path, export_cache_dir(), label=name)
+    return name, path, export_dir(path, settings.ENCODER_EXPORT_DIR, label=name)
 
 
 def needs_export() -> bool:
@@ -46,5 +45,5 @@ class Command(BaseCommand):
         if (folder / "meta.json").is_file():
             self.stdout.write(f"{name} is exported already ({folder})")
             return
-        ensure_exported(path, export_cache_dir(), label=name)
+        ensure_exported(path, settings.ENCODER_EXPORT_DIR, label=name)
         self.stdout.write(f"{name} exported for ONNX Runtime in {time.monotonic() - started:.0f} s ({folder})")
