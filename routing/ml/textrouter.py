@@ -99,10 +99,9 @@ class TextRouter:
         char = self.char_view.log_proba(texts) if self.char_view is not None and len(texts) else None
         return self.combine(probs, score, char, x)
 
-    def score_one(self, vector: np.ndarray, text: str, context: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-                  char_logits: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-        """The same for one question: the numpy path where the network has one (serving)."""
-        scored = self.explain_one(vector, text, context, lengths, char_logits=char_logits)
+    def score_one(self, vector: np.ndarray, text: str, char_logits: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """The same for one question without its conversation: the numpy path where the network has one (serving)."""
+        scored = self.explain_one(vector, text, char_logits=char_logits)
         return scored.probs, scored.score
 
     def read_text(self, text: str) -> np.ndarray | None:

@@ -49,13 +49,19 @@ def retrain_router(job: Job, reporter: JobReporter) -> dict[str, Any]:
     return {"router_version": version.version, "activated": version.is_active, "reason": activation.get("reason", "unchanged data: nothing trained")}
 
 
-def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
-    """Each routable expert's normalised mean embedding over its labelled training questions."""
+def _labelled(held_out: bool) -> list[Any]:
+    """The promoted experts' labelled questions: the held-out ones (split 'test'), or those routers train on."""
     from labeling import selectors as labeling_selectors
-    from labeling.services import load_embeddings
 
     runs = labeling_selectors.latest_promoted_runs()
-    examples = [e for e in labeling_selectors.routing_examples(runs) if e.split != "test"][: limit * 20] if runs else []
+    return [e for e in labeling_selectors.routing_examples(runs) if (e.split == "test") == held_out] if runs else []
+
+
+def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
+    """Each routable expert's normalised mean embedding over its labelled training questions."""
+    from labeling.services import load_embeddings
+
+    examples = _labelled(held_out=False)[: limit * 20]
     if not examples:
         return [], np.zeros((0, 1), dtype=np.float32)
     x = load_embeddings([e.query_id for e in examples], embedding_space())
@@ -144,14 +150,11 @@ def _shares(since: Any) -> dict[str, float]:
 
 def _heldout_accuracy(active: RouterVersion) -> dict[str, Any]:
     """The active router's accuracy on reviewed questions held out from training (split 'test')."""
-    from labeling import selectors as labeling_selectors
     from labeling.services import load_embeddings
 
     from ..ml.textrouter import TextRouter
 
-    runs = labeling_selectors.latest_promoted_runs()
-    held = [e for e in labeling_selectors.routing_examples(runs) if e.split == "test"] if runs else []
-    held = [e for e in held if e.expert in active.experts]
+    held = [e for e in _labelled(held_out=True) if e.expert in active.experts]
     if not held:
         return {"router_accuracy": None, "router_accuracy_note": "no held-out (split 'test') reviewed questions"}
     x = load_embeddings([e.query_id for e in held], embedding_space())
@@ -202,14 +205,12 @@ def _readers_of(owners: list[set[str]], nearest: str | None, team_of: dict[str, 
     return [nearest] if teams == {team_of.get(nearest, -1)} else []
 
 
-def _reference_embeddings(limit: int, seed: int = 0) -> np.ndarray:
-    from labeling import selectors as labeling_selectors
+def _reference_embeddings(limit: int) -> np.ndarray:
     from labeling.services import load_embeddings
 
-    runs = labeling_selectors.latest_promoted_runs()
-    examples = [e for e in labeling_selectors.routing_examples(runs) if e.split != "test"] if runs else []
+    examples = _labelled(held_out=False)
     if len(examples) > limit:
-        idx = np.random.default_rng(seed).choice(len(examples), limit, replace=False)
+        idx = np.random.default_rng(0).choice(len(examples), limit, replace=False)
         examples = [examples[i] for i in sorted(idx)]
     return load_embeddings([e.query_id for e in examples], embedding_space()) if examples else np.zeros((0, 1))
 
