@@ -76,22 +76,9 @@ class SparseDBSCAN(ClusterMixin, BaseEstimator):
             )
         self.eps_, self.eps_curve_, self.n_capped_rows_ = nb.eps, nb.curve, nb.capped_rows
         self.n_pairs_ = int(nb.i.size)
-        # Kept for labels_at (smaller radii need only a subset of these pairs) unless capped.
-        self._pairs = (nb.i, nb.j, nb.d) if nb.degree is None else None
         self.labels_, core = dbscan_from_pairs(X.shape[0], nb.i, nb.j, self.min_samples, degree=nb.degree)
         if nb.degree is not None:
             complete_borders(X, self.labels_, core, nb.reach if nb.reach is not None else nb.degree, nb.i, nb.j, nb.eps)
         self.core_sample_indices_ = np.flatnonzero(core)
         self.n_clusters_ = int(self.labels_.max() + 1) if self.labels_.size else 0
         return self
-
-    def labels_at(self, eps: float) -> np.ndarray:
-        """DBSCAN's labels at a radius no larger than ``eps_``, from the pairs the fit found."""
-        if eps >= self.eps_:
-            return self.labels_
-        if self._pairs is None:
-            raise ValueError("labels_at needs the full pair list, which a capped fit does not keep")
-        i, j, d = self._pairs
-        keep = d <= np.float32(eps)
-        return dbscan_from_pairs(self.labels_.size, i[keep], j[keep], self.min_samples)[0]
-

@@ -4,7 +4,7 @@
 ``manage.py evaluate clustering`` (its ``ours_product``). Topics come from ``SparseDBSCAN``, K is given
 or suggested from the topics (``suggest_n_groups``), proposals are made by one of ``GROUPINGS``
 (``smoothed_kmeans``: each query replaced by the mean of itself and its ``NEIGHBOURS`` nearest, then
-k-means) and noise is attached or left out (``NOISE_MODES``). The defaults were chosen by ARI on the
+k-means; ``topics``: ``group_topics``) and noise is attached or left out (``NOISE_MODES``). The defaults were chosen by ARI on the
 train splits of clinc150 and hwu64 (``evaluate clustering --split train --variants``; figures in
 docs/EVALUATIONS.md).
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dbscan import SparseDBSCAN
-from .grouping import group_topics, propose_experts, suggest_n_groups
+from .grouping import group_topics, suggest_n_groups
 from .pair_labels import NOISE
 from .radius import normalise
 
-GROUPINGS = ("topics", "sweep", "smoothed_kmeans", "smoothed_kmeans_topics")
+GROUPINGS = ("topics", "smoothed_kmeans")
 NOISE_MODES = ("attach", "leave")
 # Chosen on the train splits of clinc150 and hwu64 (see the module docstring).
 DEFAULT_GROUPING = "smoothed_kmeans"
@@ -86,37 +86,13 @@ def smoothed_kmeans(x: np.ndarray, n_groups: int, neighbours: int = NEIGHBOURS, 
     return KMeans(n_clusters=k, n_init=starts, random_state=seed).fit_predict(z)
 
 
-def whole_topics(groups: np.ndarray, topics: np.ndarray) -> np.ndarray:
-    """Each topic moved whole to the group holding most of its members (noise rows keep their group)."""
-    out = groups.copy()
-    for topic in np.unique(topics[topics != NOISE]):
-        members = topics == topic
-        out[members] = np.bincount(groups[members]).argmax()
-    return out
-
-
-def group(
-    x: np.ndarray, topics: np.ndarray, n_groups: int, grouping: str = DEFAULT_GROUPING, model: SparseDBSCAN | None = None, seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """Proposals from topics by ``grouping``, every query assigned: (proposal per row, the topics they came from, their radius).
-
-    ``model`` (a fitted ``SparseDBSCAN`` whose labels are ``topics``) lets ``sweep`` try the sweep's
-    other radii and gives the radius; without it (topics from another clusterer, e.g. HDBSCAN)
-    ``sweep`` groups ``topics`` as they are and the radius is ``None``.
-    """
+def group(x: np.ndarray, topics: np.ndarray, n_groups: int, grouping: str = DEFAULT_GROUPING, seed: int = 0) -> np.ndarray:
+    """Proposals from topics by ``grouping``, every query assigned: the proposal per row."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping must be one of {', '.join(GROUPINGS)}, not {grouping!r}")
-    radius = float(model.eps_) if model is not None else None
-    if grouping == "topics" or (grouping == "sweep" and model is None):
-        return group_topics(x, topics, n_groups), topics, radius
-    if grouping == "sweep":
-        assert model is not None
-        groups, eps = propose_experts(x, model, n_groups)
-        return groups, model.labels_at(eps), float(eps)
-    groups = smoothed_kmeans(x, n_groups, seed=seed)
-    if grouping == "smoothed_kmeans_topics":
-        groups = whole_topics(groups, topics)
-    return groups, topics, radius
+    if grouping == "topics":
+        return group_topics(x, topics, n_groups)
+    return smoothed_kmeans(x, n_groups, seed=seed)
 
 
 def discover(
@@ -141,8 +117,8 @@ def discover(
     topics = model.labels_ if topics is None else np.asarray(topics)
     suggested = n_groups is None
     k = int(suggest_n_groups(x, topics)) if n_groups is None else int(n_groups)
-    groups, grouped_from, radius = group(x, topics, k, grouping, model if own else None, seed)
+    groups = group(x, topics, k, grouping, seed)
     if noise == "leave":
-        groups = np.where(grouped_from == NOISE, NOISE, groups)
+        groups = np.where(topics == NOISE, NOISE, groups)
     return Discovery(topics=topics, groups=_by_size(groups), n_groups=k, k_suggested=suggested,
-                     topic_eps=float("nan") if radius is None else radius, grouping=grouping, noise=noise)
+                     topic_eps=float(model.eps_) if own else float("nan"), grouping=grouping, noise=noise)

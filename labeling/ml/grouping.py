@@ -1,8 +1,7 @@
 """Grouping DBSCAN's fine topics into expert proposals, and naming them.
 
 ``group_topics`` merges fine topics into a handful of expert proposals (weighted Ward on topic
-centroids, refined by spherical k-means, topics kept whole); ``propose_experts`` does so from the
-finest of the sweep's radii that groups best (``labeling.ml.dbscan.SparseDBSCAN``).
+centroids, refined by spherical k-means, topics kept whole).
 ``describe_groups`` names groups by class-based TF-IDF keywords and representative queries.
 """
 
@@ -15,7 +14,6 @@ from scipy import sparse
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from labeling.ml.dbscan import SparseDBSCAN
 from labeling.ml.pair_labels import NOISE
 from labeling.ml.radius import normalise
 
@@ -171,29 +169,6 @@ def group_topics(
     rank[order] = np.arange(len(order))
     out[out != NOISE] = rank[kept]
     return out
-
-
-def propose_experts(x: np.ndarray, model: SparseDBSCAN, n_groups: int, min_share: float = 0.5) -> tuple[np.ndarray, float]:
-    """Expert proposals from a fitted ``SparseDBSCAN``: (proposal per row, the topic radius used).
-
-    Grouping does better from topics slightly finer than ``eps_``'s: every radius the sweep tried up
-    to ``eps_``, with at least ``min_share`` of the best score, is grouped with ``group_topics``, and the
-    smallest k-means objective wins. A fit with a given ``eps`` or a capped fit offers one radius.
-    """
-    x = normalise(x)
-    radii = [model.eps_]
-    if model.eps_curve_ and getattr(model, "_pairs", None) is not None:
-        best = max(score for _, score in model.eps_curve_)
-        radii = [eps for eps, score in model.eps_curve_ if eps <= model.eps_ and score >= min_share * best] or radii
-    chosen: tuple[float, np.ndarray, float] | None = None
-    for eps in radii:
-        groups = group_topics(x, model.labels_at(eps), n_groups)
-        k = int(groups.max()) + 1
-        inertia = float(x.shape[0] - np.einsum("ij,ij->", x, _group_centroids(x, groups, k)[groups]))
-        if chosen is None or inertia < chosen[0] - 1e-6:
-            chosen = (inertia, groups, float(eps))
-    assert chosen is not None
-    return chosen[1], chosen[2]
 
 
 def suggest_n_groups(x: np.ndarray, labels: np.ndarray, low: int = 4, high: int = 16) -> int:

@@ -75,7 +75,7 @@ def test_by_default_it_clusters_the_rows_outside_train_and_variants_cover_every_
     report = json.loads(out.read_text())
     assert (report["split"], report["rows"], report["n"]) == ("heldout", "every row outside the train split", 60)
     assert len(report["variants"]) == 2 * len(discovery.GROUPINGS) * len(discovery.NOISE_MODES)
-    assert {"ari", "purity", "noise_fraction", "k"} <= set(report["variants"]["true_k:sweep:leave"])
+    assert {"ari", "purity", "noise_fraction", "k"} <= set(report["variants"]["true_k:topics:leave"])
     call_command("evaluate", "clustering", "--dataset", str(dataset), "--split", "train", "--json", str(out))
     assert json.loads(out.read_text())["n"] == 60
 

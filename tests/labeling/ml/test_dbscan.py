@@ -92,9 +92,3 @@ def test_the_criterion_prefers_many_topics_to_noise_and_to_one_giant():
     assert clustered_outside_largest(np.array([0, 0, 1, 1])) == 0.5
     assert clustered_outside_largest(np.array([0, 0, 1, 2])) == 0.5
 
-
-def test_labels_at_a_smaller_radius_match_a_fit_at_that_radius():
-    x, _ = blobs_on_sphere(n_per=80, centers=4, dim=32, spread=0.1, seed=12)
-    model = SparseDBSCAN(eps=0.3).fit(x)
-    assert model.labels_at(0.2).tolist() == SparseDBSCAN(eps=0.2).fit(x).labels_.tolist()
-    assert model.labels_at(0.5) is model.labels_

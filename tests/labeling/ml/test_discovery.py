@@ -76,7 +76,7 @@ def test_proposals_are_numbered_largest_first(domains, fitted):
 def test_topics_from_another_clusterer_go_through_the_same_steps(domains, fitted):
     x, domain = domains
     other = np.where(domain >= 0, domain, -1)  # e.g. HDBSCAN's topics
-    found = discovery.discover(x, fitted, n_groups=4, topics=other, grouping="sweep")
+    found = discovery.discover(x, fitted, n_groups=4, topics=other, grouping="topics")
     assert np.isnan(found.topic_eps)  # no radius: these topics are not DBSCAN's
     assert adjusted_rand_score(domain[domain >= 0], found.groups[domain >= 0]) == 1.0
 

@@ -5,8 +5,7 @@ import pytest
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.metrics import adjusted_rand_score
 
-from labeling.ml.dbscan import SparseDBSCAN
-from labeling.ml.grouping import describe_groups, group_topics, propose_experts, spherical_kmeans, weighted_ward
+from labeling.ml.grouping import describe_groups, group_topics, spherical_kmeans, weighted_ward
 
 from .conftest import blobs_on_sphere
 
@@ -75,13 +74,3 @@ def test_spherical_kmeans_never_raises_the_inertia():
     assert after <= before
     assert adjusted_rand_score(y, groups) > 0.9
 
-
-def test_propose_experts_groups_topics_from_a_radius_the_sweep_tried():
-    x, y = blobs_on_sphere(n_per=70, centers=6, dim=32, spread=0.12, seed=13)
-    model = SparseDBSCAN().fit(x)
-    groups, radius = propose_experts(x, model, n_groups=3)
-    assert radius <= model.eps_
-    assert radius in [eps for eps, _ in model.eps_curve_]
-    assert sorted(set(groups.tolist())) == [0, 1, 2]
-    # each generating blob ends up (almost) whole in one proposal
-    assert all(np.bincount(groups[y == blob]).max() >= 0.95 * (y == blob).sum() for blob in range(6))
