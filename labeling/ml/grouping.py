@@ -105,10 +105,7 @@ def spherical_kmeans(x: np.ndarray, groups: np.ndarray, n_groups: int, max_iter:
     return groups, float(x.shape[0] - np.einsum("ij,ij->", x, gc[groups]))
 
 
-def group_topics(
-    x: np.ndarray, labels: np.ndarray, n_groups: int, assign_noise: bool = True, refine: bool = True, max_iter: int = 50,
-    whole_topics: bool = True,
-) -> np.ndarray:
+def group_topics(x: np.ndarray, labels: np.ndarray, n_groups: int) -> np.ndarray:
     """Merge fine topics into ``n_groups`` proposals; returns a proposal index per row (0 = largest).
 
     Every topic lands wholly in one proposal. Steps:
@@ -118,7 +115,7 @@ def group_topics(
     2. Each candidate seeds spherical k-means over the points; the smallest total cosine distance to
        the proposal centroids (k-means' own objective: no labels, no tuned constant) wins.
     3. Each topic joins, whole, the proposal closest to its members in total, and each noise point its
-       nearest proposal (or keeps ``-1`` without ``assign_noise``).
+       nearest proposal.
     """
     x = normalise(x)
     labels = np.asarray(labels)
@@ -135,31 +132,26 @@ def group_topics(
     member = labels != NOISE
     topic_of = np.full(labels.size, -1, dtype=int)
     topic_of[member] = position[labels[member]]
-    # Noise starts at its nearest topic; without assign_noise it stays out of the k-means.
+    # Noise starts at its nearest topic.
     nearest_topic = topic_of.copy()
     noise = np.flatnonzero(~member)
     if noise.size:
         nearest_topic[noise] = np.argmax(x[noise] @ cents.T, axis=1)
-    used = np.arange(labels.size) if assign_noise else np.flatnonzero(member)
     sizes = np.bincount(topic_of[member], minlength=ids.size).astype(np.float64)
     best: tuple[float, np.ndarray] | None = None
     for power in (0.0, 0.5, 1.0):
         topic_group = weighted_ward(cents, sizes**power, n_groups) if n_groups > 1 else np.zeros(ids.size, dtype=int)
-        start = topic_group[nearest_topic[used]]
-        groups, inertia = spherical_kmeans(x[used], start, n_groups, max_iter if refine else 0)
+        groups, inertia = spherical_kmeans(x, topic_group[nearest_topic], n_groups)
         if best is None or inertia < best[0] - 1e-6:
             best = (inertia, groups)
     assert best is not None
-    gc = _group_centroids(x[used], best[1], n_groups)
+    gc = _group_centroids(x, best[1], n_groups)
     out = np.full(labels.size, NOISE, dtype=int)
-    if whole_topics:
-        topic_sums = np.asarray(sparse.csr_matrix(
-            (np.ones(int(member.sum()), dtype=np.float32), (topic_of[member], np.flatnonzero(member))), shape=(ids.size, labels.size)
-        ) @ x)
-        out[member] = np.argmax(topic_sums @ gc.T, axis=1)[topic_of[member]]
-    else:
-        out[used] = best[1]
-    if assign_noise and noise.size:
+    topic_sums = np.asarray(sparse.csr_matrix(
+        (np.ones(int(member.sum()), dtype=np.float32), (topic_of[member], np.flatnonzero(member))), shape=(ids.size, labels.size)
+    ) @ x)
+    out[member] = np.argmax(topic_sums @ gc.T, axis=1)[topic_of[member]]
+    if noise.size:
         out[noise] = np.argmax(x[noise] @ gc.T, axis=1)
     # Number proposals by size, largest first, dropping any left empty by the last step.
     kept = out[out != NOISE]

@@ -58,14 +58,6 @@ def test_group_topics_numbers_proposals_by_size():
     assert (np.diff(sizes) <= 0).all()
 
 
-def test_group_topics_can_leave_noise_alone():
-    x, y = blobs_on_sphere(n_per=40, centers=4, dim=32, seed=10)
-    labels = y.copy()
-    labels[::9] = -1
-    groups = group_topics(x, labels, n_groups=2, assign_noise=False)
-    assert ((groups == -1) == (labels == -1)).all()
-
-
 def test_spherical_kmeans_never_raises_the_inertia():
     x, y = blobs_on_sphere(n_per=50, centers=3, dim=16, spread=0.3, seed=11)
     start = np.random.default_rng(0).integers(0, 3, size=x.shape[0])
