@@ -1,16 +1,15 @@
 """Greedy answers for many prompts at once, with one base model and its LoRA adapters. Pure: no Django.
 
 Prompts are built as training builds them (``lora_examples.fit_prompt``), grouped by adapter, sorted
-by length and run in left-padded batches; evaluations answer thousands of questions this way.
+by length and run in left-padded batches; the activation gate answers an expert's held-out questions this way.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +23,6 @@ class BatchItem:
 
     example: Example
     adapter: str | None = None
-    history: list[dict[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class Generated:
-    """One generated answer: the raw text, its token counts and its share of the batch's wall time."""
-
-    text: str
-    prompt_tokens: int
-    new_tokens: int
-    ms: float  # the batch's wall time divided by its size
-
-
-@dataclass
-class BatchStats:
-    """What a ``generate_batch`` call cost."""
-
-    wall_s: float = 0.0
-    new_tokens: int = 0
-    prompt_tokens: int = 0
-    batches: int = 0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s if self.wall_s else 0.0
 
 
 def attach_adapters(base: Any, adapters: dict[str, str | Path], base_model: str) -> Any:
@@ -94,11 +68,10 @@ def generate_batch(
     prompt_tokens: int,
     batch_size: int = 8,
     stop_strings: Sequence[str] = (),
-    stats: BatchStats | None = None,
     select: bool = False,
     scorer: Any = None,
-) -> list[Generated]:
-    """Greedy answers to ``items``, in their order (with ``select``: the candidates each adapter rates best, ``select_batch``).
+) -> list[str]:
+    """The raw text of the greedy answers to ``items``, in their order (with ``select``: the candidates each adapter rates best, ``select_batch``).
 
     Args:
         model: the base model, or the PeftModel from ``attach_adapters``.
@@ -110,7 +83,6 @@ def generate_batch(
         batch_size: prompts per forward pass.
         stop_strings: an answer ends when it writes one of these (kept in its text, as a streamed
             answer's stop criteria leave them, for the answer parser to cut).
-        stats: accumulates wall time and token counts when given.
         select: each answer is the passage sentence its adapter scores best (``selection``).
         scorer: with ``select``, the sentence scorer whose shortlist the adapter judges (``selection.SentenceScorer``;
             None: the adapter judges every sentence alone).
@@ -118,15 +90,14 @@ def generate_batch(
     import torch
 
     if select:
-        return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, stats=stats, scorer=scorer)
+        return select_batch(model, tokenizer, items, prompt_tokens=prompt_tokens, scorer=scorer)
 
-    stats = stats if stats is not None else BatchStats()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = [fit_prompt(tokenizer, item.example, prompt_tokens, history=item.history) for item in items]
+    prompts = [fit_prompt(tokenizer, item.example, prompt_tokens) for item in items]
     groups: dict[str | None, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
         groups[item.adapter].append(i)
-    out: list[Generated | None] = [None] * len(items)
+    out: list[str | None] = [None] * len(items)
     device = next(model.parameters()).device
     stops: dict[str, Any] = {"stop_strings": list(stop_strings), "tokenizer": tokenizer} if stop_strings else {}
     for adapter, rows in groups.items():
@@ -139,24 +110,18 @@ def generate_batch(
             for r, i in enumerate(chunk):
                 ids[r, width - len(prompts[i]) :] = torch.tensor(prompts[i], dtype=torch.long)
                 mask[r, width - len(prompts[i]) :] = 1
-            t0 = time.perf_counter()
             with _context(model, adapter), torch.no_grad():
                 output = model.generate(
                     input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens, do_sample=False,
                     pad_token_id=pad_id, eos_token_id=tokenizer.eos_token_id, **stops,
                 )
-            wall = time.perf_counter() - t0
-            stats.wall_s += wall
-            stats.batches += 1
             for r, i in enumerate(chunk):
                 new = output[r, width:].tolist()
                 if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new:
                     new = new[: new.index(tokenizer.eos_token_id)]
                 while new and new[-1] == pad_id:
                     new.pop()
-                stats.new_tokens += len(new)
-                stats.prompt_tokens += len(prompts[i])
-                out[i] = Generated(tokenizer.decode(new, skip_special_tokens=True), len(prompts[i]), len(new), wall * 1000 / len(chunk))
+                out[i] = tokenizer.decode(new, skip_special_tokens=True)
     return [g for g in out if g is not None]
 
 
@@ -166,30 +131,21 @@ def select_batch(
     items: Sequence[BatchItem],
     *,
     prompt_tokens: int,
-    stats: BatchStats | None = None,
     scorer: Any = None,
-) -> list[Generated]:
+) -> list[str]:
     """``selection``'s answers to ``items``, in their order: each the candidate its adapter scores best.
 
     One item at a time: its candidates share its prompt's cache (``selection.score_continuations``).
 
     Args:
-        model, tokenizer, items, prompt_tokens, stats, scorer: as for ``generate_batch``.
+        model, tokenizer, items, prompt_tokens, scorer: as for ``generate_batch``.
     """
     from .selection import select
 
-    stats = stats if stats is not None else BatchStats()
-    out: list[Generated] = []
+    out: list[str] = []
     for item in items:
-        t0 = time.perf_counter()
         with _context(model, item.adapter):
-            chosen = select(model, tokenizer, item.example, prompt_tokens, history=item.history, scorer=scorer)
-        wall = time.perf_counter() - t0
-        stats.wall_s += wall
-        stats.batches += 1
-        stats.new_tokens += chosen.answer_tokens
-        stats.prompt_tokens += chosen.prompt_tokens
-        out.append(Generated(chosen.text, chosen.prompt_tokens, chosen.answer_tokens, wall * 1000))
+            out.append(select(model, tokenizer, item.example, prompt_tokens, scorer=scorer).text)
     return out
 
 
@@ -200,7 +156,7 @@ def cut_at_stops(text: str, stop_strings: Sequence[str]) -> str:
 
 
 def held_out_f1_scores(model: Any, tokenizer: Any, examples: Sequence[Example], adapter: str | None, *, max_new_tokens: int,
-                       stop_strings: Sequence[str] = (), batch_size: int = 8, select: bool = False, scorer: Any = None) -> list[float]:
+                       stop_strings: Sequence[str] = (), select: bool = False, scorer: Any = None) -> list[float]:
     """Each example's token F1 (``answer_metrics.token_f1``) of the greedy answer against its answer, in order; [] without examples.
 
     The activation gate compares an adapter's scores with the bare base model's (``adapter=None``) on
@@ -212,6 +168,6 @@ def held_out_f1_scores(model: Any, tokenizer: Any, examples: Sequence[Example], 
         return []
     room = int(getattr(getattr(model, "config", None), "max_position_embeddings", 2048)) - max_new_tokens
     items = [BatchItem(Example(e.question, "", list(e.passages), e.system_prompt, e.citation_format, whole=list(e.whole)), adapter) for e in examples]
-    generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room, batch_size=batch_size,
+    generated = generate_batch(model, tokenizer, items, max_new_tokens=max_new_tokens, prompt_tokens=room,
                                stop_strings=stop_strings, select=select, scorer=scorer)
-    return [token_f1(cut_at_stops(g.text, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]
+    return [token_f1(cut_at_stops(g, stop_strings), e.answer, e.citation_format) for g, e in zip(generated, examples, strict=True)]

@@ -147,11 +147,9 @@ def choose(scores: Sequence[tuple[float, int]]) -> int:
 
 @dataclass(frozen=True)
 class Selected:
-    """What ``select`` chose: the answer as the model would have written it (marker included) and what it cost."""
+    """What ``select`` chose: the answer as the model would have written it (marker included)."""
 
     text: str
-    prompt_tokens: int
-    answer_tokens: int
     # With a scorer, the choice as the extractive answer reports its own (``extractive.Answer.selection``):
     # the chosen sentence with why, the runner-up, how many sentences were scored. None: no scorer, or the abstention won.
     choice: dict[str, Any] | None = None
@@ -254,7 +252,7 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]]) -> Selected
     options, scorer = plan.options, plan.scorer
     if scorer is None:
         best = choose(scores)
-        return Selected(options[best].answer(plan.citation_format), len(plan.prompt), scores[best][1])
+        return Selected(options[best].answer(plan.citation_format))
     shortlisted = plan.rated + [0.0] * (len(options) - len(plan.rated))
     best = shortlist_choice(options, shortlisted, scores, scorer.weight)
     choice = None
@@ -262,18 +260,17 @@ def decide(plan: SelectionPlan, scores: Sequence[tuple[float, int]]) -> Selected
         row = plan.keep[best]
         why = reasons(plan.features, row, scorer.model.local_weights(plan.features, row))
         choice = _choice(options[: len(plan.rated)], shortlisted, scores, best, scorer.weight, why, len(plan.features))
-    return Selected(options[best].answer(plan.citation_format), len(plan.prompt), scores[best][1], choice)
+    return Selected(options[best].answer(plan.citation_format), choice)
 
 
-def select(model: Any, tokenizer: Any, example: Example, room: int, *, history: Sequence[dict[str, str]] = (),
-           scorer: SentenceScorer | None = None) -> Selected:
+def select(model: Any, tokenizer: Any, example: Example, room: int, *, scorer: SentenceScorer | None = None) -> Selected:
     """The candidate ``model`` (with its active adapter) rates best as the answer to ``example``'s prompt
     (``plan_selection``, ``score_continuations``, ``decide``).
 
     With ``scorer``, the model judges only its shortlist (and the abstention), by ``shortlist_choice``;
     without, every sentence, by its mean log-probability alone.
     """
-    plan = plan_selection(tokenizer, example, room, history=history, scorer=scorer)
+    plan = plan_selection(tokenizer, example, room, scorer=scorer)
     return decide(plan, score_continuations(model, plan.prompt, plan.continuations))
 
 

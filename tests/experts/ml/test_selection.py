@@ -137,8 +137,8 @@ def test_an_adapter_trained_on_a_sentence_chooses_it(tiny_lm_dir, tmp_path):
     model = attach_adapters(base, {"fees": str(tmp_path / "a")}, str(tiny_lm_dir))
     items = [BatchItem(Example("how much is it", "", passages), adapter) for adapter in ("fees", None)]
     chosen, bare = generate_batch(model, tokenizer, items, max_new_tokens=16, prompt_tokens=1000, select=True)
-    assert chosen.text == target
-    assert bare.text in {"Offices close at five on Fridays. [1]", target, NOT_FOUND}  # the bare random model picks any candidate
+    assert chosen == target
+    assert bare in {"Offices close at five on Fridays. [1]", target, NOT_FOUND}  # the bare random model picks any candidate
 
 
 def test_a_prefix_state_computed_before_gives_the_same_scores(tiny):
