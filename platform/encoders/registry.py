@@ -33,16 +33,13 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def serving_threads(setting: int | None = None, default: int | None = None) -> int:
+def serving_threads(default: int | None = None) -> int:
     """torch threads of the micro-batcher's forward passes: ``ENCODER_THREADS``; 0 (the default) means
-    ``TORCH_THREADS``, -1 every CPU of the process."""
-    if setting is None:
-        setting = settings.ENCODER_THREADS
-    torch_threads = default if default is not None else settings.TORCH_THREADS
-    setting = int(setting)
+    ``default`` (``TORCH_THREADS`` unless given), -1 every CPU of the process."""
+    setting = int(settings.ENCODER_THREADS)
     if setting < 0:
         return cpu_count()
-    return setting if setting > 0 else max(1, int(torch_threads))
+    return setting if setting > 0 else max(1, int(default if default is not None else settings.TORCH_THREADS))
 
 
 def cache_counts() -> tuple[int, int]:

@@ -176,8 +176,10 @@ def test_encoder_threads_default_to_torch_threads_and_apply_once_the_batcher_run
     settings.ENCODER_THREADS = 0
     settings.TORCH_THREADS = 1
     assert registry.serving_threads() == 1
-    assert registry.serving_threads(3) == 3
-    assert registry.serving_threads(-1) == registry.cpu_count()
+    settings.ENCODER_THREADS = 3
+    assert registry.serving_threads() == 3
+    settings.ENCODER_THREADS = -1
+    assert registry.serving_threads() == registry.cpu_count()
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     batched = MicroBatchingEncoder(CountingEncoder(delay=0.0), max_wait_ms=0.5, batch_threads=2)
