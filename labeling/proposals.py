@@ -20,15 +20,16 @@ from jobs.services import JobFailed
 
 from .choices import OPEN_STATUSES, ProposalStatus, ReviewActionKind, RunStatus
 from .ml.grouping import describe_groups, group_topics
+from .ml.radius import normalise
 from .models import Assignment, ClusteringRun, Proposal, ReviewAction
-from .selectors import centroid_of, chunks, load_embeddings, normalise, undoable_action
+from .selectors import centroid_of, chunks, load_embeddings, undoable_action
 
 
 def group_stats(x: np.ndarray) -> tuple[bytes | None, float | None]:
     """Normalised centroid (as bytes) and cohesion (mean cosine of members to it) of some embeddings."""
     if x.size == 0:
         return None, None
-    x = normalise(x.astype(np.float32))
+    x = normalise(x)
     centroid = x.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
     if norm == 0:

@@ -17,6 +17,7 @@ from jobs.services import JobFailed
 
 from .access import team_ids, visible_runs
 from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, ReviewActionKind, RunStatus
+from .ml.radius import normalise
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
 
 # Bind-parameter lists stay under PostgreSQL's 65,535 and SQLite's compiled limits.
@@ -39,13 +40,6 @@ class LabelledQuery:
 def chunks(items: list[Any], size: int = ID_CHUNK) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def normalise(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows left as they are)."""
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return x / norms
 
 
 def load_embeddings(query_ids: list[int], model: str) -> np.ndarray:
