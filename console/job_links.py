@@ -8,16 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.urls import NoReverseMatch, reverse
-
 from routing.models import TrainingRun
 
-
-def _url(name: str, *args: Any) -> str:
-    try:
-        return reverse(name, args=args)
-    except NoReverseMatch:
-        return ""
+from .nav import optional_url as _url
 
 
 def links_for(job: Any) -> list[tuple[str, str]]:

@@ -76,12 +76,6 @@ def feedback_form(user: Any, **kwargs: Any) -> TraceFeedbackForm:
     return TraceFeedbackForm(experts=choices, **kwargs)
 
 
-def visible_events(user: Any) -> QuerySet[RoutingEvent]:
-    """The events ``user`` may see (``routing.selectors.visible_events``: their experts' answers, and the unanswered
-    questions one of their experts was a candidate for)."""
-    return routing_selectors.visible_events(user)
-
-
 def visible_event(user: Any, request_id: str) -> RoutingEvent:
     """The request's event, if ``user`` may see it (else 404).
 
@@ -89,7 +83,7 @@ def visible_event(user: Any, request_id: str) -> RoutingEvent:
     may still be in this process's buffer, so it is flushed first.
     """
     events.flush()
-    event = visible_events(user).filter(request_id=request_id).order_by("-created_at").first()
+    event = routing_selectors.visible_events(user).filter(request_id=request_id).order_by("-created_at").first()
     if event is None:
         raise Http404("no such request, or not one of your teams' experts")
     return event
@@ -137,7 +131,7 @@ class TraceListView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest) -> HttpResponse:
         names = visible_names(request.user)
         form = TraceFilterForm(request.GET or None, experts=sorted(names.items(), key=lambda item: item[1].lower()))
-        events = visible_events(request.user)
+        events = routing_selectors.visible_events(request.user)
         status = 200
         if form.is_bound and not form.is_valid():
             status, events = 400, events.none()
