@@ -38,6 +38,11 @@ def selects(decoding: str, request: GenerationRequest) -> bool:
     return decoding == "select" and not (request.temperature and request.temperature > 0)
 
 
+def weak(request: GenerationRequest, min_score: float) -> bool:
+    """Whether the request's passages are too weak to answer from (none, or the best below ``min_score``): "not found"."""
+    return not request.passages or max(p.score for p in request.passages) < min_score
+
+
 def shown_passages(request: GenerationRequest, *, max_passages: int, passage_chars: int, lead_sentence: bool, shortlist: int = 0) -> list[Passage]:
     """The passages the model is shown: the best ``max_passages``, each cut to its ``passage_chars`` most relevant characters.
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from experts.ml.citations import CitationStream, paragraph_ends_answer, parse_answer
+from experts.ml.citations import paragraph_ends_answer, parse_answer
 from experts.ml.extractive import NOT_FOUND, Answer, Passage
 from experts.ml.loading import bf16_native, check_adapter, load_base, same_base
 from experts.ml.lora_errors import LoraError
@@ -50,6 +50,7 @@ from .selecting import (
     sentence_scorer,
     shown_passages,
     stream_chosen,
+    weak,
 )
 
 logger = logging.getLogger(__name__)
@@ -343,12 +344,6 @@ class TransformersGenerator:
     def _budget(self, request: GenerationRequest) -> float:
         return float(request.timeout_s if request.timeout_s is not None else self.timeout_s)
 
-    def _weak(self, request: GenerationRequest) -> bool:
-        return not request.passages or max(p.score for p in request.passages) < self.min_score
-
-    def _citations(self, request: GenerationRequest) -> CitationStream:
-        return citation_stream(request, self.max_passages, self.stop_at_paragraph)
-
     def _prepare(self, request: GenerationRequest, shown: list[Passage], deadline: float, cancel: threading.Event):
         """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue).
 
@@ -368,7 +363,7 @@ class TransformersGenerator:
     def generate(self, request: GenerationRequest) -> Answer:
         import torch
 
-        if self._weak(request):
+        if weak(request, self.min_score):
             return Answer(text=NOT_FOUND, citations=[], grounded=False)
         budget, deadline, shown, chosen = self._start(request)
         if chosen is not None:
@@ -383,13 +378,11 @@ class TransformersGenerator:
         if stop.timed_out:
             raise GenerationTimeout(f"the answer took longer than its budget of {budget:.0f} s")
         new = output[0, inputs["input_ids"].shape[1] :]
-        answer = self._parse(request, self._tokenizer.decode(new, skip_special_tokens=True))
+        answer = parse_answer(self._tokenizer.decode(new, skip_special_tokens=True), request.passages[: self.max_passages],
+                              citation_format=request.citation_format, min_score=self.min_score, question=request.question, stops=STOPS,
+                              stop_at_paragraph=self.stop_at_paragraph)
         answer.finish_reason = "length" if len(new) >= kwargs["max_new_tokens"] and not stop.stopped_by_text else "stop"
         return answer
-
-    def _parse(self, request: GenerationRequest, text: str) -> Answer:
-        return parse_answer(text, request.passages[: self.max_passages], citation_format=request.citation_format, min_score=self.min_score,
-                            question=request.question, stops=STOPS, stop_at_paragraph=self.stop_at_paragraph)
 
     def _start(self, request: GenerationRequest) -> tuple[float, float, list[Passage], Selected | None]:
         """The request's time budget, its deadline, the passages its prompt shows, and, where its decoding
@@ -397,13 +390,10 @@ class TransformersGenerator:
         budget = self._budget(request)
         deadline = time.monotonic() + budget
         shown = self.prompt_passages(request)
-        if not self._selects(request):
+        if not selects(self.decoding, request):
             return budget, deadline, shown, None
         with self.queue.hold(budget):
             return budget, deadline, shown, self._select(request, shown, deadline, budget)
-
-    def _selects(self, request: GenerationRequest) -> bool:
-        return selects(self.decoding, request)
 
     def _select(self, request: GenerationRequest, shown: list[Passage], deadline: float, budget: float) -> Selected:
         """The candidate answer the request's model rates best, marker included, and why (caller holds the queue)."""
@@ -453,7 +443,7 @@ class TransformersGenerator:
         import torch
         from transformers import TextIteratorStreamer
 
-        if self._weak(request):
+        if weak(request, self.min_score):
             yield NOT_FOUND
             yield Answer(text=NOT_FOUND, citations=[], grounded=False)
             return
@@ -485,7 +475,7 @@ class TransformersGenerator:
 
         worker = threading.Thread(target=run, name="transformers-generate", daemon=True)
         worker.start()
-        citations = self._citations(request)
+        citations = citation_stream(request, self.max_passages, self.stop_at_paragraph)
         try:
             try:
                 for delta in streamer:
@@ -499,7 +489,7 @@ class TransformersGenerator:
             cancel.set()
             worker.join(timeout=5.0)
             if errors:
-                raise _as_generation_error(errors[0])
+                raise errors[0] if isinstance(errors[0], GenerationError) else GenerationError(f"generation failed: {errors[0]}")
             if stop.timed_out and not citations.shown.strip():
                 raise GenerationTimeout(f"no answer within its budget of {budget:.0f} s")
             tail, answer = citations.finish(request.question, min_score=self.min_score, streamed=True)
@@ -568,8 +558,3 @@ def torch_tensor(rows: list[list[int]]) -> Any:
     import torch
 
     return torch.tensor(rows, dtype=torch.long)
-
-
-def _as_generation_error(exc: BaseException) -> GenerationError:
-    return exc if isinstance(exc, GenerationError) else GenerationError(f"generation failed: {exc}")
-

@@ -28,7 +28,7 @@ from experts.ml.selection import DECODING, SHORTLIST, Selected, SelectionPlan, d
 
 from .base import AdapterError, AdapterRef, GenerationError, GenerationRequest, GenerationTimeout, GenerationUnavailable
 from .extractive import scorer_spec
-from .selecting import check_decoding, chosen_answer, kept_choices, selects, sentence_scorer, shown_passages, stream_chosen
+from .selecting import check_decoding, chosen_answer, kept_choices, selects, sentence_scorer, shown_passages, stream_chosen, weak
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class VllmGenerator:
     # --- the Generator protocol ------------------------------------------------------------------
 
     def generate(self, request: GenerationRequest) -> Answer:
-        if self._weak(request):
+        if weak(request, self.min_score):
             return Answer(text=NOT_FOUND, citations=[], grounded=False)
         if self._selects(request):
             return chosen_answer(request, self.select(request), max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph,
@@ -107,7 +107,7 @@ class VllmGenerator:
         answer (in order of first citation, unknown passages dropped), holding back a marker
         split across two events, so ``[1]`` in the stream is ``citations[0]`` of the answer.
         """
-        if self._weak(request):
+        if weak(request, self.min_score):
             yield NOT_FOUND
             yield Answer(text=NOT_FOUND, citations=[], grounded=False)
             return
@@ -241,9 +241,6 @@ class VllmGenerator:
                     self._max_len[card["id"]] = card["max_model_len"]
             self._max_len.setdefault(model, 2048)
         return self._max_len[model]
-
-    def _weak(self, request: GenerationRequest) -> bool:
-        return not request.passages or max(p.score for p in request.passages) < self.min_score
 
     def _what(self, request: GenerationRequest) -> str:
         return f"expert {request.expert!r} (model {self.model_for(request)!r})"

@@ -32,7 +32,6 @@ class Example:
     whole: list[Passage] = field(default_factory=list)
 
 
-
 def check_examples(examples: Sequence[Example], *, min_examples: int) -> None:
     """Refuse data that cannot train anything: too few examples, empty questions or answers."""
     if len(examples) < min_examples:
@@ -42,17 +41,13 @@ def check_examples(examples: Sequence[Example], *, min_examples: int) -> None:
         raise LoraError(f"{len(empty)} examples have an empty question or answer (e.g. #{empty[0]}); fix or delete them")
 
 
-def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The text the model continues for these chat messages (its chat template, or a plain fallback)."""
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     # A base model without a chat template: plain role-prefixed turns.
     turns = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages)
     return (tokenizer.bos_token or "") + turns + "Assistant: "
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The text the model continues for these chat messages (its chat template, or a plain fallback)."""
-    return _render(tokenizer, messages)
 
 
 def fit_prompt(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str, str]] = ()) -> list[int]:
@@ -75,7 +70,7 @@ def _fit(tokenizer: Any, example: Example, room: int, history: Sequence[dict[str
     while True:
         messages = build_messages(example.question, passages, history=history, system_prompt=example.system_prompt,
                                   citation_format=example.citation_format)
-        ids = tokenizer(_render(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
         if len(ids) <= room or not passages:
             return (ids[-room:] if room > 0 else []), len(passages)
         passages.pop()

@@ -111,11 +111,12 @@ def test_the_serving_backend_answers_with_a_candidate_verbatim_and_cites_its_pas
 
 
 def test_sampling_still_writes_and_an_unknown_decoding_is_refused(tiny_lm_dir):
+    from experts.generation.selecting import selects
     from experts.generation.transformers import TransformersGenerator
 
     gen = TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), max_tokens=4, decoding="select", lead_sentence=False, select_shortlist=0)
-    assert gen._selects(_select_request())
-    assert not gen._selects(_select_request(temperature=0.7))  # sampling asks the model to write
+    assert selects(gen.decoding, _select_request())
+    assert not selects(gen.decoding, _select_request(temperature=0.7))  # sampling asks the model to write
     with pytest.raises(ValueError, match="decoding must be one of free, select"):
         TransformersGenerator.from_settings(base_model=str(tiny_lm_dir), decoding="beam", lead_sentence=False, select_shortlist=0)
 
