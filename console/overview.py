@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.generic import RedirectView, TemplateView
 
 from experts.access import visible_experts, visible_slugs
+from experts.breaker import all_breakers
 from experts.choices import ExpertStatus
 from experts.models import Expert
 from experts.redaction import redactor_for
@@ -44,6 +45,7 @@ class OverviewView(LoginRequiredMixin, TemplateView):
         accuracy = routing_selectors.validation_accuracy(router)
         experts = list(visible_experts(user).order_by("name", "slug"))
         health = expert_health(experts, threshold=settings.ROUTER_ALARM_SHARE, min_requests=settings.LOAD_ALARM_MIN_REQUESTS)
+        jobs = visible_jobs(user, visible_slugs)  # by the jobs pages' rule, with the expert access rules filled in
         context.update(
             experts=health,
             active_count=sum(1 for h in health if h.expert.status == ExpertStatus.ACTIVE),
@@ -51,8 +53,8 @@ class OverviewView(LoginRequiredMixin, TemplateView):
             router=router,
             router_accuracy=accuracy,
             router_accuracy_percent=None if accuracy is None else 100 * accuracy,
-            running=shown_jobs(user, running_jobs(visible_jobs_for(user))),
-            jobs=shown_jobs(user, list(visible_jobs_for(user)[:5])),
+            running=shown_jobs(user, running_jobs(jobs)),
+            jobs=shown_jobs(user, list(jobs[:5])),
             alarms=open_alarms(None if user.is_staff else {e.slug for e in experts}),
             alarms_url=optional_url("console-alarms"),
             over=[h for h in health if h.over_threshold],
@@ -70,11 +72,6 @@ class ExpertsView(LoginRequiredMixin, RedirectView):
 
 # --- reads ----------------------------------------------------------------------------------------
 
-def visible_jobs_for(user: Any) -> Any:
-    """The jobs ``user`` may see, by the jobs pages' rule (with the expert access rules filled in)."""
-    return visible_jobs(user, visible_slugs)
-
-
 def shown_jobs(user: Any, jobs: list[Any]) -> list[Any]:
     """``jobs`` as the jobs pages show them to ``user``: other teams' experts left out of their text."""
     redact = redactor_for(user)
@@ -90,10 +87,6 @@ def circuit_states(slugs: list[str]) -> dict[str, str]:
     The breaker lives in ``experts.breaker``; reading it must never break a console page (a cache
     backend that is down shows "unknown" rather than an error page).
     """
-    try:
-        from experts.breaker import all_breakers
-    except ImportError:
-        return dict.fromkeys(slugs, UNKNOWN_CIRCUIT)
     try:
         snapshots = all_breakers(slugs)
     except Exception:  # the cache behind the breaker is down: say unknown, keep the page
@@ -187,8 +180,7 @@ def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime 
     return out
 
 
-def running_jobs(job_ids_visible: QuerySet[Job] | None = None, limit: int = 10) -> list[Job]:
-    """Queued and running jobs, oldest first (from ``job_ids_visible`` when given)."""
-    qs = Job.objects.all() if job_ids_visible is None else job_ids_visible
-    return list(qs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:limit])
+def running_jobs(jobs: QuerySet[Job], limit: int = 10) -> list[Job]:
+    """Queued and running ``jobs``, oldest first."""
+    return list(jobs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:limit])
 
