@@ -61,11 +61,8 @@ class ReviewQueueView(LoginRequiredMixin, View):
             expert = get_expert_or_404(request.user, form.cleaned_data["expert"], edit=True)
         elif not _may_dismiss(request.user, event):
             raise PermissionDenied("You may dismiss only questions of experts you may change: ask their team.")
-        down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
-        reasons, _, _ = review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
-        reason = primary_reason(reasons)
         try:
-            _, created = record_review_decision(request_id, event.question, reason, event.expert, expert, user=request.user)
+            created = _decide(request, event, expert)
         except ReviewError as exc:
             form.add_error("expert" if expert is not None else None, str(exc))
             form.auto_id = f"id_%s_{event.pk}"
@@ -73,7 +70,7 @@ class ReviewQueueView(LoginRequiredMixin, View):
         same = 0
         for other in _ids(str(request.POST.get("also", ""))):  # the same question asked again: one decision for all
             try:
-                same += _label_one(request, other, expert)[0]
+                same += _label_one(request, other, expert)
             except ReviewError:
                 break
         times = f" (and {same} more time{'s' if same != 1 else ''} it was asked)" if same else ""
@@ -96,7 +93,7 @@ class ReviewQueueView(LoginRequiredMixin, View):
         labelled = 0
         try:
             for request_id in ids:
-                labelled += _label_one(request, request_id, expert)[0]
+                labelled += _label_one(request, request_id, expert)
         except ReviewError as exc:
             messages.error(request, f"{labelled} labelled, then: {exc}")
             return redirect("console-review")
@@ -159,15 +156,20 @@ def _may_dismiss(user: Any, event: RoutingEvent) -> bool:
     return bool(user.is_staff or routing_selectors.event_experts(event) & access.editable_slugs(user))
 
 
-def _label_one(request: HttpRequest, request_id: str, expert: Any) -> tuple[bool, RoutingEvent | None]:
-    """Record the decision on one queued request the user may review: (created, event); (False, None) when it is not theirs."""
+def _label_one(request: HttpRequest, request_id: str, expert: Any) -> bool:
+    """Record the decision on one queued request the user may review; whether one was made (False when it is not theirs)."""
     event = _reviewable_event(request.user, request_id)
     if event is None or (expert is None and not _may_dismiss(request.user, event)):
-        return False, None
-    down = Feedback.objects.filter(request_id=request_id, rating=-1).exists()
+        return False
+    return _decide(request, event, expert)
+
+
+def _decide(request: HttpRequest, event: RoutingEvent, expert: Any) -> bool:
+    """Label (or, with no expert, dismiss) ``event``'s question for the reason it is queued; False when it was decided already."""
+    down = Feedback.objects.filter(request_id=event.request_id, rating=-1).exists()
     reasons, _, _ = review_reasons(event, down, settings.REVIEW_MIN_SCORE, settings.REVIEW_MIN_MARGIN)
-    _, created = record_review_decision(request_id, event.question, primary_reason(reasons), event.expert, expert, user=request.user)
-    return created, event
+    _, created = record_review_decision(event.request_id, event.question, primary_reason(reasons), event.expert, expert, user=request.user)
+    return created
 
 
 def _ids(value: str, limit: int = 500) -> list[str]:
