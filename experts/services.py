@@ -38,8 +38,7 @@ EVAL_FRACTION = 0.1
 # decides) and needs its mean F1 gain over the base model to exceed GATE_MIN_SE standard errors of the paired
 # difference. Rules, not tuned figures: on fewer than 10 questions one answer moves the mean F1 by 0.1 or more, and at
 # 1 standard error a single answer of the held-out set that changes for the better never decides (its gain equals
-# its standard error; the demo's SSA adapter, 28 held-out questions, one answer better, none worse: +0.014, standard
-# error 0.014, was activated without it).
+# its standard error; docs/CONFIGURATION.md has the demo adapter it would have stopped).
 GATE_MIN_HELD_OUT = 10
 GATE_MIN_SE = 1.0
 
@@ -130,15 +129,14 @@ def example_fingerprint(question: str, answer: str) -> str:
     return text_hash(_normalise(question).lower() + "\n\u241e\n" + _normalise(answer))
 
 
-def held_out_split(fingerprint: str, eval_fraction: float | None = None) -> str:
-    """``eval`` for a stable ``eval_fraction`` of examples (by their fingerprint), ``train`` for the rest.
+def held_out_split(fingerprint: str) -> str:
+    """``eval`` for a stable ``EVAL_FRACTION`` of examples (by their fingerprint), ``train`` for the rest.
 
     Deterministic: the same pair always lands in the same split, so a re-import or a retraining
     never leaks held-out examples into training.
     """
-    fraction = EVAL_FRACTION if eval_fraction is None else eval_fraction
     bucket = int(fingerprint[:8], 16) / 0xFFFFFFFF
-    return ExampleSplit.EVAL if bucket < fraction else ExampleSplit.TRAIN
+    return ExampleSplit.EVAL if bucket < EVAL_FRACTION else ExampleSplit.TRAIN
 
 
 def _check_pair(question: Any, answer: Any, split: Any) -> list[str]:

@@ -127,13 +127,12 @@ MAX_PASSAGES = 3
 # The extractive answer's length: its best sentence, then the scorer's next best sentences of the passages it read
 # (each once, any passage, no question) that still fit, while the answer stays within this many words (``complete``;
 # 0: the best sentence alone). Rule and bound chosen on doc2dial's validation split by recall, through the product
-# (tools/choose_answer_words.py: auto, 417 questions): the largest bound whose mean answer stays within 60 words.
-# Recall 0.383 at 0 words, 0.472 at 45, 0.489 at 50, 0.506 at 55 (mean 56.3 words), 0.523 at 60 (mean 60.6, over).
-# The earlier rule (the sentences after the best one in its passage, at 80 words) had 0.490 at a mean of 57.6.
+# (tools/choose_answer_words.py: auto, 417 questions): the largest bound whose mean answer stays within 60 words
+# (figures: docs/CONFIGURATION.md).
 ANSWER_WORDS = 55
 # The scorer's first sentences the reader (``experts.ml.reader``), when given, re-orders: the best size on doc2dial's
-# validation split (``manage.py train_reader``, all train questions, gold-document candidates, int8: the reader's
-# pick F1 / pick is the best with k = 2 0.3705 / 37.4%, 3 and 5 0.3695 / 37.1%, against the scorer's own 0.365 / 37.1%).
+# validation split (``manage.py train_reader``, all train questions, gold-document candidates, int8; figures:
+# docs/EVALUATIONS.md).
 READER_SHORTLIST = 2
 # Chunks whose sentences a process keeps (split, with their word sets and vectors). A memory bound, not a tuned
 # figure: at ~5 sentences of 384 float32 numbers each, 5,000 chunks take ~40 MB.

@@ -77,8 +77,8 @@ def test_lora_import_of_a_bad_file_reports_each_line_and_writes_nothing(expert):
 
 def test_lora_held_out_split_is_deterministic():
     fps = [services.example_fingerprint(f"q{i}", "a") for i in range(400)]
-    splits = [services.held_out_split(f, 0.1) for f in fps]
-    assert splits == [services.held_out_split(f, 0.1) for f in fps]
+    splits = [services.held_out_split(f) for f in fps]
+    assert splits == [services.held_out_split(f) for f in fps]
     assert 20 <= splits.count(ExampleSplit.EVAL) <= 60
 
 
