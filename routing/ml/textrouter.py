@@ -29,7 +29,7 @@ from .inscope import InScope, fit_in_scope
 from .knowledge import KnowledgeCombiner
 from .nearest import NearestBank
 from .router import NumpyScorer, RouterNet
-from .training import Context, TrainConfig, TrainResult, abstain_threshold, calibrate, route_scores, train_router
+from .training import Context, TrainConfig, TrainResult, abstain_threshold, calibrate, probability_metrics, route_scores, train_router
 
 BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 # How the blend weight is chosen (``fit_blend``). NLL reads every question's probability, not only the
@@ -319,7 +319,7 @@ def train_text_router(
         net = linear_router(fitted, n_experts, like=result.model)
         calibration = calibrate(net, aug.x_val, aug.y_val, config.target_recall)
         router_l, blended_l, served_l = _serve(net, view, char, aug, clean_train, clean_val, n_experts, config)
-        scores = {name: served_metrics(b[:clean_val], y_val_clean)["macro_f1"] for name, b in (("mlp", blended), ("linear", blended_l))}
+        scores = {name: probability_metrics(b[:clean_val], y_val_clean)["macro_f1"] for name, b in (("mlp", blended), ("linear", blended_l))}
         head.update({"val_macro_f1": scores, "linear": {k: linear[k] for k in ("C", "tried")}, "fit_s": round(time.perf_counter() - t, 2)})
         if scores["linear"] > scores["mlp"]:
             head["chosen"] = "linear"
@@ -335,7 +335,7 @@ def train_text_router(
     # "val" is what the console and the variant choice read: the served router on the questions as
     # written; the network's own figure (clean and typo'd questions together) stays as "val_network".
     result.metrics["val_network"] = result.metrics.get("val")
-    result.metrics["val"] = served_metrics(blended[:clean_val], np.asarray(aug.y_val[:clean_val]))
+    result.metrics["val"] = probability_metrics(blended[:clean_val], np.asarray(aug.y_val[:clean_val]))
     result.router = router  # type: ignore[attr-defined]
     return result
 
@@ -409,20 +409,6 @@ def _serve(model: RouterNet, view: CharView | None, char: np.ndarray | None, aug
         "char_view": {"weight": router.weight, "temperature": router.temperature, "score_scale": router.score_scale,
                       "val_accuracy_clean": _accuracy(blended[:clean_val], y_val[:clean_val]),
                       "val_accuracy_typos": _accuracy(blended[clean_val:], y_val[clean_val:]) if len(y_val) > clean_val else None},
-    }
-
-
-def served_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Accuracy, top-2 accuracy, macro-F1 and cross-entropy of calibrated probabilities ``probs`` (n, N)."""
-    from sklearn.metrics import f1_score
-
-    pred = probs.argmax(axis=1)
-    top2 = np.argsort(-probs, axis=1)[:, : min(2, probs.shape[1])]
-    return {
-        "loss": float(-np.log(np.clip(probs[np.arange(len(y)), y], 1e-12, None)).mean()),
-        "accuracy": float((pred == y).mean()),
-        "top2_accuracy": float((top2 == y[:, None]).any(axis=1).mean()),
-        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
     }
 
 

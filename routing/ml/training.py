@@ -152,23 +152,26 @@ def _logits(model: RouterNet, x: torch.Tensor, context: Context | None, mlp_only
     return model.mlp_logits(x, ctx, lengths) if mlp_only else model(x, ctx, lengths)
 
 
-def evaluate(model: RouterNet, x: torch.Tensor, y: torch.Tensor, context: Context | None = None) -> dict[str, float]:
-    """Accuracy, top-2 accuracy, macro-F1 and cross-entropy."""
+def probability_metrics(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Accuracy, top-2 accuracy, macro-F1 and cross-entropy of calibrated probabilities ``probs`` (n, N)."""
     from sklearn.metrics import f1_score
 
+    pred = probs.argmax(axis=1)
+    top2 = np.argsort(-probs, axis=1)[:, : min(2, probs.shape[1])]
+    return {
+        "loss": float(-np.log(np.clip(probs[np.arange(len(y)), y], 1e-12, None)).mean()),
+        "accuracy": float((pred == y).mean()),
+        "top2_accuracy": float((top2 == y[:, None]).any(axis=1).mean()),
+        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
+    }
+
+
+def evaluate(model: RouterNet, x: torch.Tensor, y: torch.Tensor, context: Context | None = None) -> dict[str, float]:
+    """``probability_metrics`` of the network's uncalibrated probabilities (the cross-entropy of its logits as they are)."""
     model.eval()
     with torch.no_grad():
         logits = _logits(model, x, context)
-    loss = float(F.cross_entropy(logits, y))
-    pred = logits.argmax(dim=-1)
-    k = min(2, logits.shape[-1])
-    top2 = logits.topk(k, dim=-1).indices.eq(y.unsqueeze(1)).any(dim=1).float().mean()
-    return {
-        "loss": loss,
-        "accuracy": float((pred == y).float().mean()),
-        "top2_accuracy": float(top2),
-        "macro_f1": float(f1_score(y.cpu().numpy(), pred.cpu().numpy(), average="macro", zero_division=0)),
-    }
+    return {**probability_metrics(logits.double().softmax(dim=-1).numpy(), y.cpu().numpy()), "loss": float(F.cross_entropy(logits, y))}
 
 
 def build_prototypes(x: np.ndarray, y: np.ndarray, n_experts: int, per_expert: int, max_total: int, seed: int = 0) -> list[np.ndarray]:
