@@ -29,13 +29,10 @@ _generation = 0  # bumped by every clear, so a read that started before a clear 
 _refreshing: set[Any] = set()  # expired keys one caller is reading again
 
 
-def _ttl() -> float:
-    return float(settings.SERVING_CACHE_TTL_S)
-
-
-def _cached(key: Any, load: Callable[[], Any]) -> Any:
-    """``load()``, reused for SERVING_CACHE_TTL_S seconds in this process."""
-    ttl = _ttl()
+def serving_cached(key: Any, load: Callable[[], Any]) -> Any:
+    """``load()``, reused for SERVING_CACHE_TTL_S seconds in this process (cleared with the serving caches by
+    ``clear_serving_caches``: the apps above connect that to the saves of whatever their ``load`` reads)."""
+    ttl = float(settings.SERVING_CACHE_TTL_S)
     if ttl <= 0:
         return load()
     now = time.monotonic()
@@ -62,12 +59,6 @@ def _cached(key: Any, load: Callable[[], Any]) -> Any:
     return value
 
 
-def serving_cached(key: Any, load: Callable[[], Any]) -> Any:
-    """For the apps above: ``load()`` kept with the serving caches (same TTL, cleared together by
-    ``clear_serving_caches``; connect that to the saves of whatever ``load`` reads)."""
-    return _cached(key, load)
-
-
 def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
     """Forget what serving read of experts and their versions (in this process)."""
     global _generation
@@ -88,18 +79,18 @@ def active_experts() -> QuerySet[Expert]:
 
 def active_expert_slugs() -> frozenset[str]:
     """Slugs of the active experts (cached, see the module docstring)."""
-    return _cached("active", lambda: frozenset(active_experts().values_list("slug", flat=True)))
+    return serving_cached("active", lambda: frozenset(active_experts().values_list("slug", flat=True)))
 
 
 def fallback_slugs() -> tuple[str, ...]:
     """Slugs of the active fallback experts, sorted (cached)."""
-    return _cached("fallback", lambda: tuple(active_experts().filter(is_fallback=True).order_by("slug").values_list("slug", flat=True)))
+    return serving_cached("fallback", lambda: tuple(active_experts().filter(is_fallback=True).order_by("slug").values_list("slug", flat=True)))
 
 
 def experts_by_slug(slugs: Iterable[str]) -> dict[str, Expert]:
     """The Expert rows of ``slugs`` that exist, by slug (cached; treat them as read-only)."""
     key = ("rows", tuple(sorted(set(slugs))))
-    return dict(_cached(key, lambda: {e.slug: e for e in Expert.objects.filter(slug__in=key[1])}))
+    return dict(serving_cached(key, lambda: {e.slug: e for e in Expert.objects.filter(slug__in=key[1])}))
 
 
 def expert_by_slug(slug: str) -> Expert | None:
@@ -116,7 +107,7 @@ def serving_adapters() -> list:
 
 def serving_version(slug: str):
     """The active ExpertVersion of ``slug``, or None (the expert answers with the base model / extractively); cached."""
-    return _cached(("version", slug), lambda: ExpertVersion.objects.filter(expert__slug=slug, status="active").first())
+    return serving_cached(("version", slug), lambda: ExpertVersion.objects.filter(expert__slug=slug, status="active").first())
 
 
 def expert_names(slugs: list[str]) -> dict[str, str]:
