@@ -7,8 +7,9 @@ with bfloat16 products; ``capped_pass`` keeps each row's nearest pairs where all
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -123,9 +124,26 @@ def candidate_pairs(
     estimate that chose ``eps`` was wrong): memory stays bounded, and the caller turns to a capped
     pass.
     """
-    n = x.shape[0]
     bf16 = use_bf16(precision, eps)
     slack = BF16_SLACK if bf16 else 0.0
+    threshold = _bf16_bits_at_most(1.0 - eps - slack) if bf16 else np.float32(1.0 - eps)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    kept = 0
+    for _, _, _, i, j, d in _block_pairs(x, block, budget_bytes, bf16, threshold):
+        parts.append((i, j, d))
+        kept += i.size
+        if max_pairs is not None and kept > max_pairs:
+            return None
+    return (*_concat(parts), slack)
+
+
+def _block_pairs(
+    x: np.ndarray, block: int | None, budget_bytes: int, bf16: bool, threshold: Any
+) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per block of rows, (start, rows, cols, i, j, distance) of its pairs ``i < j`` whose product reaches ``threshold``
+    (a float32 similarity, or bfloat16 bits from ``_bf16_bits_at_most``): one matrix product per block, upper
+    triangle only, into buffers allocated once."""
+    n = x.shape[0]
     if bf16:
         import torch
 
@@ -137,24 +155,16 @@ def candidate_pairs(
         b = _block_rows(n, block, budget_bytes, 5)  # 4 bytes per similarity + 1 per mask entry
         values = np.empty(b * n, dtype=np.float32)
     mask_buf = np.empty(b * n, dtype=bool)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    kept = 0
     for start in range(0, n, b):
         stop = min(n, start + b)
         rows, cols = stop - start, n - start
         if bf16:
             torch.matmul(xb[start:stop], xb[start:].T, out=sims_t[: rows * cols].view(rows, cols))
-            threshold = _bf16_bits_at_most(1.0 - eps - slack)
         else:
             np.matmul(x[start:stop], x[start:].T, out=values[: rows * cols].reshape(rows, cols))
-            threshold = np.float32(1.0 - eps)
         mask = mask_buf[: rows * cols]
         np.greater_equal(values[: rows * cols], threshold, out=mask)
-        parts.append(_upper_pairs(np.flatnonzero(mask), cols, start, values[: rows * cols], bf16=bf16))
-        kept += parts[-1][0].size
-        if max_pairs is not None and kept > max_pairs:
-            return None
-    return (*_concat(parts), slack)
+        yield start, rows, cols, *_upper_pairs(np.flatnonzero(mask), cols, start, values[: rows * cols], bf16=bf16)
 
 
 def _bf16_bits_at_most(value: float) -> np.int16:
@@ -237,31 +247,10 @@ def capped_pass(
     order_edges = np.argsort(edges, kind="stable")
     sorted_edges = edges[order_edges]
     n_edges = edges.size
-    if bf16:
-        import torch
-
-        xb = torch.from_numpy(x).to(torch.bfloat16)
-        b = _block_rows(n, block, budget_bytes, 3)
-        sims_t = torch.empty(b * n, dtype=torch.bfloat16)
-        values = sims_t.view(torch.int16).numpy()
-        threshold = _bf16_bits_at_most(1.0 - float(grid[-1]) - slack)
-    else:
-        b = _block_rows(n, block, budget_bytes, 5)
-        values = np.empty(b * n, dtype=np.float32)
-        threshold = np.float32(1.0) - np.float32(grid[-1])
-    mask_buf = np.empty(b * n, dtype=bool)
+    threshold = _bf16_bits_at_most(1.0 - float(grid[-1]) - slack) if bf16 else np.float32(1.0) - np.float32(grid[-1])
     hist = np.zeros(n * n_edges, dtype=np.int32)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for start in range(0, n, b):
-        stop = min(n, start + b)
-        rows, cols = stop - start, n - start
-        if bf16:
-            torch.matmul(xb[start:stop], xb[start:].T, out=sims_t[: rows * cols].view(rows, cols))
-        else:
-            np.matmul(x[start:stop], x[start:].T, out=values[: rows * cols].reshape(rows, cols))
-        mask = mask_buf[: rows * cols]
-        np.greater_equal(values[: rows * cols], threshold, out=mask)
-        r, c, d = _upper_pairs(np.flatnonzero(mask), cols, start, values[: rows * cols], bf16=bf16)
+    for start, rows, cols, r, c, d in _block_pairs(x, block, budget_bytes, bf16, threshold):
         first = np.searchsorted(sorted_edges, d, side="left")  # the smallest edge each pair is within
         inside = first < n_edges
         # Both ends of a pair lie in rows start.. n: count them there (bincount beats add.at).
