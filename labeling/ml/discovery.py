@@ -4,9 +4,9 @@
 ``manage.py evaluate clustering`` (its ``ours_product``). Topics come from ``SparseDBSCAN``, K is given
 or suggested from the topics (``suggest_n_groups``), proposals are made by one of ``GROUPINGS``
 (``smoothed_kmeans``: each query replaced by the mean of itself and its ``NEIGHBOURS`` nearest, then
-k-means; ``topics``: ``group_topics``) and noise is attached or left out (``NOISE_MODES``). The defaults were chosen by ARI on the
-train splits of clinc150 and hwu64 (``evaluate clustering --split train --variants``; figures in
-docs/EVALUATIONS.md).
+k-means; ``topics``: ``group_topics``) and noise is attached or left out (``NOISE_MODES``). The
+defaults were chosen by ARI on the train splits of clinc150 and hwu64 (``evaluate clustering --split
+train --variants``; figures in docs/EVALUATIONS.md).
 """
 
 from __future__ import annotations

@@ -72,12 +72,10 @@ def _bf16_is_faster() -> bool:
     """Whether torch multiplies bfloat16 matrices at least twice as fast as numpy float32 here.
 
     True on CPUs with AMX or AVX512-BF16 units (several times faster), false where bfloat16 is
-    emulated or torch is missing. Decided once per process by timing one small product each way.
+    emulated. Decided once per process by timing one small product each way.
     """
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a project dependency
-        return False
+    import torch
+
     rng = np.random.default_rng(0)
     a = rng.standard_normal((256, 384), dtype=np.float32)
     b = rng.standard_normal((8192, 384), dtype=np.float32)
