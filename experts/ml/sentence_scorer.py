@@ -110,15 +110,22 @@ def reasons(features: np.ndarray, chosen: int, w: np.ndarray, limit: int = 3) ->
     return out
 
 
-def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], prior: dict[str, float] | None = None, pull: float = 0.0,
-                min_best: float = 0.05) -> dict[str, float]:
+def _teaching(groups: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The groups (features, F1) with a candidate reaching F1 0.05 (the others teach a fit nothing), as float arrays."""
+    kept = [(np.asarray(x, dtype=np.float64), np.asarray(f, dtype=np.float64)) for x, f in groups if len(f) and float(np.max(f)) >= 0.05]
+    if not kept:
+        raise ValueError("no question has a candidate sentence holding its gold answer: nothing to fit the sentence scorer on")
+    return kept
+
+
+def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], pull: float = 0.0) -> dict[str, float]:
     """Weights that pick, among each question's candidate sentences, the ones that answer it.
 
     ``groups``: per question, its candidates' features (``sentence_features`` rows) and each one's
     token F1 against the gold answer. A conditional logit over each question's candidates, with soft
     targets proportional to F1 squared (two sentences that both hold the answer both count), fitted
-    by L-BFGS with an L2 pull of strength ``pull`` towards ``prior`` (default ``HAND_SET``).
-    Questions none of whose candidates reaches ``min_best`` F1 teach nothing and are left out. The
+    by L-BFGS with an L2 pull of strength ``pull`` towards ``HAND_SET``.
+    Questions none of whose candidates reaches F1 0.05 teach nothing and are left out. The
     ``LISTWISE`` features are left at 0 (within a question they are a per-sentence feature minus a
     constant: the fit could not tell them apart) and out of the returned weights.
     """
@@ -126,11 +133,8 @@ def fit_weights(groups: Sequence[tuple[np.ndarray, np.ndarray]], prior: dict[str
 
     fitted_names = [name for name in FEATURES if name not in LISTWISE]
     columns = [_COLUMN[name] for name in fitted_names]
-    w0 = weight_vector(prior if prior is not None else HAND_SET)[columns]
-    kept = [(np.asarray(x, dtype=np.float64)[:, columns], np.asarray(f, dtype=np.float64)) for x, f in groups
-            if len(f) and float(np.max(f)) >= min_best]
-    if not kept:
-        raise ValueError("no question has a candidate sentence holding its gold answer: nothing to fit the sentence scorer on")
+    w0 = weight_vector(HAND_SET)[columns]
+    kept = [(x[:, columns], f) for x, f in _teaching(groups)]
     targets = [f**2 / float((f**2).sum()) for _, f in kept]
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
@@ -267,14 +271,12 @@ DEFAULT_SCORER_FILE = Path(__file__).with_name("sentence_scorer.json")
 
 
 def fit_mlp(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, hidden: int = MLP_HIDDEN, members: int = MLP_MEMBERS, epochs: int = MLP_EPOCHS,
-            weight_decay: float = MLP_WEIGHT_DECAY, learning_rate: float = MLP_LEARNING_RATE, seed: int = 0, min_best: float = 0.05) -> MlpScorer:
+            weight_decay: float = MLP_WEIGHT_DECAY, learning_rate: float = MLP_LEARNING_RATE, seed: int = 0) -> MlpScorer:
     """``MlpScorer`` fitted as ``fit_weights`` is (the same groups, soft targets and left-out questions), by Adam
     on the listwise loss: ``members`` networks from seeds ``seed, seed + 1, ...``, averaged into one."""
     import torch
 
-    kept = [(np.asarray(x, dtype=np.float64), np.asarray(f, dtype=np.float64)) for x, f in groups if len(f) and float(np.max(f)) >= min_best]
-    if not kept:
-        raise ValueError("no question has a candidate sentence holding its gold answer: nothing to fit the sentence scorer on")
+    kept = _teaching(groups)
     rows = np.concatenate([x for x, _ in kept])
     mean, scale = rows.mean(axis=0), rows.std(axis=0) + 1e-6
     width = max(len(f) for _, f in kept)

@@ -17,12 +17,12 @@ from .prompting import DEFAULT_CITATION_FORMAT, render_citation
 MIN_SUPPORT = 0.7
 
 
-def supporting_passage(answer: str, passages: Sequence[Passage], min_support: float = MIN_SUPPORT) -> int | None:
-    """The index (0-based) of the passage holding most of ``answer``, or None when none holds ``min_support`` of it.
+def supporting_passage(answer: str, passages: Sequence[Passage]) -> int | None:
+    """The index (0-based) of the passage holding most of ``answer``, or None when none holds ``MIN_SUPPORT`` of it.
 
     Ties go to the better-ranked passage.
     """
-    best, best_support = None, min_support
+    best, best_support = None, MIN_SUPPORT
     for i, passage in enumerate(passages):
         share = support(answer, passage.text)
         if share > best_support or (best is None and share >= best_support):
@@ -30,20 +30,18 @@ def supporting_passage(answer: str, passages: Sequence[Passage], min_support: fl
     return best
 
 
-def gold_target(answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT,
-                min_support: float = MIN_SUPPORT) -> str | None:
+def gold_target(answer: str, passages: Sequence[Passage], *, citation_format: str = DEFAULT_CITATION_FORMAT) -> str | None:
     """``answer`` followed by the marker of its supporting passage (numbered as in the prompt), or None.
 
     Args:
         answer: the gold answer.
         passages: the passages the prompt will show, best first (only those that fit the prompt).
         citation_format: the expert's marker format.
-        min_support: see ``supporting_passage``.
     """
     text = " ".join(answer.split())
     if not text:
         return None
-    index = supporting_passage(text, passages, min_support)
+    index = supporting_passage(text, passages)
     if index is None:
         return None
     return f"{text} {render_citation(index + 1, citation_format)}"
