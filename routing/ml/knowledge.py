@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .diagnostics import softmax
 from .inscope import IN_SCOPE_RULE, held_out_auroc
 
 FEATURES = ("router_log_prob", "dense_top", "keyword_share")
@@ -93,11 +94,6 @@ def evidence_one(lookup: Lookup, probs: np.ndarray, vector: np.ndarray, text: st
     return cand, dense, keywords
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _fit_weights(f: np.ndarray, gold: np.ndarray, l2: float) -> np.ndarray:
     """Conditional-logit weights for features ``f`` (n, k, F) and the gold candidate's position ``gold`` (n,)."""
     from scipy.optimize import minimize
@@ -106,7 +102,7 @@ def _fit_weights(f: np.ndarray, gold: np.ndarray, l2: float) -> np.ndarray:
     start = np.asarray(ROUTER_ALONE, dtype=np.float64)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        p = _softmax(f @ w)
+        p = softmax(f @ w)
         chosen = p[np.arange(n), gold]
         nll = -np.log(np.clip(chosen, 1e-12, None)).sum()
         grad = -(f[np.arange(n), gold] - (p[:, :, None] * f).sum(axis=1)).sum(axis=0)
@@ -152,7 +148,7 @@ class KnowledgeCombiner:
         rows = np.arange(len(probs))[:, None]
         out = probs.astype(np.float64, copy=True)
         mass = probs[rows, cand].sum(axis=1, keepdims=True)
-        out[rows, cand] = _softmax(features(probs, dense, keywords, cand) @ self.weights) * mass
+        out[rows, cand] = softmax(features(probs, dense, keywords, cand) @ self.weights) * mass
         best_dense = np.nan_to_num(dense[rows, cand], nan=0.0).max(axis=1)
         in_scope = np.asarray(score, dtype=np.float64) + self.score_scale * best_dense
         return out, in_scope + self.word_scale * np.asarray(words, dtype=np.float64) if words is not None and self.word_scale else in_scope

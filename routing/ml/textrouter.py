@@ -23,7 +23,7 @@ import torch
 
 from . import fast_encoder
 from .charview import CharView, typo_copies
-from .diagnostics import fit_temperature, nll
+from .diagnostics import fit_temperature, nll, softmax
 from .fast_encoder import StaticEncoder, distil
 from .inscope import InScope, fit_in_scope
 from .knowledge import KnowledgeCombiner
@@ -134,7 +134,7 @@ class TextRouter:
         if self.char_view is None:
             return Scored(self._with_nearest(meaning, examples), self.in_scope.combine_one(score, nearest, None), meaning, None, examples)
         char = char_logits if char_logits is not None else self.char_view.log_proba_one(text)
-        # blend_logits and _softmax on one row (log_net floored as blend_logits clips the probabilities)
+        # blend_logits and softmax on one row (log_net floored as blend_logits clips the probabilities)
         logits = np.maximum(log_net, LOG_FLOOR)
         logits *= (1.0 - self.weight) / self.temperature
         logits += (self.weight / self.temperature) * char
@@ -157,9 +157,9 @@ class TextRouter:
         """The served probabilities and in-scope scores, from the network's, the character view's (None: none) and the bank's."""
         sims = self.bank.similarities(x) if self.bank is not None else None
         if char_log_proba is not None:
-            probs = _softmax(blend_logits(probs, char_log_proba, self.weight) / self.temperature)
+            probs = softmax(blend_logits(probs, char_log_proba, self.weight), self.temperature)
         if self.nearest_weight and sims is not None:
-            probs = _softmax(nearest_logits(probs, self.bank.per_expert(sims), self.nearest_weight) / self.nearest_temperature)  # type: ignore[union-attr]
+            probs = softmax(nearest_logits(probs, self.bank.per_expert(sims), self.nearest_weight), self.nearest_temperature)  # type: ignore[union-attr]
         nearest = self.bank.overall(sims) if sims is not None and self.in_scope.mix else None  # type: ignore[union-attr]
         confidence = np.exp(char_log_proba).max(axis=1) if char_log_proba is not None else None
         return probs, self.in_scope.combine(score, nearest, confidence)
@@ -393,7 +393,7 @@ def _serve(model: RouterNet, view: CharView | None, char: np.ndarray | None, aug
     ratio = blend.pop("char_spread_ratio")
     bank = NearestBank.sample(aug.x_train[:clean_train], np.asarray(aug.y_train[:clean_train]), n_experts, config.nearest_bank_max, config.seed)
     evidence = bank.per_expert(bank.similarities(aug.x_val))
-    nearest = fit_nearest_weight(_softmax(blend_logits(probs, char, blend["weight"]) / blend["temperature"]), evidence, y_val, clean_val,
+    nearest = fit_nearest_weight(softmax(blend_logits(probs, char, blend["weight"]), blend["temperature"]), evidence, y_val, clean_val,
                                  NEAREST_WEIGHTS if config.nearest_term else (0.0,))
     in_scope = fit_in_scope(*_network_evidence(model, aug.x_val[:clean_val], probs[:clean_val]), aug.x_val[:clean_val], y_val[:clean_val],
                             bank, np.exp(char[:clean_val]), ratio)
@@ -522,8 +522,3 @@ def _with_rows(context: Context | None, rows: np.ndarray) -> Context | None:
 
 def _accuracy(probs: np.ndarray, y: np.ndarray) -> float | None:
     return float((probs.argmax(axis=1) == y).mean()) if len(y) else None
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
