@@ -26,7 +26,6 @@ class GenerationQueue:
         self._waiting: deque[object] = deque()
         self._busy = False
         self._mean_hold_s = 5.0  # until measured: a short answer on a small CPU model
-        self.refused = 0
 
     @property
     def waiting(self) -> int:
@@ -53,7 +52,6 @@ class GenerationQueue:
                 self._busy = True
                 return
             if len(self._waiting) >= self.max_waiting:
-                self.refused += 1
                 raise GenerationBusy(f"the model is busy: {len(self._waiting)} requests are waiting already", self.retry_after_s())
             self._waiting.append(ticket)
             deadline = None if timeout_s is None else self.clock() + timeout_s
