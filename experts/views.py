@@ -143,8 +143,8 @@ class ActivateView(LoginRequiredMixin, View):
             services.activate_version(row, user=request.user)
         except services.VersionError as exc:
             messages.error(request, f"v{version} was not activated: {exc}")
-            return redirect("expert-adapters", expert.slug)
-        messages.success(request, f"v{version} now serves {expert.name}.")
+        else:
+            messages.success(request, f"v{version} now serves {expert.name}.")
         return redirect("expert-adapters", expert.slug)
 
 
