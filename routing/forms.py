@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-# Only the label-noise type router training implements today ("confusable" needs a confusion matrix it is not given).
+# The only label-noise type router training implements (``routing.ml.training.inject_label_noise``).
 NOISE_KINDS = [("uniform", "uniform: flip to a random other expert")]
 
 

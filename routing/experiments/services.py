@@ -90,10 +90,6 @@ def _refuse_what_the_generator_ignores(expert: Expert, control: int, treatment: 
     )
 
 
-def target_of(kind: str, expert: Expert | None) -> str:
-    return "router" if kind == ExperimentKind.ROUTER else f"expert:{expert.slug if expert else ''}"
-
-
 def create_experiment(
     *, kind: str, control_version: int, treatment_version: int, expert: Expert | None = None, name: str = "",
     split: float = 0.5, unit: str = "conversation", primary_metric: str = Metric.THUMBS_UP, design: str = "sequential",
@@ -129,7 +125,7 @@ def create_experiment(
         the_plan = abtest.plan(config)
     except abtest.AbTestError as exc:
         raise ExperimentError(str(exc), "min_effect") from exc
-    target = target_of(kind, expert)
+    target = "router" if kind == ExperimentKind.ROUTER else f"expert:{expert.slug}"  # type: ignore[union-attr]
     clash = Experiment.objects.filter(target=target, status__in=OPEN_STATUSES).first()
     if clash is not None:
         raise ExperimentError(f"{what} already has an open experiment ({clash.name}, {clash.status}); stop it first", "expert")
