@@ -20,7 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 
-from encoders import embedding_space, get_encoder
+from encoders import bulk_threads, embedding_space, get_encoder
 from experts.models import Expert
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
@@ -34,8 +34,10 @@ from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format
 from .ml.dbscan import SparseDBSCAN
 from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
+from .ml.seeding import by_documents
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
+from .seeding import documented_experts, question_evidence
 from .selectors import chunks, load_embeddings, promoted_run_of, team_queries
 
 logger = logging.getLogger(__name__)
@@ -237,23 +239,21 @@ def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any
 
 # --- embeddings and clustering --------------------------------------------------------------------
 
-def encode_texts(texts: list[str], model: str | None = None) -> np.ndarray:
+def encode_texts(texts: list[str]) -> np.ndarray:
     """Embeddings of ``texts`` by the encoder the stored query embeddings come from (not stored: e.g. the router's typo copies)."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    encoder = get_encoder(model or embedding_space(), settings.TORCH_THREADS)
+    encoder = get_encoder(embedding_space(), bulk_threads())
     return np.asarray(encoder.encode(list(texts), batch_size=settings.EMBEDDING_BATCH_SIZE), dtype=np.float32)
 
 
-def embed_missing(
-    model: str | None = None, source: str | None = None, reporter: JobReporter | None = None, queries: QuerySet[Query] | None = None,
-) -> dict[str, int]:
-    """Embed every query text that has no cached embedding for ``model`` yet (resumable).
+def embed_missing(source: str | None = None, reporter: JobReporter | None = None, queries: QuerySet[Query] | None = None) -> dict[str, int]:
+    """Embed every query text that has no cached embedding for the current encoder yet (resumable).
 
     ``queries`` narrows it (default: every query), ``source`` too (one source name).
     """
     reporter = reporter or JobReporter()
-    model = model or embedding_space()
+    model = embedding_space()
     queries = Query.objects.all() if queries is None else queries
     if source:
         queries = queries.filter(source=source)
@@ -263,7 +263,7 @@ def embed_missing(
         cached.update(Embedding.objects.filter(model=model, text_hash__in=part).values_list("text_hash", flat=True))
     todo = [(h, t) for h, t in wanted.items() if h not in cached]
     if todo:  # loading the encoder costs seconds: only when there is work
-        encoder = get_encoder(model, settings.TORCH_THREADS)
+        encoder = get_encoder(model, bulk_threads())
     step = 512
     for start in range(0, len(todo), step):
         part = todo[start : start + step]
@@ -320,6 +320,12 @@ def cluster_queries(
         key.append(f"team:{team.pk}")  # appended only when set, as above; another team's run is never returned
     if len(openers) < len(rows):
         key.append(f"follow-ups:{len(rows) - len(openers)}")  # as above: a log without conversations keeps its fingerprint
+    # The team's experts with documents seed the run when there is one per proposal asked for (labeling.ml.seeding).
+    seeds = documented_experts(team)
+    if not seeds or (n_experts is not None and n_experts != len(seeds)):
+        seeds = []
+    else:
+        key.append("documents:" + ",".join(f"{e.slug}:{e.passages}:{e.indexed:%Y%m%d%H%M%S%f}" for e in seeds))  # as above
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:
@@ -333,6 +339,9 @@ def cluster_queries(
     estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
     found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")
+    if seeds:
+        reporter.log(f"each question goes to the expert whose documents match it best: {', '.join(e.name for e in seeds)}")
+        found.groups = by_documents(question_evidence(seeds, [rows[i][1] for i in openers], x))
     summaries = describe_groups([rows[i][1] for i in openers], x, found.groups)
     place = {row: k for k, row in enumerate(openers)}
     labels = np.array([estimator.labels_[place[opener[i]]] for i in range(len(rows))])
@@ -346,12 +355,13 @@ def cluster_queries(
         )
         proposals = {}
         for i, summary in enumerate(summaries):
-            name = " / ".join(summary.keywords[:3]) or f"Proposal {i + 1}"
+            seed = seeds[summary.label] if seeds and summary.label >= 0 else None  # promoting it adds the questions to that expert
+            name = seed.name if seed else " / ".join(summary.keywords[:3]) or f"Proposal {i + 1}"
             centroid, cohesion = group_stats(x[found.groups == summary.label])
             proposals[summary.label] = Proposal.objects.create(
                 run=run, index=i, name=name[:128], keywords=summary.keywords,
                 representatives=[rows[openers[j]][1] for j in summary.representatives], size=int((groups == summary.label).sum()),
-                centroid=centroid, cohesion=cohesion,
+                centroid=centroid, cohesion=cohesion, expert=seed,
             )
         Assignment.objects.bulk_create(
             [Assignment(run=run, query_id=pk, topic=int(t), proposal=proposals.get(int(g))) for pk, t, g in zip(ids, labels, groups, strict=True)],
@@ -390,6 +400,12 @@ def run_from_labels(source: str = "", team: Any = None) -> ClusteringRun:
         raise JobFailed(f"the queries carry {len(labels)} label(s); experts from labels need at least two")
     ids = [pk for pk, _, _ in rows]
     key = [source, "labels", embedding_space(), len(ids), ids[-1], f"team:{team.pk}" if team is not None else ""]
+    # The team's experts with documents seed the run when there is one per proposal asked for (labeling.ml.seeding).
+    seeds = documented_experts(team)
+    if not seeds or (n_experts is not None and n_experts != len(seeds)):
+        seeds = []
+    else:
+        key.append("documents:" + ",".join(f"{e.slug}:{e.passages}:{e.indexed:%Y%m%d%H%M%S%f}" for e in seeds))  # as above
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:
