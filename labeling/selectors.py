@@ -179,7 +179,6 @@ def team_queries(team: Any) -> QuerySet[Query]:
 def teams_with_queries(at_least: int = 1) -> list[Any]:
     """The teams (``None``: staff-only queries) holding at least ``at_least`` imported queries, for the monthly re-clustering."""
     from django.contrib.auth.models import Group
-    from django.db.models import Count
 
     counts = Query.objects.values("team").annotate(n=Count("id")).filter(n__gte=at_least)
     ids = [row["team"] for row in counts]

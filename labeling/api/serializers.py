@@ -14,16 +14,17 @@ from .. import services
 from ..models import ClusteringRun, Proposal, ReviewAction
 
 
+def _team_field(help_text: str) -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True, default=None, help_text=help_text)
+
+
 class QueryImportSerializer(serializers.Serializer):
     """A query log upload: the file (CSV/TSV with a ``text`` column, or JSON Lines), its source, its team, and whether to redact."""
 
     file = serializers.FileField(allow_empty_file=True, use_url=False, help_text="CSV/TSV with a 'text' column, or JSON Lines.")
     source = serializers.CharField(max_length=128, required=False, allow_blank=True, default="", help_text="Default: the file name.")
     redact = serializers.BooleanField(required=False, default=False, help_text="Replace e-mail addresses and phone numbers.")
-    team = serializers.SlugRelatedField(
-        slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True, default=None,
-        help_text="The team (by name) the queries belong to. Default: the caller's only team; staff may leave it out for staff-only queries.",
-    )
+    team = _team_field("The team (by name) the queries belong to. Default: the caller's only team; staff may leave it out for staff-only queries.")
 
     def validate_file(self, upload: Any) -> Any:
         try:
@@ -36,10 +37,6 @@ class QueryImportSerializer(serializers.Serializer):
 
 
 # --- discovery runs, proposals and their review ----------------------------------------------------
-
-def _team_field(help_text: str) -> serializers.SlugRelatedField:
-    return serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True, default=None, help_text=help_text)
-
 
 class StartRunSerializer(serializers.Serializer):
     """A new clustering run of a team's queries; empty parameters are chosen from the data (as on the console's form)."""
