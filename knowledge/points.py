@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from encoders import get_encoder
+from encoders import bulk_threads, get_encoder
 from encoders.batching import MicroBatchingEncoder
 from experts.models import Expert
 
@@ -76,7 +76,7 @@ def documents_points(expert: Expert, documents: list[Document], seconds: dict[st
     size, overlap = chunk_settings(expert)
     chunked = [(document, chunk, title) for document in documents for chunk, title in chunk_document(document.title, document.text, size, overlap)]
     chunked_at = time.perf_counter()
-    encoder = get_encoder()
+    encoder = get_encoder(threads=bulk_threads())
     vectors = _encode(encoder, [embedding_text(title, chunk.text) for _, chunk, title in chunked])
     sentences = _sentence_payloads([chunk.text for _, chunk, _ in chunked], encoder)
     if seconds is not None:

@@ -10,7 +10,7 @@ encoder child process), ``registry`` (``get_encoder``).
 from .backends import make_encoder
 from .base import Encoder, EncoderUnavailable, add_batch_listener, encode_later
 from .model_files import DEFAULT_MODEL, resolve_model_path, tokenizer_words
-from .registry import cache_counts, get_encoder, serving_threads
+from .registry import bulk_threads, cache_counts, get_encoder, serving_threads
 from .space import embedding_space, model_name, resolve_backend
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Encoder",
     "EncoderUnavailable",
     "add_batch_listener",
+    "bulk_threads",
     "cache_counts",
     "embedding_space",
     "encode_later",

@@ -75,6 +75,13 @@ def get_encoder(name: str | None = None, threads: int | None = None) -> Encoder:
     return encoder
 
 
+def bulk_threads() -> int:
+    """Threads of a batch job's encoder (indexing documents, embedding an imported log): every CPU of the process, where
+    a serving encoder keeps to ``TORCH_THREADS`` for latency. A job runs alone in its worker (``--pool=solo``), whose
+    other cores would otherwise idle; ``get_encoder(threads=bulk_threads())`` is the same model with the same vectors."""
+    return cpu_count()
+
+
 def _build_encoder(name: str, threads: int) -> Encoder:
     if settings.ENCODER_PROCESS:  # serving processes turn it on (``switchboard.asgi``)
         # The child process encodes with the serving thread count and batches; this process only caches.
