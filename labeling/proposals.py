@@ -483,6 +483,8 @@ def _promote(proposal: Proposal, name: str, description: str, team: Any, seed_qu
 
 
 def default_description(proposal: Proposal) -> str:
+    if proposal.expert is not None and proposal.expert.description:  # a run seeded by the expert's documents keeps its words
+        return proposal.expert.description
     return f"Discovered from {proposal.size} queries: " + "; ".join(proposal.representatives[:3])
 
 

@@ -400,12 +400,6 @@ def run_from_labels(source: str = "", team: Any = None) -> ClusteringRun:
         raise JobFailed(f"the queries carry {len(labels)} label(s); experts from labels need at least two")
     ids = [pk for pk, _, _ in rows]
     key = [source, "labels", embedding_space(), len(ids), ids[-1], f"team:{team.pk}" if team is not None else ""]
-    # The team's experts with documents seed the run when there is one per proposal asked for (labeling.ml.seeding).
-    seeds = documented_experts(team)
-    if not seeds or (n_experts is not None and n_experts != len(seeds)):
-        seeds = []
-    else:
-        key.append("documents:" + ",".join(f"{e.slug}:{e.passages}:{e.indexed:%Y%m%d%H%M%S%f}" for e in seeds))  # as above
     fingerprint = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     existing = ClusteringRun.objects.filter(fingerprint=fingerprint).exclude(status=RunStatus.DISCARDED).first()
     if existing is not None:

@@ -1,0 +1,119 @@
+"""A team that uploaded each department's documents first gets one proposal per department, seeded by them."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from experts.models import Expert
+from knowledge.indexing import index_pending
+from knowledge.ingest import upsert_document
+from knowledge.parsers import DocumentInput
+from labeling import proposals, services
+from labeling.ml.seeding import NO_EVIDENCE, by_documents
+from labeling.models import Assignment
+from tests.support.hashing_encoder import HashingEncoder, use_encoder
+
+pytestmark = pytest.mark.django_db
+
+DOCUMENTS = {
+    "motor": ("Motor Vehicles", "Renew your driver licence online. A licence renewal needs your licence number and a photo. "
+                                "Register a vehicle and pay the vehicle registration fee at the counter."),
+    "pension": ("Pensions", "Your state pension starts at pension age. Apply for your pension four months before pension age. "
+                            "Pension payments arrive every four weeks into your bank account."),
+}
+# Worded so that the questions alone do not split by department: "online", "apply", "how" and "when" cross over.
+QUESTIONS = {
+    "motor": ["how do I renew my licence online", "when does my driver licence need renewal", "apply for a vehicle registration",
+              "how much is the registration fee for my vehicle", "can I renew a licence without a photo", "where do I register a vehicle"],
+    "pension": ["how do I apply for my state pension online", "when do pension payments arrive", "what is my pension age",
+                "can I apply for a pension four months early", "how often are pension payments made", "when does my state pension start"],
+}
+
+
+@pytest.fixture
+def hashing(monkeypatch, settings, tmp_path):
+    """The hashing encoder in the knowledge code and discovery; a fresh store under tmp_path."""
+    from knowledge.stores import get_store
+
+    encoder = HashingEncoder()
+    settings.EMBEDDING_MODEL = encoder.name
+    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
+    use_encoder(monkeypatch, encoder)
+    monkeypatch.setattr("labeling.services.get_encoder", lambda *a, **k: encoder)
+    get_store.cache_clear()
+    yield encoder
+    get_store().close()
+    get_store.cache_clear()
+
+
+def departments_with_documents() -> dict[str, Expert]:
+    experts = {}
+    for slug, (name, text) in DOCUMENTS.items():
+        expert = Expert.objects.create(slug=slug, name=name, description=f"{name}: what the office does", chunk_size=300, chunk_overlap=50)
+        upsert_document(expert, DocumentInput(external_id=slug, title=name, text=text))
+        index_pending(expert)
+        experts[slug] = expert
+    return experts
+
+
+def import_log() -> None:
+    rows = "\n".join(q for questions in QUESTIONS.values() for q in questions)
+    services.import_queries(io.BytesIO(("text\n" + rows + "\n").encode()), "log.csv", "log")
+    services.embed_missing(source="log")
+
+
+def test_each_question_goes_to_the_department_whose_documents_match_it(hashing):
+    experts = departments_with_documents()
+    import_log()
+
+    run = services.cluster_queries(source="log", min_samples=2)
+
+    by_name = {p.name: p for p in run.proposals.all()}
+    assert set(by_name) == {"Motor Vehicles", "Pensions"}
+    for slug, questions in QUESTIONS.items():
+        proposal = by_name[experts[slug].name]
+        assert proposal.expert == experts[slug]
+        assert set(Assignment.objects.filter(run=run, proposal=proposal).values_list("query__text", flat=True)) == set(questions)
+
+
+def test_promoting_a_seeded_run_labels_the_questions_into_the_existing_experts(hashing):
+    experts = departments_with_documents()
+    import_log()
+    run = services.cluster_queries(source="log", min_samples=2)
+
+    promoted = proposals.promote_run(run)
+
+    assert sorted(e.pk for e in promoted) == sorted(e.pk for e in experts.values())
+    assert Expert.objects.count() == 2
+    assert Expert.objects.get(slug="motor").description == "Motor Vehicles: what the office does"
+
+
+def test_asking_for_another_number_of_experts_clusters_the_questions_alone(hashing):
+    departments_with_documents()
+    import_log()
+
+    run = services.cluster_queries(source="log", min_samples=2, n_experts=3)
+
+    assert run.proposals.count() == 3
+    assert not run.proposals.filter(expert__isnull=False).exists()
+
+
+def test_new_documents_make_a_new_run_not_the_earlier_one(hashing):
+    experts = departments_with_documents()
+    import_log()
+    first = services.cluster_queries(source="log", min_samples=2)
+
+    upsert_document(experts["pension"], DocumentInput(external_id="more", title="Pensions", text="Pension credit tops up a low income."))
+    index_pending(experts["pension"])
+
+    assert services.cluster_queries(source="log", min_samples=2).pk != first.pk
+
+
+def test_a_question_without_evidence_is_left_out_and_the_best_match_wins():
+    evidence = np.array([[0.2, 0.7], [np.nan, 0.1], [np.nan, np.nan], [0.9, 0.3]])
+    assert by_documents(evidence).tolist() == [1, 1, NO_EVIDENCE, 0]
+    with pytest.raises(ValueError, match="at least one department"):
+        by_documents(np.zeros((3, 0)))
