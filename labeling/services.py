@@ -34,7 +34,7 @@ from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format
 from .ml.dbscan import SparseDBSCAN
 from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
-from .ml.seeding import by_documents
+from .ml.seeding import by_documents, conversation_evidence
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
 from .seeding import documented_experts, question_evidence
@@ -341,7 +341,8 @@ def cluster_queries(
     found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")
     if seeds:
         reporter.log(f"each question goes to the expert whose documents match it best: {', '.join(e.name for e in seeds)}")
-        found.groups = by_documents(question_evidence(seeds, [rows[i][1] for i in openers], x))
+        evidence = question_evidence(seeds, [text for _, text in rows], load_embeddings(ids, model))
+        found.groups = by_documents(conversation_evidence(evidence, opener, openers))
     summaries = describe_groups([rows[i][1] for i in openers], x, found.groups)
     place = {row: k for k, row in enumerate(openers)}
     labels = np.array([estimator.labels_[place[opener[i]]] for i in range(len(rows))])

@@ -8,6 +8,12 @@ with the four agencies' documents, giving each first turn to its best-matching d
 K = 4 scores 0.388 / 0.627 / 0.505 (docs/EVALUATIONS.md, "Discovery with documents"). Blending the
 evidence into k-means (the questions' neighbour means beside w times the centred evidence, w 0.5 to 4)
 lost to the plain rule on val (0.705 at best), so the rule has no knob.
+
+A conversation is decided as one: its questions' evidence averaged (``conversation_evidence``), since a
+follow-up ("and how long does that take?") that says little to a clustering of questions still matches
+its department's documents. On doc2dial's val split, every question scored where its conversation goes,
+the average of the conversation's questions scores ARI 0.918 against 0.710 for its first question's
+evidence alone (the best of each question's, 0.889; held out, val and test, 0.914 against 0.788).
 """
 
 from __future__ import annotations
@@ -29,3 +35,20 @@ def by_documents(evidence: np.ndarray) -> np.ndarray:
     known = ~np.isnan(evidence)
     best = np.where(known, evidence, -np.inf).argmax(axis=1)
     return np.where(known.any(axis=1), best, NO_EVIDENCE)
+
+
+def conversation_evidence(evidence: np.ndarray, opener: list[int] | np.ndarray, openers: list[int]) -> np.ndarray:
+    """Each conversation's evidence, in the order of ``openers``: the mean over its questions of theirs (NaN ignored).
+
+    ``opener[i]`` is the row of question ``i``'s conversation's first question; ``openers`` those rows.
+    """
+    evidence = np.asarray(evidence, dtype=np.float64)
+    place = {row: k for k, row in enumerate(openers)}
+    conversation = np.array([place[int(row)] for row in opener], dtype=int)
+    known = ~np.isnan(evidence)
+    sums = np.zeros((len(openers), evidence.shape[1]))
+    counts = np.zeros_like(sums)
+    np.add.at(sums, conversation, np.where(known, evidence, 0.0))
+    np.add.at(counts, conversation, known)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)

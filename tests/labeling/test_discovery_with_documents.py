@@ -12,7 +12,7 @@ from knowledge.indexing import index_pending
 from knowledge.ingest import upsert_document
 from knowledge.parsers import DocumentInput
 from labeling import proposals, services
-from labeling.ml.seeding import NO_EVIDENCE, by_documents
+from labeling.ml.seeding import NO_EVIDENCE, by_documents, conversation_evidence
 from labeling.models import Assignment
 from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
@@ -117,3 +117,11 @@ def test_a_question_without_evidence_is_left_out_and_the_best_match_wins():
     assert by_documents(evidence).tolist() == [1, 1, NO_EVIDENCE, 0]
     with pytest.raises(ValueError, match="at least one department"):
         by_documents(np.zeros((3, 0)))
+
+
+def test_a_conversation_is_decided_by_all_its_questions():
+    # Rows 0 and 2 open conversations; row 1 follows row 0, row 3 follows row 2. Row 1's evidence outweighs its opener's.
+    evidence = np.array([[0.50, 0.45], [0.10, 0.90], [0.9, 0.2], [np.nan, np.nan]])
+    means = conversation_evidence(evidence, [0, 0, 2, 2], [0, 2])
+    assert np.allclose(means, [[0.30, 0.675], [0.9, 0.2]])
+    assert by_documents(means).tolist() == [1, 0]
