@@ -336,3 +336,75 @@ def bench_clustering(n: int = 100_000, datasets: str | None = None, skip_baselin
             abs(report[v]["ours"]["ari"] - report[v]["sklearn_dbscan"]["ari"]) <= 0.01 for v in ("synthetic", "real")
         )
     return report
+
+
+# --- the product's own path ------------------------------------------------------------------------
+
+
+def replay_discovery(dataset: Path, label: str = "domain", n_experts: int | None = None, split: str = "heldout", say: Say = print) -> dict[str, Any]:
+    """Discovery as a team runs it, in the current database (a workspace's): import the split's questions without
+    their labels, start a discovery run told K (``labeling.services.cluster_queries``), score its proposals; then,
+    where the dataset has documents, make one expert per document ``label`` holding its documents (ingested and
+    indexed through the knowledge services) and start another run, which the documents seed (``labeling.ml.seeding``).
+
+    Follow-ups are imported with their conversation, as a log holds them, and scored where the run puts them
+    (with their conversation's opening question).
+    """
+    import io
+    import json
+
+    from evaluation.workspace import SOURCE, Dataset
+    from experts.services import slug_for, upsert_expert
+    from knowledge.indexing import index_pending
+    from knowledge.ingest import upsert_document
+    from knowledge.parsers import DocumentInput
+    from labeling import services as labeling
+    from labeling.models import Assignment
+
+    data = Dataset.read(Path(dataset))
+    chosen, _, rows_note = rows_of_split(data.queries, split, label)
+    chosen = [q for q in chosen if q.get(label) and q.get("intent") != "oos" and (q.get("text") or "").strip()]
+    gold_of: dict[tuple[str, str], str] = {}
+    lines = []
+    for q in chosen:
+        conversation = str(q.get("dial_id") or q.get("conversation") or "")
+        gold_of.setdefault((conversation, q["text"].strip()), q[label])
+        lines.append(json.dumps({"text": q["text"], "split": q.get("split") or "", "conversation": conversation}))
+    if len(gold_of) < 2 * MIN_SAMPLES:
+        raise ValueError(f"{dataset} has only {len(gold_of)} questions with a {label!r} label in {rows_note}")
+    labeling.import_queries(io.BytesIO("\n".join(lines).encode()), f"{data.name}.jsonl", SOURCE)
+    labeling.embed_missing(source=SOURCE)
+    k = n_experts or len(set(gold_of.values()))
+    say(f"{data.name}: {len(gold_of)} questions ({rows_note}) imported without labels, K={k}")
+
+    def scored(run: Any) -> dict[str, Any]:
+        rows = Assignment.objects.filter(run=run).select_related("query", "proposal")
+        gold, predicted = [], []
+        for a in rows:
+            key = (a.query.conversation, a.query.text.strip())
+            if key in gold_of:
+                gold.append(gold_of[key])
+                predicted.append(a.proposal.index if a.proposal is not None else NOISE)
+        return {**score_clustering(gold, np.array(predicted)).as_dict(), "n": len(gold), "proposals": run.n_experts}
+
+    report: dict[str, Any] = {"pipeline": "product", "dataset": data.name, "label": label, "split": split, "rows": rows_note, "k": k}
+    report["without_documents"] = scored(labeling.cluster_queries(source=SOURCE, n_experts=k))
+    say(f"  discovery from the questions alone: ARI {report['without_documents']['ari']:.3f}")
+    if not data.documents or label != "domain":
+        report["with_documents"] = None
+        say("  (no documents labelled by domain: no run seeded by documents)")
+        return report
+    by_department: dict[str, list[dict[str, Any]]] = {}
+    for doc in data.documents:
+        by_department.setdefault(str(doc.get(label) or ""), []).append(doc)
+    for department, docs in sorted(by_department.items()):
+        if not department:
+            continue
+        expert, _ = upsert_expert(slug_for(department), department)
+        for doc in docs:
+            upsert_document(expert, DocumentInput(external_id=str(doc["doc_id"]), title=doc.get("title") or "", text=doc["text"]))
+        index_pending(expert)
+    report["with_documents"] = scored(labeling.cluster_queries(source=SOURCE, n_experts=k))
+    say(f"  discovery with each department's documents uploaded first ({len(by_department)} departments): "
+        f"ARI {report['with_documents']['ari']:.3f}")
+    return report

@@ -116,3 +116,48 @@ def test_on_the_shared_datasets_the_product_path_is_at_least_as_good_as_kmeans_a
     figures = {m: report[m]["ari"] for m in ("ours_product", "kmeans_same_k", "hdbscan_grouped", "kmeans")}
     assert report["checks"]["ours_product_ari_ge_kmeans_same_k"], figures
     assert report["checks"]["ours_product_ari_ge_hdbscan_grouped"], figures
+
+
+@pytest.fixture
+def workspace(tmp_path, settings):
+    """A fresh embedded store and data folder under tmp_path."""
+    from knowledge.stores import get_store
+
+    settings.QDRANT_URL, settings.QDRANT_PATH, settings.VAR_DIR = "", str(tmp_path / "qdrant"), tmp_path
+    get_store.cache_clear()
+    yield
+    get_store().close()
+    get_store.cache_clear()
+
+
+DOCUMENTS = {
+    "cooking": "Bake bread at 220 degrees. A soup recipe needs stock. Roast chicken for an hour. Cook rice in twice its water.",
+    "banking": "Transfer money between your savings and checking account. Pay your credit card bill online. Freeze a lost debit card.",
+    "weather": "The forecast gives rain, temperature and storm warnings for today, tomorrow and the weekend.",
+}
+
+
+@pytest.mark.django_db
+def test_replay_runs_discovery_through_the_product_with_and_without_each_departments_documents(dataset, tmp_path, workspace, encoder):
+    docs = [{"doc_id": domain, "domain": domain, "title": domain.title(), "text": text} for domain, text in DOCUMENTS.items()]
+    (dataset / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    out = tmp_path / "replay.json"
+
+    call_command("evaluate", "clustering", "--dataset", str(dataset), "--replay", "--in-place", "--split", "all", "--json", str(out))
+
+    report = json.loads(out.read_text())
+    assert report["pipeline"] == "product"
+    assert report["without_documents"]["n"] == report["with_documents"]["n"] == 120
+    assert report["with_documents"]["proposals"] == 3
+    assert report["with_documents"]["ari"] > 0.9
+
+
+@pytest.mark.django_db
+def test_replay_without_documents_reports_none_for_the_seeded_run(dataset, tmp_path, workspace, encoder):
+    out = tmp_path / "replay.json"
+
+    call_command("evaluate", "clustering", "--dataset", str(dataset), "--replay", "--in-place", "--split", "all", "--json", str(out))
+
+    report = json.loads(out.read_text())
+    assert report["without_documents"]["proposals"] >= 2
+    assert report["with_documents"] is None

@@ -32,6 +32,9 @@ class Command(BaseCommand):
         clustering.add_argument("--split", choices=["heldout", "train", "all", "val", "test"], default="heldout",
                                 help="rows to cluster (default: every row outside train, on which the product's defaults were chosen)")
         clustering.add_argument("--variants", action="store_true", help="also score every grouping and noise mode (how the defaults were chosen, with --split train)")
+        clustering.add_argument("--replay", action="store_true",
+                                help="run discovery through the product in a throw-away workspace instead: import the questions without labels, "
+                                     "start a run told K; then, where the dataset has documents, seed a run with each department's documents")
         clustering.add_argument("--json", dest="json_path", default=None)
         router = sub.add_parser("router", help="the learned router against logistic regression and nearest-example routing")
         router.add_argument("--dataset", required=True)
@@ -85,7 +88,7 @@ class Command(BaseCommand):
         # Subparsers do not inherit BaseCommand's common options; accept the ones call_command passes.
         for p in (clustering, router, abtest, retrieval, answers, sentences):
             p.add_argument("--skip-checks", action="store_true", help="skip Django system checks")
-        for p in (retrieval, answers, sentences):
+        for p in (clustering, retrieval, answers, sentences):
             p.add_argument("--in-place", action="store_true",
                            help="load the dataset into the current database and data folder (a test's, or a workspace made for it) "
                                 "instead of a throw-away workspace")
@@ -97,9 +100,17 @@ class Command(BaseCommand):
         if not (dataset / "queries.jsonl").exists():
             raise CommandError(f"{dataset} has no queries.jsonl")
         self._check_files(dataset, options)
-        if options["target"] in REPLAYED and not options["in_place"]:
+        replayed = options["target"] in REPLAYED or (options["target"] == "clustering" and options["replay"])
+        if replayed and not options["in_place"]:
             return self._isolated(options)
-        if options["target"] == "clustering":
+        if options["target"] == "clustering" and options["replay"]:
+            from evaluation.clustering import replay_discovery
+
+            try:
+                report = replay_discovery(dataset, label=options["label"], n_experts=options["experts"], split=options["split"], say=self.stdout.write)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
+        elif options["target"] == "clustering":
             from evaluation.clustering import evaluate_clustering
 
             report = evaluate_clustering(dataset, label=options["label"], n_experts=options["experts"], limit=options["limit"], say=self.stdout.write,
