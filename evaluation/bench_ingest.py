@@ -21,7 +21,9 @@ TARGET_PASSAGES_PER_S = 50  # issue 56: about 1,500 passages in 30 s
 
 def bench_ingest(paths: list[Path] | None = None, say: Callable[[str], Any] = print) -> dict[str, Any]:
     """Ingest ``paths`` (files or folders; default: doc2dial's documents) into a new expert and time it."""
-    from encoders import get_encoder
+    from django.conf import settings
+
+    from encoders import bulk_threads, get_encoder
     from experts.services import upsert_expert
     from knowledge.ingest import ingest_files, walk_paths
 
@@ -31,7 +33,9 @@ def bench_ingest(paths: list[Path] | None = None, say: Callable[[str], Any] = pr
     expert, created = upsert_expert(EXPERT, "Ingestion benchmark")
     if not created:
         raise ValueError(f"expert {EXPERT!r} already exists: run the benchmark in a fresh workspace")
-    get_encoder().encode(["warm-up"])
+    if settings.EMBEDDING_DISK_CACHE:
+        say(f"warning: EMBEDDING_DISK_CACHE is set ({settings.EMBEDDING_DISK_CACHE}): texts met before are not embedded again")
+    get_encoder(threads=bulk_threads()).encode(["warm-up"])  # the encoder indexing uses (knowledge.points)
     say(f"ingesting {len(files)} file(s) into {EXPERT}")
     started, cpu = time.perf_counter(), time.process_time()
     report = ingest_files(expert, [(f.name, f) for f in files])
@@ -42,6 +46,7 @@ def bench_ingest(paths: list[Path] | None = None, say: Callable[[str], Any] = pr
         "documents_per_s": round(documents / seconds, 2), "chunks_per_s": round(chunks / seconds, 2),
         "passages_per_s": round(chunks / seconds, 2), "cpu_s": round(cpu, 2), "cpu_ms_per_passage": round(1000 * cpu / max(1, chunks), 1),
         "phases_s": {"parse": round(report.parse_s, 2), **report.indexing.get("seconds", {})}, "target_passages_per_s": TARGET_PASSAGES_PER_S,
+        "encoder_threads": bulk_threads(), "disk_cache": bool(settings.EMBEDDING_DISK_CACHE),
     }
     result["meets_target"] = result["passages_per_s"] >= TARGET_PASSAGES_PER_S
     say(f"  {documents} documents, {chunks} passages in {result['seconds']} s: {result['passages_per_s']} passages/s, "

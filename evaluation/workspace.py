@@ -160,9 +160,10 @@ def ask(question: dict[str, Any], model: str) -> Any:
 
 # --- the throw-away workspace ----------------------------------------------------------------
 
-def isolated(argv: list[str], say: Say = print, program: list[str] | None = None) -> int:
+def isolated(argv: list[str], say: Say = print, program: list[str] | None = None, disk_cache: bool = True) -> int:
     """Run ``manage.py <argv>`` (or ``program + argv``) in a fresh workspace: its own database and data folder, migrated
-    first and removed after.
+    first and removed after. ``disk_cache``: the evaluations' vector cache on disk is shared (a benchmark of
+    embedding passes it False: a team's new documents are in no cache).
 
     Returns the child's exit status; its output is passed to ``say`` line by line.
     """
@@ -175,7 +176,7 @@ def isolated(argv: list[str], say: Say = print, program: list[str] | None = None
             (root / "models").symlink_to(models.resolve(), target_is_directory=True)
         env = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
         # The product's vector cache on disk, shared with every evaluation: a dataset's second load embeds nothing again.
-        env.update({"EMBEDDING_DISK_CACHE": str(embedding_cache_dir()), "VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
+        env.update({"EMBEDDING_DISK_CACHE": str(embedding_cache_dir()) if disk_cache else "", "VAR_DIR": str(root), "DATABASE_URL": f"sqlite:///{root / 'workspace.sqlite3'}",
                     "CELERY_TASK_ALWAYS_EAGER": "1", "BASE_MODEL": str(settings.BASE_MODEL), "ADAPTER_DIR": str(root / "adapters"),
                     "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "switchboard.settings")})
         manage = str(Path(settings.BASE_DIR) / "manage.py")

@@ -144,6 +144,6 @@ class Command(BaseCommand):
 
         if sys.argv[1:2] != ["bench"]:
             raise CommandError("called from code, bench ingest runs in the caller's database: pass --in-place")
-        code = isolated([*sys.argv[1:], "--in-place"], say=self.stdout.write)
+        code = isolated([*sys.argv[1:], "--in-place"], say=self.stdout.write, disk_cache=False)
         if code:
             raise CommandError(f"the benchmark's workspace exited with status {code}")
