@@ -103,12 +103,21 @@ class Assignment(models.Model):
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="assignments")
     topic = models.IntegerField(help_text="DBSCAN label; -1 is noise.")
     proposal = models.ForeignKey(Proposal, null=True, on_delete=models.SET_NULL, related_name="assignments")
+    documents_point_to = models.ForeignKey(
+        "experts.Expert", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="In a run seeded by documents: the expert whose documents match this question best, where that is not its proposal's.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "query"], name="unique_assignment")]
 
     def __str__(self) -> str:
         return f"query {self.query_id} → topic {self.topic}"
+
+    @property
+    def points_elsewhere(self) -> bool:
+        """Whether the question's best-matching documents belong to another expert than its proposal's (a likely misplacement)."""
+        return self.documents_point_to_id is not None and self.documents_point_to_id != (self.proposal.expert_id if self.proposal else None)
 
 
 class ReviewAction(models.Model):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, When
 
 from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
@@ -122,6 +122,7 @@ class ProposalRow:
     share: float
     nearest: Proposal | None = None
     nearest_similarity: float | None = None
+    elsewhere: int = 0  # its questions whose best-matching documents are another expert's (runs seeded by documents)
 
     @property
     def share_percent(self) -> float:
@@ -271,8 +272,10 @@ def run_review(run: ClusteringRun, unassigned_page_number: int | str = 1, action
     open_ = [p for p in proposals if p.status in OPEN_STATUSES]
     nearest = _nearest_others(open_)
     total = run.n_queries or 1
+    elsewhere = dict(pointing_elsewhere(run).values_list("proposal").annotate(n=Count("pk")).values_list("proposal", "n"))
     rows = [
-        ProposalRow(p, share=p.size / total, nearest=nearest.get(p.pk, (None, None))[0], nearest_similarity=nearest.get(p.pk, (None, None))[1])
+        ProposalRow(p, share=p.size / total, nearest=nearest.get(p.pk, (None, None))[0], nearest_similarity=nearest.get(p.pk, (None, None))[1],
+                    elsewhere=elsewhere.get(p.pk, 0))
         for p in sorted(open_, key=lambda p: (-p.size, p.index))
     ]
     page = unassigned_page(run, unassigned_page_number)
@@ -290,7 +293,18 @@ def run_review(run: ClusteringRun, unassigned_page_number: int | str = 1, action
     )
 
 
+# ``Assignment.points_elsewhere`` in SQL: the documents name an expert, and the proposal has none or another.
+_POINTS_ELSEWHERE = Q(documents_point_to__isnull=False) & (Q(proposal__expert__isnull=True) | ~Q(documents_point_to=F("proposal__expert")))
+
+
+def pointing_elsewhere(run: ClusteringRun) -> QuerySet[Assignment]:
+    """The run's questions whose best-matching documents belong to another expert than their proposal's."""
+    return Assignment.objects.filter(_POINTS_ELSEWHERE, run=run, proposal__isnull=False)
+
+
 def proposal_queries(proposal: Proposal, page: int | str = 1) -> Page:
-    """One page of a proposal's queries."""
-    rows = Assignment.objects.filter(proposal=proposal).select_related("query").order_by("query_id")
+    """One page of a proposal's queries, those whose documents point to another expert first."""
+    elsewhere = Case(When(_POINTS_ELSEWHERE, then=0), default=1)
+    rows = (Assignment.objects.filter(proposal=proposal).select_related("query", "proposal", "documents_point_to")
+            .order_by(elsewhere, "query_id"))
     return Paginator(rows, QUERIES_PER_PAGE).get_page(page)

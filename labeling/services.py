@@ -34,7 +34,7 @@ from .importers import SNIFF_BYTES, Row, RowError, UnreadableFile, detect_format
 from .ml.dbscan import SparseDBSCAN
 from .ml.discovery import DEFAULT_GROUPING, DEFAULT_NOISE, discover
 from .ml.grouping import describe_groups
-from .ml.seeding import by_documents, conversation_evidence
+from .ml.seeding import NO_EVIDENCE, by_documents, conversation_evidence
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction, ReviewDecision
 from .proposals import ReviewError, group_stats, next_index
 from .seeding import documented_experts, question_evidence
@@ -339,10 +339,12 @@ def cluster_queries(
     estimator = SparseDBSCAN(eps=eps, min_samples=min_samples).fit(x)
     reporter.progress(0.6, f"{estimator.n_clusters_} topics; grouping into experts")
     found = discover(x, estimator, n_groups=n_experts, grouping=grouping, noise="attach" if attach_noise else "leave")
+    own = None  # in a run the documents seed: each question's own best-matching expert
     if seeds:
         reporter.log(f"each question goes to the expert whose documents match it best: {', '.join(e.name for e in seeds)}")
         evidence = question_evidence(seeds, [text for _, text in rows], load_embeddings(ids, model))
         found.groups = by_documents(conversation_evidence(evidence, opener, openers))
+        own = by_documents(evidence)
     summaries = describe_groups([rows[i][1] for i in openers], x, found.groups)
     place = {row: k for k, row in enumerate(openers)}
     labels = np.array([estimator.labels_[place[opener[i]]] for i in range(len(rows))])
@@ -364,8 +366,11 @@ def cluster_queries(
                 representatives=[rows[openers[j]][1] for j in summary.representatives], size=int((groups == summary.label).sum()),
                 centroid=centroid, cohesion=cohesion, expert=seed,
             )
+        # Where a question's own documents point to another expert than its conversation's, review flags it.
+        elsewhere = [None] * len(ids) if own is None else [seeds[o] if o not in (NO_EVIDENCE, g) else None for o, g in zip(own.tolist(), groups.tolist(), strict=True)]
         Assignment.objects.bulk_create(
-            [Assignment(run=run, query_id=pk, topic=int(t), proposal=proposals.get(int(g))) for pk, t, g in zip(ids, labels, groups, strict=True)],
+            [Assignment(run=run, query_id=pk, topic=int(t), proposal=proposals.get(int(g)), documents_point_to=e)
+             for pk, t, g, e in zip(ids, labels, groups, elsewhere, strict=True)],
             batch_size=5000,
         )
     return run

@@ -135,3 +135,8 @@ class QueryRowSerializer(serializers.Serializer):
     id = serializers.IntegerField(source="query_id")
     text = serializers.CharField(source="query.text")
     topic = serializers.IntegerField(help_text="DBSCAN topic; -1 is noise.")
+    documents_point_to = serializers.SerializerMethodField(
+        help_text="In a run seeded by documents: the expert (slug) whose documents match the question best, where that is not its proposal's; else null.")
+
+    def get_documents_point_to(self, assignment) -> str | None:
+        return assignment.documents_point_to.slug if assignment.points_elsewhere else None

@@ -125,3 +125,43 @@ def test_a_conversation_is_decided_by_all_its_questions():
     means = conversation_evidence(evidence, [0, 0, 2, 2], [0, 2])
     assert np.allclose(means, [[0.30, 0.675], [0.9, 0.2]])
     assert by_documents(means).tolist() == [1, 0]
+
+
+def import_conversations() -> None:
+    """The log with conversations: in c-1 a question about pensions follows two about licences."""
+    rows = [(q, f"m-{i}") for i, q in enumerate(QUESTIONS["motor"])] + [(q, f"p-{i}") for i, q in enumerate(QUESTIONS["pension"])]
+    rows += [("renew my licence online with a photo", "c-1"), ("my driver licence renewal number", "c-1"), ("and when do pension payments arrive", "c-1")]
+    lines = "\n".join(f"{text},{conversation},2026-01-01T00:0{k % 10}:00Z" for k, (text, conversation) in enumerate(rows))
+    services.import_queries(io.BytesIO(("text,conversation,timestamp\n" + lines + "\n").encode()), "log.csv", "log")
+    services.embed_missing(source="log")
+
+
+def test_review_flags_a_question_whose_documents_point_to_another_expert(hashing, django_user_model):
+    from rest_framework.test import APIClient
+
+    from labeling import selectors
+
+    experts = departments_with_documents()
+    import_conversations()
+    run = services.cluster_queries(source="log", min_samples=2)
+
+    flagged = Assignment.objects.get(run=run, query__text="and when do pension payments arrive")
+    assert flagged.proposal.expert == experts["motor"]  # its conversation is about licences
+    assert flagged.points_elsewhere
+    assert flagged.documents_point_to == experts["pension"]
+    assert list(selectors.pointing_elsewhere(run)) == [flagged]
+    review = selectors.run_review(run)
+    assert {row.proposal.name: row.elsewhere for row in review.rows} == {"Motor Vehicles": 1, "Pensions": 0}
+
+    admin = django_user_model.objects.create_user("admin", is_staff=True)
+    api = APIClient()
+    api.force_authenticate(admin)
+    page = api.get(f"/api/v1/discovery/proposals/{flagged.proposal_id}/queries").json()
+    assert page["queries"][0]["text"] == "and when do pension payments arrive"  # flagged first
+    assert page["queries"][0]["documents_point_to"] == "pension"
+    assert {q["documents_point_to"] for q in page["queries"][1:]} == {None}
+
+    # Moved to the proposal its documents name, it is no longer flagged.
+    pensions = run.proposals.get(expert=experts["pension"])
+    Assignment.objects.filter(pk=flagged.pk).update(proposal=pensions)
+    assert not selectors.pointing_elsewhere(run).exists()
