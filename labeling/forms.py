@@ -63,6 +63,18 @@ class ImportForm(forms.Form):
         return upload
 
 
+class NewDepartmentForm(forms.Form):
+    """A department made before discovery, to upload its documents first (``services.make_department``)."""
+
+    prefix = "department"  # beside the run's form on one page: its fields' ids stay apart
+    name = forms.CharField(max_length=128, label="Department", widget=forms.TextInput(attrs={"placeholder": "e.g. Billing"}))
+    description = forms.CharField(max_length=2000, required=False, label="What it answers", widget=forms.TextInput())
+
+    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["team"] = team_field(user, "department")
+
+
 class StartClusteringForm(forms.Form):
     """The team and parameters of a new clustering run (empty fields are chosen from the data).
 
@@ -77,7 +89,8 @@ class StartClusteringForm(forms.Form):
     )
     min_samples = forms.IntegerField(initial=5, min_value=2, max_value=200, label="Min samples", help_text="Queries within eps for a topic's core.")
     n_experts = forms.IntegerField(
-        required=False, min_value=1, max_value=100, label="Target experts", help_text="Proposals to group the topics into. Empty: suggested.",
+        required=False, min_value=1, max_value=100, label="Target experts",
+        help_text="Proposals to group the topics into. Empty: suggested, or one for each department with documents.",
         widget=forms.NumberInput(attrs={"placeholder": "auto"}),
     )
 

@@ -11,12 +11,19 @@ from experts.choices import ExpertStatus
 from experts.models import Expert
 from knowledge.evidence import evidence_lookup
 
+from .choices import RunStatus
+from .models import ClusteringRun
+
 
 def documented_experts(team: Any) -> list[Expert]:
     """The team's active experts (no team: the experts without one) with indexed passages, fallback experts left out, by slug.
 
     Each carries ``passages`` (its indexed passages) and ``indexed`` (when its documents were last indexed).
+    None once the team has promoted a run: its experts came from its questions, and a new run (the monthly
+    re-clustering) looks for topics again rather than for the departments it already has.
     """
+    if ClusteringRun.objects.filter(status=RunStatus.PROMOTED, team=team).exists():
+        return []
     indexed = Q(documents__indexed_at__isnull=False)
     experts = (Expert.objects.filter(status=ExpertStatus.ACTIVE, is_fallback=False)
                .annotate(passages=Sum("documents__chunk_count", filter=indexed), indexed=Max("documents__indexed_at", filter=indexed))

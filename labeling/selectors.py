@@ -11,6 +11,7 @@ import numpy as np
 from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, F, Q, QuerySet, When
 
+from experts.access import user_teams
 from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
 from jobs.services import JobFailed
@@ -19,6 +20,7 @@ from .access import team_ids, visible_runs
 from .choices import OPEN_STATUSES, UNDOABLE_ACTIONS, ProposalStatus, ReviewActionKind, RunStatus
 from .ml.radius import normalise
 from .models import Assignment, ClusteringRun, Embedding, Proposal, Query, ReviewAction
+from .seeding import documented_experts
 
 # Bind-parameter lists stay under PostgreSQL's 65,535 and SQLite's compiled limits.
 ID_CHUNK = 10_000
@@ -185,6 +187,14 @@ def teams_with_queries(at_least: int = 1) -> list[Any]:
     ids = [row["team"] for row in counts]
     groups = {g.pk: g for g in Group.objects.filter(pk__in=[i for i in ids if i is not None])}
     return [groups.get(i) if i is not None else None for i in ids if i is None or i in groups]
+
+
+def documented_departments(user: Any) -> list[Any]:
+    """The experts with documents that would seed a discovery run of ``user``'s team (staff: the team-less ones)."""
+    if user.is_staff:
+        return documented_experts(None)
+    teams = list(user_teams(user)[:2])
+    return documented_experts(teams[0]) if len(teams) == 1 else []
 
 
 def _seen_by(queries: QuerySet[Query], user: Any) -> QuerySet[Query]:

@@ -19,9 +19,11 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
+from django.utils.text import slugify
 
 from encoders import bulk_threads, embedding_space, get_encoder
 from experts.models import Expert
+from experts.services import slug_for, upsert_expert
 from jobs.models import Job
 from jobs.services import JobFailed, JobReporter, enqueue_once
 from sbcommon import uploads
@@ -455,6 +457,29 @@ def enqueue_discovery(
     key = "discover:" + hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     title = f"Discover experts in {source or 'all queries'}" + (f" of {team.name}" if team is not None else "")
     return enqueue_once("discover", key, title, tasks.discover, params, user)
+
+
+class DepartmentExists(ValueError):
+    """An expert with the name's slug exists already."""
+
+
+def make_department(name: str, description: str = "", user: Any = None, team: Any = None) -> Expert:
+    """A new, empty expert of ``user``'s team (``access.team_for_new_work``), made before discovery so that its
+    documents can be uploaded first: a discovery run then seeds its proposals with them (``labeling.seeding``).
+
+    Raises:
+        PermissionDenied, TeamNeeded: as ``team_for_new_work``.
+        DepartmentExists: the name's slug is taken.
+    """
+    if not slugify(name):
+        raise ValueError("an expert's name needs a letter or a digit")
+    team = team_for_new_work(user, team) if user is not None else team
+    slug = slug_for(name)
+    with transaction.atomic():
+        if Expert.objects.select_for_update().filter(slug=slug).exists():
+            raise DepartmentExists(f"an expert named {slug!r} exists already: choose another name")
+        expert, _ = upsert_expert(slug, name, description=description, team=team)
+    return expert
 
 
 @transaction.atomic

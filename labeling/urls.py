@@ -10,6 +10,7 @@ from . import views
 urlpatterns = [
     path("", views.RunListView.as_view(), name="labeling-runs"),
     path("start/", views.StartClusteringView.as_view(), name="labeling-start"),
+    path("departments/", views.NewDepartmentView.as_view(), name="labeling-new-department"),
     path("import/", views.ImportView.as_view(), name="labeling-import"),
     path("runs/<int:pk>/", views.RunView.as_view(), name="labeling-run"),
     path("runs/<int:pk>/unassigned/", views.UnassignedView.as_view(), name="labeling-unassigned"),

@@ -35,11 +35,14 @@ from .models import ClusteringRun, Proposal
 
 # --- runs and starting one ------------------------------------------------------------------------
 
-def _list_context(request: HttpRequest, form: forms.StartClusteringForm | None = None) -> dict[str, Any]:
+def _list_context(request: HttpRequest, form: forms.StartClusteringForm | None = None,
+                  department_form: forms.NewDepartmentForm | None = None) -> dict[str, Any]:
     user = request.user
     return {
         "runs": selectors.runs(user),
         "form": form or forms.StartClusteringForm(user),
+        "department_form": department_form or forms.NewDepartmentForm(user),
+        "documented": selectors.documented_departments(user),
         "jobs": selectors.discovery_jobs(user),
         "query_count": selectors.query_count(user),
         "no_team": "" if access.may_start_work(user) else access.NO_TEAM,
@@ -73,6 +76,26 @@ class StartClusteringView(LoginRequiredMixin, View):
             form.add_error(None, forms.sentence(str(exc)))
             return render(request, "labeling/run_list.html", _list_context(request, form), status=400 if isinstance(exc, TeamNeeded) else 403)
         return redirect("console-job", job.pk)
+
+
+class NewDepartmentView(LoginRequiredMixin, View):
+    """Make an empty expert for a department, then go to its knowledge page to upload its documents."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not access.may_start_work(request.user):
+            return render(request, "labeling/run_list.html", _list_context(request), status=403)
+        form = forms.NewDepartmentForm(request.user, request.POST)
+        if not form.is_valid():
+            return render(request, "labeling/run_list.html", _list_context(request, department_form=form), status=400)
+        data = form.cleaned_data
+        try:
+            expert = services.make_department(" ".join(data["name"].split()), data["description"], user=request.user, team=data.get("team"))
+        except (TeamNeeded, PermissionDenied, ValueError) as exc:
+            form.add_error("name" if isinstance(exc, services.DepartmentExists) else None, forms.sentence(str(exc)))
+            status = 409 if isinstance(exc, services.DepartmentExists) else 403 if isinstance(exc, PermissionDenied) else 400
+            return render(request, "labeling/run_list.html", _list_context(request, department_form=form), status=status)
+        messages.success(request, f"{expert.name} is ready: upload its documents, then start discovery.")
+        return redirect("knowledge-expert", expert.slug)
 
 
 # --- import ---------------------------------------------------------------------------------------

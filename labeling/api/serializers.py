@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import Group
+from django.utils.text import slugify
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -47,6 +48,31 @@ class StartRunSerializer(serializers.Serializer):
     min_samples = serializers.IntegerField(min_value=2, max_value=200, default=5, help_text="Queries within eps for a topic's core.")
     n_experts = serializers.IntegerField(min_value=1, max_value=100, required=False, allow_null=True, default=None,
                                          help_text="How many experts (departments) to group the topics into; null: suggested from the data.")
+
+
+class NewExpertSerializer(serializers.Serializer):
+    """A department made before discovery, so that its documents can be uploaded first and seed the proposals."""
+
+    name = serializers.CharField(max_length=128, help_text="The department's name; its slug (the model name it answers as) is made from it.")
+    description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="", help_text="What the department answers.")
+    team = _team_field("The team (by name) that owns it. Default: the caller's only team; staff may leave it out for a staff-only expert.")
+
+    def validate_name(self, name: str) -> str:
+        name = " ".join(name.split())
+        if not slugify(name):
+            raise serializers.ValidationError("the name needs a letter or a digit")
+        return name
+
+
+class ExpertMadeSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    team = serializers.CharField(source="team.name", allow_null=True, default=None)
+    documents_url = serializers.SerializerMethodField(help_text="Where its documents are uploaded.")
+
+    def get_documents_url(self, expert) -> str:
+        return f"/api/v1/experts/{expert.slug}/documents"
 
 
 class ProposalSerializer(serializers.ModelSerializer):

@@ -10,6 +10,7 @@ from . import views
 
 urlpatterns = [
     path("queries/import", views.QueryImportView.as_view(), name="api-queries-import"),
+    path("experts", views.ExpertCreateView.as_view(), name="api-experts"),
     path("discovery/runs", views.RunListView.as_view(), name="api-discovery-runs"),
     path("discovery/runs/<int:pk>", views.RunDetailView.as_view(), name="api-discovery-run"),
     path("discovery/runs/<int:pk>/unassigned", views.UnassignedView.as_view(), name="api-discovery-unassigned"),

@@ -31,8 +31,10 @@ from ..choices import RunStatus
 from ..models import ClusteringRun
 from .serializers import (
     AttachNoiseSerializer,
+    ExpertMadeSerializer,
     MergeSerializer,
     MoveSerializer,
+    NewExpertSerializer,
     PromoteSerializer,
     ProposalSerializer,
     QueryImportSerializer,
@@ -71,6 +73,29 @@ class QueryImportView(APIView):
         except access.TeamNeeded as exc:
             raise ApiError(str(exc), param="team") from exc
         return accepted(job)
+
+
+class ExpertCreateView(APIView):
+    """A new, empty expert for a team's department, made before discovery: upload its documents, and discovery's
+    proposals follow the departments whose documents answer the questions (``labeling.ml.seeding``)."""
+
+    @extend_schema(request=NewExpertSerializer, responses={
+        201: ExpertMadeSerializer, 400: OpenApiResponse(description="No name, a name without a letter or digit, or no team named by a member of several."),
+        403: OpenApiResponse(description="The caller is in no team, or not in the team named."),
+        409: OpenApiResponse(description="An expert with this name's slug exists."),
+    })
+    def post(self, request):
+        user = Principal.of(request).user
+        if not access.may_start_work(user):
+            raise PermissionDenied(access.NO_TEAM)
+        data = _valid(NewExpertSerializer, request)
+        try:
+            expert = services.make_department(data["name"], data["description"], user=user, team=data["team"])
+        except access.TeamNeeded as exc:
+            raise ApiError(str(exc), param="team") from exc
+        except services.DepartmentExists as exc:
+            raise ApiError(str(exc), status_code=409, code="conflict", param="name") from exc
+        return Response(ExpertMadeSerializer(expert).data, status=201)
 
 
 # --- discovery runs, their proposals and review ----------------------------------------------------

@@ -165,3 +165,14 @@ def test_review_flags_a_question_whose_documents_point_to_another_expert(hashing
     pensions = run.proposals.get(expert=experts["pension"])
     Assignment.objects.filter(pk=flagged.pk).update(proposal=pensions)
     assert not selectors.pointing_elsewhere(run).exists()
+
+
+def test_once_a_run_is_promoted_new_runs_look_for_topics_again(hashing):
+    departments_with_documents()
+    import_log()
+    proposals.promote_run(services.cluster_queries(source="log", min_samples=2))
+
+    again = services.cluster_queries(source="log", min_samples=2, n_experts=2)
+
+    assert not again.proposals.filter(expert__isnull=False).exists()
+    assert not Assignment.objects.filter(run=again, documents_point_to__isnull=False).exists()

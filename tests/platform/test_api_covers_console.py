@@ -20,6 +20,7 @@ from tests.platform.test_team_matrix import _shape, api_operations, url_patterns
 API_FOR = {
     "labeling-start": "api-discovery-runs",
     "labeling-import": "api-queries-import",
+    "labeling-new-department": "api-experts",
     "labeling-merge": "api-discovery-merge",
     "labeling-move": "api-discovery-move",
     "labeling-detach-noise": "api-discovery-detach-noise",

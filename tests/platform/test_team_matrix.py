@@ -240,6 +240,8 @@ ROWS: dict[str, Row] = {
     "labeling-start": Row(bodies=lambda w: [Ask("clusters team B's queries", {"team": w.team_b.pk, "eps": 0.3, "min_samples": 2, "n_experts": 2},
                                                 names_b=True)]),
     "labeling-import": Row(bodies=lambda w: [Ask("imports for team B", {"file": a_file(), "team": w.team_b.pk}, names_b=True)]),
+    "labeling-new-department": Row(bodies=lambda w: [Ask("makes a department for team B", {"department-name": "Made by A", "department-team": w.team_b.pk},
+                                                         names_b=True)]),
     "labeling-run": Row(fill=and_a_own(b_run, lambda w: [{"pk": w.a_run.pk}]), names_b=True, opens=("bob", "sam")),
     "labeling-unassigned": Row(fill=and_a_own(b_run, lambda w: [{"pk": w.a_run.pk}]), names_b=True, opens=("bob", "sam")),
     "labeling-merge": Row(fill=b_run, names_b=True, bodies=lambda w: [Ask("merges B's proposals", {"proposals": [p.pk for p in w.b_proposals]})]),
@@ -256,6 +258,8 @@ ROWS: dict[str, Row] = {
     "labeling-promote": Row(fill=b_proposal, names_b=True, bodies=lambda w: [Ask("promotes it for team A", {
         "name": "Payroll by A", "description": "A's now", "team": w.team_a.pk})]),
     # Discovery through the API: the console's pages and buttons, one endpoint each.
+    "api-experts": Row(api=True, methods=("post",), bodies=lambda w: [Ask("makes a department for team B", {"name": "Made by A", "team": w.team_b.name},
+                                                                          json=True, names_b=True)]),
     "api-discovery-runs": Row(api=True, bodies=lambda w: [Ask("clusters team B's queries", {"team": w.team_b.name, "n_experts": 2}, json=True,
                                                                   names_b=True)]),
     "api-discovery-run": Row(api=True, fill=and_a_own(b_run, lambda w: [{"pk": w.a_run.pk}]), names_b=True, methods=("get",), opens=("bob", "sam")),

@@ -1,5 +1,7 @@
 """``manage.py experts ...``: a team's path from the shell, through the services the console and the REST API call.
 
+    manage.py experts create "Billing" --team Support        # a department made first (optional) ...
+    manage.py ingest_docs --expert billing docs/billing/     # ... with its documents: they seed discovery
     manage.py import_queries log.csv --team Support          # the questions
     manage.py experts discover --team Support --experts 4    # a discovery run to review
     manage.py experts proposals RUN                          # what it found
@@ -40,6 +42,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
+        made = sub.add_parser("create", help="make an empty expert for a department, to upload its documents before discovery")
+        made.add_argument("name")
+        made.add_argument("--team", default="", help="the team (group name) that owns it; default: none, staff only")
+        made.add_argument("--description", default="", help="what the department answers")
         found = sub.add_parser("discover", help="cluster the imported questions into proposals to review")
         found.add_argument("--team", default="", help="the team (group name) whose questions; default: none, staff only")
         found.add_argument("--experts", type=int, default=None, help="how many experts (departments) to find; default: suggested")
@@ -74,12 +80,20 @@ class Command(BaseCommand):
 
     # -- discovery and review ------------------------------------------------------------------
 
+    @staticmethod
+    def _team(name: str) -> Group | None:
+        team = Group.objects.filter(name=name).first() if name else None
+        if name and team is None:
+            raise CommandError(f"no team named {name!r}")
+        return team
+
+    def _create(self, options: dict[str, Any]) -> None:
+        expert = discovery.make_department(" ".join(options["name"].split()), options["description"], team=self._team(options["team"]))
+        self.stdout.write(f"expert {expert.slug}: upload its documents (manage.py ingest_docs --expert {expert.slug} FILES), "
+                          "then discovery gives each department's questions to it")
+
     def _discover(self, options: dict[str, Any]) -> None:
-        team = None
-        if options["team"]:
-            team = Group.objects.filter(name=options["team"]).first()
-            if team is None:
-                raise CommandError(f"no team named {options['team']!r}")
+        team = self._team(options["team"])
         if options["experts"] is not None and options["experts"] < 1:
             raise CommandError("--experts must be at least 1")
         job = discovery.enqueue_discovery(options["source"], n_experts=options["experts"], team=team)
