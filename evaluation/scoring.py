@@ -37,6 +37,8 @@ class Scored:
     answer_source: str = ""
     clarified: bool = False  # the product asked which expert the question meant first (``workspace.ask`` replied)
     experts_answering: int = 1  # how many experts' parts make up the answer
+    best_sentence_score: float | None = None  # the sentence scorer's score of the quoted sentence (extractive answers)
+    best_passage_score: float | None = None  # the best retrieved passage's score
 
     @property
     def abstained(self) -> bool:
@@ -56,7 +58,8 @@ class Scored:
 
     def as_row(self) -> dict[str, Any]:
         row = {"query_id": self.query_id, "question": self.question, "answer": self.answer, "expert": self.expert,
-               "gold_expert": self.gold_expert, "answer_source": self.answer_source, "cited_documents": self.cited_documents}
+               "gold_expert": self.gold_expert, "answer_source": self.answer_source, "cited_documents": self.cited_documents,
+               "best_sentence_score": self.best_sentence_score, "best_passage_score": self.best_passage_score}
         if self.reference is not None:
             row.update(reference=self.reference, f1=round(token_f1(self.text, self.reference), 4))
         if self.facts:
@@ -77,6 +80,8 @@ def scored(result: Any, question: dict[str, Any], external_ids: dict[int, str], 
         documents=docs(result.passages), relevant=relevant or set(), total_ms=result.timings.get("total_ms", 0.0),
         retrieve_ms=result.timings.get("retrieve_ms", 0.0), answer_source=result.answer_source,
         clarified=bool(result.choice), experts_answering=len(result.experts_answering),
+        best_sentence_score=((result.selection or {}).get("quoted") or [{}])[0].get("score"),
+        best_passage_score=max((p.get("score") or 0.0 for p in result.passages), default=None),
     )
 
 
