@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.metrics import f1_score
 
 from . import fast_encoder
 from .charview import CharView, typo_copies
@@ -42,8 +43,8 @@ LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilitie
 # questions decide" (a cosine gap of 0.05 at 40 is a factor of e^2). Validation picks, and what test
 # then said, are in docs/EVALUATIONS.md.
 NEAREST_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0)
-NEAREST_RULE = ("lowest validation NLL as written; within one standard error of it, the smallest weight within one standard error "
-                "of the lowest NLL on the typo copies")
+NEAREST_RULE = ("highest validation macro-F1 as written (what the router is compared on); among the weights that reach it, lowest validation "
+                "NLL as written, and within one standard error of that, the smallest weight within one standard error of the lowest NLL on the typo copies")
 # Which network serves (``train_text_router``): the MLP, or the linear head (``routing.ml.linear``) where
 # the router built on it (the same character view, blend and nearest questions, fitted again) has the
 # better macro-F1 on the validation questions as written. A tie keeps the MLP.
@@ -446,21 +447,24 @@ def fit_nearest_weight(probs: np.ndarray, evidence: np.ndarray, y: np.ndarray, c
     """The nearest questions' weight in the logits, on validation rows (``clean`` first, then their typo copies).
 
     Served probabilities become ``softmax((log p + b * evidence) / T)`` (``evidence``: each
-    expert's ``NearestBank.per_expert``). ``b`` follows ``NEAREST_RULE``: each weight's NLL per
-    question as written at its own fitted temperature; the weights within one standard error of the
-    best are tied; among them the typo copies' lowest NLL, or the smallest weight within one standard
-    error of it (evidence that measurably helps neither stays out).
+    expert's ``NearestBank.per_expert``). ``b`` follows ``NEAREST_RULE``: the weights whose routes
+    reach the best macro-F1 on the questions as written (the figure the router is compared on with
+    its baselines); among them each weight's NLL per question as written at its own fitted
+    temperature; the weights within one standard error of the best are tied; among them the typo
+    copies' lowest NLL, or the smallest weight within one standard error of it.
     ``T`` is then fitted on both (1 where ``b`` is 0: the router's probabilities as they were).
     """
     as_written, typos = slice(0, clean), slice(clean, len(y))
-    clean_nll, typo_nll, tried = {}, {}, []
+    clean_nll, typo_nll, macro_f1, tried = {}, {}, {}, []
     for weight in weights:
         logits = nearest_logits(probs, evidence, weight)
         temperature = fit_temperature(logits[as_written], y[as_written])
         clean_nll[weight] = _per_question_nll(logits[as_written] / temperature, y[as_written])
         typo_nll[weight] = _per_question_nll(logits[typos] / temperature, y[typos]) if len(y) > clean else np.zeros(1)
+        macro_f1[weight] = round(float(f1_score(y[as_written], logits[as_written].argmax(axis=1), average="macro")), 6)
         tried.append({"weight": weight, "val_nll": round(float(clean_nll[weight].mean()), 5), "val_nll_typos": round(float(typo_nll[weight].mean()), 5),
-                      "val_accuracy": round(float((logits[as_written].argmax(axis=1) == y[as_written]).mean()), 4)})
+                      "val_accuracy": round(float((logits[as_written].argmax(axis=1) == y[as_written]).mean()), 4), "val_macro_f1": macro_f1[weight]})
+    weights = tuple(w for w in weights if macro_f1[w] == max(macro_f1.values()))  # the measure first, then the NLL rule among its best
     best = min(weights, key=lambda w: (float(clean_nll[w].mean()), w))
     tied = [w for w in weights if _within_one_se(clean_nll[w] - clean_nll[best])]
     # Among those, the typo copies' best, or the smallest weight they cannot tell from it (evidence

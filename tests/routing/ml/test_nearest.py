@@ -45,3 +45,11 @@ def test_a_trained_router_records_the_nearest_questions_choice():
     assert found["bank"] > 0
     assert found["kept"] == (result.router.bank is not None)
     assert found["kept"] == bool(found["weight"] or result.metrics["in_scope"]["nearest_mix"])
+
+
+def test_the_weight_routes_the_validation_questions_to_the_best_macro_f1_it_tried():
+    probs, evidence, y = router_and_evidence(4, evidence_says=0.05)  # the lowest NLL (weight 20) is not the best macro-F1 (40)
+    fitted = fit_nearest_weight(probs, evidence, y, clean=400)
+    best = max(t["val_macro_f1"] for t in fitted["tried"])
+    assert next(t["val_macro_f1"] for t in fitted["tried"] if t["weight"] == fitted["weight"]) == best
+    assert len({t["val_macro_f1"] for t in fitted["tried"]}) > 1  # the weights route differently: the choice is a real one
