@@ -179,7 +179,6 @@ def training_detail_context(run: TrainingRun, user: Any) -> dict[str, Any]:
         "undecided": [str(s) for s in diagnostics.get("undecided") or [] if isinstance(s, str) and s not in hidden],
         "confusion": _confusion(metrics, version_experts, hidden),
         "active_router": selectors.active_router(),
-        "robustness": robustness_report(metrics.get("noise_report")),
         "spelling": _spelling(metrics),
         # Their reasons are free text (an exception's message, say) that may name any expert.
         "knowledge": redact(_knowledge(metrics)),
@@ -187,42 +186,6 @@ def training_detail_context(run: TrainingRun, user: Any) -> dict[str, Any]:
         "similar_questions": _similar_questions(metrics),
         "fast_tier": redact(_fast_tier(metrics)),
         "serving_top_k": settings.ROUTER_TOP_K,
-    }
-
-
-_ROBUSTNESS_METHODS = (("router", "router (with noise injection)"), ("router_without_regulariser", "router without noise injection"), ("logreg", "logistic regression"), ("knn", "k-NN"))
-
-
-def robustness_report(report: Any) -> dict[str, Any] | None:
-    """The noise-injection robustness report (``evaluate router --noise-report``'s shape) as chart series and table rows.
-
-    ``report["levels"]`` maps a label-noise level ("0.1") to each method's clean and typo-perturbed
-    accuracy. Returns ``None`` when the run has no report or it is malformed.
-    """
-    levels = report.get("levels") if isinstance(report, dict) else None
-    if not isinstance(levels, dict) or not levels:
-        return None
-    parsed = []
-    for key, methods in levels.items():
-        level = selectors.as_number(key)
-        if level is not None and isinstance(methods, dict):
-            parsed.append((level, methods))
-    parsed.sort(key=lambda p: p[0])
-    series: dict[str, list[tuple[float, float | None]]] = {}
-    rows = []
-    for method, label in _ROBUSTNESS_METHODS:
-        clean = [(100 * level, selectors.as_number((m.get(method) or {}).get("accuracy"))) for level, m in parsed]
-        typo = [(100 * level, selectors.as_number((m.get(method) or {}).get("typo_accuracy"))) for level, m in parsed]
-        if not any(v is not None for _, v in clean + typo):
-            continue
-        series[f"{method} clean"] = clean
-        series[f"{method} typos"] = typo
-        rows.append({"label": label, "cells": [{"clean": c, "typo": t} for (_, c), (_, t) in zip(clean, typo, strict=True)]})
-    if not rows:
-        return None
-    return {
-        "levels": [100 * level for level, _ in parsed], "rows": rows, "chart": line_chart(series),
-        "typo_rate": selectors.as_number(report.get("typo_rate")),
     }
 
 
@@ -314,26 +277,12 @@ class TrainingRunView(LoginRequiredMixin, View):
 
 
 def training_curves_json(run: TrainingRun) -> dict[str, Any]:
-    """A run's per-epoch curves (and its robustness report's series) as JSON for the page's charts."""
+    """A run's per-epoch curves as JSON for the page's charts."""
     history = selectors.training_history(run)
-    metrics = run.metrics if isinstance(run.metrics, dict) else {}
-    report = robustness_report(metrics.get("noise_report"))
-    robustness = None
-    if report is not None:
-        methods = {label: method for method, label in _ROBUSTNESS_METHODS}
-        robustness = {
-            "levels": report["levels"],
-            "typo_rate": report["typo_rate"],
-            "series": [
-                {"method": methods[row["label"]], "label": row["label"], "kind": kind, "values": [cell[kind] for cell in row["cells"]]}
-                for row in report["rows"] for kind in ("clean", "typo")
-            ],
-        }
     return {
         "run": run.pk,
         "epochs": [h["epoch"] for h in history],
         "series": {key: [h[key] for h in history] for key in ("train_loss", "val_loss", "val_accuracy")},
-        "robustness": robustness,
     }
 
 

@@ -156,7 +156,6 @@ def test_the_curves_json_holds_each_series_per_epoch(client, owner, runs):
         "run": new.pk,
         "epochs": [1, 2, 3],
         "series": {"train_loss": [1.0, 0.6, 0.4], "val_loss": [1.1, 0.7, 0.5], "val_accuracy": [0.6, 0.8, 0.9]},
-        "robustness": None,
     }
 
 
@@ -330,7 +329,7 @@ def test_line_chart_scales_every_series_to_one_box_and_skips_gaps():
     assert line_chart({"a": [(1, None)]})["empty"] is True
 
 
-# --- train form, compare, robustness ---------------------------------------------------------------
+# --- train form and compare ---------------------------------------------------------------------------
 
 def test_staff_start_a_training_with_validated_parameters_and_a_double_submit_gives_one_job(client, staff, monkeypatch, django_capture_on_commit_callbacks):
     from jobs.models import Job
@@ -410,42 +409,3 @@ def test_compare_rejects_missing_or_unknown_runs(client, owner, runs):
     assert 'id="compare-picker"' in picker.content.decode()
     assert client.get(reverse("console-training-compare"), {"a": "x", "b": "1"}).status_code == 400
     assert client.get(reverse("console-training-compare"), {"a": runs[0].pk, "b": 999999}).status_code == 404
-
-
-def test_a_run_with_a_noise_report_shows_the_robustness_chart_and_table(client, owner, runs):
-    _old, new = runs
-    levels = {
-        str(level): {
-            "router": {"accuracy": 0.9 - level, "typo_accuracy": 0.85 - level},
-            "router_without_regulariser": {"accuracy": 0.88 - 2 * level, "typo_accuracy": 0.8 - 2 * level},
-        }
-        for level in (0.0, 0.1, 0.2)
-    }
-    new.metrics = {**new.metrics, "noise_report": {"typo_rate": 0.05, "levels": levels}}
-    new.save()
-    client.force_login(owner)
-
-    response = client.get(reverse("console-training-run", args=[new.pk]))
-
-    report = response.context["robustness"]
-    assert report["levels"] == [0.0, 10.0, 20.0]
-    assert [r["label"] for r in report["rows"]] == ["router (with noise injection)", "router without noise injection"]
-    assert report["rows"][1]["cells"][2] == {"clean": pytest.approx(0.48), "typo": pytest.approx(0.4)}
-    body = response.content.decode()
-    assert 'id="robustness-chart"' in body
-    assert 'data-chart="robustness"' in body
-    assert 'id="robustness-table"' in body
-    assert "0.480" in body
-    robustness = client.get(reverse("console-training-curves", args=[new.pk])).json()["robustness"]
-    assert robustness["levels"] == [0.0, 10.0, 20.0]
-    assert [(s["method"], s["kind"]) for s in robustness["series"]] == [
-        ("router", "clean"), ("router", "typo"), ("router_without_regulariser", "clean"), ("router_without_regulariser", "typo"),
-    ]
-    assert robustness["series"][3]["values"] == [pytest.approx(0.8), pytest.approx(0.6), pytest.approx(0.4)]
-
-
-def test_a_run_without_a_noise_report_says_how_to_make_one(client, owner, runs):
-    client.force_login(owner)
-    body = client.get(reverse("console-training-run", args=[runs[0].pk])).content.decode()
-    assert "--noise-report" in body
-    assert 'id="robustness-chart"' not in body

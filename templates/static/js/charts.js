@@ -14,8 +14,6 @@
     { color: "#2f8f5b", dash: [2, 3], point: "triangle", words: "dotted, triangles" },
     { color: "#8a5cc2", dash: [10, 4, 2, 4], point: "crossRot", words: "dash-dot, crosses" },
   ];
-  var METHOD_POINTS = [["circle", "circles"], ["rect", "squares"], ["triangle", "triangles"], ["crossRot", "crosses"]];
-  var METHOD_COLORS = [ACCENT, "#b86200", "#2f8f5b", "#8a5cc2"];
   var requests = {};
 
   function getJSON(url) {
@@ -136,7 +134,7 @@
     return chart;
   }
 
-  // --- training runs: loss and accuracy per epoch, robustness against label noise ------------------
+  // --- training runs: loss and accuracy per epoch ------------------------------------------------
 
   function lineChart(canvas, labels, series, xLabel, yLabel) {
     var options = baseOptions();
@@ -175,24 +173,11 @@
       if (kind === "accuracy") {
         return lineChart(canvas, data.epochs, [styled("validation accuracy", "val_accuracy", STYLES[0], data.series.val_accuracy)], xLabel, "accuracy");
       }
-      var report = data.robustness;
-      if (!report) return null;
-      var methods = [];
-      var series = report.series.map(function (s) {
-        var i = methods.indexOf(s.method);
-        if (i < 0) { methods.push(s.method); i = methods.length - 1; }
-        var point = METHOD_POINTS[i % METHOD_POINTS.length];
-        var typo = s.kind === "typo";
-        return {
-          label: s.label + ", " + (typo ? "typos" : "clean") + " (" + (typo ? "dashed" : "solid") + ", " + point[1] + ")",
-          data: s.values, color: METHOD_COLORS[i % METHOD_COLORS.length], dash: typo ? [6, 4] : [], point: point[0],
-        };
-      });
-      return lineChart(canvas, report.levels.map(function (l) { return l + "%"; }), series, xLabel, "accuracy");
+      return null;
     };
   }
 
-  var CHARTS = { share: shareChart, loss: trainingChart("loss"), accuracy: trainingChart("accuracy"), robustness: trainingChart("robustness") };
+  var CHARTS = { share: shareChart, loss: trainingChart("loss"), accuracy: trainingChart("accuracy") };
 
   function load(figure) {
     var draw = CHARTS[figure.getAttribute("data-chart")];
