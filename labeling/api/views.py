@@ -176,7 +176,8 @@ class ProposalDetailView(APIView):
 
 
 class ProposalQueriesView(APIView):
-    @extend_schema(parameters=[_PAGE], responses={200: OpenApiResponse(description="count, page, pages and queries (id, text, topic).")})
+    @extend_schema(parameters=[_PAGE], responses={200: OpenApiResponse(
+        description="count, page, pages and queries (id, text, topic, documents_point_to), those whose documents point to another expert first.")})
     def get(self, request, pk: int):
         """One page of a proposal's queries (their ids are what a move sends)."""
         return _page(request, selectors.proposal_queries(access.get_proposal_or_404(request.user, pk), request.query_params.get("page") or 1))
