@@ -334,7 +334,9 @@ def cluster_queries(
         return existing
     # Only the questions that open a conversation (or stand alone) are clustered, and only they name and
     # represent a proposal: a follow-up ("When did it take place?") says little on its own; it goes with its opener.
-    x = load_embeddings([ids[i] for i in openers], model)
+    # A seeded run reads every question's vector (follow-ups weigh in on their conversation's department), else the openers'.
+    everyone = load_embeddings(ids, model) if seeds else None
+    x = everyone[openers] if everyone is not None else load_embeddings([ids[i] for i in openers], model)
     reporter.progress(0.2, f"clustering {len(openers)} questions" + (f" ({len(rows) - len(openers)} follow-ups go with their conversation's first)"
                                                                      if len(openers) < len(rows) else ""))
     # Exact DBSCAN on the full embeddings (docs/EVALUATIONS.md, "Measured and removed": PCA first).
@@ -344,7 +346,7 @@ def cluster_queries(
     own = None  # in a run the documents seed: each question's own best-matching expert
     if seeds:
         reporter.log(f"each question goes to the expert whose documents match it best: {', '.join(e.name for e in seeds)}")
-        evidence = question_evidence(seeds, [text for _, text in rows], load_embeddings(ids, model))
+        evidence = question_evidence(seeds, [text for _, text in rows], everyone)
         found.groups = by_documents(conversation_evidence(evidence, opener, openers))
         own = by_documents(evidence)
     summaries = describe_groups([rows[i][1] for i in openers], x, found.groups)
