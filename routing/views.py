@@ -24,38 +24,10 @@ from . import selectors, services
 from .forms import TrainRouterForm
 from .models import TrainingRun
 
-CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 560, 200, 32
 
-
-def line_chart(series: dict[str, list[tuple[float, float | None]]], width: int = CHART_WIDTH, height: int = CHART_HEIGHT) -> dict[str, Any]:
-    """SVG geometry for a few series of (x, y) points sharing one scale; gaps (``None``) are skipped.
-
-    Returns the ``points`` attribute of each series' polyline, the axis bounds and tick positions, so the
-    template draws the chart with no JavaScript and no chart library.
-    """
-    points = [(x, y) for values in series.values() for x, y in values if y is not None]
-    if not points:
-        return {"lines": [], "empty": True, "width": width, "height": height}
-    x_min, x_max = min(p[0] for p in points), max(p[0] for p in points)
-    y_min, y_max = min(0.0, min(p[1] for p in points)), max(p[1] for p in points)
-    x_span, y_span = (x_max - x_min) or 1.0, (y_max - y_min) or 1.0
-    inner_w, inner_h = width - 2 * CHART_PAD, height - 2 * CHART_PAD
-
-    def sx(x: float) -> float:
-        return round(CHART_PAD + inner_w * (x - x_min) / x_span, 1)
-
-    def sy(y: float) -> float:
-        return round(CHART_PAD + inner_h * (1 - (y - y_min) / y_span), 1)
-
-    lines = [
-        {"name": name, "points": " ".join(f"{sx(x)},{sy(y)}" for x, y in values if y is not None)}
-        for name, values in series.items()
-    ]
-    return {
-        "lines": [line for line in lines if line["points"]], "empty": False, "width": width, "height": height,
-        "left": CHART_PAD, "right": width - CHART_PAD, "top": CHART_PAD, "bottom": height - CHART_PAD,
-        "x_min": x_min, "x_max": x_max, "y_min": y_min, "y_max": y_max, "y_mid": (y_min + y_max) / 2, "y_mid_at": sy((y_min + y_max) / 2),
-    }
+def _chart(history: list[dict[str, Any]], *keys: str) -> dict[str, bool]:
+    """What the chart include reads (Chart.js draws the curves from the JSON): whether any of ``keys`` has a number."""
+    return {"empty": all(h[key] is None for h in history for key in keys)}
 
 
 OTHER_EXPERTS = "Other teams' experts"
@@ -164,11 +136,8 @@ def training_detail_context(run: TrainingRun, user: Any) -> dict[str, Any]:
         "row": row,
         "run": run,
         "history": history,
-        "loss_chart": line_chart({
-            "train_loss": [(h["epoch"], h["train_loss"]) for h in history],
-            "val_loss": [(h["epoch"], h["val_loss"]) for h in history],
-        }),
-        "accuracy_chart": line_chart({"val_accuracy": [(h["epoch"], h["val_accuracy"]) for h in history]}),
+        "loss_chart": _chart(history, "train_loss", "val_loss"),
+        "accuracy_chart": _chart(history, "val_accuracy"),
         "params": sorted((run.params or {}).items()) if isinstance(run.params, dict) else [],
         "val_metrics": sorted((k, v) for k, v in val.items() if isinstance(v, int | float) and not isinstance(v, bool)),
         "diagnostic_facts": [(label, diagnostics[key]) for key, label in _DIAGNOSTIC_FACTS if isinstance(diagnostics.get(key), int | float)],

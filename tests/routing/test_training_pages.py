@@ -7,7 +7,6 @@ from django.urls import reverse
 
 from experts.models import Expert
 from routing.models import RouterVersion, TrainingRun
-from routing.views import line_chart
 
 pytestmark = pytest.mark.django_db
 
@@ -319,14 +318,6 @@ def test_a_run_without_a_version_cannot_be_activated(client, staff):
 
     assert response.status_code == 400
     assert "This run produced no router version." in response.content.decode()
-
-
-def test_line_chart_scales_every_series_to_one_box_and_skips_gaps():
-    chart = line_chart({"a": [(1, 2.0), (2, None), (3, 0.0)], "b": [(1, 1.0)]}, width=100, height=100)
-
-    assert chart["lines"] == [{"name": "a", "points": "32.0,32.0 68.0,68.0"}, {"name": "b", "points": "32.0,50.0"}]
-    assert (chart["y_min"], chart["y_max"]) == (0.0, 2.0)
-    assert line_chart({"a": [(1, None)]})["empty"] is True
 
 
 # --- train form and compare ---------------------------------------------------------------------------
