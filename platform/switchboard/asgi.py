@@ -1,6 +1,7 @@
 """ASGI entry point (served by uvicorn; needed for streaming responses)."""
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.urls import Resolver404, resolve, set_script_prefix
 
 from sbcommon.uploads import MULTIPART_SLACK
@@ -61,10 +62,11 @@ class BodyLimit:
     def __init__(self, scope: dict):
         self.scope = scope
         self.limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        self.declared = declared_length(scope)
         self._route_checked = False
 
-    async def exceeded_by(self, size: int) -> bool:
-        """Whether ``size`` bytes of body are over this request's limit.
+    async def check(self, size: int) -> None:
+        """Raise ``BodyTooLarge`` when ``size`` bytes of body are over this request's limit.
 
         The first time a body passes the default limit, the route is looked up: a route that takes
         files raises the limit to its upload limit, for a caller who is signed in or sends a valid
@@ -72,13 +74,14 @@ class BodyLimit:
         instead of being spooled to disk only for the view to answer 401 or 403.
         """
         if self.limit is None or size <= self.limit + MULTIPART_SLACK:
-            return False
+            return
         if not self._route_checked:
             self._route_checked = True
             upload = self._route_upload_limit()
             if upload is not None and upload > self.limit and await sync_to_async(caller_may_upload, thread_sensitive=True)(self.scope):
                 self.limit = upload
-        return size > self.limit + MULTIPART_SLACK
+        if size > self.limit + MULTIPART_SLACK:
+            raise BodyTooLarge(self.limit, self.declared)
 
     def _route_upload_limit(self) -> int | None:
         script_name = get_script_prefix(self.scope)
@@ -90,55 +93,33 @@ class BodyLimit:
         limit = _upload_limits().get(match.url_name or "")
         return limit() if limit is not None else None
 
-    async def check_declared(self) -> None:
-        """Refuse a declared Content-Length over the limit before one byte of the body is read."""
-        declared = declared_length(self.scope)
-        if declared is not None and await self.exceeded_by(declared):
-            raise BodyTooLarge(self.limit or 0, declared)
-
 
 def caller_may_upload(scope: dict) -> bool:
     """Whether the request comes from a signed-in, active user (session cookie or HTTP Basic) or with a valid API key.
 
-    Read from the headers alone, before the body: the upload views check the same caller again (and
-    what they may upload where) once the body is in.
+    Read from the headers alone, before the body, by the views' own means (Django's session and
+    ``get_user``, DRF's Basic authentication, the API keys' ``authenticate``): the upload views check
+    the same caller again (and what they may upload where) once the body is in.
     """
-    import base64
-    from http.cookies import SimpleCookie
-    from importlib import import_module
+    from django.contrib.auth import get_user
+    from django.contrib.sessions.middleware import SessionMiddleware
+    from rest_framework.authentication import BasicAuthentication
+    from rest_framework.exceptions import AuthenticationFailed
 
-    from django.contrib.auth import SESSION_KEY, authenticate, get_user_model
-    from django.contrib.sessions.backends.base import SessionBase
+    from clients.services import InvalidApiKey
+    from clients.services import authenticate as authenticate_key
 
-    headers = {name.lower(): value.decode("latin-1") for name, value in scope.get("headers", ())}
-    scheme, _, credentials = headers.get(b"authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        from clients.services import InvalidApiKey
-        from clients.services import authenticate as authenticate_key
-
-        try:
-            authenticate_key(credentials.strip())
-        except InvalidApiKey:
-            return False
-        return True
-    if scheme.lower() == "basic":
-        try:
-            username, _, password = base64.b64decode(credentials.strip()).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        user = authenticate(None, username=username, password=password)
-        return user is not None and user.is_active
-    cookie = SimpleCookie()
+    request = ASGIRequest(scope, io.BytesIO())
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     try:
-        cookie.load(headers.get(b"cookie", ""))
-    except Exception:  # a garbled cookie header: no session
+        if scheme.lower() == "bearer":
+            return authenticate_key(credentials.strip()) is not None
+        if scheme.lower() == "basic":
+            return BasicAuthentication().authenticate(request) is not None
+    except (InvalidApiKey, AuthenticationFailed):
         return False
-    morsel = cookie.get(settings.SESSION_COOKIE_NAME)
-    if morsel is None:
-        return False
-    session: SessionBase = import_module(settings.SESSION_ENGINE).SessionStore(morsel.value)
-    user_id = session.get(SESSION_KEY)
-    return user_id is not None and get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+    SessionMiddleware(lambda request: None).process_request(request)
+    return get_user(request).is_active
 
 
 def declared_length(scope: dict) -> int | None:
@@ -154,14 +135,12 @@ def declared_length(scope: dict) -> int | None:
 
 
 async def refuse_body(exc: BodyTooLarge, scope: dict, send) -> None:
-    """Answer 413 in the API's error shape (``sbcommon.api``), and close the connection: the rest of the body is never read."""
-    from sbcommon.api import error_body
-
+    """Answer 413 in the API's error shape with OpenAI's four keys, as the chat endpoint's own 413, and close the
+    connection: the rest of the body is never read."""
     logger.warning("request.body_too_large", extra={"path": scope["path"], "method": scope.get("method"), "declared": exc.declared,
                                                     "limit": exc.limit})
-    body = error_body(f"Request body is too large: the limit is {exc.limit} bytes.", type_="request_too_large")
-    body["error"].update(param=None, code=None)  # OpenAI's four keys, as the chat endpoint's own 413
-    content = json.dumps(body).encode()
+    message = f"Request body is too large: the limit is {exc.limit} bytes."
+    content = json.dumps({"error": {"type": "request_too_large", "message": message, "param": None, "code": None}}).encode()
     await send({"type": "http.response.start", "status": 413, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
         (b"x-content-type-options", b"nosniff"), (b"connection", b"close"),
@@ -252,22 +231,24 @@ class OneThreadASGIHandler(ASGIHandler):
     async def read_body(self, receive, limit: BodyLimit):
         """Django's ``read_body``, stopping at ``limit``: a declared length over it before any ``receive``, else as soon as
         the chunks add up to more (a chunked body, or a Content-Length that lies); what is spooled never exceeds it."""
-        await limit.check_declared()
+        if limit.declared is not None:
+            await limit.check(limit.declared)
         body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                body_file.close()
-                raise RequestAborted()  # the client went away early
-            if "body" in message:
-                size += len(message["body"])
-                if await limit.exceeded_by(size):
-                    body_file.close()
-                    raise BodyTooLarge(limit.limit or 0, declared_length(limit.scope))
-                body_file.write(message["body"])
-            if not message.get("more_body", False):
-                break
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestAborted()  # the client went away early
+                if "body" in message:
+                    size += len(message["body"])
+                    await limit.check(size)
+                    body_file.write(message["body"])
+                if not message.get("more_body", False):
+                    break
+        except BaseException:
+            body_file.close()
+            raise
         body_file.seek(0)
         return body_file
 

@@ -122,6 +122,13 @@ def _signed_in() -> tuple[bytes, bytes]:
     return b"cookie", f"{name}={browser.cookies[name].value}".encode()
 
 
+def _basic(password: str = "pw-uploader-123456") -> tuple[bytes, bytes]:
+    """The Authorization header of HTTP Basic as the user ``_signed_in`` made (``password``: the right one by default)."""
+    import base64
+
+    return b"authorization", b"Basic " + base64.b64encode(f"uploader:{password}".encode())
+
+
 def _bearer() -> tuple[bytes, bytes]:
     from tests.factories import make_key
 
@@ -129,21 +136,24 @@ def _bearer() -> tuple[bytes, bytes]:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("credentials", ["session", "key"])
+@pytest.mark.parametrize("credentials", ["session", "basic", "key"])
 def test_an_upload_route_reads_a_signed_in_callers_body_over_the_default_limit(settings, credentials):
     settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
-    header = _signed_in() if credentials == "session" else _bearer()
+    session = _signed_in()
+    header = {"session": session, "basic": _basic(), "key": _bearer()}[credentials]
     client = Client(4 * MiB)
     _send(_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x", (header,)), client)
     assert client.pulled == 4 * MiB  # the body went through whole, to the view's own checks
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("credentials", ["none", "unknown key", "forged session"])
+@pytest.mark.parametrize("credentials", ["none", "unknown key", "forged session", "wrong password", "garbled basic"])
 def test_an_upload_route_refuses_a_strangers_body_at_the_default_limit(settings, credentials):
     settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
+    _signed_in()
     extra = {"none": (), "unknown key": ((b"authorization", b"Bearer sk-sb-" + b"x" * 43),),
-             "forged session": ((b"cookie", f"{settings.SESSION_COOKIE_NAME}=not-a-session".encode()),)}[credentials]
+             "forged session": ((b"cookie", f"{settings.SESSION_COOKIE_NAME}=not-a-session".encode()),),
+             "wrong password": (_basic("not-the-password"),), "garbled basic": ((b"authorization", b"Basic !!!"),)}[credentials]
     client = Client(GiB)
     status, _, _ = _send(_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x", extra), client)
     assert status == 413
