@@ -50,52 +50,20 @@ def line_count(path: Path) -> int:
 # --- cycles ------------------------------------------------------------------------------------------
 
 def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[set[str]]:
-    """The strongly connected components of more than one node (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[set[str]] = []
-    counter = 0
-    for start in graph:
-        if start in index:
-            continue
-        work = [(start, iter(graph.get(start, ())))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            advanced = False
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(graph.get(child, ()))))
-                    advanced = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(component)
-    return found
+    """The strongly connected components of more than one node (scipy's ``connected_components``)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    nodes = sorted({*graph, *(child for children in graph.values() for child in children)})
+    index = {node: i for i, node in enumerate(nodes)}
+    edges = [(index[node], index[child]) for node, children in graph.items() for child in children]
+    rows, cols = zip(*edges, strict=True) if edges else ((), ())
+    matrix = coo_matrix(([1] * len(edges), (rows, cols)), shape=(len(nodes), len(nodes)))
+    _, labels = connected_components(matrix, directed=True, connection="strong")
+    components: dict[int, set[str]] = {}
+    for node, label in zip(nodes, labels, strict=True):
+        components.setdefault(int(label), set()).add(node)
+    return [c for c in components.values() if len(c) > 1]
 
 
 def allowed_cycle(component: set[str]) -> bool:
