@@ -18,7 +18,6 @@ from experts.breaker import all_breakers
 from experts.choices import ExpertStatus
 from experts.models import Expert
 from experts.redaction import redactor_for
-from experts.selectors import active_experts
 from jobs.choices import ACTIVE_STATUSES
 from jobs.models import Job
 from jobs.views import shown, visible_jobs
@@ -143,7 +142,6 @@ class ExpertHealth:
     requests_today: int
     requests_week: int
     share: float
-    fair_share: float
     hit_rate: float | None
     documents: int
     chunks: int
@@ -165,7 +163,6 @@ def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime 
     )
     by_slug = {r["expert"]: r for r in rows}
     total = sum(r["n"] for r in by_slug.values())
-    n_active = max(1, active_experts().count())
     counts = document_counts()
     circuits = circuit_states([e.slug for e in experts])
     out = []
@@ -174,7 +171,7 @@ def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime 
         share = r["n"] / total if total else 0.0
         out.append(ExpertHealth(
             expert=e, circuit=circuits.get(e.slug, UNKNOWN_CIRCUIT), requests_today=r["n_today"], requests_week=r["n"], share=share,
-            fair_share=1 / n_active, hit_rate=(r["n_grounded"] / r["n"]) if r["n"] else None,
+            hit_rate=(r["n_grounded"] / r["n"]) if r["n"] else None,
             documents=counts.get(e.pk, {}).get("documents", 0), chunks=counts.get(e.pk, {}).get("chunks", 0), over_threshold=share > threshold and total >= min_requests,
         ))
     return out

@@ -189,10 +189,6 @@ class ReviewItem:
     feedback_comment: str
     suggested_expert: str = ""  # who the user said should have answered ("wrong expert")
 
-    @property
-    def reason(self) -> str:
-        return primary_reason(self.reasons)
-
 
 def primary_reason(reasons: tuple[str, ...]) -> str:
     """The reason recorded with a decision: a thumbs-down wins, then abstention, then low confidence."""

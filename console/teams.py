@@ -12,12 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from experts import teams
+from labeling.forms import sentence
 from sbcommon.console import LoginRequiredMixin
-
-
-def _sentence(exc: Exception) -> str:
-    text = str(exc)
-    return f"{text[:1].upper()}{text[1:]}."
 
 
 class StaffOnlyMixin(LoginRequiredMixin):
@@ -43,7 +39,7 @@ class TeamListView(StaffOnlyMixin, View):
         try:
             team = teams.create_team(request.POST.get("name", ""), actor=request.user, request=request)
         except teams.TeamError as exc:
-            return self._render(request, _sentence(exc), request.POST.get("name", ""), status=400)
+            return self._render(request, sentence(str(exc)), request.POST.get("name", ""), status=400)
         messages.success(request, f"Created the team {team.name}: add its members below.")
         return redirect("console-team", team.pk)
 
@@ -72,6 +68,6 @@ class TeamView(StaffOnlyMixin, View):
         try:
             user = change(team, username, actor=request.user, request=request)
         except teams.TeamError as exc:
-            return self._render(request, team, _sentence(exc), status=400)
+            return self._render(request, team, sentence(str(exc)), status=400)
         messages.success(request, f"Added {user.get_username()} to {team.name}." if action == "add" else f"Removed {user.get_username()} from {team.name}.")
         return redirect("console-team", team.pk)

@@ -74,7 +74,7 @@ def test_the_queue_lists_what_needs_review_newest_first_and_skips_decided_ones(c
     rows = client.get(reverse("console-review")).context["rows"]
 
     assert [r["item"].event.request_id for r in rows] == ["down", "unsure"]
-    assert rows[0]["item"].reason == "thumbs_down"
+    assert review_queue.primary_reason(rows[0]["item"].reasons) == "thumbs_down"
     assert rows[0]["item"].feedback_comment == "not helpful"
 
 
