@@ -6,7 +6,7 @@ from experts.access import editable_slugs, visible_slugs
 from experts.redaction import redactor_for
 from jobs.urls import console_urls as job_urls
 
-from . import audit, expert, heatmap, job_links, overview, playground, review_queue, teams, traces
+from . import audit, expert, heatmap, job_links, keys, overview, playground, review_queue, teams, traces
 
 urlpatterns = [
     path("", overview.OverviewView.as_view(), name="console-overview"),
@@ -26,7 +26,9 @@ urlpatterns = [
     path("experts/<slug:slug>/public/", expert.ExpertPublicView.as_view(), name="console-expert-public"),
     # The jobs app sits below experts: its pages get the expert access rules handed in.
     path("jobs/", include(job_urls(visible_slugs, editable_slugs, job_links.links_for, redactor_for))),
-    path("keys/", include("console.keys_urls")),
+    path("keys/", keys.KeyListView.as_view(), name="console-keys"),
+    path("keys/create/", keys.KeyCreateView.as_view(), name="console-key-create"),
+    path("keys/<int:pk>/revoke/", keys.KeyRevokeView.as_view(), name="console-key-revoke"),
     path("audit/", audit.AuditLogView.as_view(), name="console-audit"),
     path("teams/", teams.TeamListView.as_view(), name="console-teams"),
     path("teams/<int:pk>/", teams.TeamView.as_view(), name="console-team"),

@@ -38,7 +38,6 @@ def group_stats(x: np.ndarray) -> tuple[bytes | None, float | None]:
     return centroid.tobytes(), float(np.mean(x @ centroid))
 
 
-
 class ReviewError(ValueError):
     """A review action that cannot be done, with a message for the reviewer."""
 
@@ -110,8 +109,6 @@ def _do_rename(proposal: Proposal, name: str) -> str:
 def _do_merge(target: Proposal, others: list[Proposal]) -> list[dict[str, Any]]:
     undo = []
     for other in others:
-        if other.pk == target.pk or other.run_id != target.run_id:
-            continue
         moved = list(Assignment.objects.filter(proposal=other).values_list("pk", flat=True))
         undo.append({"id": other.pk, "status": other.status, "assignments": moved})
         Assignment.objects.filter(proposal=other).update(proposal=target)
