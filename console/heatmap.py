@@ -53,7 +53,10 @@ def _heatmap_for(request: HttpRequest) -> Heatmap:
     """The heatmap of the window asked for, limited to the experts the user may see (shares stay of all traffic)."""
     heatmap = traffic_heatmap(request.GET.get("window", DEFAULT_HEATMAP_WINDOW), threshold=settings.ROUTER_ALARM_SHARE,
                                        min_requests=settings.LOAD_ALARM_MIN_REQUESTS)
-    return heatmap if request.user.is_staff else filter_heatmap(heatmap, visible_slugs(request.user))
+    if request.user.is_staff:
+        return heatmap
+    visible = visible_slugs(request.user)
+    return replace(heatmap, rows=[r for r in heatmap.rows if r.slug in visible])
 
 
 def _confusion_for(request: HttpRequest, heatmap: Heatmap) -> dict[str, Any]:
@@ -165,11 +168,6 @@ def traffic_heatmap(window: str = DEFAULT_HEATMAP_WINDOW, now: datetime | None =
         fair_share=fair, load_cv=shares_cv([r.share for r in rows if r.active] if active else [r.share for r in rows]),
         threshold=threshold,
     )
-
-
-def filter_heatmap(heatmap: Heatmap, visible: set[str]) -> Heatmap:
-    """The heatmap with only the experts in ``visible`` (totals and CV stay platform-wide: shares are of all traffic)."""
-    return replace(heatmap, rows=[r for r in heatmap.rows if r.slug in visible])
 
 
 def heatmap_json(heatmap: Heatmap) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils import timezone
 from django.views.generic import RedirectView, TemplateView
@@ -19,7 +19,6 @@ from experts.choices import ExpertStatus
 from experts.models import Expert
 from experts.redaction import redactor_for
 from jobs.choices import ACTIVE_STATUSES
-from jobs.models import Job
 from jobs.views import shown, visible_jobs
 from knowledge.selectors import document_counts
 from routing import selectors as routing_selectors
@@ -52,7 +51,7 @@ class OverviewView(LoginRequiredMixin, TemplateView):
             router=router,
             router_accuracy=accuracy,
             router_accuracy_percent=None if accuracy is None else 100 * accuracy,
-            running=shown_jobs(user, running_jobs(jobs)),
+            running=shown_jobs(user, list(jobs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:10])),  # oldest first
             jobs=shown_jobs(user, list(jobs[:5])),
             alarms=open_alarms(None if user.is_staff else {e.slug for e in experts}),
             alarms_url=optional_url("console-alarms"),
@@ -176,8 +175,4 @@ def expert_health(experts: list[Expert], threshold: float = 0.45, now: datetime 
         ))
     return out
 
-
-def running_jobs(jobs: QuerySet[Job], limit: int = 10) -> list[Job]:
-    """Queued and running ``jobs``, oldest first."""
-    return list(jobs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:limit])
 

@@ -78,13 +78,10 @@ def _names_a_candidate(slugs: set[str]) -> Q:
     return Q(expert="") & (Q(ranked_text__regex=pattern) | Q(failover_text__regex=pattern) | Q(trace__evidence__fallback__in=sorted(slugs)))
 
 
-def _sees_every_event(user: Any) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and (getattr(user, "is_staff", False) or getattr(user, "is_superuser", False)))
-
-
 def event_slugs_for(user: Any) -> set[str] | None:
     """The experts whose events ``user`` sees: ``None`` for staff (every event), else the experts they may see."""
-    return None if _sees_every_event(user) else visible_slugs(user)
+    staff = getattr(user, "is_authenticated", False) and (getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+    return None if staff else visible_slugs(user)
 
 
 def visible_events(user: Any, queryset: QuerySet[RoutingEvent] | None = None) -> QuerySet[RoutingEvent]:

@@ -37,11 +37,6 @@ def _no_slugs(user: object) -> set[str]:
     return set()
 
 
-def _team_ids(user: Any) -> list[int]:
-    """The ids of ``user``'s teams: a team is an auth group (``experts.access.user_teams``)."""
-    return list(user.groups.values_list("pk", flat=True)) if getattr(user, "is_authenticated", False) else []
-
-
 def visible_jobs(user: Any, visible_slugs: SlugsFor = _no_slugs) -> QuerySet[Job]:
     """The jobs ``user`` may see: all for staff; else the platform-wide ones, their experts' and their teams' (module docstring)."""
     jobs = Job.objects.select_related("created_by")
@@ -51,7 +46,7 @@ def visible_jobs(user: Any, visible_slugs: SlugsFor = _no_slugs) -> QuerySet[Job
         return jobs.none()
     return jobs.filter(
         ~Q(params__has_key="expert") | Q(params__expert__in=sorted(visible_slugs(user))),
-        ~Q(params__has_key="team") | Q(params__team__in=_team_ids(user)),
+        ~Q(params__has_key="team") | Q(params__team__in=list(user.groups.values_list("pk", flat=True))),  # a team is an auth group
     )
 
 
