@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import Http404
+from django.shortcuts import get_object_or_404
 
 from jobs.models import Job
 
@@ -79,7 +79,4 @@ def _next_run(task: Any) -> Any:
 def periodic_task_or_404(pk: int) -> Any:
     from django_celery_beat.models import PeriodicTask
 
-    task = PeriodicTask.objects.filter(pk=pk).first()
-    if task is None:
-        raise Http404("no such schedule")
-    return task
+    return get_object_or_404(PeriodicTask, pk=pk)
