@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
-
 from evaluation import soak_restarts
+from evaluation.management.commands import ReportCommand, names
 
 VAR_DIR_HELP = "data folder to reuse (the demo is loaded once; default: a new temporary folder)"
 
 
-class Command(BaseCommand):
+class Command(ReportCommand):
     help = ("Benchmarks: `bench clustering --n 100000 --json FILE`, `bench retrieval --chunks 10000 --json FILE`, "
             "`bench serving --concurrency 16 --duration 30 --json FILE`, `bench generation --requests 10 --concurrency 8 --json FILE`, `bench handler --requests 1000 --json FILE`, "
             "`bench ingest [--folder DIR] --json FILE`.")
@@ -62,7 +59,6 @@ class Command(BaseCommand):
         generation.add_argument("--concurrency", type=int, default=8, help="concurrent requests of the second level (default 8)")
         generation.add_argument("--adapter-rounds", type=int, default=10, help="forward passes per adapter-switch measurement (default 10)")
         generation.add_argument("--skip-adapters", action="store_true", help="do not measure adapter switching")
-        # Options of every benchmark (subparsers do not inherit BaseCommand's --skip-checks, which call_command passes).
         handler = sub.add_parser("handler", help="the web process's own cost of a request through the ASGI handler, in process, against Django's stock handler")
         handler.add_argument("--requests", type=int, default=1000, help="requests per round (default 1000)")
         handler.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported (default 5)")
@@ -80,9 +76,7 @@ class Command(BaseCommand):
             p.add_argument("--workers", "--web-workers", dest="workers", type=int, default=1, help="uvicorn worker processes (default 1)")
             p.add_argument("--database-url", default=None, help="run the servers on this PostgreSQL database (scale-out; default: the bench's SQLite)")
             p.add_argument("--redis-url", default=None, help="share rate limits, breakers and caches through this Redis (default: per process)")
-        for p in (clustering, retrieval, serving, soak, generation, handler, ingest, reader):
-            p.add_argument("--json", dest="json_path", default=None)
-            p.add_argument("--skip-checks", action="store_true")
+        self.common_options(clustering, retrieval, serving, soak, generation, handler, ingest, reader)
 
     def handle(self, *args, **options):
         if options["target"] == "clustering":
@@ -108,9 +102,9 @@ class Command(BaseCommand):
                                    warmup=options["warmup"], workers=options["workers"], model=options["model"],
                                    encoder_seconds=options["encoder_seconds"], max_warmup=options["max_warmup"],
                                    max_chunk_miss_rate=options["max_chunk_miss_rate"],
-                                   backends=[b for b in options["backends"].split(",") if b] or None,
+                                   backends=names(options["backends"]) or None,
                                    database_url=options["database_url"], redis_url=options["redis_url"],
-                                   models=[m.strip() for m in options["models"].split(",") if m.strip()] or None, say=self.stdout.write)
+                                   models=names(options["models"]) or None, say=self.stdout.write)
         elif options["target"] == "soak":
             from evaluation.bench_soak import bench_soak
 
@@ -120,7 +114,7 @@ class Command(BaseCommand):
                                 commands={k: options[k] for k in ("db_stop", "db_start", "redis_stop", "redis_start")}, say=self.stdout.write)
         elif options["target"] == "ingest":
             if not options["in_place"]:
-                return self._isolated()
+                return self.rerun_isolated("ingest", disk_cache=False)
             from evaluation.bench_ingest import bench_ingest
 
             report = bench_ingest([Path(p) for p in options["folder"] or []], say=self.stdout.write)
@@ -133,17 +127,4 @@ class Command(BaseCommand):
 
             report = bench_generation(requests=options["requests"], concurrency=options["concurrency"], adapter_rounds=options["adapter_rounds"],
                                       skip_adapters=options["skip_adapters"], say=self.stdout.write)
-        self.stdout.write(json.dumps(report, indent=2))
-        if options["json_path"]:
-            Path(options["json_path"]).write_text(json.dumps(report, indent=2))
-            self.stdout.write(self.style.SUCCESS(f"wrote {options['json_path']}"))
-
-    def _isolated(self) -> None:
-        """Run this command again in a throw-away workspace (``evaluation.workspace.isolated``), the JSON written by the child."""
-        from evaluation.workspace import isolated
-
-        if sys.argv[1:2] != ["bench"]:
-            raise CommandError("called from code, bench ingest runs in the caller's database: pass --in-place")
-        code = isolated([*sys.argv[1:], "--in-place"], say=self.stdout.write, disk_cache=False)
-        if code:
-            raise CommandError(f"the benchmark's workspace exited with status {code}")
+        self.emit(report, options["json_path"])
