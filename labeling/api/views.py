@@ -28,7 +28,6 @@ from sbcommon.api import ApiError, refuse_declared_over
 from .. import access, selectors, services
 from .. import proposals as edits
 from ..choices import RunStatus
-from ..models import ClusteringRun
 from .serializers import (
     AttachNoiseSerializer,
     ExpertMadeSerializer,
@@ -103,17 +102,6 @@ class ExpertCreateView(APIView):
 # same service as the console's button. A state that forbids the action (a promoted run, a merged
 # proposal, nothing to undo) is a 409; bad input is a 400 with the field's error.
 
-def _review(call: Callable[[], str], run: ClusteringRun) -> Response:
-    try:
-        notice = call()
-    except edits.ReviewConflict as exc:
-        raise ApiError(str(exc), status_code=409, code="conflict") from exc
-    except edits.ReviewError as exc:
-        raise ApiError(str(exc)) from exc
-    run.refresh_from_db()
-    return Response({"notice": notice, "run": RunDetailSerializer(run).data})
-
-
 def _valid(serializer_class: type[serializers.Serializer], request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
@@ -183,118 +171,117 @@ class ProposalQueriesView(APIView):
         return _page(request, selectors.proposal_queries(access.get_proposal_or_404(request.user, pk), request.query_params.get("page") or 1))
 
 
-def review_action(request_serializer: type[serializers.Serializer] | None, summary: str) -> Callable[[type[APIView]], type[APIView]]:
-    """The schema of a review action: its request body, the run as it is afterwards, and its refusals."""
-    return extend_schema_view(post=extend_schema(summary=summary, request=request_serializer, responses={
-        200: ReviewResultSerializer, 400: OpenApiResponse(description="Bad input: the field's error."),
-        403: OpenApiResponse(description="The caller may not do this (finishing a review, promoting over another team's expert)."), **_REFUSALS,
-    }))
+# A review action on a run (``pk`` is the run) or on a proposal (``on_proposal``): its body validated by ``body`` (none: no
+# body), then ``act`` does it and says what it did; the answer is that and the run as it is afterwards. (No docstring: the
+# schema would give it to every action as its description.)
+class ReviewActionView(APIView):
+    on_proposal = False
+    body: type[serializers.Serializer] | None = None
+
+    def act(self, request, target: Any, data: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def post(self, request, pk: int) -> Response:
+        target = access.get_proposal_or_404(request.user, pk) if self.on_proposal else access.get_run_or_404(request.user, pk)
+        data = _valid(self.body, request) if self.body is not None else {}
+        try:
+            notice = self.act(request, target, data)
+        except edits.ReviewConflict as exc:
+            raise ApiError(str(exc), status_code=409, code="conflict") from exc
+        except edits.ReviewError as exc:
+            raise ApiError(str(exc)) from exc
+        run = target.run if self.on_proposal else target
+        run.refresh_from_db()
+        return Response({"notice": notice, "run": RunDetailSerializer(run).data})
 
 
-@review_action(RenameSerializer, "Rename a proposal")
-class RenameView(APIView):
-    def post(self, request, pk: int):
-        proposal = access.get_proposal_or_404(request.user, pk)
-        name = _valid(RenameSerializer, request)["name"]
-        return _review(lambda: f"Renamed to '{edits.rename_proposal(proposal, name, user=request.user).name}'.", proposal.run)
+def review_action(body: type[serializers.Serializer] | None, summary: str, on_proposal: bool = False) -> Callable[[type[APIView]], type[APIView]]:
+    """A review action's body and whether it acts on a proposal, and its schema: the body, the run as it is afterwards, and its refusals."""
+
+    def decorate(view: type[ReviewActionView]) -> type[APIView]:
+        view.body, view.on_proposal = body, on_proposal
+        return extend_schema_view(post=extend_schema(summary=summary, request=body, responses={
+            200: ReviewResultSerializer, 400: OpenApiResponse(description="Bad input: the field's error."),
+            403: OpenApiResponse(description="The caller may not do this (finishing a review, promoting over another team's expert)."), **_REFUSALS,
+        }))(view)
+    return decorate
 
 
-@review_action(SplitSerializer, "Split a proposal by re-clustering its own queries")
-class SplitView(APIView):
-    def post(self, request, pk: int):
-        proposal = access.get_proposal_or_404(request.user, pk)
-        k = _valid(SplitSerializer, request)["k"]
-        return _review(lambda: f"Split '{proposal.name}' into {len(edits.split_proposal(proposal, k, user=request.user))} proposals.", proposal.run)
+@review_action(RenameSerializer, "Rename a proposal", on_proposal=True)
+class RenameView(ReviewActionView):
+    def act(self, request, proposal, data):
+        return f"Renamed to '{edits.rename_proposal(proposal, data['name'], user=request.user).name}'."
 
 
-@review_action(None, "Discard a proposal")
-class DiscardView(APIView):
-    def post(self, request, pk: int):
-        proposal = access.get_proposal_or_404(request.user, pk)
-        return _review(lambda: f"Discarded '{edits.discard_proposal(proposal, user=request.user).name}'.", proposal.run)
+@review_action(SplitSerializer, "Split a proposal by re-clustering its own queries", on_proposal=True)
+class SplitView(ReviewActionView):
+    def act(self, request, proposal, data):
+        return f"Split '{proposal.name}' into {len(edits.split_proposal(proposal, data['k'], user=request.user))} proposals."
 
 
-@review_action(PromoteSerializer, "Promote a proposal to an expert")
-class PromoteView(APIView):
-    def post(self, request, pk: int):
-        proposal = access.get_proposal_or_404(request.user, pk)
-        data = _valid(PromoteSerializer, request)
+@review_action(None, "Discard a proposal", on_proposal=True)
+class DiscardView(ReviewActionView):
+    def act(self, request, proposal, data):
+        return f"Discarded '{edits.discard_proposal(proposal, user=request.user).name}'."
+
+
+@review_action(PromoteSerializer, "Promote a proposal to an expert", on_proposal=True)
+class PromoteView(ReviewActionView):
+    def act(self, request, proposal, data):
         team = access.promotion_team(request.user, proposal, data["name"], data["team"])
-
-        def promote() -> str:
-            expert = edits.promote_proposal(proposal, data["name"], data["description"], team=team, seed_queries=data["seed_queries"], user=request.user)
-            return f"Promoted '{expert.name}' to an expert ({expert.slug})."
-        return _review(promote, proposal.run)
+        expert = edits.promote_proposal(proposal, data["name"], data["description"], team=team, seed_queries=data["seed_queries"], user=request.user)
+        return f"Promoted '{expert.name}' to an expert ({expert.slug})."
 
 
 @review_action(MergeSerializer, "Merge proposals of the run")
-class MergeView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-        data = _valid(MergeSerializer, request)
-
-        def merge() -> str:
-            target, count = edits.merge_chosen(run, data["proposals"], data["target"], user=request.user)
-            return f"Merged {count} proposals into '{target.name}'."
-        return _review(merge, run)
+class MergeView(ReviewActionView):
+    def act(self, request, run, data):
+        target, count = edits.merge_chosen(run, data["proposals"], data["target"], user=request.user)
+        return f"Merged {count} proposals into '{target.name}'."
 
 
 @review_action(MoveSerializer, "Move queries to another proposal of the run (or out of every proposal)")
-class MoveView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-        data = _valid(MoveSerializer, request)
-
-        def move() -> str:
-            target = edits.proposal_of(run, data["target"])
-            if data.get("matching"):
-                count = edits.move_matching(run, data["matching"], target, source=edits.proposal_of(run, data.get("source")), user=request.user)
-                return f"Moved {count} queries matching '{data['matching'].strip()}'."
-            return f"Moved {edits.move_queries(run, data['queries'], target, user=request.user)} queries."
-        return _review(move, run)
+class MoveView(ReviewActionView):
+    def act(self, request, run, data):
+        target = edits.proposal_of(run, data["target"])
+        if data.get("matching"):
+            count = edits.move_matching(run, data["matching"], target, source=edits.proposal_of(run, data.get("source")), user=request.user)
+            return f"Moved {count} queries matching '{data['matching'].strip()}'."
+        return f"Moved {edits.move_queries(run, data['queries'], target, user=request.user)} queries."
 
 
 @review_action(None, "Take every noise query out of its proposal")
-class DetachNoiseView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-        return _review(lambda: f"Detached {edits.detach_noise(run, user=request.user)} noise queries.", run)
+class DetachNoiseView(ReviewActionView):
+    def act(self, request, run, data):
+        return f"Detached {edits.detach_noise(run, user=request.user)} noise queries."
 
 
 @review_action(AttachNoiseSerializer, "Attach unassigned queries to their nearest proposal within a distance")
-class AttachNoiseView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-        distance = _valid(AttachNoiseSerializer, request)["max_distance"]
-        return _review(lambda: f"Attached {edits.attach_noise(run, distance, user=request.user)} queries.", run)
+class AttachNoiseView(ReviewActionView):
+    def act(self, request, run, data):
+        return f"Attached {edits.attach_noise(run, data['max_distance'], user=request.user)} queries."
 
 
 @review_action(None, "Undo the run's latest review action")
-class UndoView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-        return _review(lambda: f"Undid: {edits.undo_last(run, user=request.user).summary}.", run)
+class UndoView(ReviewActionView):
+    def act(self, request, run, data):
+        return f"Undid: {edits.undo_last(run, user=request.user).summary}."
 
 
 @review_action(None, "Finish the review: promote every open proposal and the run (staff)")
-class FinishView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
+class FinishView(ReviewActionView):
+    def act(self, request, run, data):
         access.check_finish(request.user)
         if run.status == RunStatus.PROMOTED:
-            raise ApiError("this run is promoted already", status_code=409, code="conflict")
-        return _review(lambda: f"Review finished: {len(edits.promote_run(run, user=request.user))} experts.", run)
+            raise edits.ReviewConflict("this run is promoted already")
+        return f"Review finished: {len(edits.promote_run(run, user=request.user))} experts."
 
 
 @review_action(None, "Discard a run nobody will finish: it leaves the runs list and takes no more review actions")
-class DiscardRunView(APIView):
-    def post(self, request, pk: int):
-        run = access.get_run_or_404(request.user, pk)
-
-        def discard() -> str:
-            try:
-                services.discard_run(run, user=request.user)
-            except edits.ReviewError as exc:  # promoted or discarded already: the run's state
-                raise edits.ReviewConflict(str(exc)) from exc
-            return f"Discarded clustering #{run.pk}."
-        return _review(discard, run)
+class DiscardRunView(ReviewActionView):
+    def act(self, request, run, data):
+        try:
+            services.discard_run(run, user=request.user)
+        except edits.ReviewError as exc:  # promoted or discarded already: the run's state
+            raise edits.ReviewConflict(str(exc)) from exc
+        return f"Discarded clustering #{run.pk}."
