@@ -95,14 +95,11 @@ class PlaygroundView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
 
-class PlaygroundAnswerView(LoginRequiredMixin, View):
-    """The htmx endpoint: the playground panel (form and answer) alone."""
+class PlaygroundAnswerView(PlaygroundView):
+    """The htmx endpoint: the playground panel (form and answer) alone, as the page's POST answers it."""
 
     template_name = "console/partials/playground_panel.html"
-
-    def post(self, request: HttpRequest) -> HttpResponse:
-        context, status = _handle_question(request)
-        return render(request, self.template_name, context, status=status)
+    http_method_names = ["post", "options"]
 
 
 class PlaygroundStreamView(LoginRequiredMixin, View):

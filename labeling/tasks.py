@@ -72,7 +72,6 @@ def embed_queries(self, job_id: int) -> None:
     run_job(job_id, lambda job, reporter: services.embed_missing(source=job.params.get("source") or None, reporter=reporter, queries=_queries(job)))
 
 
-
 def _cluster(job, reporter):
     p = job.params
     run = services.cluster_queries(
