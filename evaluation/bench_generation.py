@@ -11,19 +11,20 @@ The load average before and after is in the report: other work skews every figur
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
-import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 
+from evaluation.datasets import read_jsonl
 from experts.generation.base import AdapterRef, GenerationRequest, GenerationTimeout
 from experts.generation.queue import GenerationQueue
 from experts.generation.transformers import TransformersGenerator
@@ -44,14 +45,12 @@ def demo_requests(n: int, top_k: int, min_score: float) -> list[GenerationReques
 
     chunks: list[Passage] = []
     for path in sorted((DEMO / "documents").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            doc = json.loads(line)
+        for doc in read_jsonl(path):
             chunks += [Passage(text=c.text, title=doc["title"], expert=path.stem, source=doc["title"], chunk_id=f"{doc['id']}:{c.position}")
                        for c in chunk_text(doc["text"], size=1000, overlap=150)]
     encoder = get_encoder()
     vectors = encoder.encode([f"{c.title}\n{c.text}" for c in chunks])
-    questions = [q["text"] for q in (json.loads(line) for line in (DEMO / "queries.jsonl").read_text().splitlines() if line.strip())
-                 if q.get("split") == "test"]
+    questions = [q["text"] for q in read_jsonl(DEMO / "queries.jsonl") if q.get("split") == "test"]
     picked: list[GenerationRequest] = []
     step = max(1, len(questions) // (4 * n))
     for question in questions[::step]:
@@ -84,39 +83,22 @@ def _stream_one(gen: TransformersGenerator, request: GenerationRequest) -> dict[
 
 
 def _level(gen: TransformersGenerator, requests: list[GenerationRequest], concurrency: int, say: Callable[[str], None]) -> dict[str, Any]:
-    results: list[dict[str, Any]] = []
-    errors: list[str] = []
-    timed_out = 0
-    lock = threading.Lock()
-    pending = list(requests)
-
-    def worker() -> None:
-        nonlocal timed_out
-        while True:
-            with lock:
-                if not pending:
-                    return
-                request = pending.pop(0)
-            try:
-                result = _stream_one(gen, request)
-            except GenerationTimeout:  # waited out its budget in the queue: served extractively in the product
-                with lock:
-                    timed_out += 1
-                continue
-            except Exception as exc:  # reported, not raised: one failure should not hide the other figures
-                with lock:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            with lock:
-                results.append(result)
+    def attempt(request: GenerationRequest) -> dict[str, Any] | str:
+        """The request's figures, or why it has none: "timed out" or the error."""
+        try:
+            return _stream_one(gen, request)
+        except GenerationTimeout:  # waited out its budget in the queue: served extractively in the product
+            return "timed out"
+        except Exception as exc:  # reported, not raised: one failure should not hide the other figures
+            return f"{type(exc).__name__}: {exc}"
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(concurrency) as pool:
+        outcomes = list(pool.map(attempt, requests))
     wall = time.perf_counter() - t0
+    results = [o for o in outcomes if isinstance(o, dict)]
+    timed_out = outcomes.count("timed out")
+    errors = [o for o in outcomes if isinstance(o, str) and o != "timed out"]
     firsts = [r["first_s"] * 1000 for r in results]
     # a chosen answer (``select`` decoding) arrives whole: there is no decoding speed to report
     rates = [r["decode_tokens_per_s"] for r in results if r["decode_tokens_per_s"]] if gen.decoding != "select" else []
@@ -128,8 +110,7 @@ def _level(gen: TransformersGenerator, requests: list[GenerationRequest], concur
         "throughput_tokens_per_s": round(sum(tokens) / wall, 2) if wall else None,
         "answer_tokens_mean": round(statistics.fmean(tokens), 1) if tokens else None, "answer_tokens_max": max(tokens, default=0),
         "total_p50_s": round(_percentile([r["total_s"] for r in results], 50), 2), "wall_s": round(wall, 1),
-        "grounded": sum(r["grounded"] for r in results), "finish_reasons": {k: sum(r["finish_reason"] == k for r in results)
-                                                                            for k in {r["finish_reason"] for r in results}},
+        "grounded": sum(r["grounded"] for r in results), "finish_reasons": dict(Counter(r["finish_reason"] for r in results)),
     }
     say(f"  concurrency {concurrency}: {len(results)} of {len(requests)} answered by the model ({timed_out} out of time), "
         f"first token p50 {report['first_token_p50_ms']} ms (p90 {report['first_token_p90_ms']}), "
