@@ -203,11 +203,6 @@ def upload_dir() -> Path:
     return Path(settings.VAR_DIR) / "uploads"
 
 
-def save_upload(upload: Any) -> tuple[Path, str]:
-    """Store an upload under ``VAR_DIR/uploads/`` atomically; returns (path, SHA-256)."""
-    return uploads.save_upload(upload, upload_dir(), default_name="queries")
-
-
 def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any = None, team: Any = None) -> Job:
     """Validate, store and enqueue an uploaded query log for ``user``'s team; the same file twice gives the same active job.
 
@@ -225,7 +220,7 @@ def accept_upload(upload: Any, source: str = "", redact: bool = False, user: Any
     if user is not None:  # without one: the system (a script), which names the team itself
         team = team_for_new_work(user, team)
     check_upload(upload)
-    path, digest = save_upload(upload)
+    path, digest = uploads.save_upload(upload, upload_dir(), default_name="queries")  # atomically, under VAR_DIR/uploads/
     source = source.strip()[:128] or default_source(upload.name)
     team_id = team.pk if team is not None else None
     job = enqueue_once(

@@ -245,22 +245,14 @@ class TrainingRunView(LoginRequiredMixin, View):
         return render(request, self.template_name, training_detail_context(run, request.user))
 
 
-def training_curves_json(run: TrainingRun) -> dict[str, Any]:
-    """A run's per-epoch curves as JSON for the page's charts."""
-    history = selectors.training_history(run)
-    return {
-        "run": run.pk,
-        "epochs": [h["epoch"] for h in history],
-        "series": {key: [h[key] for h in history] for key in ("train_loss", "val_loss", "val_accuracy")},
-    }
-
-
 class TrainingCurvesView(LoginRequiredMixin, View):
     """GET: a run's loss and accuracy per epoch as JSON (what the run and compare pages' charts fetch)."""
 
     def get(self, request: HttpRequest, pk: int) -> JsonResponse:
         run = get_object_or_404(TrainingRun.objects.select_related("router_version"), pk=pk)
-        return JsonResponse(training_curves_json(run))
+        history = selectors.training_history(run)
+        return JsonResponse({"run": run.pk, "epochs": [h["epoch"] for h in history],
+                             "series": {key: [h[key] for h in history] for key in ("train_loss", "val_loss", "val_accuracy")}})
 
 
 class TrainingRunActivateView(LoginRequiredMixin, View):

@@ -121,11 +121,6 @@ def _stale_running(now: Any) -> Q:
     return Q(status=JobStatus.RUNNING, last_seen__lt=now - lease)
 
 
-def _claimant() -> str:
-    """This process, as a job row records who claimed it: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _process_gone(claimed_by: str, *, starting: bool) -> bool:
     """Whether ``claimed_by`` (``host:pid``) names a process of this machine that no longer runs.
 
@@ -214,7 +209,7 @@ def claim(job_id: int) -> Job | None:
     """
     now = timezone.now()
     updated = _with_last_seen().filter(Q(pk=job_id) & (Q(status=JobStatus.QUEUED) | _stale_running(now))).update(
-        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1, claimed_by=_claimant()
+        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1, claimed_by=f"{socket.gethostname()}:{os.getpid()}"
     )
     if not updated:
         return None

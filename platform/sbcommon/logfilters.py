@@ -13,7 +13,6 @@ import contextvars
 import logging
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 MIN_SENSITIVE_CHARS = 6
 SENSITIVE_FIELDS = frozenset({"question", "questions", "content", "messages", "prompt", "query", "text", "answer", "input"})
@@ -45,10 +44,6 @@ def mask(text: str) -> str:
     return _PHONE.sub("[phone]", text)
 
 
-def _masked(value: Any) -> Any:
-    return mask(value) if isinstance(value, str) else value
-
-
 class PersonalDataFilter(logging.Filter):
     """Rewrites each record in place (message, arguments, extra fields, exception text); never drops a record."""
 
@@ -61,7 +56,7 @@ class PersonalDataFilter(logging.Filter):
         for key, value in list(vars(record).items()):
             if key in _STANDARD:
                 continue
-            record.__dict__[key] = "[redacted]" if key.lower() in SENSITIVE_FIELDS else _masked(value)
+            record.__dict__[key] = "[redacted]" if key.lower() in SENSITIVE_FIELDS else mask(value) if isinstance(value, str) else value
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

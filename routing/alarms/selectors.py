@@ -1,4 +1,4 @@
-"""Reads of the alarms page and the overview: the alarms a user may see, recent drift reports and evaluations."""
+"""Reads of the alarms page and the overview: the alarms a user may see."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from .choices import ROUTER_WIDE_ALARMS
-from .models import Alarm, DriftReport, EvaluationSnapshot
+from .models import Alarm
 
 
 def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
@@ -28,10 +28,3 @@ def visible_alarms(visible: set[str] | None = None) -> QuerySet[Alarm]:
     names_one = Q(experts_text__regex='"(' + "|".join(re.escape(s) for s in sorted(visible)) + ')"')
     return alarms.alias(experts_text=Cast("experts", TextField())).filter(router_wide | names_one)
 
-
-def recent_drift_reports(limit: int = 10) -> list[DriftReport]:
-    return list(DriftReport.objects.all()[:limit])
-
-
-def recent_snapshots(limit: int = 14) -> list[EvaluationSnapshot]:
-    return list(EvaluationSnapshot.objects.all()[:limit])

@@ -12,7 +12,7 @@ from sbcommon.console import LoginRequiredMixin
 
 from . import selectors, services
 from .choices import AlarmStatus
-from .models import Alarm
+from .models import Alarm, DriftReport, EvaluationSnapshot
 
 
 class AlarmListView(LoginRequiredMixin, View):
@@ -25,8 +25,8 @@ class AlarmListView(LoginRequiredMixin, View):
         context = {
             "open_alarms": alarms.filter(status=AlarmStatus.OPEN)[:200],
             "acknowledged": alarms.filter(status=AlarmStatus.ACKNOWLEDGED)[:30],
-            "drift_reports": selectors.recent_drift_reports(),
-            "snapshots": selectors.recent_snapshots(),
+            "drift_reports": DriftReport.objects.all()[:10],
+            "snapshots": EvaluationSnapshot.objects.all()[:14],
         }
         return render(request, self.template_name, context)
 
