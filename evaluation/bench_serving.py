@@ -10,6 +10,7 @@ machine's speed drifts). The report says the CPUs and the load average, since ot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -229,7 +231,7 @@ async def _drive(base: str, questions: list[str], concurrency: int, duration: fl
     """``concurrency`` clients posting unique questions for ``duration`` seconds (and at least ``min_requests``)."""
     latencies: list[float] = []
     stage_ms: dict[str, list[float]] = {}
-    errors: dict[str, int] = {}
+    errors: Counter[str] = Counter()
     counter = iter(range(10**9))
     sent = 0
     deadline = time.perf_counter() + duration
@@ -249,11 +251,11 @@ async def _drive(base: str, questions: list[str], concurrency: int, duration: fl
                 try:
                     status, data = await http.post("/v1/chat/completions", body)
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    errors[type(exc).__name__] += 1
                     continue
                 elapsed = (time.perf_counter() - t0) * 1000
                 if status != 200:
-                    errors[str(status)] = errors.get(str(status), 0) + 1
+                    errors[str(status)] += 1
                     continue
                 latencies.append(elapsed)
                 for name, value in (json.loads(data).get("switchboard", {}).get("timings_ms") or {}).items():
@@ -264,7 +266,7 @@ async def _drive(base: str, questions: list[str], concurrency: int, duration: fl
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     wall = time.perf_counter() - started
-    return {"latencies": latencies, "stage_ms": stage_ms, "errors": errors, "wall": wall}
+    return {"latencies": latencies, "stage_ms": stage_ms, "errors": dict(errors), "wall": wall}
 
 
 def _scrape(base: str) -> list[Any]:
@@ -312,10 +314,23 @@ def _stat(pid: int | str) -> tuple[int, float] | None:
         return None
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process so far (0 where it cannot be read)."""
-    stat = _stat(pid)
-    return stat[1] if stat else 0.0
+def _every_stat() -> dict[int, tuple[int, float]]:
+    """``_stat`` of every process, by pid."""
+    return {int(entry.name): stat for entry in Path("/proc").iterdir() if entry.name.isdigit() and (stat := _stat(entry.name))}
+
+
+def process_tree(root: int, stats: dict[int, tuple[int, float]] | None = None) -> dict[int, int]:
+    """``root`` and every process below it, each with its depth under ``root`` (``stats``: ``_every_stat``'s, read now when None)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in (stats or _every_stat()).items():
+        children.setdefault(ppid, []).append(pid)
+    depth, todo = {root: 0}, [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            depth[child] = depth[pid] + 1
+            todo.append(child)
+    return depth
 
 
 def process_tree_cpu(root_pid: int) -> dict[str, float]:
@@ -326,26 +341,17 @@ def process_tree_cpu(root_pid: int) -> dict[str, float]:
     then the root is the "web supervisor", its spawned children that start children of their own
     are each a "web server", and theirs are "encoder child"ren.
     """
-    stats = {int(entry.name): stat for entry in Path("/proc").iterdir() if entry.name.isdigit() and (stat := _stat(entry.name))}
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
+    stats = _every_stat()
+    depth = process_tree(root_pid, stats)
     cmdlines: dict[int, bytes] = {}
-    depth, todo = {root_pid: 0}, [root_pid]
-    while todo:
-        pid = todo.pop()
-        try:
+    for pid in depth:
+        with contextlib.suppress(OSError):  # gone since
             cmdlines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        for child in children.get(pid, []):
-            depth[child] = depth[pid] + 1
-            todo.append(child)
 
     def spawned(pid: int) -> bool:
         return b"spawn_main" in cmdlines.get(pid, b"")
 
-    workers = {pid for pid in cmdlines if depth[pid] == 1 and spawned(pid) and any(spawned(c) for c in children.get(pid, []))}
+    workers = {pid for pid in cmdlines if depth[pid] == 1 and spawned(pid) and any(depth[c] == 2 and stats[c][0] == pid and spawned(c) for c in cmdlines)}
     found = {}
     for pid, cmdline in cmdlines.items():
         if pid == root_pid:
@@ -502,9 +508,9 @@ def _bench_backend(backend: str, folder: Path, concurrency: int, duration: float
         load_during = os.getloadavg()
         caches_before, batches_before = cache_lookups(server.base), encoder_batches(server.base)
         assert server.proc is not None
-        cpu_before, bench_cpu_before = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
+        cpu_before, bench_cpu_before = process_tree_cpu(server.proc.pid), time.process_time()
         run = asyncio.run(_drive(server.base, questions, concurrency, duration, model, "run"))
-        cpu_after, bench_cpu_after = process_tree_cpu(server.proc.pid), _cpu_seconds(os.getpid())
+        cpu_after, bench_cpu_after = process_tree_cpu(server.proc.pid), time.process_time()
         caches_after = cache_lookups(server.base)
         batches = encoder_batches(server.base)
     say(f"measuring the encoder alone after the run ({encoder_seconds:.0f} s single, {encoder_seconds:.0f} s batched) ...")

@@ -19,6 +19,7 @@ import sqlite3
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from typing import Any
 from sbcommon import faults
 
 from . import soak_restarts
-from .bench_serving import Server, _free_port, _percentile, _stat, deployment_env, held_out_questions, prepare_demo, unique_question
+from .bench_serving import Server, _free_port, _percentile, deployment_env, held_out_questions, prepare_demo, process_tree, unique_question
+from .measure import status_kb
 from .soak_restarts import RECOVERY_TARGET_S, Restart
 
 REQUEST_TIMEOUT_S = 60.0
@@ -56,14 +58,11 @@ class Tally:
 
     latencies_ms: list[float] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
-    errors: dict[str, int] = field(default_factory=dict)
-    lost: dict[str, int] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
+    lost: Counter[str] = field(default_factory=Counter)
     fallbacks: int = 0
-    answered_by: dict[str, int] = field(default_factory=dict)
+    answered_by: Counter[str] = field(default_factory=Counter)
     timeline: list[tuple[float, float, str]] = field(default_factory=list)  # (sent_s, done_s, outcome) into the load
-
-    def add(self, bucket: dict[str, int], kind: str) -> None:
-        bucket[kind] = bucket.get(kind, 0) + 1
 
 
 def schedule(duration: float, experts: list[str]) -> list[Phase]:
@@ -79,31 +78,9 @@ def schedule(duration: float, experts: list[str]) -> list[Phase]:
     ]
 
 
-def _tree_pids(root: int) -> list[int]:
-    """``root`` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(entry.name)):
-            children.setdefault(stat[0], []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def rss_mb(root: int) -> float:
     """Resident memory of the process tree under ``root``, in MiB (VmRSS from /proc)."""
-    total_kb = 0
-    for pid in _tree_pids(root):
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-        except OSError:
-            continue
-    return round(total_kb / 1024, 1)
+    return round(sum(status_kb("VmRSS", pid) or 0 for pid in process_tree(root)) / 1024, 1)
 
 
 def _experts(base: str) -> list[str]:
@@ -126,7 +103,7 @@ def _classify(tally: Tally, status: int, body: bytes, elapsed_ms: float) -> str:
         meta = payload.get("switchboard") or {}
         tally.latencies_ms.append(elapsed_ms)
         tally.answered.append(str(payload.get("id", "")))
-        tally.add(tally.answered_by, str(meta.get("expert") or "none"))
+        tally.answered_by[str(meta.get("expert") or "none")] += 1
         if meta.get("failover_from"):
             tally.fallbacks += 1
         return "answered"
@@ -134,13 +111,13 @@ def _classify(tally: Tally, status: int, body: bytes, elapsed_ms: float) -> str:
     if status >= 400 and isinstance(error, dict) and error.get("message"):
         tally.latencies_ms.append(elapsed_ms)
         kind = f"{status}:{error.get('code') or error.get('type') or 'error'}"
-        tally.add(tally.errors, kind)
+        tally.errors[kind] += 1
         return kind
     return _lost(tally, f"http_{status}_unexpected_body")
 
 
 def _lost(tally: Tally, kind: str) -> str:
-    tally.add(tally.lost, kind)
+    tally.lost[kind] += 1
     return kind
 
 
@@ -305,7 +282,7 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
         "rss_start_mb": rss_start,
         "rss_end_mb": rss_end,
         "answered": len(tally.answered),
-        "lost_kinds": tally.lost,
+        "lost_kinds": dict(tally.lost),
         "answered_by": dict(sorted(tally.answered_by.items())),
         "p50_ms": round(_percentile(tally.latencies_ms, 50), 1),
         "events_missing": len(missing),

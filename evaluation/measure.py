@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def _status_kb(field: str) -> int | None:
+def status_kb(field: str, pid: int | str = "self") -> int | None:
+    """One kB field of a process's ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``); None when it cannot be read."""
     try:
-        for line in STATUS.read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
@@ -58,14 +58,14 @@ class measure:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            rss = _status_kb("VmRSS") or 0
+            rss = status_kb("VmRSS") or 0
             self._peak_kb = max(self._peak_kb, rss)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> Measurement:
         gc.collect()
         self._hwm = _reset_high_water_mark()
-        self._baseline_kb = _status_kb("VmRSS") or 0
+        self._baseline_kb = status_kb("VmRSS") or 0
         self._peak_kb = self._baseline_kb
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -79,5 +79,5 @@ class measure:
             self._thread.join()
         peak = self._peak_kb
         if self._hwm:
-            peak = max(peak, _status_kb("VmHWM") or 0)
+            peak = max(peak, status_kb("VmHWM") or 0)
         self.result.peak_mb = round(max(0, peak - self._baseline_kb) / 1024.0, 1)

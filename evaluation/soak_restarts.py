@@ -14,6 +14,7 @@ import asyncio
 import shlex
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -154,9 +155,7 @@ def restart_report(restart: Restart, requests: list[tuple[float, float, str]], u
         report.update(recovery_s=None, outcomes_while_down={}, unclean_while_down={}, failed_after_return=0)
         return report
     down = [(done - sent, o) for sent, done, o in requests if restart.stopping_s <= sent < restart.back_s]
-    outcomes: dict[str, int] = {}
-    for _, outcome in down:
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    outcomes = Counter(outcome for _, outcome in down)
     after = sorted((sent, done, o) for sent, done, o in requests if restart.back_s <= sent < until_s)
     failed = [r for r in after if _failed(r[2])]
     last_failure_sent = failed[-1][0] if failed else restart.back_s
