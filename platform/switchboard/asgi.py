@@ -109,7 +109,7 @@ def caller_may_upload(scope: dict) -> bool:
     from clients.services import InvalidApiKey
     from clients.services import authenticate as authenticate_key
 
-    request = ASGIRequest(scope, io.BytesIO())
+    request = ASGIRequest({**scope, "query_string": b""}, io.BytesIO())  # the headers only: a garbled query string is Django's 400
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     try:
         if scheme.lower() == "bearer":

@@ -147,6 +147,16 @@ def test_an_upload_route_reads_a_signed_in_callers_body_over_the_default_limit(s
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_signed_in_upload_with_a_garbled_query_string_is_read_and_answered_400(settings):
+    settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
+    client = Client(4 * MiB)
+    scope = {**_scope("/api/v1/queries/import", None, b"multipart/form-data; boundary=x", (_signed_in(),)), "query_string": b"team=\xff"}
+    status, _, _ = _send(scope, client)
+    assert client.pulled == 4 * MiB  # the caller may upload: the query string is not read before the body
+    assert status == 400  # Django's answer to a query string that is not UTF-8
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("credentials", ["none", "unknown key", "forged session", "wrong password", "garbled basic"])
 def test_an_upload_route_refuses_a_strangers_body_at_the_default_limit(settings, credentials):
     settings.QUERY_IMPORT_MAX_BYTES = 8 * MiB
