@@ -10,7 +10,7 @@ import io
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,10 +69,7 @@ class ImportReport:
         return sum(b["rows"] for b in self.failed_batches)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows, "imported": self.imported, "duplicates": self.duplicates, "error_count": self.error_count,
-            "errors": self.errors, "failed_rows": self.failed_rows, "failed_batches": self.failed_batches,
-        }
+        return {**asdict(self), "failed_rows": self.failed_rows}
 
 
 def max_import_bytes() -> int:
