@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.latency import Served
-from evaluation.routing_metrics import classification_metrics, method_report
+from evaluation.routing_metrics import classification_metrics, method_report, part_scores
 from knowledge.evidence import collection_lookup
 from knowledge.ml.distinct import DistinctWords
 from routing.ml.arbiter import Arbiter, LoadWindow
@@ -77,16 +77,10 @@ class KnowledgeRouting:
     def report(self, split: Any, latency: dict[str, Any]) -> dict[str, Any]:
         """The figures every method gets (``method_report`` on test, out-of-scope and unseen-label rows), its latency and its fit."""
         n = len(split.classes)
-
-        def scored(part: str) -> tuple[np.ndarray, np.ndarray]:
-            x, texts = split.part(part)
-            return self.scores(x, texts) if len(x) else (np.zeros((0, n)), np.zeros(0))
-
-        unseen = scored("unseen") if len(split.idx["unseen"]) else None
-        out = method_report(split.y[split.idx["test"]], scored("test"), scored("oos"), n, self.threshold, unseen)
-        out.update(latency)
-        out.update(self.describe())
-        return out
+        unseen = part_scores(self, split.part("unseen"), n) if len(split.idx["unseen"]) else None
+        out = method_report(split.y[split.idx["test"]], part_scores(self, split.part("test"), n), part_scores(self, split.part("oos"), n), n,
+                            self.threshold, unseen)
+        return {**out, **latency, **self.describe()}
 
     def documents_only(self, split: Any) -> dict[str, Any]:
         """The baseline routing with documents must reach: each question to the expert whose documents hold its

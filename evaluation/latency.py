@@ -37,13 +37,11 @@ class Served:
 
 def measure_latency(
     texts: list[str], methods: dict[str, Callable[[np.ndarray, str], Any] | Served], model: str, threads: int = 1, warmup: list[str] | None = None,
-    send: Callable[[list[str]], Callable[[], np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """p50 per query of the bare encoder alone and of a request through encoder + each method, one query at a time.
 
     ``route_p50_ms`` is a request's wall time as served (see the module), ``method_p50_ms`` the
-    method's own, ``embed_p50_ms`` the bare encoder's, at ``threads``. ``send`` replaces the encoder
-    child (tests); ``warmup`` texts run first, untimed.
+    method's own, ``embed_p50_ms`` the bare encoder's, at ``threads``; ``warmup`` texts run first, untimed.
     """
     import torch
     from threadpoolctl import threadpool_limits
@@ -53,9 +51,7 @@ def measure_latency(
     previous = torch.get_num_threads()  # before the encoder: a torch encoder sets the process's thread count
     encoder = bare_encoder(get_encoder(model, threads))
     served = {name: fn if isinstance(fn, Served) else Served((lambda f: lambda v, t, _: f(v, t))(fn)) for name, fn in methods.items()}
-    close, request = None, "given"
-    if send is None:
-        close, send, request = _encoder_elsewhere(encoder, model, threads)
+    close, send, request = _encoder_elsewhere(encoder, model, threads)
     torch.set_num_threads(threads)
     per_method: dict[str, list[tuple[float, float, float]]] = {name: [] for name in methods}
 
@@ -88,8 +84,7 @@ def measure_latency(
                     embed = time.perf_counter() - t0
                     per_method[name].append((embed, *route(method, text)))
     finally:
-        if close is not None:
-            close()
+        close()
         torch.set_num_threads(previous)
     out: dict[str, Any] = {"embed_p50_ms": float(np.median([e * 1000 for times in per_method.values() for e, _, _ in times])), "threads": threads, "queries": len(texts),
                            "warmup": len(warmup or []), "encoder": type(encoder).__name__,

@@ -43,31 +43,24 @@ class Measurement:
 
 
 class measure:
-    """``with measure() as m: ...`` then read ``m.wall_s`` and ``m.peak_mb``.
+    """``with measure() as m: ...`` then read ``m.wall_s`` and ``m.peak_mb``."""
 
-    Args:
-        interval: seconds between RSS samples of the sampling thread.
-    """
+    interval = 0.005  # seconds between RSS samples of the sampling thread
 
-    def __init__(self, interval: float = 0.005):
-        self.interval = interval
+    def __init__(self) -> None:
         self.result = Measurement()
         self._stop = threading.Event()
-        self._peak_kb = 0
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            rss = status_kb("VmRSS") or 0
-            self._peak_kb = max(self._peak_kb, rss)
+            self._peak_kb = max(self._peak_kb, status_kb("VmRSS") or 0)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> Measurement:
         gc.collect()
         self._hwm = _reset_high_water_mark()
-        self._baseline_kb = status_kb("VmRSS") or 0
-        self._peak_kb = self._baseline_kb
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._baseline_kb = self._peak_kb = status_kb("VmRSS") or 0
         self._thread.start()
         self._start = time.perf_counter()
         return self.result
@@ -75,9 +68,6 @@ class measure:
     def __exit__(self, *exc: object) -> None:
         self.result.wall_s = round(time.perf_counter() - self._start, 3)
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        peak = self._peak_kb
-        if self._hwm:
-            peak = max(peak, status_kb("VmHWM") or 0)
+        self._thread.join()
+        peak = max(self._peak_kb, status_kb("VmHWM") or 0) if self._hwm else self._peak_kb
         self.result.peak_mb = round(max(0, peak - self._baseline_kb) / 1024.0, 1)

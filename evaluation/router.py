@@ -32,7 +32,7 @@ from evaluation.datasets import (
 )
 from evaluation.fast_tier import fast_tier_report
 from evaluation.latency import Served, measure_latency
-from evaluation.routing_metrics import classification_metrics, method_report, routing_targets
+from evaluation.routing_metrics import classification_metrics, method_report, part_scores, routing_targets
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.charview import add_typos
 from routing.ml.textrouter import Embed, train_text_router, typo_augment
@@ -207,20 +207,13 @@ def _fit_all(split: Split, noise: float, seed: int, say: Say, routers: dict[str,
 Part = tuple[np.ndarray, list[str]]  # embeddings and texts of the questions a method scores
 
 
-def _scores(method: Any, part: Part, n: int) -> tuple[np.ndarray, np.ndarray]:
-    x, texts = part
-    if len(x) == 0:
-        return np.zeros((0, n)), np.zeros(0)
-    return method.scores(x, texts)
-
-
 def _score_all(split: Split, fits: dict[str, Any], test: Part, oos: Part, unseen: Part | None = None) -> dict[str, Any]:
     n = len(split.classes)
     y_test = split.y[split.idx["test"]]
     out = {}
     for name, (method, train_s) in fits["fitted"].items():
-        unseen_out = _scores(method, unseen, n) if unseen is not None else None
-        report = method_report(y_test, _scores(method, test, n), _scores(method, oos, n), n, fits["thresholds"][name], unseen_out)
+        unseen_out = part_scores(method, unseen, n) if unseen is not None else None
+        report = method_report(y_test, part_scores(method, test, n), part_scores(method, oos, n), n, fits["thresholds"][name], unseen_out)
         report["train_s"] = float(train_s)
         out[name] = report
     return out

@@ -51,6 +51,12 @@ def unseen_metrics(in_scores: np.ndarray, unseen_scores: np.ndarray, threshold: 
     return {"unseen_abstention_recall": recall, "unseen_auroc": oos_metrics(in_scores, unseen_scores)["oos_auroc"]}
 
 
+def part_scores(method: Any, part: tuple[np.ndarray, list[str]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``method.scores`` of one part's embeddings and texts: scores (rows, n) and in-scope scores (rows,); empty for an empty part."""
+    x, texts = part
+    return method.scores(x, texts) if len(x) else (np.zeros((0, n)), np.zeros(0))
+
+
 def method_report(
     y_test: np.ndarray, test_out: tuple[np.ndarray, np.ndarray], oos_out: tuple[np.ndarray, np.ndarray], n: int, threshold: float | None,
     unseen_out: tuple[np.ndarray, np.ndarray] | None = None,
