@@ -242,7 +242,10 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
     client = generator._client
     written: list[str] = []
 
-    def save(name: str, method: str, path: str, body: Any, response: httpx.Response, compact: bool = False) -> None:
+    def save(name: str, path: str, body: Any = None, compact: bool = False) -> None:
+        """POST ``body`` to ``path`` (GET without one) and record the exchange as ``name``."""
+        method = "GET" if body is None else "POST"
+        response = client.get(path) if body is None else client.post(path, json=body)
         try:
             parsed: Any = response.json()
         except ValueError:
@@ -256,25 +259,20 @@ def record_fixtures(generator: Any, adapters: dict[str, Any], spare: Any, out_di
 
     expert, ref = next(iter(adapters.items()))
     chat = generator.payload(request_for(expert, ref, max_tokens=16), stream=False)
-    save("chat_completion", "POST", "/v1/chat/completions", chat, client.post("/v1/chat/completions", json=chat))
-    streamed = generator.payload(request_for(expert, ref, max_tokens=8), stream=True)
-    save("chat_completion_stream", "POST", "/v1/chat/completions", streamed, client.post("/v1/chat/completions", json=streamed))
-    unknown = {**chat, "model": "no-such-expert-v1"}
-    save("chat_unknown_model", "POST", "/v1/chat/completions", unknown, client.post("/v1/chat/completions", json=unknown))
-    too_long = {**chat, "max_tokens": 100_000}
-    save("chat_max_tokens_too_large", "POST", "/v1/chat/completions", too_long, client.post("/v1/chat/completions", json=too_long))
+    save("chat_completion", "/v1/chat/completions", chat)
+    save("chat_completion_stream", "/v1/chat/completions", generator.payload(request_for(expert, ref, max_tokens=8), stream=True))
+    save("chat_unknown_model", "/v1/chat/completions", {**chat, "model": "no-such-expert-v1"})
+    save("chat_max_tokens_too_large", "/v1/chat/completions", {**chat, "max_tokens": 100_000})
     _plan, select = generator.select_body(request_for(expert, ref))  # a chosen answer's scoring (select decoding)
-    save("completion_prompt_logprobs", "POST", "/v1/completions", select, client.post("/v1/completions", json=select), compact=True)  # ~1,000 token entries
-    save("models", "GET", "/v1/models", None, client.get("/v1/models"))
-    save("health", "GET", "/health", None, client.get("/health"))
+    save("completion_prompt_logprobs", "/v1/completions", select, compact=True)  # ~1,000 token entries
+    save("models", "/v1/models")
+    save("health", "/health")
     load = {"lora_name": spare.name, "lora_path": spare.path}
-    save("load_lora_adapter", "POST", "/v1/load_lora_adapter", load, client.post("/v1/load_lora_adapter", json=load))
-    save("load_lora_adapter_again", "POST", "/v1/load_lora_adapter", load, client.post("/v1/load_lora_adapter", json=load))
-    missing = {"lora_name": "broken-v1", "lora_path": "/nonexistent/adapter"}
-    save("load_lora_adapter_missing_path", "POST", "/v1/load_lora_adapter", missing, client.post("/v1/load_lora_adapter", json=missing))
-    unload = {"lora_name": spare.name}
-    save("unload_lora_adapter", "POST", "/v1/unload_lora_adapter", unload, client.post("/v1/unload_lora_adapter", json=unload))
-    save("unload_lora_adapter_unknown", "POST", "/v1/unload_lora_adapter", unload, client.post("/v1/unload_lora_adapter", json=unload))
+    save("load_lora_adapter", "/v1/load_lora_adapter", load)
+    save("load_lora_adapter_again", "/v1/load_lora_adapter", load)
+    save("load_lora_adapter_missing_path", "/v1/load_lora_adapter", {"lora_name": "broken-v1", "lora_path": "/nonexistent/adapter"})
+    save("unload_lora_adapter", "/v1/unload_lora_adapter", {"lora_name": spare.name})
+    save("unload_lora_adapter_unknown", "/v1/unload_lora_adapter", {"lora_name": spare.name})
     return written
 
 
