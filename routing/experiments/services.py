@@ -299,7 +299,7 @@ def read(experiment: Experiment) -> dict[str, Any]:
     guardrails.append(abtest.MeanMetric("latency_ms", counts["control"]["latencies"], counts["treatment"]["latencies"], higher_is_better=False))
     decision = abtest.decide(primary, config_of(experiment), guardrails=guardrails, n_control=counts["control"]["units"], n_treatment=counts["treatment"]["units"])
     arms = {arm: {k: v for k, v in c.items() if k != "latencies"} for arm, c in counts.items()}
-    return {"arms": arms, "decision": decision.to_dict(), "offline": offline_metrics(experiment)}
+    return {"arms": arms, "decision": asdict(decision), "offline": offline_metrics(experiment)}
 
 
 OFFLINE_SAMPLE = 2000

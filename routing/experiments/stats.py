@@ -313,9 +313,6 @@ class Decision:
     guardrails: list[dict[str, Any]] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def decide(
     primary: RateMetric,

@@ -8,8 +8,7 @@ abstention share against the training rate (one-sided binomial). Drifted: any of
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -33,9 +32,6 @@ class DriftResult:
     abstain_p: float | None
     drifted: bool
     reasons: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -121,9 +117,6 @@ class UncoveredCluster:
     members: list[int]
     nearest_expert: int | None
     similarity: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def uncovered_clusters(

@@ -10,6 +10,7 @@ place rather than duplicated), so a rerun after a worker restart does no harm.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -244,13 +245,13 @@ def drift_check(job: Job, reporter: JobReporter) -> dict[str, Any]:
     result = drift_ml.detect(recent, np.asarray(reference, dtype=np.float32), abstained=events["abstained"], requests=events["n"], train_abstain_rate=train_rate)
     report = DriftReport.objects.create(
         router_version=active.version if active else None, n_recent=result.n_recent, n_reference=result.n_reference,
-        metrics=result.to_dict(), drifted=result.drifted, reason="; ".join(result.reasons) or "no significant drift",
+        metrics=asdict(result), drifted=result.drifted, reason="; ".join(result.reasons) or "no significant drift",
     )
     if result.drifted:
         alarm_services.raise_alarm(
             AlarmKind.DRIFT, "drift:router", f"router v{active.version}" if active else "router", "Recent questions drifted from the router's training data: " + "; ".join(result.reasons),
             "Review recent low-confidence and abstained questions, label them, and retrain the router (Training); re-cluster if a new topic appears.",
-            {"report": report.pk, **result.to_dict()},
+            {"report": report.pk, **asdict(result)},
         )
     return {"report": report.pk, "drifted": result.drifted, "mean_shift": result.mean_shift, "c2st_auc": result.c2st_auc}
 
