@@ -86,7 +86,7 @@ def evaluate_clustering(
     dataset = Path(dataset)
     records, embeddings = _dataset_embeddings(dataset, say=say)
     chosen, positions, rows_note = rows_of_split(records, split, label)
-    data = labelled(chosen, label, name=dataset.name, limit=limit, seed=SEED)
+    data = labelled(chosen, label, limit=limit, seed=SEED)
     if len(data.texts) < 2 * MIN_SAMPLES:
         raise ValueError(f"{dataset} has only {len(data.texts)} rows with a {label!r} label in {rows_note}")
     x = normalise(np.ascontiguousarray(embeddings[positions[data.rows]], dtype=np.float32))

@@ -33,7 +33,6 @@ Say = Callable[[str], Any]
 class LabelledQueries:
     """Texts with one gold label each, and the row of each text in the source file."""
 
-    name: str
     texts: list[str]
     labels: list[str]
     rows: np.ndarray
@@ -144,7 +143,7 @@ def stratified_sample(labels: list[str], limit: int, seed: int = 0) -> np.ndarra
     return out
 
 
-def labelled(records: list[dict], label: str, name: str = "", limit: int | None = None, seed: int = 0) -> LabelledQueries:
+def labelled(records: list[dict], label: str, limit: int | None = None, seed: int = 0) -> LabelledQueries:
     """Rows with a non-null ``label`` (out-of-scope rows have none), optionally a stratified sample."""
     keep = [i for i, r in enumerate(records) if r.get(label) is not None and r.get("text")]
     labels = [str(records[i][label]) for i in keep]
@@ -153,7 +152,7 @@ def labelled(records: list[dict], label: str, name: str = "", limit: int | None 
         pick = stratified_sample(labels, limit, seed=seed)
         idx = idx[pick]
         labels = [labels[i] for i in pick]
-    return LabelledQueries(name=name, texts=[records[i]["text"] for i in idx], labels=labels, rows=idx)
+    return LabelledQueries(texts=[records[i]["text"] for i in idx], labels=labels, rows=idx)
 
 
 def user_turns(record: dict, max_turns: int | None = None) -> list[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.datasets import embedding_cache_dir, read_jsonl
+from evaluation.datasets import embedding_cache_dir, read_jsonl, user_turns
 
 Say = Callable[[str], Any]
 
@@ -62,9 +62,8 @@ class Dataset:
 
 
 def history(question: dict[str, Any]) -> list[dict[str, str]]:
-    """The user's earlier turns of the question's conversation, as a client sends them (the agent's are left out:
-    doc2dial's agent turns copy the document, which no user's client would hold)."""
-    return [{"role": "user", "content": t["text"]} for t in question.get("context") or [] if t.get("speaker") == "user" and t.get("text")]
+    """The user's earlier turns of the question's conversation (``datasets.user_turns``), as a client sends them."""
+    return [{"role": "user", "content": text} for text in user_turns(question)]
 
 
 # --- loading it into the product ------------------------------------------------------------------

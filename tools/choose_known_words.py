@@ -11,7 +11,6 @@ then how many English questions collections of fewer documents turn away (``VOCA
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -34,20 +33,17 @@ FOREIGN = [
 ]
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def main(doc2dial: Path) -> None:
+    from evaluation.datasets import read_jsonl
     from knowledge.ml import spelling
     from knowledge.ml.spelling import UNKNOWN_WORDS_MIN, Vocabulary
 
     demo = Path(__file__).resolve().parents[1] / "demo"
-    demo_words = Vocabulary.from_texts(f"{r['title']}\n{r['text']}" for f in sorted((demo / "documents").glob("*.jsonl")) for r in _rows(f))
-    doc2dial_words = Vocabulary.from_texts(f"{r['title']}\n{r['text']}" for r in _rows(doc2dial / "docs.jsonl"))
+    demo_words = Vocabulary.from_texts(f"{r['title']}\n{r['text']}" for f in sorted((demo / "documents").glob("*.jsonl")) for r in read_jsonl(f))
+    doc2dial_words = Vocabulary.from_texts(f"{r['title']}\n{r['text']}" for r in read_jsonl(doc2dial / "docs.jsonl"))
     sets = {
-        "demo question log (English)": (demo_words, [r["text"] for r in _rows(demo / "queries.jsonl")]),
-        "doc2dial validation turns (English)": (doc2dial_words, [r["text"] for r in _rows(doc2dial / "queries.jsonl") if r["split"] == "val"]),
+        "demo question log (English)": (demo_words, [r["text"] for r in read_jsonl(demo / "queries.jsonl")]),
+        "doc2dial validation turns (English)": (doc2dial_words, [r["text"] for r in read_jsonl(doc2dial / "queries.jsonl") if r["split"] == "val"]),
         "foreign questions": (demo_words, FOREIGN),
     }
     for name, (words, questions) in sets.items():
@@ -61,8 +57,8 @@ def main(doc2dial: Path) -> None:
     # VOCABULARY_MIN: how many English questions smaller collections turn away (three random draws of each size)
     english, rng = sets["demo question log (English)"][1], random.Random(0)
     spelling.VOCABULARY_MIN = 0
-    for name, texts in (("demo", [f"{r['title']}\n{r['text']}" for f in sorted((demo / "documents").glob("*.jsonl")) for r in _rows(f)]),
-                        ("doc2dial", [f"{r['title']}\n{r['text']}" for r in _rows(doc2dial / "docs.jsonl")])):
+    for name, texts in (("demo", [f"{r['title']}\n{r['text']}" for f in sorted((demo / "documents").glob("*.jsonl")) for r in read_jsonl(f)]),
+                        ("doc2dial", [f"{r['title']}\n{r['text']}" for r in read_jsonl(doc2dial / "docs.jsonl")])):
         for size in (10, 20, 40):
             drawn = [Vocabulary.from_texts(rng.sample(texts, size)) for _ in range(3)]
             turned = [(len(v), sum(not v.shares_language(q) for q in english)) for v in drawn]

@@ -23,8 +23,8 @@ GAPS = [round(0.005 * i, 3) for i in range(21)]
 
 
 def main(folder: Path, questions_file: Path) -> None:
-    from evaluation.datasets import read_jsonl
-    from evaluation.workspace import Dataset, history, load
+    from evaluation.datasets import read_jsonl, user_turns
+    from evaluation.workspace import Dataset, load
     from serving.breadth import signals
     from serving.route import route
 
@@ -32,11 +32,11 @@ def main(folder: Path, questions_file: Path) -> None:
     load(data, say=print)
     rows = []
     for q in data.questions("val"):
-        earlier = [m["content"] for m in history(q)]
+        earlier = user_turns(q)
         d = route(q["text"], top_k=2, context=earlier or None)
         rows.append({"set": "val", "kind": "single", "domain": q["domain"], "context": bool(earlier), **_dict(signals(d, q["text"]))})
     for q in read_jsonl(questions_file):
-        earlier = [t["text"] for t in q.get("context") or [] if t.get("text")]
+        earlier = user_turns(q)
         d = route(q["question"], top_k=2, context=earlier or None)
         rows.append({"set": "questions", "kind": q["kind"], "domain": q.get("domain"), "choices": q.get("choices"), "context": bool(earlier),
                      "question": q["question"], **_dict(signals(d, q["question"]))})
