@@ -196,7 +196,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "experts_answering": trace.get("experts_answering") if isinstance(trace.get("experts_answering"), list) else [],
             "clarify": trace.get("clarify") if isinstance(trace.get("clarify"), list) else [],
             "chosen_after_clarify": str(trace.get("chosen_after_clarify") or ""),
-            "timings": [{"label": label, "ms": ms, "share": round(100 * ms / event.total_ms, 1) if event.total_ms else 0.0} for label, ms in timings],
+            "timings": [{"label": label, "ms": ms} for label, ms in timings],
             "feedback": feedback,
             "suggested_expert": suggested,
             "runner_up": ranked[1] if len(ranked) > 1 else None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -161,7 +160,7 @@ def _review_context(request: HttpRequest, run: ClusteringRun, error: str = "", n
         row.promote_form = forms.PromoteForm(row.proposal)  # type: ignore[attr-defined]
     return {
         "run": run, "review": review, "error": error, "notice": notice,
-        "editable": review.editable_proposals, "groups": Group.objects.order_by("name"),
+        "editable": review.editable_proposals,
         "attach_form": forms.AttachNoiseForm(), "draft": run.status == RunStatus.DRAFT,
     }
 
