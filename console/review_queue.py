@@ -200,12 +200,8 @@ def primary_reason(reasons: tuple[str, ...]) -> str:
 
 def _scores(event: RoutingEvent) -> list[float]:
     ranked = event.experts if isinstance(event.experts, list) else []
-    scores = []
-    for e in ranked:
-        value = as_number(e.get("score")) if isinstance(e, dict) else None
-        if value is not None:
-            scores.append(value)
-    return sorted(scores, reverse=True)
+    scores = (as_number(e.get("score")) for e in ranked if isinstance(e, dict))
+    return sorted((s for s in scores if s is not None), reverse=True)
 
 
 def review_reasons(event: RoutingEvent, thumbs_down: bool, min_score: float, min_margin: float) -> tuple[tuple[str, ...], float | None, float | None]:

@@ -67,11 +67,8 @@ def _expert_centroids(limit: int) -> tuple[list[str], np.ndarray]:
         return [], np.zeros((0, 1), dtype=np.float32)
     x = load_embeddings([e.query_id for e in examples], embedding_space())
     slugs = sorted({e.expert for e in examples})
-    rows = []
-    for slug in slugs:
-        mean = x[[i for i, e in enumerate(examples) if e.expert == slug]].mean(axis=0)
-        rows.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
-    return slugs, np.stack(rows).astype(np.float32)
+    means = [x[[i for i, e in enumerate(examples) if e.expert == slug]].mean(axis=0) for slug in slugs]
+    return slugs, np.stack([mean / max(float(np.linalg.norm(mean)), 1e-12) for mean in means]).astype(np.float32)
 
 
 # A team with fewer imported queries gets no monthly run: discovery refuses fewer than 10 (labeling.services.discover).
