@@ -58,15 +58,15 @@ class KnnMethod:
         return self
 
     def scores(self, x: np.ndarray, texts: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.grid(x, (self.k,), (self.kind,))[(self.kind, self.k)]
+
+    def grid(self, x: np.ndarray, ks: tuple[int, ...], kinds: tuple[str, ...]) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+        """Each (kind, k)'s label scores and in-scope scores of ``x``, ``CHUNK`` rows at a time."""
         x = np.atleast_2d(x).astype(np.float32)
-        out, inscope = [], []
-        for start in range(0, len(x), CHUNK):
-            grid = _knn_grid(x[start:start + CHUNK] @ self.bank_.T, self.y_, self.members_, (self.k,), (self.kind,))
-            scores, score = grid[(self.kind, self.k)]
-            out.append(scores)
-            inscope.append(score)
-        n = len(self.members_)
-        return (np.vstack(out), np.concatenate(inscope)) if out else (np.zeros((0, n)), np.zeros(0))
+        blocks = [_knn_grid(x[start:start + CHUNK] @ self.bank_.T, self.y_, self.members_, ks, kinds) for start in range(0, len(x), CHUNK)]
+        empty = (np.zeros((0, len(self.members_))), np.zeros(0))
+        return {(kind, k): (np.vstack([b[(kind, k)][0] for b in blocks]), np.concatenate([b[(kind, k)][1] for b in blocks])) if blocks else empty
+                for kind in kinds for k in ks}
 
 
 def _knn_grid(sims: np.ndarray, y: np.ndarray, members: list[np.ndarray], ks: tuple[int, ...], kinds: tuple[str, ...]) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
@@ -105,19 +105,14 @@ def _knn_grid(sims: np.ndarray, y: np.ndarray, members: list[np.ndarray], ks: tu
 def choose_knn(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n: int,
                ks: tuple[int, ...] = KNN_KS, kinds: tuple[str, ...] = KNN_KINDS) -> tuple[KnnMethod, dict[str, Any]]:
     """The (kind, k) with the best validation macro-F1 (ties: the first of the grid), fitted on ``x``."""
-    bank = np.ascontiguousarray(x, dtype=np.float32)
-    members = [np.nonzero(np.asarray(y) == i)[0] for i in range(n)]
-    preds: dict[tuple[str, int], list[np.ndarray]] = {(kind, k): [] for kind in kinds for k in ks}
-    xv = np.asarray(x_val, dtype=np.float32)
-    for start in range(0, len(xv), CHUNK):
-        for key, (scores, _) in _knn_grid(xv[start:start + CHUNK] @ bank.T, np.asarray(y), members, ks, kinds).items():
-            preds[key].append(scores.argmax(axis=1))
+    knn = KnnMethod().fit(x, y, n)
     tried = []
-    for (kind, k), parts in preds.items():
-        pred = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    for (kind, k), (scores, _) in knn.grid(x_val, ks, kinds).items():
+        pred = scores.argmax(axis=1)
         tried.append({"kind": kind, "k": k, "val_macro_f1": _macro_f1(y_val, pred), "val_accuracy": float((pred == y_val).mean()) if len(pred) else 0.0})
     best = max(tried, key=lambda r: r["val_macro_f1"])  # max keeps the first of equals
-    return KnnMethod(best["k"], best["kind"]).fit(x, y, n), {**best, "tried": tried}
+    knn.k, knn.kind = best["k"], best["kind"]
+    return knn, {**best, "tried": tried}
 
 
 def fit_baselines(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, n: int,

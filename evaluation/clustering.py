@@ -260,16 +260,13 @@ def _bench_variant(x: np.ndarray, y: np.ndarray, skip_baseline: bool, say: Say) 
     with measure() as m_ours:
         model = SparseDBSCAN(eps=None, min_samples=MIN_SAMPLES, random_state=SEED).fit(x)
     labels, eps = model.labels_, model.eps_
-    ours: dict[str, Any] = {
-        "wall_s": m_ours.wall_s,
-        "peak_mb": m_ours.peak_mb,
-        "ari": round(float(adjusted_rand_score(y, labels)), 4),
-        "eps": round(eps, 5),
-        "min_samples": MIN_SAMPLES,
-        "n_clusters": model.n_clusters_,
-        "noise_fraction": round(float((labels == NOISE).mean()), 4),
-        "n_pairs": model.n_pairs_,
-    }
+
+    def figures(m: Any, found: np.ndarray, n_clusters: int, **extra: Any) -> dict[str, Any]:
+        """What both sides report: time, memory, agreement with the generating labels, the radius, the clusters and the noise found."""
+        return {"wall_s": m.wall_s, "peak_mb": m.peak_mb, "ari": round(float(adjusted_rand_score(y, found)), 4), "eps": round(eps, 5),
+                "min_samples": MIN_SAMPLES, "n_clusters": n_clusters, "noise_fraction": round(float((found == NOISE).mean()), 4), **extra}
+
+    ours = figures(m_ours, labels, model.n_clusters_, n_pairs=model.n_pairs_)
     say(f"  ours: {m_ours.wall_s:.1f} s, {m_ours.peak_mb:.0f} MB, eps={eps:.4f}, {model.n_clusters_} clusters, ARI {ours['ari']:.3f}")
     del model
     out: dict[str, Any] = {"ours": ours}
@@ -281,17 +278,8 @@ def _bench_variant(x: np.ndarray, y: np.ndarray, skip_baseline: bool, say: Say) 
     eps_euclid = float(np.sqrt(2.0 * eps))
     with measure() as m_sk:
         reference = DBSCAN(eps=eps_euclid, min_samples=MIN_SAMPLES, metric="euclidean", n_jobs=-1).fit(normalise(x)).labels_
-    out["sklearn_dbscan"] = {
-        "wall_s": m_sk.wall_s,
-        "peak_mb": m_sk.peak_mb,
-        "ari": round(float(adjusted_rand_score(y, reference)), 4),
-        "eps": round(eps, 5),
-        "eps_euclid": round(eps_euclid, 5),
-        "metric": "euclidean on L2-normalised vectors, eps_euclid = sqrt(2 * eps), n_jobs=-1",
-        "min_samples": MIN_SAMPLES,
-        "n_clusters": int(reference.max() + 1),
-        "noise_fraction": round(float((reference == NOISE).mean()), 4),
-    }
+    out["sklearn_dbscan"] = figures(m_sk, reference, int(reference.max() + 1), eps_euclid=round(eps_euclid, 5),
+                                    metric="euclidean on L2-normalised vectors, eps_euclid = sqrt(2 * eps), n_jobs=-1")
     ours["ari_vs_sklearn"] = round(float(adjusted_rand_score(reference, labels)), 4)
     ours["same_noise_status"] = round(float(((reference == NOISE) == (labels == NOISE)).mean()), 5)
     say(f"  sklearn DBSCAN: {m_sk.wall_s:.1f} s, {m_sk.peak_mb:.0f} MB; ours vs sklearn ARI {ours['ari_vs_sklearn']:.4f}")

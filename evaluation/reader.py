@@ -99,9 +99,9 @@ def reader_figures(items: Sequence[Candidates], read: Callable[[str, list[str]],
         picks = [pick(range(len(c.sentences)), scores[j] if k else None, k or 1) for j, c in enumerate(items)]
         f1 = [c.f1[p] for c, p in zip(items, picks, strict=True)]
         best = [items[j].f1[picks[j]] >= items[j].f1.max() - 1e-9 for j in answerable]
-        return {"picked_f1": _r(np.mean(f1)) if f1 else None, "pick_is_best": _r(np.mean(best)) if best else None}
+        return {"picked_f1": rounded(np.mean(f1)) if f1 else None, "pick_is_best": rounded(np.mean(best)) if best else None}
 
-    out: dict[str, Any] = {"n": len(items), "scorer": figures(None), "best_possible": _r(np.mean([c.f1.max() for c in items])) if items else None}
+    out: dict[str, Any] = {"n": len(items), "scorer": figures(None), "best_possible": rounded(np.mean([c.f1.max() for c in items])) if items else None}
     if read is not None:
         out["reader"] = {str(k): figures(k) for k in shortlists if k > 1}
     return out
@@ -141,5 +141,6 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
     return report
 
 
-def _r(value: float) -> float:
-    return round(float(value), 4)
+def rounded(value: float | None) -> float | None:
+    """A figure as the reports give it: 4 places (None stays None)."""
+    return None if value is None else round(float(value), 4)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.reader import Candidates, answered, reader_figures
+from evaluation.reader import Candidates, answered, reader_figures, rounded
 from evaluation.workspace import Dataset, ask, load
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import ChunkSentenceCache, Passage, candidate_sentences, quoted
@@ -87,21 +87,21 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     report_held_out = held_out_domains(groups, group_domains, say) if held_out else None
     report_own = own_domains(groups, group_domains, network, say) if held_out else None
     scorers = {"hand_set": HAND_SET, "linear_default": LINEAR_DEFAULT, "default": load_scorer(None), "refit": refit, "refit_mlp": network}
-    picked = {split: {name: _r(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
+    picked = {split: {name: rounded(picked_f1(groups[split], w)) for name, w in scorers.items()} for split in ("val", "test")}
     for split in picked:
-        picked[split]["best_possible"] = _r(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
+        picked[split]["best_possible"] = rounded(float(np.mean([g[1].max() for g in groups[split]]))) if groups[split] else None
     # What a judge of the shipped scorer's first k choices could reach at most (the language model's
     # ``select`` decoding judges selection.SHORTLIST of them): the best of the k, by split.
-    ceiling = {split: {str(k): _r(best_of_top(groups[split], scorers["default"], k)) for k in SHORTLISTS} for split in ("val", "test")}
+    ceiling = {split: {str(k): rounded(best_of_top(groups[split], scorers["default"], k)) for k in SHORTLISTS} for split in ("val", "test")}
     report = {
         "pipeline": "product",
         "dataset": dataset.name,
         "n_questions": {split: len(g) for split, g in groups.items()},
         "picked_f1": picked,
         "shortlist_ceiling": ceiling,
-        "candidates_per_question": {split: _r(float(np.mean([len(f) for _, f in groups[split]]))) if groups[split] else None for split in ("val", "test")},
+        "candidates_per_question": {split: rounded(float(np.mean([len(f) for _, f in groups[split]]))) if groups[split] else None for split in ("val", "test")},
         "pull_chosen_on_val": pull,
-        "val_f1_by_pull": {str(p): _r(v) for p, v in val_f1.items()},
+        "val_f1_by_pull": {str(p): rounded(v) for p, v in val_f1.items()},
         "weights": {"linear_default": LINEAR_DEFAULT, "refit": refit, "hand_set": HAND_SET},
         "network": network.report,
         "paired_val": {name: _paired(groups["val"], scorers[name], scorers["linear_default"]) for name in ("default", "refit_mlp")},
@@ -157,7 +157,7 @@ def held_out_domains(groups: dict[str, list[Group]], domains: dict[str, list[str
             continue
         linear, network = load_scorer(fit_weights(train)), fit_mlp(train, seed=SEED)
         diffs.append(_differences(test, network, linear))
-        per_domain[domain] = {"n": len(test), "network": _r(picked_f1(test, network)), "linear": _r(picked_f1(test, linear))}
+        per_domain[domain] = {"n": len(test), "network": rounded(picked_f1(test, network)), "linear": rounded(picked_f1(test, linear))}
         say(f"  held out {domain}: network {per_domain[domain]['network']}, linear {per_domain[domain]['linear']} ({len(test)} test questions)")
     if not diffs:
         return {"domains": per_domain, "paired": None}
@@ -186,7 +186,7 @@ def own_domains(groups: dict[str, list[Group]], domains: dict[str, list[str]], s
             if not held:
                 continue
             diffs[split].append(_differences(held, own, shared))
-            per_domain[domain][split] = {"n": len(held), "own": _r(picked_f1(held, own)), "shared": _r(picked_f1(held, shared))}
+            per_domain[domain][split] = {"n": len(held), "own": rounded(picked_f1(held, own)), "shared": rounded(picked_f1(held, shared))}
         say(f"  {domain}'s own scorer: " + ", ".join(f"{split} {v['own']} against {v['shared']}" for split, v in per_domain[domain].items() if isinstance(v, dict)))
     return {"domains": per_domain, "paired": {split: _mean_se(np.concatenate(parts)) for split, parts in diffs.items() if parts},
             "how": "each domain's questions, scored by the network fitted on that domain's train questions and by the one fitted on every domain's"}
@@ -224,11 +224,7 @@ def _differences(groups: list[Group], a: Any, b: Any) -> np.ndarray:
 
 def _mean_se(diff: np.ndarray) -> dict[str, Any]:
     """Paired differences as the reports give them: mean, standard error (None for one) and count."""
-    return {"mean": _r(float(diff.mean())), "se": _r(float(diff.std(ddof=1) / np.sqrt(len(diff)))) if len(diff) > 1 else None, "n": len(diff)}
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 4)
+    return {"mean": rounded(float(diff.mean())), "se": rounded(float(diff.std(ddof=1) / np.sqrt(len(diff)))) if len(diff) > 1 else None, "n": len(diff)}
 
 
 def _gt(a: float | None, b: float | None) -> bool | None:
