@@ -99,13 +99,9 @@ def main() -> None:
     parser.add_argument("--out", default="demo")
     args = parser.parse_args()
     src, out = Path(args.source), Path(args.out)
-    queries = [json.loads(line) for line in open(src / "queries.jsonl")]
-    gold = {}
-    for line in open(src / "qrels.jsonl"):
-        row = json.loads(line)
-        gold[row["query_id"]] = row["doc_id"]
-    docs = {d["doc_id"]: d for d in (json.loads(line) for line in open(src / "docs.jsonl"))}
-    first = [q for q in queries if q["is_first_turn"]]
+    gold = {row["query_id"]: row["doc_id"] for row in map(json.loads, open(src / "qrels.jsonl"))}
+    docs = {d["doc_id"]: d for d in map(json.loads, open(src / "docs.jsonl"))}
+    first = [q for q in map(json.loads, open(src / "queries.jsonl")) if q["is_first_turn"]]
     per_doc = collections.Counter(gold[q["query_id"]] for q in first)
     keep: set[str] = set()
     for agency in AGENCIES:
