@@ -429,9 +429,7 @@ def bench_serving(concurrency: int = 16, duration: float = 30.0, var_dir: str | 
     if not models or not all(m.strip() for m in models):
         raise ValueError("models must name at least one chat model (auto, auto:fast or an expert's slug)")
     model = models[0]
-    default = resolve_backend()
-    backends = [resolve_backend(b) for b in (backends or [default, "torch"])]
-    backends = list(dict.fromkeys(backends))
+    backends = list(dict.fromkeys(resolve_backend(b) for b in (backends or [resolve_backend(), "torch"])))
     folder = Path(var_dir) if var_dir else Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()

@@ -236,10 +236,8 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
     faults_file = folder / "soak-faults.json"
     faults.write(faults_file, {})
     questions = held_out_questions()
-    previous = os.environ.get(faults.ENV_VAR)
-    os.environ[faults.ENV_VAR] = str(faults_file)  # inherited by the server (bench serving's Server copies the environment)
     try:
-        with Server(folder, _free_port(), workers=workers, env=deployment) as server:
+        with Server(folder, _free_port(), workers=workers, env={**deployment, faults.ENV_VAR: str(faults_file)}) as server:
             say(f"starting uvicorn on {server.base}, data in {folder}, faults in {faults_file}")
             server.wait_ready()
             experts = _experts(server.base)
@@ -267,10 +265,6 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
         for service, state in services_after.items():
             if state != "up":
                 say(f"{service} after the soak: {state}")
-        if previous is None:
-            os.environ.pop(faults.ENV_VAR, None)
-        else:
-            os.environ[faults.ENV_VAR] = previous
     missing, duplicated = _event_counts(folder / "switchboard.sqlite3", tally.answered, database_url)
     requests = len(tally.answered) + sum(tally.errors.values()) + sum(tally.lost.values())
     report: dict[str, Any] = {
