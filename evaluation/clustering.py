@@ -99,7 +99,7 @@ def evaluate_clustering(
     ours_topics = _scored(gold, model.labels_, m_fit, eps=round(model.eps_, 4))
     with measure() as m_product:
         product = discovery.discover(x, model, seed=SEED)
-    m_product.wall_s, m_product.peak_mb = round(m_fit.wall_s + m_product.wall_s, 3), max(m_fit.peak_mb, m_product.peak_mb)
+    m_product = _plus(m_fit, m_product)
     settings = {"grouping": product.grouping, "noise": product.noise, "min_samples": MIN_SAMPLES, "eps": round(model.eps_, 4), "n_topics": model.n_clusters_}
     ours_product = _scored(gold, product.groups, m_product, k=product.n_groups, k_suggested=True, **settings,
                            topic_eps=_rounded(product.topic_eps))
