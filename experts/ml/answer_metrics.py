@@ -23,8 +23,9 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = text.lower().translate(_PUNCTUATION)
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces; but a hyphen parts words, so that
+    "non-driver" and "non - driver" (the same words, as doc2dial's extraction spaces them) read the same."""
+    text = text.lower().replace("-", " ").translate(_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
