@@ -31,9 +31,13 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
     return [f"w{r}" for r in ranks]
 
 
-def _points(n: int, dimension: int, rng: np.random.Generator) -> list[PointRecord]:
+def _unit_vectors(rng: np.random.Generator, n: int, dimension: int) -> np.ndarray:
     vectors = rng.normal(size=(n, dimension)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _points(n: int, dimension: int, rng: np.random.Generator) -> list[PointRecord]:
+    vectors = _unit_vectors(rng, n, dimension)
     points = []
     for i in range(n):
         text = " ".join(_words(rng, WORDS_PER_CHUNK))
@@ -61,8 +65,7 @@ def bench_retrieval(chunks: int = 10_000, queries: int = 200, dimension: int = 3
     rng = np.random.default_rng(seed)
     say(f"building {chunks:,} synthetic chunks ({dimension} dimensions)")
     points = _points(chunks, dimension, rng)
-    qvectors = rng.normal(size=(queries, dimension)).astype(np.float32)
-    qvectors /= np.linalg.norm(qvectors, axis=1, keepdims=True)
+    qvectors = _unit_vectors(rng, queries, dimension)
     qsparse = [bm25_vector(" ".join(_words(rng, 6)), query=True) for _ in range(queries)]
     report: dict[str, Any] = {"chunks": chunks, "dimension": dimension, "queries": queries, "limit": 5}
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as root:
