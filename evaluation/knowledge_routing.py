@@ -8,26 +8,87 @@ fitted on the router's validation split. Questions are scored as every other met
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
+from evaluation.datasets import cached_embeddings, read_jsonl
 from evaluation.latency import Served
 from evaluation.routing_metrics import classification_metrics, method_report, part_scores
+from experts.models import Expert
 from knowledge.evidence import collection_lookup
+from knowledge.ml.chunking import chunk_text
 from knowledge.ml.distinct import DistinctWords
+from knowledge.ml.sparse import bm25_vector, sparse_text
+from knowledge.points import embedding_text
+from knowledge.stores.base import PointRecord
+from knowledge.stores.edge import EdgeQdrantStore
 from routing.ml.arbiter import Arbiter, LoadWindow
 from routing.ml.knowledge import FIT_CANDIDATES, KnowledgeCombiner, MissingKnowledge, evidence_matrix, evidence_one
 from routing.ml.training import abstain_threshold
+
+
+@dataclass
+class DomainIndex:
+    """A dataset's documents chunked as an expert's are and indexed into one temporary collection per domain ("eval_<domain>")."""
+
+    units: list[dict[str, Any]]
+    domains: list[str]
+    chunks: list[tuple[int, str]]  # (unit row, chunk text)
+    store: EdgeQdrantStore
+    root: str
+    index_s: float
+
+    def close(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def build_domain_index(dataset: Path, say: Callable[[str], Any]) -> DomainIndex:
+    """Chunk ``docs.jsonl`` with the Expert defaults, embed (cached) and index dense + BM25 by domain.
+
+    The collections live in a temporary Qdrant Edge store (never the app's) with serving's pointer cache
+    (``QDRANT_POINTER_TTL_S``): timed searches pay what a served request pays.
+    """
+    units = read_jsonl(Path(dataset) / "docs.jsonl")
+    domains = sorted({u["domain"] for u in units})
+    size = int(Expert._meta.get_field("chunk_size").default)
+    overlap = int(Expert._meta.get_field("chunk_overlap").default)
+    say(f"{Path(dataset).name}: {len(units):,} documents in {len(domains)} domains, chunks of {size}/{overlap}")
+    chunks = [(i, chunk.text) for i, unit in enumerate(units) for chunk in chunk_text(unit["text"], size=size, overlap=overlap)]
+    chunk_texts = [embedding_text(units[i]["title"], text) for i, text in chunks]
+    encoding = {"threads": max(1, settings.TORCH_THREADS), "batch_size": 64}
+    vectors = cached_embeddings(f"{Path(dataset).name}-chunks-{size}-{overlap}", chunk_texts, settings.EMBEDDING_MODEL, say, **encoding)
+    by_domain: dict[str, list[PointRecord]] = defaultdict(list)
+    for row, (i, text) in enumerate(chunks):
+        indices, values = bm25_vector(sparse_text(units[i]["title"], text))
+        by_domain[units[i]["domain"]].append(PointRecord(
+            id=hashlib.md5(f"{i}:{row}".encode()).hexdigest(), dense=vectors[row].tolist(), sparse_indices=indices, sparse_values=values,
+            payload={"document_id": i, "unit": units[i]["doc_id"], "domain": units[i]["domain"]},
+        ))
+    root = tempfile.mkdtemp(prefix="router-knowledge-")
+    store = EdgeQdrantStore(root, pointer_ttl_s=float(settings.QDRANT_POINTER_TTL_S))
+    t0 = time.perf_counter()
+    for domain in domains:  # every domain, even one whose documents gave no chunk
+        store.rebuild(f"eval_{domain}", vectors.shape[1], by_domain[domain])
+    index_s = time.perf_counter() - t0
+    say(f"  indexed {len(chunks):,} chunks into {len(domains)} collections in {index_s:.1f} s")
+    return DomainIndex(units, domains, chunks, store, root, index_s)
 
 
 class KnowledgeRouting:
     """The trained router plus the documents of ``folder`` as evidence, fitted on ``split``'s validation rows."""
 
     def __init__(self, split: Any, router: Any, folder: Path, say: Any, target_recall: float, seed: int = 0, router_threshold: float | None = None):
-        from evaluation.datasets import build_domain_index
-
         self.index = build_domain_index(Path(folder), say)
         missing = [c for c in split.classes if c not in self.index.domains]
         if missing:
@@ -115,8 +176,6 @@ class KnowledgeRouting:
 
 def _distinct_words(documents: list[dict[str, Any]], domains: list[str]) -> DistinctWords:
     """``DistinctWords`` over the indexed documents, one expert per domain, as serving builds it from each expert's documents."""
-    from django.conf import settings
-
     from encoders import tokenizer_words
 
     return DistinctWords.from_texts(([f"{d['title']}\n{d['text']}" for d in documents if d["domain"] == domain] for domain in domains),
