@@ -96,8 +96,19 @@ class Answer:
 # it at its likeliest break lost answer F1 (docs/EVALUATIONS.md); gold answers run across such lists as
 # often as they pick one item.
 def split_sentences(text: str) -> list[str]:
-    parts = [p.strip() for p in _SENTENCE_SPLIT.split(text) if p and p.strip()]
+    parts: list[str] = []
+    for part in (p.strip() for p in _SENTENCE_SPLIT.split(text) if p and p.strip()):
+        if parts and _NO_END.search(parts[-1]) and not _LABEL.search(parts[-1]):
+            parts[-1] = f"{parts[-1]} {part}"  # "William D." or "Oct." ended no sentence
+        else:
+            parts.append(part)
     return [p for p in parts if len(p) >= 20 or len(parts) == 1]
+
+
+# A stop that ends no sentence: a middle initial after a name ("William D. Ford") or a month's abbreviation ("Oct. 1");
+# but a letter after a label word names a part ("Medicare Part B. If you ...") and does end one.
+_NO_END = re.compile(r"(?:\b[A-Z][a-z]+ [A-Z]|\b(?:Jan|Feb|Mar|Apr|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+_LABEL = re.compile(r"\b(?:Part|Section|Plan|Title|Form|Schedule|Chapter|Appendix|Step|Option|Tier|Class|Grade|Level|Phase|Type|Item|Question|Exhibit) [A-Z]\.$")
 
 
 def word_set(text: str) -> set[str]:

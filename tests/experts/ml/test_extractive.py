@@ -2,7 +2,7 @@
 
 import pytest
 
-from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted
+from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted, split_sentences
 from experts.ml.junk import looks_like_menu
 
 PASSAGES = [
@@ -208,3 +208,11 @@ def test_no_line_of_a_passage_that_is_a_menu_is_quoted_and_the_next_passage_answ
 ])
 def test_a_menu_is_four_lines_or_more_without_a_sentence_or_a_list_they_introduce(passage, menu):
     assert looks_like_menu(passage) is menu
+
+
+def test_a_sentence_is_not_cut_at_a_middle_initial_or_a_months_abbreviation_but_is_after_a_named_part():
+    text = ("Under the William D. Ford Federal Direct Loan Program you default after 270 days. The deadline is Oct. 1 this year. "
+            "You can enroll in Medicare Part B. If you enroll late, you pay more each month.")
+    assert split_sentences(text) == ["Under the William D. Ford Federal Direct Loan Program you default after 270 days.",
+                                     "The deadline is Oct. 1 this year.", "You can enroll in Medicare Part B.",
+                                     "If you enroll late, you pay more each month."]
