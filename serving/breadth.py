@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from experts.ml.answer_type import parts
 from experts.selectors import experts_by_slug
 
 from .route import Decision
@@ -26,8 +28,14 @@ ONE, BOTH, CLARIFY = "one", "both", "clarify"
 CLOSE = 0.25  # the runner-up's probability over the first's, at least: the router cannot tell the two apart
 STRONG_MATCH = 0.53  # both experts' documents match at least this well (best dense cosine): each answers its part
 MATCH_GAP = 0.02  # the two experts' best matches differ by at most this: the documents do not settle it either
+# Each question of a question that asks two goes to its own expert where the router is at least this sure of each
+# ("Can I get VA disability, and how soon can I start Social Security retirement?"): the loosest on a grid of 0.5-0.95
+# under which none of doc2dial's 18 validation questions that ask two (each about one agency) is split between experts
+# (tools/choose_top2.py --parts; the closest false split was at 0.86).
+PART_CONFIDENT = 0.9
 PART_WORDS = 40  # each part of a two-expert answer: together about one answer's length (experts.ml.extractive.ANSWER_WORDS)
 CLARIFY_LEAD = "Which do you mean"  # how a clarifying question starts: a client sends it back in its messages
+_SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z])")
 _SLUG = re.compile(r"\(([A-Za-z0-9_-]+)\)")
 
 
@@ -83,6 +91,27 @@ def decide(found: Signals | None, *, conversation: bool) -> str:
     if min(found.match_first, found.match_second) >= STRONG_MATCH:
         return BOTH
     return CLARIFY if abs(found.match_first - found.match_second) <= MATCH_GAP and not conversation else ONE
+
+
+def split_between(question: str, route_part: Callable[[str], Decision]) -> dict[str, str] | None:
+    """The parts of a question that asks two or more (``answer_type.parts``) by the expert each belongs to, where they
+    belong to exactly two experts and the router (``route_part``) is at least ``PART_CONFIDENT`` sure of each; else None.
+    A part's expert answers that part, with what the user said before the first question: {slug: its part (two parts for
+    the same expert joined)}."""
+    asked = parts(question)
+    if len(asked) < 2:
+        return None
+    # What the user said before asking ("I'm an international student on an F-1 visa.") belongs to every part.
+    said = _SENTENCE_END.split(asked[0])
+    preamble = " ".join(said[:-1])
+    owners: dict[str, list[str]] = {}
+    for i, part in enumerate(asked):
+        d = route_part(part)
+        top = max(d.raw_scores.items(), key=lambda kv: kv[1], default=None)
+        if d.abstained or top is None or top[1] < PART_CONFIDENT:
+            return None
+        owners.setdefault(top[0], []).append(part if i == 0 or not preamble else f"{preamble} {part}")
+    return {slug: " ".join(own) for slug, own in owners.items()} if len(owners) == 2 else None
 
 
 def clarify_choices(found: Signals) -> list[dict[str, str]]:

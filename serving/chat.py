@@ -193,6 +193,7 @@ class ChatTurn:
         self.clarify: list[dict[str, str]] = []  # a clarifying question's choices (``serving.breadth``)
         self.choice = ""  # the expert the user chose in answer to a clarifying question
         self._both = False  # both top experts answer their part (``serving.breadth.BOTH``)
+        self.asked: dict[str, str] = {}  # where a question asks two of two experts, the part each answers (``breadth.split_between``)
         self.refusal = ""  # why no expert answers: OUT_OF_SCOPE or OTHER_LANGUAGE ("" when one answers)
 
     # -- before the first byte ---------------------------------------------------------------
@@ -285,6 +286,12 @@ class ChatTurn:
             self._both = how == breadth.BOTH
             if how == breadth.CLARIFY and found is not None:
                 self.clarify = breadth.clarify_choices(found)
+            if how != breadth.BOTH:  # a question that asks two, each of another expert: each answers its own
+                self.asked = breadth.split_between(question, lambda part: route(
+                    part, top_k=2, router_version=self.arm.router_version if self.arm else None, allowed=req.allowed)) or {}
+                if self.asked:
+                    self._both, self.clarify = True, []
+                    ranked = [e for slug in self.asked for e in ranked if e["slug"] == slug] + [e for e in ranked if e["slug"] not in self.asked]
         return [str(e["slug"]) for e in ranked]
 
     def _earlier_expert(self) -> str:
@@ -312,13 +319,14 @@ class ChatTurn:
         chosen = [experts[s] for s in slugs if s in experts]
         t0 = time.perf_counter()
         try:
-            fixed = knowledge.correct_spelling(chosen, self.question)
+            fixed = knowledge.correct_spelling(chosen, self._asked_of(slugs))
             self.search_question = fixed.text
             self.spelling = {"searched_for": fixed.text, "corrections": [list(c) for c in fixed.changes]} if fixed.changed else None
             # A corrected question is embedded again by the search; the router's vector is the question as written.
             # The fast tier's vector serves either way: its requests never wait for the sentence encoder.
             fast = self.decision is not None and self.decision.encoder == "fast"
-            vector = self.decision.vector if self.decision and (fast or not fixed.changed) else None
+            asked_part = len(slugs) == 1 and slugs[0] in self.asked  # searched by its own part: encoded by the search
+            vector = self.decision.vector if self.decision and (fast or not fixed.changed) and not asked_part else None
             if self.search_context is None:
                 self.search_context = self._search_context(fast)
             hits = knowledge.search_experts(chosen, fixed.text, limit=settings.RETRIEVAL_TOP_K, weights=weights,
@@ -326,6 +334,10 @@ class ChatTurn:
         finally:
             self.timings["retrieve_ms"] += (time.perf_counter() - t0) * 1000
         return _to_passages(hits)
+
+    def _asked_of(self, slugs: list[str]) -> str:
+        """What ``slugs`` are asked: the question, or one expert's own part of a question that asks two (``asked``)."""
+        return self.asked.get(slugs[0], self.question) if len(slugs) == 1 else self.question
 
     def _search_context(self, fast: bool) -> knowledge.SearchContext | None:
         """The user's earlier turns for the search (``knowledge.ml.conversation``): the request's history, else the
@@ -368,7 +380,7 @@ class ChatTurn:
             version, adapter = generation_settings(slug, self.arm)
             self.expert_version = version.version if version is not None else None
             request = GenerationRequest(
-                question=self.question, search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
+                question=self._asked_of([slug]), search_question=self.search_question, expert=slug, passages=passages, history=list(self.request.history),
                 system_prompt=version.system_prompt if version else "", citation_format=version.citation_format if version else "[{index}]",
                 adapter=adapter, max_tokens=min(filter(None, (self.request.max_tokens, self._part_tokens)), default=None),
                 temperature=self.request.temperature,
@@ -395,6 +407,9 @@ class ChatTurn:
         merged = accurate.answer_accurately(candidates, retrieve=self._retrieve, answer_with=self._answer_with, skipped=self.failover_from,
                                             request_id=self.request_id)
         self.expert, self.source, self._passages, self._parts = merged.expert, merged.source, merged.passages, merged.parts
+        for part in self._parts:  # the part of the question each expert answered, where it asked two
+            if part["expert"] in self.asked:
+                part["asked"] = self.asked[part["expert"]]
         self.expert_version = self.source.expert_version  # the answering expert's version, for the event
         self.fallback_used = bool(self.failover_from)
         return merged.answer

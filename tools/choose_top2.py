@@ -3,7 +3,9 @@
 Every validation question is routed as ``auto`` routes it in a throw-away workspace and its signals
 (``serving.breadth.Signals``) written to ``OUT``. Each doc2dial question belongs to one agency, so two
 answers or a question back is a false alarm: for each ``CLOSE``, ``STRONG_MATCH`` and ``MATCH_GAP`` are
-the loosest within ``FALSE_ALARMS``, and the ``CLOSE`` that flags the most wins.
+the loosest within ``FALSE_ALARMS``, and the ``CLOSE`` that flags the most wins. ``PART_CONFIDENT`` (a question
+that asks two, split between two experts: ``breadth.split_between``) is the loosest on ``PART_GRID`` that splits
+none of the validation questions.
 
     PYTHONPATH=platform:. DJANGO_SETTINGS_MODULE=switchboard.settings python tools/choose_top2.py ../shared/datasets/doc2dial demo/questions.jsonl
     python tools/choose_top2.py --signals /tmp/top2_signals.json   # choose again from the written signals
@@ -20,13 +22,23 @@ OUT = Path("/tmp/top2_signals.json")
 CLOSES = [round(0.1 + 0.05 * i, 2) for i in range(11)]
 MATCHES = [round(0.4 + 0.01 * i, 2) for i in range(31)]
 GAPS = [round(0.005 * i, 3) for i in range(21)]
+PART_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
 def main(folder: Path, questions_file: Path) -> None:
     from evaluation.datasets import read_jsonl, user_turns
     from evaluation.workspace import Dataset, load
+    from experts.ml.answer_type import parts
     from serving.breadth import signals
     from serving.route import route
+
+    def routed_parts(question: str) -> list[list]:
+        """Each part of a question that asks two as ``breadth.split_between`` routes it: [top expert, its probability, abstained]."""
+        asked = parts(question)
+        if len(asked) < 2:
+            return []
+        found = [route(part, top_k=2) for part in asked]
+        return [[*max(d.raw_scores.items(), key=lambda kv: kv[1]), d.abstained] for d in found]
 
     data = Dataset.read(folder)
     load(data, say=print)
@@ -34,12 +46,13 @@ def main(folder: Path, questions_file: Path) -> None:
     for q in data.questions("val"):
         earlier = user_turns(q)
         d = route(q["text"], top_k=2, context=earlier or None)
-        rows.append({"set": "val", "kind": "single", "domain": q["domain"], "context": bool(earlier), **_dict(signals(d, q["text"]))})
+        rows.append({"set": "val", "kind": "single", "domain": q["domain"], "context": bool(earlier), "parts": routed_parts(q["text"]),
+                     **_dict(signals(d, q["text"]))})
     for q in read_jsonl(questions_file):
         earlier = user_turns(q)
         d = route(q["question"], top_k=2, context=earlier or None)
         rows.append({"set": "questions", "kind": q["kind"], "domain": q.get("domain"), "choices": q.get("choices"), "context": bool(earlier),
-                     "question": q["question"], **_dict(signals(d, q["question"]))})
+                     "question": q["question"], "parts": routed_parts(q["question"]), **_dict(signals(d, q["question"]))})
     OUT.write_text(json.dumps(rows, indent=1))
     print(f"{len(rows)} questions' signals written to {OUT}")
     choose(rows)
@@ -71,6 +84,16 @@ def choose(rows: list[dict]) -> None:
         if best is None or both + clarify > best[0] + 1e-9:
             best = (both + clarify, close, strong, gap)
     print(f"chosen: CLOSE {best[1]}, STRONG_MATCH {best[2]}, MATCH_GAP {best[3]}")
+
+    def split(row: dict, at: float) -> bool:
+        found = row.get("parts") or []
+        return bool(found) and all(p >= at and not abstained for _, p, abstained in found) and len({slug for slug, _, _ in found}) == 2
+
+    asking_two = [r for r in rows if r["set"] == "val" and r.get("parts")]
+    for at in PART_GRID:
+        print(f"PART_CONFIDENT {at}: validation questions that ask two split {sum(split(r, at) for r in asking_two)} of {len(asking_two)}; "
+              f"question file split: {sorted(r['kind'] for r in rows if r['set'] == 'questions' and split(r, at))}")
+    print(f"chosen: PART_CONFIDENT {min(at for at in PART_GRID if not any(split(r, at) for r in asking_two))}")
 
 
 def _dict(found) -> dict:

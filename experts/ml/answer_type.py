@@ -6,7 +6,8 @@ scorer (``sentence_scorer``) reads similarity and shared words, and a sentence a
 states no time at all often wins on both. ``expected`` reads the kind off the question's wording (None when
 it asks for none of them: most questions); ``states`` says whether a sentence holds a fact of that kind.
 The extractive answer (``extractive.extractive_answer``) adds the best-scored sentence that states it when
-its best sentence does not.
+its best sentence does not. ``parts`` splits a question that asks two ("..., and how soon can I ...?"): serving
+lets two experts answer where its parts belong to different ones (``serving.breadth.split_between``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ _STATES = {
     "money": re.compile(r"\$\s*\d|\b\d[\d,.]*\s*(?:dollars|cents)\b|\b(?:free of charge|no (?:additional |extra )?(?:cost|fee|charge))\b|\bminimum wage\b|\bfree\b", re.I),
     "count": re.compile(rf"\b{_NUMBER}\b|%|\$\s*\d", re.I),
 }
+
+
+# Where a question asks a second question: after a question mark, or at "and" before a question word
+# ("Can I get VA disability, and how soon can I start Social Security retirement?").
+_SECOND_QUESTION = re.compile(r"(?<=\?)\s+(?=[A-Z])|,?\s+and\s+(?=(?:what|when|how|where|who|why|which|can|could|do|does|did|is|are|will|would|should|must|may)\b)", re.I)
+
+
+def parts(question: str) -> list[str]:
+    """The questions ``question`` asks, in order: itself alone, or each of the two or more it joins."""
+    found = [part.strip() for part in _SECOND_QUESTION.split(question) if part and part.strip()]
+    return found if len(found) > 1 else [question]
 
 
 def expected(question: str) -> str | None:

@@ -129,3 +129,34 @@ def test_the_streamed_final_chunk_carries_the_experts_answering_and_the_choices(
     assert chunks[-1]["switchboard"]["clarify"] == [{"slug": "dmv", "name": "DMV"}, {"slug": "ssa", "name": "SSA"}]
     chosen = streamed(follow_up(client, "DMV", stream=True))[-1]["switchboard"]
     assert (chosen["expert"], chosen["chosen_after_clarify"], chosen["experts_answering"]) == ("dmv", "dmv", ["dmv"])
+
+
+def test_a_question_that_asks_two_of_two_experts_gets_each_part_answered_by_its_own(serving, client, evidence):
+    evidence.update(dmv=WEAK, ssa=WEAK)  # neither the router's top two nor the documents would have asked both
+    response = chat(client, "I am moving house. How do I renew my licence, and when is my pension paid?")
+    meta = meta_of(response)
+    assert meta["experts_answering"] == ["dmv", "ssa"]
+    assert meta["clarify"] is None
+    # Each expert was asked its own part, with what the user said before asking.
+    assert [r.question for r in serving["generator"].requests] == ["I am moving house. How do I renew my licence",
+                                                                   "I am moving house. when is my pension paid?"]
+    assert [r.max_tokens for r in serving["generator"].requests] == [breadth.PART_WORDS, breadth.PART_WORDS]
+    assert [p["asked"] for p in meta["parts"]] == ["I am moving house. How do I renew my licence", "I am moving house. when is my pension paid?"]
+
+
+def test_a_question_that_asks_two_of_one_expert_keeps_one_answer(serving, client, evidence):
+    meta = meta_of(chat(client, "How do I renew my licence, and what does the licence cost?"))
+    assert meta["experts_answering"] == ["dmv"]
+    assert [r.question for r in serving["generator"].requests] == ["How do I renew my licence, and what does the licence cost?"]
+
+
+@pytest.mark.parametrize(("question", "asked"), [
+    ("Can I get VA disability, and how soon can I start Social Security retirement?",
+     ["Can I get VA disability", "how soon can I start Social Security retirement?"]),
+    ("How does work-study pay me? Can I get some of it up front?", ["How does work-study pay me?", "Can I get some of it up front?"]),
+    ("What are the fees and deadlines for renewal?", ["What are the fees and deadlines for renewal?"]),
+])
+def test_the_questions_a_question_asks(question, asked):
+    from experts.ml.answer_type import parts
+
+    assert parts(question) == asked
