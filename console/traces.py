@@ -194,6 +194,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "answer": trace.get("answer", ""),
             "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
             "experts_answering": trace.get("experts_answering") if isinstance(trace.get("experts_answering"), list) else [],
+            "asked": trace.get("asked") if isinstance(trace.get("asked"), dict) else {},
             "clarify": trace.get("clarify") if isinstance(trace.get("clarify"), list) else [],
             "chosen_after_clarify": str(trace.get("chosen_after_clarify") or ""),
             "timings": [{"label": label, "ms": ms} for label, ms in timings],

@@ -87,6 +87,7 @@ class ChatResult:
     conversation_expert: str = ""
     conversation_expert_from: str = ""
     experts_answering: list[str] = field(default_factory=list)  # the experts whose parts make up the answer (two: a top-2 answer)
+    asked: dict[str, str] = field(default_factory=dict)  # a question that asks two of two experts: the part each answered (``breadth.split_between``)
     clarify: list[dict[str, str]] = field(default_factory=list)  # the answer asks which of these experts ({"slug", "name"}) the user means
     choice: str = ""  # the expert the user chose in answer to a clarifying question (``serving.breadth.after_clarify``)
     refusal: str = ""  # why no expert answers: ``route.OUT_OF_SCOPE`` or ``route.OTHER_LANGUAGE`` ("" when one answers)
@@ -452,7 +453,8 @@ class ChatTurn:
             earlier_turns_searched=self.search_context.used_turns if self.search_context is not None else 0,
             earlier_turns_left_out=self.turns_left_out,
             conversation_expert=self.conversation_expert, conversation_expert_from=self._conversation_expert_from,
-            experts_answering=self.experts_answering, clarify=self.clarify, choice=self.choice, refusal=self.refusal,
+            experts_answering=self.experts_answering, asked=self.asked if len(self.experts_answering) > 1 else {},
+            clarify=self.clarify, choice=self.choice, refusal=self.refusal,
         )
         if status_code == 200 and self.expert and self.conversation is not None and self.decision is not None:
             conversations.save_turn(self.conversation, self.decision.vector, self.expert, self.request.api_key_id, self.request.user_id)

@@ -75,6 +75,8 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
                                          "margin": conversation_rule.STICKY_MARGIN}
     if len(result.experts_answering) > 1:  # each answered its part (``serving.breadth``)
         trace["experts_answering"] = result.experts_answering
+    if result.asked:  # the question asked two, each of another expert: the part each answered (text only where question text is kept)
+        trace["asked"] = result.asked if settings.STORE_QUESTION_TEXT else dict.fromkeys(result.asked, "")
     if result.clarify:  # the answer asked which of these experts the user means
         trace["clarify"] = result.clarify
     if result.choice:

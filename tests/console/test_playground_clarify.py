@@ -67,3 +67,18 @@ def test_a_two_expert_answer_names_both_experts(console, experts, monkeypatch):
     assert re.search(r'id="answered-by">Motor Vehicles and Social Security</strong>', html)
     assert 'id="answer-experts"' in html
     assert 'id="clarify-choices"' not in html
+
+
+def test_a_question_that_asks_two_names_the_part_each_expert_answered(console, experts, monkeypatch):
+    def split(question: str, model: str = "auto", **_: object) -> chat.ChatResult:
+        result = fake_result(question)
+        result.experts_answering = ["dmv", "ssa"]
+        result.asked = {"dmv": "How do I renew my licence", "ssa": "when is my pension paid?"}
+        return result
+
+    monkeypatch.setattr(chat, "answer", split)
+    html = console.post(reverse("console-playground-answer"), {"question": "How do I renew my licence, and when is my pension paid?",
+                                                                "mode": "auto"}).content.decode()
+    assert ("Your question asks two things: Motor Vehicles answered “How do I renew my licence”; "
+            "Social Security answered “when is my pension paid?”.") in html
+    assert "Both experts' documents hold this question" not in html

@@ -30,6 +30,16 @@ def test_a_two_expert_answer_names_both_experts(client, staff):
     assert "Both Motor Vehicles and Social Security answered, each its part" in html
 
 
+def test_a_question_that_asked_two_names_the_part_each_expert_answered(client, staff):
+    html = page(client, staff, "r-parts", "dmv", {"experts_answering": ["dmv", "ssa"],
+                                                  "asked": {"dmv": "How do I renew my licence", "ssa": "when is my pension paid?"}})
+    assert "The question asked two things, each of another expert: Motor Vehicles answered “How do I renew my licence”; " \
+           "Social Security answered “when is my pension paid?”." in html
+    assert "each its part: the documents of each held the question" not in html
+    unkept = page(client, staff, "r-parts-2", "dmv", {"experts_answering": ["dmv", "ssa"], "asked": {"dmv": "", "ssa": ""}})
+    assert "Motor Vehicles answered its part; Social Security answered its part." in unkept
+
+
 def test_a_clarifying_question_and_the_choice_after_it_are_told(client, staff):
     asked = page(client, staff, "r-asked", "", {"clarify": [{"slug": "ssa", "name": "Social Security"}, {"slug": "dmv", "name": "Motor Vehicles"}]})
     assert "The question could belong to Social Security or Motor Vehicles and nothing earlier in the conversation decided it" in asked

@@ -142,6 +142,9 @@ def test_a_question_that_asks_two_of_two_experts_gets_each_part_answered_by_its_
                                                                    "I am moving house. when is my pension paid?"]
     assert [r.max_tokens for r in serving["generator"].requests] == [breadth.PART_WORDS, breadth.PART_WORDS]
     assert [p["asked"] for p in meta["parts"]] == ["I am moving house. How do I renew my licence", "I am moving house. when is my pension paid?"]
+    # The trace keeps the part each answered, and the trace page says so.
+    event = event_for(response.json()["id"])
+    assert event.trace["asked"] == {"dmv": "I am moving house. How do I renew my licence", "ssa": "I am moving house. when is my pension paid?"}
 
 
 def test_a_question_that_asks_two_of_one_expert_keeps_one_answer(serving, client, evidence):
