@@ -73,7 +73,8 @@ test: install browser check ## Run the CI checks, then the whole default test su
 	$(PY) -m pytest --ds=switchboard.settings_test -n 2 --dist loadfile
 
 test-slow: install ## The slow evaluations (`-m slow`) that assert the headline targets on the shared datasets (CI: .ci/run-slow)
-	$(PY) -m pytest --ds=switchboard.settings_test -m slow tests/evaluation
+	@# A slow evaluation takes up to ~10 minutes on two quiet cores and far longer on a busy machine: the hang guard is 30.
+	$(PY) -m pytest --ds=switchboard.settings_test -m slow --timeout 1800 tests/evaluation
 
 lint: install ## ruff, the import contracts and the layout rules only
 	$(VENV)/bin/ruff check .
