@@ -43,6 +43,10 @@ class VectorStore(Protocol):
 
     def delete_document(self, name: str, document_id: int) -> None: ...
 
+    def set_payloads(self, name: str, payloads: dict[str, dict[str, Any]]) -> None:
+        """Add each ``payloads[id]``'s keys to that point's payload, vectors untouched; an id no longer in the collection
+        (its document re-indexed or deleted since) is skipped."""
+
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         """Fill a fresh copy of the collection and switch to it in one step."""
 

@@ -179,11 +179,12 @@ class EdgeQdrantStore:
             return ""
 
     def _write(self, name: str, points: list[PointRecord] | None = None, dimension: int | None = None, keep_except: list[int] | None = None,
-               legacy_only: bool = False, resparse_only: bool = False) -> None:
+               legacy_only: bool = False, resparse_only: bool = False, payloads: dict[str, dict[str, Any]] | None = None) -> None:
         """Write a new version holding the active one's points but those of documents ``keep_except`` (None: none of them,
         a fresh collection) plus ``points``, then activate it. ``legacy_only``: only if the collection is still the numpy
         store's; ``resparse_only``: only if its sparse vectors are another model's. Points copied from a version of another
-        sparse model get theirs made again from their title and text, so a version never mixes two models' terms."""
+        sparse model get theirs made again from their title and text, so a version never mixes two models' terms.
+        ``payloads``: keys added to the copied points' payloads, by point id."""
         with self._mutex, self._writer_lock(name):
             active = self._active(name)
             if legacy_only and active is not None:
@@ -200,9 +201,10 @@ class EdgeQdrantStore:
             shard = qe.EdgeShard.create(str(target), _config(dimension))
             try:
                 if keep_except is not None and active:
-                    self._copy(self._dir(name) / active, shard, keep_except, resparse=self._sparse_model(name, active) != SPARSE_MODEL)
+                    self._copy(self._dir(name) / active, shard, keep_except, resparse=self._sparse_model(name, active) != SPARSE_MODEL, payloads=payloads)
                 elif keep_except is not None and legacy:
-                    _upsert(shard, [p for p in legacy[1] if p.payload.get("document_id") not in keep_except])
+                    _upsert(shard, [PointRecord(p.id, p.dense, p.sparse_indices, p.sparse_values, {**p.payload, **(payloads or {}).get(p.id, {})})
+                                    for p in legacy[1] if p.payload.get("document_id") not in keep_except])
                 _upsert(shard, points or [])
                 # Fault hook: a writer that stalls (or dies) after writing, before the switch.
                 faults.inject("vector_store_write", StoreUnavailable, expert=name.removeprefix("expert_"))
@@ -218,9 +220,9 @@ class EdgeQdrantStore:
             self._collect_garbage(name)  # inside the writer lock: no other writer is copying a version now
 
     @staticmethod
-    def _copy(source: Path, shard: qe.EdgeShard, skip_documents: list[int], resparse: bool = False) -> None:
+    def _copy(source: Path, shard: qe.EdgeShard, skip_documents: list[int], resparse: bool = False, payloads: dict[str, dict[str, Any]] | None = None) -> None:
         """The points of the version at ``source`` but ``skip_documents``'s, into ``shard``; ``resparse``: their sparse
-        vectors made again (``knowledge.ml.sparse``) from their title and text."""
+        vectors made again (``knowledge.ml.sparse``) from their title and text; ``payloads``: keys added to theirs, by id."""
         old = qe.EdgeShard.load(str(source))
         try:
             skip = qe.Filter(must_not=[qe.FieldCondition(key="document_id", match=qe.MatchAny(any=skip_documents))]) if skip_documents else None
@@ -231,7 +233,8 @@ class EdgeQdrantStore:
                     records = [qe.Point(id=r.id, vector={DENSE: r.vector[DENSE], SPARSE: qe.SparseVector(*bm25_vector(sparse_text((r.payload or {}).get('title', ''), (r.payload or {}).get('text', ''))))},
                                         payload=r.payload) for r in records]
                 if records:
-                    shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=r.id, vector=r.vector, payload=r.payload) for r in records]))
+                    shard.update(qe.UpdateOperation.upsert_points([qe.Point(id=r.id, vector=r.vector, payload={**(r.payload or {}), **payloads.get(str(r.id), {})} if payloads else r.payload)
+                                                                   for r in records]))
                 if offset is None:
                     return
         finally:
@@ -347,6 +350,10 @@ class EdgeQdrantStore:
         if self._active(name) is None and self._active(name, LEGACY_POINTER) is None:
             return
         self._write(name, keep_except=[document_id])
+
+    def set_payloads(self, name: str, payloads: dict[str, dict[str, Any]]) -> None:
+        if payloads and (self._active(name) is not None or self._active(name, LEGACY_POINTER) is not None):
+            self._write(name, keep_except=[], payloads=payloads)  # a copy of every point, these payloads added
 
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         self._write(name, points, dimension=dimension)

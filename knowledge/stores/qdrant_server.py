@@ -109,6 +109,16 @@ class ServerQdrantStore:
         self.client.delete(name, points_selector=models.FilterSelector(filter=document_filter(document_id)), wait=True)
 
     @_server_errors
+    def set_payloads(self, name: str, payloads: dict[str, dict[str, Any]]) -> None:
+        ids = list(payloads)
+        for start in range(0, len(ids), 256):
+            part = ids[start : start + 256]
+            present = {str(r.id) for r in self.client.retrieve(name, part, with_payload=False, with_vectors=False)}
+            ops = [models.SetPayloadOperation(set_payload=models.SetPayload(payload=payloads[i], points=[i])) for i in part if i in present]
+            if ops:
+                self.client.batch_update_points(name, ops, wait=True)
+
+    @_server_errors
     def rebuild(self, name: str, dimension: int, points: list[PointRecord]) -> None:
         old = self._physical(name)
         physical = _build_name(name)

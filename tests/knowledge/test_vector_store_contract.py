@@ -78,6 +78,23 @@ def test_replacing_a_document_swaps_all_its_chunks(store):
     store.drop(name)
 
 
+def test_set_payloads_adds_keys_to_the_points_still_there_and_skips_the_others(store):
+    name = f"contract_{uuid.uuid4().hex[:8]}"
+    store.ensure_collection(name, DIM)
+    kept, gone = point(1, 0, "renew licence online", 0), point(2, 0, "old plates", 4)
+    store.replace_documents(name, {1: [kept], 2: [gone]})
+    store.replace_documents(name, {2: [point(2, 0, "new plates", 4)]})  # re-indexed: its old point is gone
+
+    store.set_payloads(name, {kept.id: {"extra": "kept"}, gone.id: {"extra": "gone"}})
+
+    hits = {h.payload["text"]: h for h in search(store, name, "licence plates", 0, limit=10)}
+    assert hits["renew licence online"].payload == {**kept.payload, "extra": "kept"}
+    assert hits["renew licence online"].dense_score == pytest.approx(1.0, abs=1e-4)  # its vector unchanged
+    assert "extra" not in hits["new plates"].payload
+    assert store.count(name) == 2
+    store.drop(name)
+
+
 def test_rebuild_switches_to_the_new_contents_in_one_step(store):
     name = f"contract_{uuid.uuid4().hex[:8]}"
     store.ensure_collection(name, DIM)
