@@ -5,6 +5,11 @@ The documents (doc2dial's ``docs.jsonl`` by default, or every file of a folder) 
 From the shell it runs in a throw-away workspace (``evaluation.workspace.isolated``). The encoder is loaded
 before the clock starts. A passage is what a search returns: one chunk of a document. ``cpu_s`` (this
 process's CPU time, the encoder's threads included) tells the work apart from a busy machine's waiting.
+
+The job makes every passage searchable first, then adds the passages' sentence vectors to their payloads
+(what the extractive answer reads instead of encoding a passage's sentences when it first answers from it).
+``passages_per_s`` and ``searchable_s`` time the first part; ``complete_s`` and ``complete_passages_per_s``
+the whole job, sentence vectors included; the CPU figures are given for both.
 """
 
 from __future__ import annotations
@@ -39,16 +44,22 @@ def bench_ingest(paths: list[Path] | None = None, say: Callable[[str], Any] = pr
     say(f"ingesting {len(files)} file(s) into {EXPERT}")
     started, cpu = time.perf_counter(), time.process_time()
     report = ingest_files(expert, [(f.name, f) for f in files])
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    complete, cpu = time.perf_counter() - started, time.process_time() - cpu
     documents, chunks = report.created + report.updated, int(report.indexing.get("chunks", 0))
+    # The sentence vectors are the job's tail: every passage was searchable when they began.
+    searchable = complete - float(report.indexing.get("sentences_s", 0.0))
+    searchable_cpu = cpu - float(report.indexing.get("sentences_cpu_s", 0.0))
     result: dict[str, Any] = {
-        "files": len(files), "failed_files": len(report.failed), "documents": documents, "chunks": chunks, "seconds": round(seconds, 2),
-        "documents_per_s": round(documents / seconds, 2), "chunks_per_s": round(chunks / seconds, 2),
-        "passages_per_s": round(chunks / seconds, 2), "cpu_s": round(cpu, 2), "cpu_ms_per_passage": round(1000 * cpu / max(1, chunks), 1),
+        "files": len(files), "failed_files": len(report.failed), "documents": documents, "chunks": chunks,
+        "searchable_s": round(searchable, 2), "documents_per_s": round(documents / searchable, 2), "chunks_per_s": round(chunks / searchable, 2),
+        "passages_per_s": round(chunks / searchable, 2), "cpu_ms_per_passage": round(1000 * searchable_cpu / max(1, chunks), 1),
+        "complete_s": round(complete, 2), "complete_passages_per_s": round(chunks / complete, 2), "cpu_s": round(cpu, 2),
+        "complete_cpu_ms_per_passage": round(1000 * cpu / max(1, chunks), 1),
         "phases_s": {"parse": round(report.parse_s, 2), **report.indexing.get("seconds", {})}, "target_passages_per_s": TARGET_PASSAGES_PER_S,
         "encoder_threads": bulk_threads(), "disk_cache": bool(settings.EMBEDDING_DISK_CACHE),
     }
     result["meets_target"] = result["passages_per_s"] >= TARGET_PASSAGES_PER_S
-    say(f"  {documents} documents, {chunks} passages in {result['seconds']} s: {result['passages_per_s']} passages/s, "
-        f"{result['documents_per_s']} documents/s (target {TARGET_PASSAGES_PER_S} passages/s); seconds by phase {result['phases_s']}")
+    say(f"  {documents} documents, {chunks} passages searchable in {result['searchable_s']} s: {result['passages_per_s']} passages/s, "
+        f"{result['documents_per_s']} documents/s (target {TARGET_PASSAGES_PER_S} passages/s); with their sentence vectors "
+        f"{result['complete_s']} s, {result['complete_passages_per_s']} passages/s; seconds by phase {result['phases_s']}")
     return result

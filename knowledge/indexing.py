@@ -2,7 +2,9 @@
 
 A new document version is indexed in one atomic swap of its chunks (``VectorStore.replace_documents``).
 Until that swap succeeds the previous version's chunks keep serving; a version that fails to index
-keeps its error on the row and stays pending.
+keeps its error on the row and stays pending. Once every chunk of a job is searchable, the job adds
+each chunk's sentence vectors to its payload (``points.sentence_payloads``, ``VectorStore.set_payloads``):
+the extractive answer reads them instead of encoding a chunk's sentences when it first answers from it.
 
 Every collection records what it was built with (``KnowledgeBase``: embedding model, dimension,
 chunking). Indexing into a collection built with another model re-embeds everything instead, since
@@ -24,7 +26,7 @@ from experts.models import Expert
 from jobs.services import JobReporter
 
 from .models import Document, KnowledgeBase
-from .points import chunk_settings, documents_points
+from .points import chunk_settings, documents_points, sentence_payloads
 from .selectors import collection_name, model_mismatch
 from .stores import PointRecord, get_store
 
@@ -34,6 +36,12 @@ logger = logging.getLogger(__name__)
 # collection's snapshot (knowledge.stores.embedded), so fewer, larger batches write less; kept at the
 # size batches always had, since a larger one changes little when the encoder's passes dominate.
 INDEX_BATCH = 50
+# The share of an indexing job's progress bar that ends when its chunks are searchable; the sentence vectors
+# fill the rest (about half of the encoder's work: docs/EVALUATIONS.md#bench-ingest).
+SEARCHABLE_PROGRESS = 0.5
+# Chunks whose sentence vectors are written together, at most (each write copies the collection). A memory
+# bound, not a tuned figure: their payloads take ~3.3 KB a chunk (3.2 sentences of 384 float16 numbers, base64).
+SENTENCE_WRITE_CHUNKS = 5000
 
 
 def _record_model(expert: Expert, *, built: bool) -> KnowledgeBase:
@@ -72,12 +80,40 @@ def _add_seconds(seconds: dict[str, float], phase: str, started: float) -> None:
     seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - started
 
 
-def index_documents(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None) -> int:
+def add_sentence_vectors(expert: Expert, chunks: dict[str, str], seconds: dict[str, float] | None = None) -> int:
+    """Add their sentence vectors to the payloads of ``chunks`` (point id -> chunk text) in the expert's collection, in one
+    write; a chunk replaced or deleted since is skipped. Returns the number of chunks given vectors. ``seconds`` (when given)
+    gains the time spent encoding ("sentences") and writing ("write")."""
+    payloads = sentence_payloads(chunks, seconds)
+    if payloads:
+        started = time.perf_counter()
+        get_store().set_payloads(collection_name(expert), payloads)
+        _add_seconds(seconds if seconds is not None else {}, "write", started)
+    return len(payloads)
+
+
+def _add_sentences(expert: Expert, written: list[dict[str, str]], reporter: JobReporter, seconds: dict[str, float]) -> float:
+    """The sentence vectors of every chunk a job wrote (``written``: point id -> text, one dict per write), written
+    ``SENTENCE_WRITE_CHUNKS`` chunks at a time at most; returns the CPU seconds it took."""
+    cpu, total, done = time.process_time(), sum(len(chunks) for chunks in written), 0
+    group: dict[str, str] = {}
+    for i, chunks in enumerate(written):
+        group.update(chunks)
+        if len(group) >= SENTENCE_WRITE_CHUNKS or i == len(written) - 1:
+            add_sentence_vectors(expert, group, seconds)
+            done, group = done + len(group), {}
+            reporter.progress(SEARCHABLE_PROGRESS + (1 - SEARCHABLE_PROGRESS) * done / max(1, total), f"sentence vectors for answers: {done}/{total} chunks")
+    return time.process_time() - cpu
+
+
+def index_documents(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None, written: list[dict[str, str]] | None = None) -> int:
     """(Re)index these documents' chunks in one atomic swap; returns the number of chunks.
 
     A document that cannot be chunked or embedded keeps its error and its previous chunks; the
     others are indexed. If the swap itself fails, nothing changes in the collection. ``seconds``
-    (when given) gains the time spent chunking, embedding and writing ("chunk", "embed", "write").
+    (when given) gains the time spent chunking, embedding and writing ("chunk", "embed", "write");
+    ``written`` (when given) gains the chunks written (point id -> text), whose sentence vectors the
+    caller adds (``add_sentence_vectors``).
     """
     seconds = {} if seconds is None else seconds
     store = get_store()
@@ -104,21 +140,30 @@ def index_documents(expert: Expert, documents: list[Document], seconds: dict[str
                 Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(
                     chunk_count=len(batch[document.pk]), set_aside=_set_aside(batch[document.pk]), indexed_at=now, index_error="")
     _add_seconds(seconds, "write", started)
+    if written is not None:
+        written.append({p.id: str(p.payload.get("text") or "") for points in batch.values() for p in points})
     return sum(len(points) for points in batch.values())
 
 
 def _index_pending_documents(expert: Expert, reporter: JobReporter, batch_size: int, rounds: int = 5) -> dict[str, Any]:
+    """Index the pending documents: every chunk searchable first, then their sentence vectors added (``_add_sentences``).
+    The result's ``seconds`` hold each phase's; ``sentences_s`` and ``sentences_cpu_s`` are the job's tail after its chunks
+    were searchable (wall and CPU seconds)."""
     done, chunks, seconds = 0, 0, {}
+    written: list[dict[str, str]] = []
     for _ in range(rounds):  # uploads that arrive while this runs are picked up by the next round
         pending = list(Document.objects.filter(expert=expert, indexed_at__isnull=True, index_error="").order_by("pk"))
         if not pending:
             break
         for start in range(0, len(pending), batch_size):
             part = pending[start : start + batch_size]
-            chunks += index_documents(expert, part, seconds)
+            chunks += index_documents(expert, part, seconds, written)
             done += len(part)
-            reporter.progress((start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
-    return {"documents": done, "chunks": chunks, "seconds": {phase: round(s, 2) for phase, s in seconds.items()}}
+            reporter.progress(SEARCHABLE_PROGRESS * (start + len(part)) / len(pending), f"indexed {start + len(part)}/{len(pending)} documents")
+    started = time.perf_counter()
+    cpu = _add_sentences(expert, written, reporter, seconds)
+    return {"documents": done, "chunks": chunks, "seconds": {phase: round(s, 2) for phase, s in seconds.items()},
+            "sentences_s": round(time.perf_counter() - started, 2), "sentences_cpu_s": round(cpu, 2)}
 
 
 def index_pending(expert: Expert, reporter: JobReporter | None = None, batch_size: int = INDEX_BATCH) -> dict[str, Any]:
@@ -153,6 +198,7 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
     points: list[PointRecord] = []
     embedded: dict[int, tuple[str, int, float]] = {}
     seconds: dict[str, float] = {}
+    written: list[dict[str, str]] = []
     for start in range(0, len(documents), INDEX_BATCH):
         part = documents[start : start + INDEX_BATCH]
         batch, errors = _points(expert, part, seconds)
@@ -163,7 +209,8 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
         for document in part:
             embedded[document.pk] = (document.content_hash, len(batch[document.pk]), _set_aside(batch[document.pk]))
             points.extend(batch[document.pk])
-        reporter.progress(0.9 * (start + len(part)) / max(1, len(documents)), f"embedded {start + len(part)}/{len(documents)} documents")
+        written.append({p.id: str(p.payload.get("text") or "") for document in part for p in batch[document.pk]})
+        reporter.progress(0.9 * SEARCHABLE_PROGRESS * (start + len(part)) / max(1, len(documents)), f"embedded {start + len(part)}/{len(documents)} documents")
     started = time.perf_counter()
     get_store().rebuild(collection_name(expert), get_encoder().dimension, points)
     _add_seconds(seconds, "write", started)
@@ -174,9 +221,11 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
         if not Document.objects.filter(pk=pk, content_hash=digest).update(chunk_count=n, set_aside=aside, indexed_at=now, index_error=""):
             stale += 1
             Document.objects.filter(pk=pk).update(indexed_at=None)
+    del points  # written holds what the sentence vectors need
     follow_up = _index_pending_documents(expert, reporter, INDEX_BATCH) if stale else {"documents": 0}
-    reporter.progress(1.0, f"{len(points)} chunks from {len(embedded)} documents")
-    return {"documents": len(embedded), "chunks": len(points), "updated_after": follow_up["documents"],
+    _add_sentences(expert, written, reporter, seconds)  # chunks the follow-up replaced are skipped
+    reporter.progress(1.0, f"{sum(len(w) for w in written)} chunks from {len(embedded)} documents")
+    return {"documents": len(embedded), "chunks": sum(len(w) for w in written), "updated_after": follow_up["documents"],
             "seconds": {phase: round(s, 2) for phase, s in seconds.items()}}
 
 

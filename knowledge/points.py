@@ -64,26 +64,25 @@ def embedding_text(title: str, chunk: str) -> str:
 
 
 def documents_points(expert: Expert, documents: list[Document], seconds: dict[str, float] | None = None) -> dict[int, list[PointRecord]]:
-    """Each document's chunks as points, the documents embedded together: their chunks in one pass of the
-    encoder, their distinct sentences in another (a document's vectors do not depend on its company).
+    """Each document's chunks as points, the documents embedded together: their chunks in one pass of the encoder
+    (a document's vectors do not depend on its company).
 
     The payload's ``title`` is the chunk's citation title ("Document — Section"), ``document_title`` the
     document's; ``url`` the page it came from and ``source`` its ``metadata.source`` (where the document
-    came from, when it has no page address). ``seconds`` (when given) gains the time spent chunking
-    ("chunk") and embedding ("embed").
+    came from, when it has no page address). The chunks' sentence vectors are not made here: indexing adds
+    them to the payloads once the points are searchable (``sentence_payloads``). ``seconds`` (when given)
+    gains the time spent chunking ("chunk") and embedding ("embed").
     """
     started = time.perf_counter()
     size, overlap = chunk_settings(expert)
     chunked = [(document, chunk, title) for document in documents for chunk, title in chunk_document(document.title, document.text, size, overlap)]
     chunked_at = time.perf_counter()
-    encoder = get_encoder(threads=bulk_threads())
-    vectors = _encode(encoder, [embedding_text(title, chunk.text) for _, chunk, title in chunked])
-    sentences = _sentence_payloads([chunk.text for _, chunk, _ in chunked], encoder)
+    vectors = _encode(get_encoder(threads=bulk_threads()), [embedding_text(title, chunk.text) for _, chunk, title in chunked])
     if seconds is not None:
         seconds["chunk"] = seconds.get("chunk", 0.0) + chunked_at - started
         seconds["embed"] = seconds.get("embed", 0.0) + time.perf_counter() - chunked_at
     points: dict[int, list[PointRecord]] = {document.pk: [] for document in documents}
-    for (document, chunk, title), vector, extra in zip(chunked, vectors, sentences, strict=True):
+    for (document, chunk, title), vector in zip(chunked, vectors, strict=True):
         indices, values = bm25_vector(sparse_text(title, chunk.text))
         points[document.pk].append(
             PointRecord(
@@ -93,7 +92,7 @@ def documents_points(expert: Expert, documents: list[Document], seconds: dict[st
                     "expert": expert.slug, "document_id": document.pk, "document_version": document.version,
                     "title": title, "document_title": document.title, "url": document_url(document),
                     "source": str((document.metadata or {}).get("source") or "")[:500], "position": chunk.position,
-                    "heading": chunk.heading, "text": chunk.text, **extra,
+                    "heading": chunk.heading, "text": chunk.text,
                 },
             )
         )
@@ -109,19 +108,27 @@ def _encode(encoder: Any, texts: list[str]) -> np.ndarray:
     return np.concatenate([encoder.encode(texts[i : i + step], batch_size=settings.EMBEDDING_BATCH_SIZE) for i in range(0, len(texts), step)])
 
 
-def _sentence_payloads(texts: list[str], encoder: Any) -> list[dict[str, str]]:
-    """Each chunk's sentence vectors for its payload (``INDEX_SENTENCE_VECTORS``), each distinct sentence encoded once.
+def sentence_payloads(chunks: dict[str, str], seconds: dict[str, float] | None = None) -> dict[str, dict[str, str]]:
+    """What each chunk's payload gains for the extractive answer, by point id: its sentences' vectors
+    (``INDEX_SENTENCE_VECTORS``), each distinct sentence of ``chunks`` (point id -> chunk text) encoded once.
 
-    The extractive generator answers from these sentences (``experts.ml.extractive``); with them in
-    the payload, serving encodes only the question. Empty dicts when the setting is off.
+    The extractive generator answers from these sentences (``experts.ml.extractive``); with them in the
+    payload, serving encodes only the question, and without them it encodes a chunk's sentences the first
+    time it answers from it. Chunks without sentences are left out; nothing when the setting is off.
+    ``seconds`` (when given) gains the time spent ("sentences").
     """
-    if not settings.INDEX_SENTENCE_VECTORS:
-        return [{} for _ in texts]
+    if not settings.INDEX_SENTENCE_VECTORS or not chunks:
+        return {}
     from experts.ml.extractive import split_sentences
 
-    split = [split_sentences(text) for text in texts]
-    distinct = list(dict.fromkeys(sentence for sentences in split for sentence in sentences))  # overlapping chunks share sentences
+    started = time.perf_counter()
+    encoder = get_encoder(threads=bulk_threads())
+    split = {point: sentences for point, text in chunks.items() if (sentences := split_sentences(text))}
+    distinct = list(dict.fromkeys(sentence for sentences in split.values() for sentence in sentences))  # overlapping chunks share sentences
     row = {sentence: i for i, sentence in enumerate(distinct)}
     vectors = _encode(encoder, distinct)
-    return [{"sentence_model": encoder.name, "sentence_vectors": pack_vectors(vectors[[row[s] for s in sentences]])} if sentences else {}
-            for sentences in split]
+    payloads = {point: {"sentence_model": encoder.name, "sentence_vectors": pack_vectors(vectors[[row[s] for s in sentences]])}
+                for point, sentences in split.items()}
+    if seconds is not None:
+        seconds["sentences"] = seconds.get("sentences", 0.0) + time.perf_counter() - started
+    return payloads

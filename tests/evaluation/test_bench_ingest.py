@@ -43,7 +43,10 @@ def test_it_reports_the_documents_and_passages_it_indexed(folder, tmp_path):
     assert report["chunks"] == indexed == get_store().count(collection_name(Document.objects.first().expert))
     assert indexed > 3  # the long file was cut into several passages
     assert report["passages_per_s"] == report["chunks_per_s"] > report["documents_per_s"] > 0
-    assert set(report["phases_s"]) == {"parse", "chunk", "embed", "write"}
+    assert report["passages_per_s"] >= report["complete_passages_per_s"] > 0  # searchable first, sentence vectors after
+    assert report["complete_s"] >= report["searchable_s"] > 0
+    assert report["complete_cpu_ms_per_passage"] >= report["cpu_ms_per_passage"] > 0
+    assert set(report["phases_s"]) == {"parse", "chunk", "embed", "write", "sentences"}
     assert report["disk_cache"] is False
     assert report["encoder_threads"] >= 1
 

@@ -1,5 +1,5 @@
-"""Documents indexed together: one encoder call for all their chunks and one for their distinct sentences, and each
-document gets exactly the points it would get alone (same chunks, same vectors, same payloads)."""
+"""Documents indexed together: one encoder call for all their chunks, and each document gets exactly the points it would
+get alone (same chunks, same vectors, same payloads); their sentence vectors come after, one call for the distinct sentences."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_documents_embedded_together_get_the_points_each_gets_alone(documents, d
             assert (a.id, a.dense, a.sparse_indices, a.sparse_values, a.payload) == (b.id, b.dense, b.sparse_indices, b.sparse_values, b.payload)
 
 
-def test_a_batch_of_documents_takes_two_encoder_calls_and_encodes_each_sentence_once(documents, dmv, encoder_stub, monkeypatch):
+def test_a_batch_of_documents_takes_one_encoder_call_and_its_sentences_one_more_each_sentence_once(documents, dmv, encoder_stub, monkeypatch):
     seen: list[list[str]] = []
     real = encoder_stub.encode
 
@@ -44,11 +44,15 @@ def test_a_batch_of_documents_takes_two_encoder_calls_and_encodes_each_sentence_
 
     monkeypatch.setattr(encoder_stub, "encode", encode)
     batch = points.documents_points(dmv, documents)
-
-    chunks, sentences = seen
+    (chunks,) = seen
     assert len(chunks) == sum(len(p) for p in batch.values()) > len(documents)
+    assert not any("sentence_vectors" in p.payload for ps in batch.values() for p in ps)
+
+    payloads = points.sentence_payloads({p.id: p.payload["text"] for ps in batch.values() for p in ps})
+    _, sentences = seen
     assert len(sentences) == len(set(sentences))
     assert "Bring your old licence." in sentences  # shared by two documents, encoded once
+    assert set(payloads) == {p.id for ps in batch.values() for p in ps}
 
 
 def test_seconds_gain_the_time_spent_chunking_and_embedding(documents, dmv):
@@ -59,6 +63,8 @@ def test_seconds_gain_the_time_spent_chunking_and_embedding(documents, dmv):
     assert set(seconds) == {"chunk", "embed"}
     assert seconds["chunk"] > 1.0
     assert seconds["embed"] > 0.0
+    points.sentence_payloads({"a": "One sentence. Another one."}, seconds)
+    assert seconds["sentences"] > 0.0
 
 
 def test_a_document_that_cannot_be_embedded_keeps_its_error_and_the_rest_of_its_batch_is_indexed(documents, dmv, encoder_stub, monkeypatch):

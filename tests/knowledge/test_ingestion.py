@@ -227,3 +227,35 @@ def test_each_chunk_carries_its_sentence_vectors_for_the_extractive_answer(kb, d
     assert plain
     assert "sentence_vectors" not in plain[0].payload
     assert search.sentence_vector_reader(plain[0].payload) is None
+
+
+def test_every_chunk_is_searchable_before_the_sentence_vectors_are_made(kb, dmv, monkeypatch):
+    made_when: list[tuple[int, int]] = []
+    real = indexing.sentence_payloads
+
+    def sentence_payloads(chunks, seconds=None):
+        made_when.append((Document.objects.filter(expert=dmv, indexed_at__isnull=True).count(), kb.count(collection_name(dmv))))
+        return real(chunks, seconds)
+
+    monkeypatch.setattr(indexing, "sentence_payloads", sentence_payloads)
+    monkeypatch.setattr(indexing, "SENTENCE_WRITE_CHUNKS", 1)  # one write per chunk
+    ingest.ingest_files(dmv, [("renew.txt", RENEW), ("b.txt", b"Vehicle registration fees. Pay online.")], index=False)
+    result = indexing.index_pending(dmv, batch_size=1)
+
+    assert result["chunks"] >= 2
+    assert made_when == [(0, result["chunks"])] * result["chunks"]  # both batches written, every document indexed, before the first sentence
+    assert min(result["sentences_s"], result["sentences_cpu_s"], result["seconds"]["sentences"]) >= 0
+    hits = search.search_expert(dmv, "renew driving licence online", limit=10)
+    assert hits
+    assert all(search.sentence_vector_reader(h.payload) is not None for h in hits)
+
+
+def test_a_rebuilt_collection_gets_its_sentence_vectors_too(kb, dmv):
+    ingest.ingest_files(dmv, [("renew.txt", RENEW)])
+
+    indexing.rebuild_index(dmv)
+
+    hits = search.search_expert(dmv, "renew driving licence online", limit=10)
+    assert hits
+    assert all(search.sentence_vector_reader(h.payload) is not None for h in hits)
+

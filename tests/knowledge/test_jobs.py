@@ -40,7 +40,7 @@ def test_rebuild_reports_its_progress_and_result(indexed, django_capture_on_comm
 
     assert (job.status, job.progress) == ("succeeded", 1.0)
     assert {k: v for k, v in job.result.items() if k != "seconds"} == {"documents": 2, "chunks": 2, "updated_after": 0}
-    assert set(job.result["seconds"]) == {"chunk", "embed", "write"}
+    assert set(job.result["seconds"]) == {"chunk", "embed", "write", "sentences"}
     assert KnowledgeBase.objects.get(expert=indexed).built_at is not None
 
 
@@ -63,7 +63,7 @@ def test_drop_then_index_brings_the_collection_back(indexed, kb, django_capture_
 
     assert dropped.result == {"dropped_chunks": 2, "documents_pending": 2}
     assert (indexed_again.result["documents"], indexed_again.result["chunks"]) == (2, 2)
-    assert set(indexed_again.result["seconds"]) == {"chunk", "embed", "write"}
+    assert set(indexed_again.result["seconds"]) == {"chunk", "embed", "write", "sentences"}
     assert kb.count("expert_dmv") == 2
 
 

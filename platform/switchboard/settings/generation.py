@@ -37,7 +37,8 @@ EXTRACTIVE_SENTENCE_SCORER = envstr("EXTRACTIVE_SENTENCE_SCORER", "default")
 EXTRACTIVE_MIN_SCORE = 0.25
 # Sentences in an extractive answer, chosen on the same questions.
 EXTRACTIVE_MAX_SENTENCES = 1
-# Each chunk's sentences are encoded at index time into its payload, so serving encodes only questions.
+# Each chunk's sentences are encoded into its payload by the indexing job, once all its chunks are searchable, so
+# serving encodes only questions (and a chunk's sentences, once a process, when it answers from one without them).
 INDEX_SENTENCE_VECTORS = True
 
 # --- vLLM -------------------------------------------------------------------------------------
