@@ -22,7 +22,7 @@ import pytest
 from django.conf import settings
 from django.db.migrations.loader import MigrationLoader
 
-from experts.ml.extractive import split_sentences
+from experts.ml.extractive import quoted, split_sentences
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "upgrade").glob("*/expected.json"))
@@ -93,8 +93,9 @@ def test_the_fixture_asks_questions_worth_comparing(upgraded):
 def test_the_same_questions_get_the_same_routes_experts_citations_and_answers(upgraded):
     """Everything the earlier release answered is answered alike (the router's probabilities nearly: see
     ROUTER_SCORE_TOLERANCE); a field it did not have yet (None) is left out. Answers changed on purpose
-    since (262a373: the best sentence is completed by the next best ones, not by the sentences after it), so an
-    answer must still quote the sentence the earlier release quoted first and cite every passage it cited."""
+    since (262a373: the best sentence is completed by the next best ones, not by the sentences after it; 0668e25:
+    hyphenated words are quoted joined), so an answer must still quote the sentence the earlier release quoted first
+    (as ``quoted`` gives it now) and cite every passage it cited."""
     for old, new in zip(upgraded["expected"]["answers"], upgraded["answers"], strict=True):
         question = old["question"]
         assert new["question"] == question
@@ -106,7 +107,7 @@ def test_the_same_questions_get_the_same_routes_experts_citations_and_answers(up
         if not old["citations"]:
             assert new["answer"] == old["answer"], question
         else:
-            first = split_sentences(re.sub(r" \[\d+\]", "", old["answer"]))[0]
+            first = quoted(split_sentences(re.sub(r" \[\d+\]", "", old["answer"]))[0])
             assert first in new["answer"], f"{question!r}: {first!r} not in {new['answer']!r}"
         now_cited = {json.dumps({k: v for k, v in c.items() if k != "score"}, sort_keys=True): c["score"] for c in new["citations"]}
         for was in old["citations"]:
