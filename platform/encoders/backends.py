@@ -11,8 +11,10 @@ from .torch_encoder import SentenceTransformerEncoder
 
 
 def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, backend: str | None = None,
-                 cache_dir: str | None = None) -> Encoder:
-    """A bare encoder (no batching, no cache) for ``name`` with ``backend`` (default: the setting)."""
+                 cache_dir: str | None = None, parallel: bool = False) -> Encoder:
+    """A bare encoder (no batching, no cache) for ``name`` with ``backend`` (default: the setting). ``parallel``: an ONNX
+    encoder runs a call's passes side by side on ``threads`` CPUs, one each, instead of each pass on all of them
+    (``OnnxEncoder``); torch runs each pass on its threads either way."""
     backend = resolve_backend(backend)
     if backend.startswith("onnx"):
         from .onnx_encoder import OnnxEncoder
@@ -25,5 +27,5 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
             # (622 against 999 questions/s in passes of 8 on this project's CPU, one thread).
             sub_batch = 1
         return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or settings.ENCODER_EXPORT_DIR, threads=threads,
-                                    sub_batch=sub_batch)
+                                    sub_batch=sub_batch, parallel=parallel)
     return SentenceTransformerEncoder(model_name(name), threads=threads, sub_batch=sub_batch, backend=backend)

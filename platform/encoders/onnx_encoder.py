@@ -20,6 +20,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,13 @@ SAMPLE_TEXTS = (
     " ".join(["The vehicle inspection must be completed at a licensed station before the registration expires."] * 6),
     " ".join(["Please include your claim number, your full name and the date of service on every page you send."] * 8),
 )
+
+# A batch job's passes (``parallel``): texts sorted by their length in word pieces, at most this many a pass once
+# padded (a longer text alone), and at most ``sub_batch`` texts. Against passes of 8 texts sorted by characters, on
+# this project's 2-core machine, two passes side by side, median of 3 runs: doc2dial's chunks 40.5 -> 36.0 ms of CPU
+# each, their sentences 9.5 -> 7.5, its validation questions 4.4 -> 3.7; budgets of 128 to 1024 measured within ~5%
+# of each other (a measuring script since deleted; docs/EVALUATIONS.md#bench-ingest). Vectors move by ~1e-7.
+PASS_TOKENS = 256
 
 _lock = threading.Lock()
 
@@ -200,15 +208,24 @@ class OnnxEncoder:
     Texts are sorted by length and encoded in passes of ``sub_batch``, each padded to its longest
     text, as sentence-transformers does; tokenisation is the model's own fast tokenizer, truncated
     at the model's ``max_seq_length``.
+
+    ``threads`` CPUs run each pass together (ONNX Runtime's threads within an operation), or, with
+    ``parallel``, a call's passes side by side, ``threads`` at a time, each on one thread, longest
+    first, the passes formed by a budget of word pieces (``PASS_TOKENS``): what a batch job's many
+    passes want. Two threads within each pass spent ~35% more CPU than two passes side by side
+    (their threads spin while they wait for each other; worse on shared cores): doc2dial's chunks
+    on this project's 2-core machine, 41 against 27 ms of CPU a passage (at 128 word pieces) under
+    other jobs' load (docs/EVALUATIONS.md#bench-ingest).
     """
 
     def __init__(self, onnx_file: Path, model_path: str, max_length: int, *, name: str, backend: str = "onnx",
-                 agreement: dict[str, float] | None = None, threads: int = 1, sub_batch: int = 8):
+                 agreement: dict[str, float] | None = None, threads: int = 1, sub_batch: int = 8, parallel: bool = False):
         import onnxruntime
         from transformers import AutoTokenizer
 
+        self._runners = max(1, int(threads)) if parallel else 1
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = max(1, int(threads)) if threads > 0 else 0
+        options.intra_op_num_threads = 1 if self._runners > 1 else max(1, int(threads)) if threads > 0 else 0
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = onnxruntime.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
@@ -219,26 +236,69 @@ class OnnxEncoder:
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
         self.sub_batch = max(1, int(sub_batch))
         self._lock = threading.Lock()
+        # The session runs one pass per calling thread at once (``InferenceSession.run`` is thread-safe and frees the GIL).
+        self._pool = ThreadPoolExecutor(self._runners, thread_name_prefix="onnx-pass") if self._runners > 1 else None
+        self.pass_tokens = PASS_TOKENS if parallel else 0
+        self._pad_id = int(self._tokenizer.pad_token_id or 0)
 
     @classmethod
-    def exported(cls, name: str, model_path: str, backend: str, cache_dir: str | Path, threads: int = 1, sub_batch: int = 8) -> OnnxEncoder:
+    def exported(cls, name: str, model_path: str, backend: str, cache_dir: str | Path, threads: int = 1, sub_batch: int = 8,
+                 parallel: bool = False) -> OnnxEncoder:
         """The encoder for ``backend`` ("onnx" or "onnx-int8") from the model's export, made first if missing."""
         folder = ensure_exported(model_path, cache_dir, label=name)
         meta = json.loads((folder / "meta.json").read_text())
         return cls(folder / meta["files"][backend], model_path, int(meta["max_length"]), name=name, backend=backend,
-                   agreement=meta["agreement_with_torch"][backend], threads=threads, sub_batch=sub_batch)
+                   agreement=meta["agreement_with_torch"][backend], threads=threads, sub_batch=sub_batch, parallel=parallel)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         size = max(1, min(int(batch_size), self.sub_batch))
-        order = np.argsort([len(t) for t in texts], kind="stable")
+
+        def run(rows: np.ndarray, feed: dict[str, np.ndarray]) -> None:
+            out[rows] = self._session.run(None, feed)[0]
+
         with self._lock:
-            for start in range(0, len(texts), size):
-                rows = order[start:start + size]
-                tokens = self._tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
-                feed = {name: np.asarray(tokens[name] if name in tokens else np.zeros_like(tokens["input_ids"]), dtype=np.int64)
-                        for name in INPUTS if name in self._inputs}
-                out[rows] = self._session.run(None, feed)[0]
+            # Tokenised here, in order: the fast tokenizer is not to be called from several threads at once.
+            passes = self._budget_passes(texts, size) if self.pass_tokens else self._passes(texts, size)
+            if self._pool is not None and len(passes) > 1:
+                # The longest passes first, so that no long one is left to run alone at the end.
+                passes.sort(key=lambda rows_feed: -rows_feed[1]["input_ids"].size)
+                list(self._pool.map(run, *zip(*passes, strict=True)))
+            else:
+                for rows, feed in passes:
+                    run(rows, feed)
+        return out
+
+    def _passes(self, texts: list[str], size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Passes of ``size`` texts, by length in characters."""
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        passes = [order[start:start + size] for start in range(0, len(texts), size)]
+        return [(rows, self._feed([texts[i] for i in rows])) for rows in passes]
+
+    def _feed(self, texts: list[str]) -> dict[str, np.ndarray]:
+        tokens = self._tokenizer(texts, padding=True, truncation=True, max_length=self._max_length, return_tensors="np")
+        return {name: np.asarray(tokens[name] if name in tokens else np.zeros_like(tokens["input_ids"]), dtype=np.int64)
+                for name in INPUTS if name in self._inputs}
+
+    def _budget_passes(self, texts: list[str], size: int) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Passes of texts of similar length in word pieces, each at most ``size`` texts and, padded, ``pass_tokens``
+        word pieces (a longer text alone), padded as the tokenizer pads one text: pad ids right, mask and types 0."""
+        ids = self._tokenizer(texts, truncation=True, max_length=self._max_length)["input_ids"]
+        lengths = np.array([len(x) for x in ids])
+        passes: list[list[int]] = [[]]
+        for i in np.argsort(lengths, kind="stable").tolist():  # shortest first: a pass's newest text is its longest
+            if passes[-1] and (len(passes[-1]) >= size or (len(passes[-1]) + 1) * lengths[i] > self.pass_tokens):
+                passes.append([])
+            passes[-1].append(i)
+        out = []
+        for rows in passes:
+            width = int(lengths[rows].max())
+            feed = {"input_ids": np.full((len(rows), width), self._pad_id, dtype=np.int64), "attention_mask": np.zeros((len(rows), width), dtype=np.int64),
+                    "token_type_ids": np.zeros((len(rows), width), dtype=np.int64)}
+            for r, i in enumerate(rows):
+                feed["input_ids"][r, : lengths[i]] = ids[i]
+                feed["attention_mask"][r, : lengths[i]] = 1
+            out.append((np.array(rows), {name: feed[name] for name in INPUTS if name in self._inputs}))
         return out

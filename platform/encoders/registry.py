@@ -91,7 +91,8 @@ def _build_encoder(name: str, threads: int) -> Encoder:
         cached = MicroBatchingEncoder(bare, max_batch=1, cache_size=CACHE_SIZE)
         atexit.register(cached.close)
         return cached
-    batched = MicroBatchingEncoder(make_encoder(name, threads=threads), max_batch=MAX_BATCH, max_wait_ms=MAX_WAIT_MS, cache_size=CACHE_SIZE,
-                                   batch_threads=serving_threads(default=threads) if threads > 0 else 0)
+    # In process (batch jobs, commands), calls are long: their passes run side by side, one CPU each (``OnnxEncoder``).
+    batched = MicroBatchingEncoder(make_encoder(name, threads=threads, parallel=True), max_batch=MAX_BATCH, max_wait_ms=MAX_WAIT_MS,
+                                   cache_size=CACHE_SIZE, batch_threads=serving_threads(default=threads) if threads > 0 else 0)
     atexit.register(batched.close)
     return batched

