@@ -31,7 +31,7 @@ MATCH_GAP = 0.02  # the two experts' best matches differ by at most this: the do
 # Each question of a question that asks two goes to its own expert where the router is at least this sure of each
 # ("Can I get VA disability, and how soon can I start Social Security retirement?"): the loosest on a grid of 0.5-0.95
 # under which none of doc2dial's 18 validation questions that ask two (each about one agency) is split between experts
-# (tools/choose_top2.py --parts; the closest false split was at 0.86).
+# (tools/choose_top2.py; the closest false split was at 0.86).
 PART_CONFIDENT = 0.9
 PART_WORDS = 40  # each part of a two-expert answer: together about one answer's length (experts.ml.extractive.ANSWER_WORDS)
 CLARIFY_LEAD = "Which do you mean"  # how a clarifying question starts: a client sends it back in its messages

@@ -326,8 +326,9 @@ class ChatTurn:
             # A corrected question is embedded again by the search; the router's vector is the question as written.
             # The fast tier's vector serves either way: its requests never wait for the sentence encoder.
             fast = self.decision is not None and self.decision.encoder == "fast"
-            asked_part = len(slugs) == 1 and slugs[0] in self.asked  # searched by its own part: encoded by the search
-            vector = self.decision.vector if self.decision and (fast or not fixed.changed) and not asked_part else None
+            # An expert's own part of a question that asks two is not what the router encoded: the search encodes it.
+            own_part = self._asked_of(slugs) != self.question
+            vector = self.decision.vector if self.decision and (fast or not fixed.changed) and not own_part else None
             if self.search_context is None:
                 self.search_context = self._search_context(fast)
             hits = knowledge.search_experts(chosen, fixed.text, limit=settings.RETRIEVAL_TOP_K, weights=weights,
