@@ -34,18 +34,13 @@ def chunk_settings(expert: Expert) -> tuple[int, int]:
     return size, max(0, min(int(expert.chunk_overlap), size // 2 - 1))
 
 
-def chunk_by_sections() -> bool:
-    """Whether documents are chunked by their sections (``knowledge.ml.chunking.CHUNK_BY_SECTIONS``)."""
-    return chunking.CHUNK_BY_SECTIONS
-
-
-def chunk_document(title: str, text: str, size: int, overlap: int, sections: bool | None = None) -> list[tuple[Chunk, str]]:
-    """A document's chunks, each with its title: "Document — Section" when chunking by sections, else the document's.
+def chunk_document(title: str, text: str, size: int, overlap: int) -> list[tuple[Chunk, str]]:
+    """A document's chunks, each with its title: "Document — Section" when chunking by sections
+    (``knowledge.ml.chunking.CHUNK_BY_SECTIONS``), else the document's.
 
     The title is what the chunk's embedding and BM25 terms start with and what its citation shows.
-    ``sections`` None: ``chunk_by_sections()``.
     """
-    sections = chunk_by_sections() if sections is None else sections
+    sections = chunking.CHUNK_BY_SECTIONS
     chunks = chunk_text(text, size=size, overlap=overlap, sections=sections)
     return [(chunk, section_title(title, chunk.path) if sections else title) for chunk in chunks]
 

@@ -31,11 +31,6 @@ from .vocabulary import vocabulary
 logger = logging.getLogger(__name__)
 
 
-def widen_below() -> float:
-    """Router confidence under which routed search widens to every expert (``knowledge.ml.routed.WIDEN_BELOW``; 1.0: always)."""
-    return routed.WIDEN_BELOW
-
-
 def _query(question: str, query_vector: list[float] | None) -> tuple[list[float], list[int], list[float]]:
     dense = query_vector if query_vector is not None else get_encoder().encode([question])[0].tolist()
     indices, values = bm25_vector(question, query=True)
@@ -63,17 +58,6 @@ def context_weight() -> float:
     return search_conversation.CONTEXT_WEIGHT
 
 
-def weight_power(widened: bool = False) -> float:
-    """How much the router's probabilities weigh in routed search (``knowledge.ml.routed``): ``WEIGHT_POWER`` for a
-    question searched alone, ``CONTEXT_WEIGHT_POWER`` for one ``widened`` with its conversation's earlier turns."""
-    return routed.CONTEXT_WEIGHT_POWER if widened else routed.WEIGHT_POWER
-
-
-def widens(context: SearchContext | None) -> bool:
-    """Whether a search with ``context`` reads the conversation's earlier turns (``expand_query`` widens its query)."""
-    return context is not None and not context.empty
-
-
 def search_collections(store: VectorStore, weights: dict[str, float], dense: list[float], indices: list[int], values: list[float],
                        limit: int = 5, method: str = "hybrid") -> list[Hit]:
     """One search over the weighted collections (see ``VectorStore.search_many``)."""
@@ -89,7 +73,7 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
 
     Every candidate is ranked globally (cosines and BM25 with IDF over all collections) before RRF
     fusion, and a chunk's score is its RRF score times its expert's weight. When the weights add up to
-    less than ``widen_below()`` the other active experts are searched with what is left over.
+    less than ``knowledge.ml.routed.WIDEN_BELOW`` the other active experts are searched with what is left over.
 
     Args:
         experts: the chosen experts, best first.
@@ -111,11 +95,13 @@ def search_experts(experts: list[Expert], question: str, limit: int = 5, weights
     searched, indices, values = expand_query(dense, indices, values, context)
     names = {collection_name(e): e for e in experts}
     others: list[Expert] = []
-    if weights is not None and sum(max(0.0, w) for w in weights) < widen_below():
+    if weights is not None and sum(max(0.0, w) for w in weights) < routed.WIDEN_BELOW:
         # The serving caches' copy of the active experts (ordered by slug): no query per routed request.
         candidates = experts_by_slug(active_expert_slugs()).values()
         others = [e for e in candidates if collection_name(e) not in names and (allowed is None or e.slug in allowed)]
-    plan = routing_weights(list(names), weights, [collection_name(e) for e in others], widen_below(), power=weight_power(widens(context)))
+    # The router's probabilities weigh less in a search widened with the conversation's earlier turns (``expand_query``).
+    power = routed.CONTEXT_WEIGHT_POWER if context is not None and not context.empty else routed.WEIGHT_POWER
+    plan = routing_weights(list(names), weights, [collection_name(e) for e in others], routed.WIDEN_BELOW, power=power)
     everyone = list(experts) + others
     method = _method_for(collection_models(everyone), everyone, method)
     return search_collections(get_store(), plan, searched, indices, values, limit=limit, method=method)
