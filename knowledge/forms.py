@@ -11,7 +11,6 @@ from sbcommon.uploads import UploadRejected
 
 from .ingest import check_upload, max_upload_bytes
 from .points import CHUNK_SIZE_RANGE
-from .stores.contract import METHODS
 
 
 def sentence(message: str) -> str:
@@ -84,6 +83,3 @@ class SearchForm(forms.Form):
 
     q = forms.CharField(max_length=2000, label="Query", error_messages={"required": "Type something to search for."})
     limit = forms.IntegerField(min_value=1, max_value=20, initial=5, required=False)
-
-    def methods(self) -> tuple[str, ...]:
-        return METHODS

@@ -229,12 +229,6 @@ def rebuild_index(expert: Expert, reporter: JobReporter | None = None) -> dict[s
             "seconds": {phase: round(s, 2) for phase, s in seconds.items()}}
 
 
-def delete_document(document: Document) -> None:
-    """Remove a document and its chunks."""
-    get_store().delete_document(collection_name(document.expert), document.pk)
-    document.delete()
-
-
 def delete_document_by_id(expert: Expert, document_id: int) -> dict[str, Any]:
     """Delete a document and its chunks; running it again finds nothing left and changes nothing."""
     get_store().delete_document(collection_name(expert), document_id)

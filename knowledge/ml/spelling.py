@@ -69,19 +69,8 @@ class Vocabulary:
             counts.update(_LETTERS.findall(text.lower()))
         return cls(counts)
 
-    @classmethod
-    def merge(cls, vocabularies: Iterable[Vocabulary]) -> Vocabulary:
-        """One vocabulary over several (a search over several experts' collections)."""
-        counts: Counter[str] = Counter()
-        for vocabulary in vocabularies:
-            counts.update(vocabulary.counts)
-        return cls(counts)
-
     def __len__(self) -> int:
         return len(self.counts)
-
-    def __contains__(self, word: str) -> bool:
-        return word in self.counts
 
     def closest(self, word: str) -> str | None:
         """The document word nearest to ``word`` within ``max_edits`` (ties: the more frequent), or None."""

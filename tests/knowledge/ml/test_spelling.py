@@ -53,13 +53,6 @@ def test_edit_budget_grows_with_word_length():
     assert max_edits("licence") == 2
 
 
-def test_vocabularies_merge_their_counts():
-    merged = Vocabulary.merge([Vocabulary.from_texts(["pension pension"]), Vocabulary.from_texts(["pension claim"])])
-    assert merged.counts["pension"] == 3
-    assert "claim" in merged
-    assert len(merged) == 2
-
-
 def test_empty_emoji_and_huge_questions_are_handled(vocabulary):
     assert vocabulary.correct("").text == ""
     assert vocabulary.correct("🚗🚗").text == "🚗🚗"
