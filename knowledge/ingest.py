@@ -77,13 +77,9 @@ def check_upload(upload: Any) -> str:
         raise UploadRejected(f"{name}: {exc}") from exc
 
 
-def upload_dir() -> Path:
-    return Path(settings.VAR_DIR) / "uploads" / "knowledge"
-
-
 def save_upload(upload: Any) -> tuple[Path, str]:
     """Store an upload under ``VAR_DIR/uploads/knowledge/`` atomically; returns (path, SHA-256)."""
-    return uploads.save_upload(upload, upload_dir(), default_name="document")
+    return uploads.save_upload(upload, Path(settings.VAR_DIR) / "uploads" / "knowledge", default_name="document")
 
 
 # --- files ---------------------------------------------------------------------------------------

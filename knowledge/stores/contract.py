@@ -49,10 +49,9 @@ def check_method(method: str) -> None:
         raise ValueError(f"unknown search method {method!r}; choose one of {', '.join(METHODS)}")
 
 
-def inject_faults(names: list[str]) -> None:
+def inject_faults(name: str) -> None:
     """Fault-injection hook (``sbcommon.faults``): the store slow or down, for everyone or for some experts' collections."""
-    for name in names:
-        faults.inject("vector_store", StoreUnavailable, expert=name.removeprefix("expert_"))
+    faults.inject("vector_store", StoreUnavailable, expert=name.removeprefix("expert_"))
 
 
 def check_failures(names: list[str], weights: list[float], failures: dict[str, StoreUnavailable]) -> None:
@@ -127,7 +126,7 @@ def search_many(store: CandidateSource, names: list[str], dense: Any, sparse_ind
     stats: dict[str, tuple[int, list[float]]] = {}
     for name in live if SPARSE in kinds and len(live) > 1 else []:
         try:
-            inject_faults([name])
+            inject_faults(name)
             stats[name] = store._term_idf(name, sparse_indices)
         except StoreUnavailable as exc:
             failures[name] = exc
@@ -136,7 +135,7 @@ def search_many(store: CandidateSource, names: list[str], dense: Any, sparse_ind
     for name in live:
         try:
             if name not in stats:
-                inject_faults([name])
+                inject_faults(name)
             found = {} if name in failures else store._candidates(name, q, sparse_indices, values.get(name, sparse_values), kinds, limit * PREFETCH_FACTOR)
         except StoreUnavailable as exc:
             failures[name] = exc
@@ -171,7 +170,7 @@ def evidence(store: CandidateSource, names: list[str], dense: Any, sparse_indice
     kinds = [DENSE, SPARSE] if sparse_indices else [DENSE]
     out: dict[str, tuple[float, float] | None] = {}
     for name in names:
-        inject_faults([name])
+        inject_faults(name)
         found = store._candidates(name, q, sparse_indices, sparse_values, kinds, 1)
         best_sparse = found.get(SPARSE)
         out[name] = (found[DENSE][0][1], best_sparse[0][1] if best_sparse else 0.0) if found.get(DENSE) else None

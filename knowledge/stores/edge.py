@@ -80,16 +80,12 @@ def _settle(version: Path) -> None:
     never meet it half-rewritten. Its files are then synced to disk."""
     qe.EdgeShard.load(str(version)).close()
     for path in sorted(version.rglob("*"), reverse=True):  # files before the folders that hold them
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    _fsync_dir(version.parent)
+        _fsync(path)
+    _fsync(version.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -140,7 +136,7 @@ class EdgeQdrantStore:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, pointer)
-        _fsync_dir(pointer.parent)
+        _fsync(pointer.parent)
 
     @contextlib.contextmanager
     def _flock(self, path: Path, held_by: str) -> Iterator[None]:
