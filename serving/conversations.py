@@ -34,14 +34,6 @@ class ConversationNotAllowed(Exception):
     """The conversation was started by someone else (another API key, another user, or a signed-in user for an anonymous caller)."""
 
 
-def new_id() -> str:
-    return f"conv_{secrets.token_hex(12)}"
-
-
-def _expiry():
-    return timezone.now() + timedelta(hours=float(settings.CONVERSATION_TTL_HOURS))
-
-
 def encode_turn(vector: np.ndarray | list[float]) -> str:
     return base64.b64encode(np.asarray(vector, dtype=np.float16).tobytes()).decode("ascii")
 
@@ -71,7 +63,7 @@ def resolve(conversation_id: str | None, api_key_id: int | None, user_id: int | 
     to another principal is refused, so its stored turns and expert never reach anyone else.
     """
     if not conversation_id:
-        return ConversationState(conversation_id=new_id(), created=True, turns=[])
+        return ConversationState(conversation_id=f"conv_{secrets.token_hex(12)}", created=True, turns=[])
     row = _pending.get(conversation_id) or Conversation.objects.filter(conversation_id=conversation_id).first()
     if row is None:
         return ConversationState(conversation_id=conversation_id, created=True, turns=[])
@@ -126,7 +118,8 @@ def save_turn(state: ConversationState, vector: list[float] | np.ndarray, expert
               user_id: int | None = None) -> None:
     """Append this turn's embedding, remember the answering expert and push the expiry back."""
     turns = [*(state.turns or []), encode_turn(vector)][-CONTEXT_TURNS:]
-    values = {"expert": expert, "turns": turns, "expires_at": _expiry(), "updated_at": timezone.now()}
+    values = {"expert": expert, "turns": turns, "updated_at": timezone.now(),
+              "expires_at": timezone.now() + timedelta(hours=float(settings.CONVERSATION_TTL_HOURS))}
     expired_row = state.created and state.row is not None and state.row.pk is not None
     if not settings.EVENTS_SYNC and not expired_row:
         _save_behind(state, values, api_key_id, user_id)

@@ -18,8 +18,7 @@ import torch
 from django.conf import settings
 
 from encoders import EncoderUnavailable, embedding_space, encode_later, get_encoder, model_name, resolve_model_path
-from experts.selectors import active_expert_slugs, experts_by_slug, fallback_slugs, serving_cached
-from experts.selectors import clear_serving_caches as clear_experts_caches
+from experts.selectors import active_expert_slugs, clear_serving_caches, experts_by_slug, fallback_slugs, serving_cached  # noqa: F401  (clear_serving_caches: for serving.apps)
 from routing.ml import conversation as conversation_rule
 from routing.ml.arbiter import MAX_TOP_K, Arbiter, LoadWindow
 from routing.ml.textrouter import TextRouter
@@ -80,18 +79,9 @@ def _arbiter_for(version: RouterVersion) -> Arbiter:
     )
 
 
-def clear_serving_caches(*_args: Any, **_kwargs: Any) -> None:
-    """Forget what serving read of router versions, experts and expert versions (in this process).
-
-    They share ``experts.selectors``' cache. Saving or deleting a RouterVersion, Expert or
-    ExpertVersion through the ORM calls this; ``activate_version`` (queryset updates) and other
-    processes rely on ``SERVING_CACHE_TTL_S``.
-    """
-    clear_experts_caches()
-
-
 def _router_version(key: str, number: int | None) -> RouterVersion | None:
-    """The active RouterVersion (or version ``number``), kept with the serving caches for SERVING_CACHE_TTL_S seconds."""
+    """The active RouterVersion (or version ``number``), kept with the serving caches for SERVING_CACHE_TTL_S seconds
+    (``clear_serving_caches`` forgets it with the experts' rows)."""
 
     def load() -> RouterVersion | None:
         query = RouterVersion.objects.filter(is_active=True) if number is None else RouterVersion.objects.filter(version=number)

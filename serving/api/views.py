@@ -10,7 +10,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -258,17 +257,13 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         except GenerationBusy as exc:
             return _error(str(exc), 503, "service_unavailable", code="generation_busy", headers={"Retry-After": str(exc.retry_after_s)})
         if data["stream"]:
-            return self._stream(request, turn, data["include_usage"])
-        for _ in turn:
-            pass
-        response = Response(_completion_body(turn))
-        _set_headers(response, turn)
-        return response
-
-    def _stream(self, request, turn: chat.ChatTurn, include_usage: bool) -> StreamingHttpResponse:
-        # Closing the response closes the chunk generator (and through it the backend's stream), then the
-        # turn, which records the request as client_cancelled unless it finished.
-        response = event_stream_response(request, _sse_events(turn, include_usage), turn.close)
+            # Closing the response closes the chunk generator (and through it the backend's stream), then the
+            # turn, which records the request as client_cancelled unless it finished.
+            response = event_stream_response(request, _sse_events(turn, data["include_usage"]), turn.close)
+        else:
+            for _ in turn:
+                pass
+            response = Response(_completion_body(turn))
         _set_headers(response, turn)
         return response
 
