@@ -62,10 +62,6 @@ class Principal:
         """The signed-in user's id (None for a key, whose requests are the key's, or for anonymous callers)."""
         return None if self.key is not None or _anonymous(self.user) else self.user.pk
 
-    @property
-    def api_key_id(self) -> int | None:
-        return self.key.pk if self.key is not None else None
-
 
 def visible_experts(user, queryset: QuerySet[Expert] | None = None) -> QuerySet[Expert]:
     """The experts ``user`` may see in the console (a filter of ``queryset``, default all experts)."""

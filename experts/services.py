@@ -43,19 +43,24 @@ GATE_MIN_HELD_OUT = 10
 GATE_MIN_SE = 1.0
 
 
+def _set_flag(expert: Expert, field: str, on: bool, user: Any, action: str) -> Expert:
+    """Set the boolean ``field`` of ``expert`` to ``on`` (audited as ``action`` when it changes)."""
+    from audit.services import record
+
+    if getattr(expert, field) != on:
+        Expert.objects.filter(pk=expert.pk).update(**{field: on})
+        setattr(expert, field, on)
+        clear_serving_caches()  # this process at once; others within SERVING_CACHE_TTL_S
+        record(action, actor=user, obj=expert, changes={field: on})
+    return expert
+
+
 def set_fallback(expert: Expert, on: bool, user: Any = None) -> Expert:
     """Make ``expert`` answer the questions the router is not sure about (or stop it); audited.
 
     More than one fallback may be set; the router takes the first by slug (``selectors.fallback_slugs``).
     """
-    from audit.services import record
-
-    if expert.is_fallback != on:
-        Expert.objects.filter(pk=expert.pk).update(is_fallback=on)
-        expert.is_fallback = on
-        clear_serving_caches()  # this process at once; others within SERVING_CACHE_TTL_S
-        record("expert.fallback", actor=user, obj=expert, changes={"is_fallback": on})
-    return expert
+    return _set_flag(expert, "is_fallback", on, user, "expert.fallback")
 
 
 def set_public(expert: Expert, on: bool, user: Any = None) -> Expert:
@@ -63,14 +68,7 @@ def set_public(expert: Expert, on: bool, user: Any = None) -> Expert:
 
     Public opens the expert to questions only: its documents, traces and pages stay its team's.
     """
-    from audit.services import record
-
-    if expert.public != on:
-        Expert.objects.filter(pk=expert.pk).update(public=on)
-        expert.public = on
-        clear_serving_caches()
-        record("expert.public", actor=user, obj=expert, changes={"public": on})
-    return expert
+    return _set_flag(expert, "public", on, user, "expert.public")
 
 
 @transaction.atomic
@@ -249,10 +247,6 @@ def adapter_dir(expert: Expert, version: int) -> Path:
     return Path(settings.ADAPTER_DIR) / expert.slug / f"v{version}"
 
 
-def _work_dir(expert: Expert, job_id: int) -> Path:
-    return Path(settings.ADAPTER_DIR) / expert.slug / ".work" / f"job-{job_id}"
-
-
 def current_prompt(expert: Expert) -> tuple[str, str]:
     """(system prompt, citation format) of the serving version, else of the latest one, else the defaults."""
     version = serving_version(expert.slug) or expert.versions.order_by("-version").first()
@@ -417,7 +411,7 @@ def train_adapter_job(job: Job, reporter: JobReporter) -> dict[str, Any]:
     train, held_out = training_examples(expert)
     fingerprint = data_fingerprint(expert)
     out = adapter_dir(expert, version.version)
-    work = _work_dir(expert, job.pk)
+    work = Path(settings.ADAPTER_DIR) / expert.slug / ".work" / f"job-{job.pk}"
     resumed = last_checkpoint_step(work)
     reporter.log(f"training v{version.version} on {len(train)} examples ({len(held_out)} held out), base {settings.BASE_MODEL}"
                  + (f", resuming from step {resumed}" if resumed else ""))

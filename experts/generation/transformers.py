@@ -331,18 +331,14 @@ class TransformersGenerator:
             "pad_token_id": self._tokenizer.pad_token_id,
             "eos_token_id": self._tokenizer.eos_token_id,
             "stopping_criteria": StoppingCriteriaList([stop]),
+            "do_sample": False,
         }
         if request.temperature and request.temperature > 0:
             kwargs.update(do_sample=True, temperature=float(request.temperature))
-        else:
-            kwargs.update(do_sample=False)
         return kwargs
 
     def _max_new(self, request: GenerationRequest) -> int:
         return int(request.max_tokens or self.max_tokens)
-
-    def _budget(self, request: GenerationRequest) -> float:
-        return float(request.timeout_s if request.timeout_s is not None else self.timeout_s)
 
     def _prepare(self, request: GenerationRequest, shown: list[Passage], deadline: float, cancel: threading.Event):
         """The model, its context, inputs, stop criteria and generate() arguments (caller holds the queue).
@@ -387,7 +383,7 @@ class TransformersGenerator:
     def _start(self, request: GenerationRequest) -> tuple[float, float, list[Passage], Selected | None]:
         """The request's time budget, its deadline, the passages its prompt shows, and, where its decoding
         selects among candidate answers, the chosen one (the queue held for it; None: decode freely)."""
-        budget = self._budget(request)
+        budget = float(request.timeout_s if request.timeout_s is not None else self.timeout_s)
         deadline = time.monotonic() + budget
         shown = self.prompt_passages(request)
         if not selects(self.decoding, request):
