@@ -43,7 +43,6 @@ def content_stems(text: str) -> set[str]:
     return {w[:_STEM] for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP and not w.isdigit()}
 
 
-
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "").rstrip("0").rstrip(".") if "." in n else n.replace(",", "") for n in _NUMBER.findall(text)}
 

@@ -67,11 +67,11 @@ def document_filter(document_id: int, exclude_ids: list[str] | None = None) -> m
     return models.Filter(must=[models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id))], must_not=must_not)
 
 
-
 def _build_name(name: str) -> str:
     """A new physical collection behind the alias ``name``: its build time and a random part, since two builds within
     one millisecond (a collection made, then rebuilt at once) met the same name ("already exists")."""
     return f"{name}__{int(time.time() * 1000)}_{uuid.uuid4().hex[:8]}"
+
 
 class ServerQdrantStore:
     """A Qdrant server or cluster; collections live behind aliases."""
