@@ -51,15 +51,8 @@ def cache_key(request: GenerationRequest, version: int | None, allowed: Any) -> 
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class AnswerCache:
+class AnswerCache(Lru[str, Cached]):
     """Answers by key, least recently used first out; ``size`` 0: off."""
-
-    def __init__(self, size: int):
-        self._entries: Lru[str, Cached] = Lru(size)
-
-    @property
-    def size(self) -> int:
-        return self._entries.size
 
     @property
     def enabled(self) -> bool:
@@ -67,14 +60,11 @@ class AnswerCache:
 
     def lookup(self, key: str) -> Cached | None:
         """The answer cached under ``key``, or None."""
-        return self._entries.get(key)
+        return self.get(key)
 
     def store(self, key: str, cached: Cached) -> None:
         if cached.text.strip():
-            self._entries.put(key, cached)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+            self.put(key, cached)
 
 
 _cache = ProcessSingleton(lambda: AnswerCache(settings.ANSWER_CACHE_SIZE))
