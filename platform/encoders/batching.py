@@ -40,7 +40,9 @@ class MicroBatchingEncoder:
         self.cache_size = max(0, int(cache_size))
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[tuple[str, Future] | None] = queue.SimpleQueue()
+        # Not ``queue.SimpleQueue``: its ``get`` with a timeout that runs out while it re-checks waits forever on
+        # CPython 3.11 and 3.12 (it re-acquires its lock with the negative time left); ``queue.Queue`` raises Empty.
+        self._queue: queue.Queue[tuple[str, Future] | None] = queue.Queue()
         self._closed = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()

@@ -229,3 +229,17 @@ def test_a_bulk_call_reuses_cached_vectors_and_encodes_each_other_text_once():
     np.testing.assert_array_equal(vectors[300], vectors[0])
     assert len(batched._cache) == 2  # a bulk call remembers nothing
     assert (batched.cache_hits, batched.cache_misses) == (0, 2)  # nor counts as serving's hits and misses
+
+
+def test_lone_calls_one_after_another_never_hang_the_batcher():
+    """The batcher's wait for a call to join the first must end. ``queue.SimpleQueue.get`` with a timeout that has
+    passed by the time it re-checks waits forever on CPython 3.11/3.12 (its lock is re-acquired with a negative
+    timeout): a lone request then hung until the next one arrived, and an evaluation asking one question at a time
+    hung for good."""
+    batched = MicroBatchingEncoder(CountingEncoder(delay=0.0), max_batch=32, max_wait_ms=0.002)
+    calls = threading.Thread(target=lambda: [batched.encode([f"question {i}"]) for i in range(20000)], daemon=True)
+    calls.start()
+    calls.join(60)
+    hung = calls.is_alive()
+    batched.close(timeout=0.1)
+    assert not hung, "a lone encode waited on the batcher for good"
