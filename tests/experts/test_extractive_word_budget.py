@@ -23,3 +23,19 @@ def test_without_a_budget_the_best_sentence_is_completed_and_within_one_it_stand
     short = answer(len(BEST.split()) + 3)
     assert short.startswith(BEST)
     assert "last four digits" not in short
+
+
+def test_a_sentence_longer_than_the_budget_is_quoted_up_to_it():
+    """An unpunctuated list reads as one "sentence"; its quote stops at the bound, marked as cut."""
+    listed = Passage(text=(
+        "You may qualify for education benefits if you: Served at least 36 months on active duty either all at once or with "
+        "breaks in service, or Received a Purple Heart on or after September 11, 2001, and were honorably discharged after any "
+        "amount of service, or Served for at least 30 continuous days all at once, without a break on or after September 11, "
+        "2001, and were discharged after 60 days with a service-connected disability, or Are a dependent child using benefits "
+        "transferred by a Veteran who has served for at least 36 months on active duty."), title="Post-9/11 GI Bill", score=0.8, chunk_id="va-1")
+    request = GenerationRequest(question="How long do I need to have served for education benefits?", expert="va", passages=[listed], max_tokens=30)
+    text = ExtractiveGenerator().generate(request).text
+    assert text.startswith("You may qualify for education benefits if you: Served at least 36 months")
+    assert text.endswith("... [1]")
+    assert len(text.split()) == 30 + 2  # the bound's words, then "..." and the citation mark
+    assert ExtractiveGenerator().generate(GenerationRequest(question=request.question, expert="va", passages=[listed])).text.count(" ") <= 61
