@@ -36,9 +36,9 @@ _CONTROLLER_VAR_DIR = pytest.StashKey[str]()
 def pytest_xdist_setupnodes(config, specs):
     """``make test`` runs the suite on pytest-xdist workers, which inherit this process's environment.
 
-    That includes the VAR_DIR that settings_test made here (``os.environ.setdefault``): the workers would
-    share one data folder (embedded vector store, routers, models, secret key). Without it, each
-    worker's settings_test makes a folder of its own. A VAR_DIR the caller exported is left alone (and shared).
+    That includes the VAR_DIR that settings_test made here: the workers would share one data folder (embedded
+    vector store, routers, models, secret key). Without it, each worker's settings_test makes a folder of its own
+    (as it does whatever VAR_DIR the shell exports).
     """
     if _var_dir_made_by_settings_test(os.environ.get("VAR_DIR", "")):
         config.stash[_CONTROLLER_VAR_DIR] = os.environ.pop("VAR_DIR")

@@ -6,7 +6,11 @@ Tests that need a real worker or real services start them themselves (tests/inte
 import os
 import tempfile
 
-os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="switchboard-test-"))
+# A throw-away data folder whatever the shell exports: the suite creates and deletes collections, routers and
+# adapters by the experts' names, and a shell that ran `VAR_DIR=/srv/switchboard make run` must not lose its
+# knowledge bases to `make test` (an exported VAR_DIR was used before, and its collections were wiped).
+os.environ["VAR_DIR"] = tempfile.mkdtemp(prefix="switchboard-test-")
+os.environ.pop("ADAPTER_DIR", None)  # under VAR_DIR, as by default
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 
 from .settings import *  # noqa: F403  (test settings extend the real ones)

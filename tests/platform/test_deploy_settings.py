@@ -52,3 +52,17 @@ def test_the_chat_api_is_closed_by_default_in_production_and_opened_only_explici
     assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH", **production) == "True"
     assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH", CHAT_API_REQUIRE_AUTH="false", **production) == "False"
     assert _setting(tmp_path, "CHAT_API_REQUIRE_AUTH") == "False"  # a laptop's demo stays open
+
+
+def test_the_test_settings_never_use_the_data_folder_the_shell_exports(tmp_path):
+    """`make test` in a shell that exported an operator's VAR_DIR (and ADAPTER_DIR) works in a folder of its own."""
+    operator = tmp_path / "srv"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "platform"), str(ROOT)]), "VAR_DIR": str(operator),
+           "ADAPTER_DIR": str(operator / "adapters"), "DJANGO_SETTINGS_MODULE": "switchboard.settings_test"}
+    code = "from django.conf import settings; print(settings.VAR_DIR); print(settings.ADAPTER_DIR)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    var_dir, adapter_dir = proc.stdout.strip().splitlines()[-2:]
+    assert Path(var_dir).name.startswith("switchboard-test-")
+    assert not adapter_dir.startswith(str(operator))
+    assert not operator.exists() or not any(operator.iterdir())
