@@ -33,7 +33,9 @@ MATCH_GAP = 0.02  # the two experts' best matches differ by at most this: the do
 # under which none of doc2dial's 18 validation questions that ask two (each about one agency) is split between experts
 # (tools/choose_top2.py; the closest false split was at 0.86).
 PART_CONFIDENT = 0.9
-PART_WORDS = 40  # each part of a two-expert answer: together about one answer's length (experts.ml.extractive.ANSWER_WORDS)
+# Each part of a two-expert answer, in words: two parts with their experts' names run to ~85 words, past one answer's
+# 60 (experts.ml.extractive.ANSWER_WORDS). Not chosen on data: no validation split has questions that span two experts.
+PART_WORDS = 40
 CLARIFY_LEAD = "Which do you mean"  # how a clarifying question starts: a client sends it back in its messages
 _SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z])")
 _SLUG = re.compile(r"\(([A-Za-z0-9_-]+)\)")
