@@ -176,6 +176,7 @@ class TraceDetailView(LoginRequiredMixin, View):
         ranked = event.experts if isinstance(event.experts, list) else []
         scores = trace.get("scores") or {str(e.get("slug")): float(e.get("score") or 0.0) for e in ranked if isinstance(e, dict)}
         best = max(scores.values(), default=0.0) or 1.0
+        answering = trace.get("experts_answering") if isinstance(trace.get("experts_answering"), list) else []  # two experts' parts
         feedback = Feedback.objects.filter(request_id=request_id).first()
         suggested = feedback.suggested_expert if feedback is not None else ""
         if suggested and not request.user.is_staff and suggested not in visible_slugs(request.user):
@@ -185,7 +186,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "event": event,
             "evidence": trace.get("evidence") or {"routed": event.router_version is not None},
             "has_trace": bool(trace),
-            "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert} for s, v in scores.items()],
+            "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert or s in answering} for s, v in scores.items()],
             "passages": trace.get("passages") or [],
             "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
             "kept": trace.get("kept_by_conversation") if isinstance(trace.get("kept_by_conversation"), dict) else None,
@@ -193,7 +194,7 @@ class TraceDetailView(LoginRequiredMixin, View):
             "earlier_turns_left_out": trace.get("earlier_turns_left_out") if isinstance(trace.get("earlier_turns_left_out"), int) else 0,
             "answer": trace.get("answer", ""),
             "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
-            "experts_answering": trace.get("experts_answering") if isinstance(trace.get("experts_answering"), list) else [],
+            "experts_answering": answering,
             "asked": trace.get("asked") if isinstance(trace.get("asked"), dict) else {},
             "clarify": trace.get("clarify") if isinstance(trace.get("clarify"), list) else [],
             "chosen_after_clarify": str(trace.get("chosen_after_clarify") or ""),

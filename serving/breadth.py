@@ -112,7 +112,8 @@ def split_between(question: str, route_part: Callable[[str], Decision]) -> dict[
         top = max(d.raw_scores.items(), key=lambda kv: kv[1], default=None)
         if d.abstained or top is None or top[1] < PART_CONFIDENT:
             return None
-        owners.setdefault(top[0], []).append(part if i == 0 or not preamble else f"{preamble} {part}")
+        # After the preamble a later part starts a sentence of its own ("... New York. Can I get federal student aid?").
+        owners.setdefault(top[0], []).append(part if i == 0 or not preamble else f"{preamble} {part[:1].upper()}{part[1:]}")
     return {slug: " ".join(own) for slug, own in owners.items()} if len(owners) == 2 else None
 
 

@@ -19,7 +19,8 @@ def staff(django_user_model):
 
 
 def page(client, staff, request_id: str, expert: str, trace: dict) -> str:
-    RoutingEvent.objects.create(request_id=request_id, mode="auto", expert=expert, router_version=1, experts=[{"slug": "dmv", "score": 0.6}],
+    RoutingEvent.objects.create(request_id=request_id, mode="auto", expert=expert, router_version=1,
+                                experts=[{"slug": "dmv", "score": 0.6}, {"slug": "ssa", "score": 0.4}],
                                 trace=trace, total_ms=10.0)
     client.force_login(staff)
     return client.get(reverse("console-trace", args=[request_id])).content.decode()
@@ -28,6 +29,11 @@ def page(client, staff, request_id: str, expert: str, trace: dict) -> str:
 def test_a_two_expert_answer_names_both_experts(client, staff):
     html = page(client, staff, "r-both", "dmv", {"experts_answering": ["dmv", "ssa"]})
     assert "Both Motor Vehicles and Social Security answered, each its part" in html
+    assert "answered by <strong>Motor Vehicles and Social Security</strong>" in html  # the badge names both, not the first part's
+    assert html.count('<li class="chosen">') == 2  # both highlighted in the router's ranking
+    one = page(client, staff, "r-one", "dmv", {})
+    assert "answered by <strong>Motor Vehicles</strong>" in one
+    assert one.count('<li class="chosen">') == 1
 
 
 def test_a_question_that_asked_two_names_the_part_each_expert_answered(client, staff):

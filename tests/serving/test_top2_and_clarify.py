@@ -139,12 +139,12 @@ def test_a_question_that_asks_two_of_two_experts_gets_each_part_answered_by_its_
     assert meta["clarify"] is None
     # Each expert was asked its own part, with what the user said before asking.
     assert [r.question for r in serving["generator"].requests] == ["I am moving house. How do I renew my licence",
-                                                                   "I am moving house. when is my pension paid?"]
+                                                                   "I am moving house. When is my pension paid?"]
     assert [r.max_tokens for r in serving["generator"].requests] == [breadth.PART_WORDS, breadth.PART_WORDS]
-    assert [p["asked"] for p in meta["parts"]] == ["I am moving house. How do I renew my licence", "I am moving house. when is my pension paid?"]
+    assert [p["asked"] for p in meta["parts"]] == ["I am moving house. How do I renew my licence", "I am moving house. When is my pension paid?"]
     # The trace keeps the part each answered, and the trace page says so.
     event = event_for(response.json()["id"])
-    assert event.trace["asked"] == {"dmv": "I am moving house. How do I renew my licence", "ssa": "I am moving house. when is my pension paid?"}
+    assert event.trace["asked"] == {"dmv": "I am moving house. How do I renew my licence", "ssa": "I am moving house. When is my pension paid?"}
 
 
 def test_a_question_that_asks_two_of_one_expert_keeps_one_answer(serving, client, evidence):
