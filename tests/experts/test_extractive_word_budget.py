@@ -39,3 +39,15 @@ def test_a_sentence_longer_than_the_budget_is_quoted_up_to_it():
     assert text.endswith("... [1]")
     assert len(text.split()) == 30 + 2  # the bound's words, then "..." and the citation mark
     assert ExtractiveGenerator().generate(GenerationRequest(question=request.question, expert="va", passages=[listed])).text.count(" ") <= 61
+
+
+def test_a_links_label_never_completes_an_answer(monkeypatch):
+    page = Passage(text=f"{BEST} The renewal fee is 64 dollars for eight years. Renewal and replacement forms",
+                   title="Renewing your license", score=0.8, chunk_id="dmv-3")
+    request = GenerationRequest(question="How do I renew my driver license online?", expert="dmv", passages=[page])
+    text = ExtractiveGenerator().generate(request).text
+    assert text.startswith(BEST)
+    assert "64 dollars" in text
+    assert "replacement forms" not in text
+    monkeypatch.setattr("experts.ml.extractive.FRAGMENT_WORDS", 0)
+    assert "replacement forms" in ExtractiveGenerator().generate(request).text  # the label would have been quoted
