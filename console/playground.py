@@ -66,6 +66,10 @@ class PlaygroundForm(forms.Form):
         lines = [line.strip()[:limit] for line in (self.cleaned_data.get("earlier") or "").splitlines() if line.strip()]
         return lines[-conversations.CONTEXT_TURNS :]
 
+    def next_question(self) -> PlaygroundForm:
+        """The form under an answer: empty for the next question of the conversation, in the mode just used."""
+        return PlaygroundForm(initial={"mode": self.cleaned_data["mode"]}, user=self.principal.user)
+
     def ask(self) -> dict[str, Any]:
         """The chat request's fields for the cleaned form: the question, the mode, the conversation so far, and who asks."""
         data = self.cleaned_data
@@ -138,7 +142,7 @@ class PlaygroundStreamView(LoginRequiredMixin, View):
         except route.StreamInterrupted as exc:
             yield _event("error", {"message": str(exc)})
             return
-        html = render_to_string(self.template_name, {"form": form, **_result_context(turn.result, form), "feedback_form": feedback_form(request.user),
+        html = render_to_string(self.template_name, {**_result_context(turn.result, form), "feedback_form": feedback_form(request.user),
                                                      "expert_names": names}, request=request)
         yield _event("done", {"html": html})
 
@@ -154,7 +158,7 @@ def _handle_question(request: HttpRequest) -> tuple[dict[str, Any], int]:
         return _conversation_refused(form), 400
     except _REFUSED as exc:
         return _refusal(form, exc)
-    return {"form": form, **_result_context(result, form), "feedback_form": feedback_form(request.user)}, 200
+    return {**_result_context(result, form), "feedback_form": feedback_form(request.user)}, 200
 
 
 _REFUSED = (route.RoutingUnavailable, route.AllExpertsDown, GenerationBusy, route.ExpertNotAllowed)
@@ -186,6 +190,8 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm | None = None)
     ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1), "chosen": str(e["slug"]) == result.expert}
               for e in result.decision.experts]
     return {
+        # Under an answer the form is empty for the next question; the answer card shows the one asked.
+        **({"form": form.next_question(), "asked_question": form.cleaned_data["question"].strip()} if form is not None else {}),
         "source_label": _SOURCE_LABELS.get(result.answer_source, result.answer_source),
         "evidence": traces.routing_evidence(result.decision),
         "fallback_note": _fallback_note(result),

@@ -159,6 +159,9 @@ def test_the_previous_answer_is_dimmed_while_the_next_question_is_routed(live_se
     page.click("button:has-text('Ask')")
     expect(page.locator("#answer")).to_contain_text("renew online up to six months")
     expect(page.locator("#playground-result.stale")).to_have_count(0)
+    # The finished panel says what was asked and leaves the form empty for the next question.
+    expect(page.locator("#answer-question")).to_have_text("You asked: “How do I renew my driver's license?”")
+    expect(page.locator("#id_question")).to_have_value("")
 
     page.fill("#id_question", "How do I renew it again?")
     page.click("button:has-text('Ask')")

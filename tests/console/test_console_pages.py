@@ -231,7 +231,9 @@ def test_the_playground_works_without_javascript(console, experts, monkeypatch):
     html = response.content.decode()
     assert "<html" in html
     assert 'id="answer"' in html
-    assert "How do I renew?</textarea>" in html  # the question stays in the form
+    assert "You asked: “How do I renew?”" in html  # the answer says what it answers
+    assert "How do I renew?</textarea>" not in html  # and the form is empty for the follow-up, in the same mode
+    assert '<option value="auto" selected>' in html
 
 
 def test_the_playground_page_shows_form_errors_without_javascript(console):
