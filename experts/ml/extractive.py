@@ -313,9 +313,9 @@ def complete(ranked: list[RankedSentence], max_words: int) -> list[RankedSentenc
     for r in ranked[1:]:
         text = quoted(r.text)
         if not text or text.endswith("?") or text.lower() in seen or words + len(text.split()) > max_words:
-            continue
+            continue  # a question (an FAQ's own, a heading's) answers nothing; the same sentence twice says nothing more
         if len(text.split()) < FRAGMENT_WORDS and text[-1] not in ".!":
-            continue  # a link's or a heading's label ("Find your proofs", "Retirement Estimator") completes nothing  # a question (an FAQ's own, a heading's) answers nothing; the same sentence twice says nothing more
+            continue  # a link's or a heading's label ("Find your proofs", "Retirement Estimator") completes nothing
         seen.add(text.lower())
         out.append(r)
         words += len(text.split())
