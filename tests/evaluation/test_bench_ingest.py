@@ -54,3 +54,17 @@ def test_it_reports_the_documents_and_passages_it_indexed(folder, tmp_path):
 def test_called_from_code_it_refuses_to_touch_the_callers_database_without_in_place(folder):
     with pytest.raises(CommandError, match="--in-place"):
         call_command("bench", "ingest", "--folder", str(folder))
+
+
+def test_after_it_every_module_encodes_with_the_process_encoder():
+    """The hashing encoder stays in the tests that asked for it. A module first imported under it kept it: knowledge.indexing,
+    .points and .views did when this file ran first in a process, and test_answers_evaluation.py then indexed at 64 dimensions
+    and searched with the real encoder's 384 (tests/conftest.py now imports them all before the first test)."""
+    import sys
+
+    from encoders import registry
+    from tests.support.hashing_encoder import modules_binding_get_encoder
+
+    assert {"knowledge.indexing", "knowledge.points", "knowledge.views", "serving.chat"} <= set(modules_binding_get_encoder())
+    kept = [m for m in modules_binding_get_encoder() if m in sys.modules and sys.modules[m].get_encoder is not registry.get_encoder]
+    assert kept == []

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import re
 import zlib
+from pathlib import Path
 
 import numpy as np
 
 DIM = 64
 # The knowledge modules that look up the process's encoder (``get_encoder``): a test's encoder stands in for it in each.
 ENCODER_USERS = ("knowledge.points", "knowledge.indexing", "knowledge.search", "knowledge.views")
+ROOT = Path(__file__).resolve().parents[2]
+_FROM_ENCODERS = re.compile(r"^from encoders import (\([^)]*\)|.*)$", re.M)
 
 
 class HashingEncoder:
@@ -29,6 +32,24 @@ class HashingEncoder:
                 out[i, zlib.crc32(word.encode()) % DIM] += 1.0
             out[i, DIM - 1] += 0.01  # never all zeros
         return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def modules_binding_get_encoder() -> list[str]:
+    """The product's modules that bind the encoder function under their own name at import (``from encoders import get_encoder``).
+
+    A test that replaces ``encoders.get_encoder`` must not be the first to import one of them: that module would bind the
+    test's fake and keep it for the rest of the process (monkeypatch restores ``encoders``' attribute, not the module's
+    own name), and later tests would index with it. tests/conftest.py imports them all before the first test.
+    """
+    packages = [p for top in (ROOT, ROOT / "platform") for p in sorted(top.iterdir()) if (p / "__init__.py").is_file()]
+    found = []
+    for package in packages:
+        for path in sorted(package.rglob("*.py")):
+            if "migrations" in path.parts or not any(re.search(r"\bget_encoder\b", m) for m in _FROM_ENCODERS.findall(path.read_text())):
+                continue
+            module = path.relative_to(package.parent).with_suffix("")
+            found.append(".".join(module.parts[:-1] if module.name == "__init__" else module.parts))
+    return found
 
 
 def use_encoder(monkeypatch, encoder) -> None:
