@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -141,14 +142,25 @@ class TraceListView(LoginRequiredMixin, View):
             events = events.order_by("-created_at", "-id")
         page = Paginator(events.only(
             "request_id", "created_at", "question", "expert", "abstained", "answer_source", "status_code", "total_ms", "experts", "arm",
+        ).annotate(  # a two-expert answer's experts, read from the trace in the database: not every row's whole trace
+            experts_answering=KeyTransform("experts_answering", "trace"),
         ), PAGE_SIZE).get_page(request.GET.get("page"))
         ratings = dict(Feedback.objects.filter(request_id__in=[e.request_id for e in page]).values_list("request_id", "rating"))
-        rows = [{"event": e, "rating": ratings.get(e.request_id), **answering_score(e)} for e in page]
+        rows = [{"event": e, "rating": ratings.get(e.request_id), "answered_by": answered_by(e), **answering_score(e)} for e in page]
         query = request.GET.copy()
         query.pop("page", None)
         # ``expert_names`` as read for the filter: the context processor's own read is then never made.
         return render(request, self.template_name, {"form": form, "page": page, "rows": rows, "query": query.urlencode(), "expert_names": names},
                       status=status)
+
+
+def answered_by(event: RoutingEvent) -> list[str]:
+    """The slugs of the experts whose parts make up the answer: both of a two-expert answer (its trace's ``experts_answering``,
+    annotated by the list's query), else the one that answered (none where no expert did)."""
+    answering = getattr(event, "experts_answering", None)
+    if isinstance(answering, list) and len(answering) > 1 and all(isinstance(slug, str) for slug in answering):
+        return answering
+    return [event.expert] if event.expert else []
 
 
 def answering_score(event: RoutingEvent) -> dict[str, Any]:

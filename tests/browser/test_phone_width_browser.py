@@ -12,6 +12,7 @@ from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
 from routing.experiments.models import Experiment
+from routing.models import RoutingEvent
 
 from .accounts import PASSWORD, log_in
 from .demo_world import seed_demo_world, shot
@@ -27,6 +28,9 @@ def pages() -> list[str]:
     Expert.objects.filter(slug="ssa").update(name="Social Security Administration: retirement, disability and survivors")
     Document.objects.create(expert=expert, external_id="long", content_hash="long", text="…", chunk_count=4,
                             title="Appeal A Decision | Social Security Administration | What To Do If You Disagree With Our Decision")
+    # An answer made of two experts' parts: the traces list names both, the long name above among them.
+    RoutingEvent.objects.create(request_id="chatcmpl-both", mode="auto", router_version=1, expert="dmv", question="Renew my licence and start my pension?",
+                                experts=[{"slug": "dmv", "score": 0.5}, {"slug": "ssa", "score": 0.45}], trace={"experts_answering": ["dmv", "ssa"]})
     job = Job.objects.create(kind="train_router", title="Train router", status="succeeded", progress=1.0)
     experiment = Experiment.objects.create(name="Prompt wording", expert=expert, kind="expert", target="expert:dmv", salt="phone",
                                            control_version=1, treatment_version=2)

@@ -339,6 +339,7 @@ def test_the_trace_list_gives_the_answering_experts_own_score_and_says_when_it_w
     event("r-first", "dmv", question="renew my licence")
     event("r-second", "ssa", question="a question whose passage came from the second expert")
     event("r-none", "", question="What is the weather?", abstained=True)
+    event("r-both", "dmv", question="renew my licence and start my pension", trace={"experts_answering": ["dmv", "ssa"], "answer": "long " * 500})
     client.force_login(staff)
     response = client.get(reverse("console-traces"))
     rows = {row["event"].request_id: row for row in response.context["rows"]}
@@ -349,3 +350,7 @@ def test_the_trace_list_gives_the_answering_experts_own_score_and_says_when_it_w
     page = response.content.decode()
     assert page.count("router's second choice") == 1
     assert 'title="the router\'s first choice was Motor Vehicles"' in page
+    # An answer made of two experts' parts names both, not only the first part's expert; the rows' traces are not loaded for it.
+    assert [row["answered_by"] for row in response.context["rows"]] == [["dmv", "ssa"], [], ["ssa"], ["dmv"]]
+    assert "<td>Motor Vehicles and Social Security</td>" in page
+    assert all("trace" in row["event"].get_deferred_fields() for row in response.context["rows"])
