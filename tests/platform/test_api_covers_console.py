@@ -14,7 +14,7 @@ import routing.experiments.urls
 import routing.urls
 from labeling.choices import ReviewActionKind
 from routing.forms import TrainRouterForm
-from tests.platform.test_team_matrix import _shape, api_operations, url_patterns
+from tests.support.routes import api_operations, route_shape, url_patterns
 
 # Console URL name -> the API URL name that does the same.
 API_FOR = {
@@ -55,8 +55,8 @@ def console_actions() -> set[str]:
 
 def test_every_console_action_has_an_api_endpoint_in_the_schema():
     actions = console_actions()
-    routes = {name: _shape(route) for route, name in url_patterns()}
-    posts = {_shape(path) for path, method in api_operations() if method == "post"}
+    routes = {name: route_shape(route) for route, name in url_patterns()}
+    posts = {route_shape(path) for path, method in api_operations() if method == "post"}
     without = sorted(actions - set(API_FOR))
     undocumented = sorted(api for api in API_FOR.values() if routes.get(api) not in posts)
 

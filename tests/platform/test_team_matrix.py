@@ -18,14 +18,15 @@ fails ``test_every_url_and_every_api_method_has_a_row``.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import reverse
+
+from tests.support.routes import api_operations, route_shape, url_patterns
 
 A_SIDE = ["anonymous", "alice", "a_key", "a_key_after_removal", "revoked_key"]
 B_SIDE = ["bob", "sam"]
@@ -309,33 +310,6 @@ ROWS: dict[str, Row] = {
 
 # --- what the matrix covers --------------------------------------------------------------------------
 
-def _walk(patterns, prefix: str = "") -> Iterator[tuple[str, str]]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _walk(pattern.url_patterns, prefix + str(pattern.pattern))
-        elif isinstance(pattern, URLPattern):
-            yield prefix + str(pattern.pattern), pattern.name or ""
-
-
-def url_patterns() -> list[tuple[str, str]]:
-    """(route, name) of every URL pattern but the admin's and static files'."""
-    return [(route, name) for route, name in _walk(get_resolver().url_patterns)
-            if not route.startswith(("admin/", "static/", "^static", "media/"))]
-
-
-def api_operations() -> list[tuple[str, str]]:
-    """(path, method) of every operation in the OpenAPI schema."""
-    from drf_spectacular.generators import SchemaGenerator
-
-    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
-    return [(path, method) for path, operations in paths.items() for method in operations]
-
-
-def _shape(route_or_path: str) -> str:
-    """A route (``api/v1/jobs/<int:pk>``) or a schema path (``/api/v1/jobs/{id}``) with its parameters blanked."""
-    return "/" + re.sub(r"<[^>]+>|\{[^}]+\}", "{}", route_or_path).lstrip("/")
-
-
 @dataclass(frozen=True)
 class Request:
     name: str
@@ -421,11 +395,11 @@ def test_every_url_and_every_api_method_has_a_row(capsys):
     names = {name for _, name in patterns}
     missing = sorted({f"{route} (name: {name or 'none: name it'})" for route, name in patterns if name not in ROWS})
     stale = sorted(set(ROWS) - names)
-    by_shape = {_shape(route): name for route, name in reversed(patterns)}  # the first pattern of a route is the one that answers
+    by_shape = {route_shape(route): name for route, name in reversed(patterns)}  # the first pattern of a route is the one that answers
     operations = api_operations()
-    unrouted = [f"{method.upper()} {path}" for path, method in operations if _shape(path) not in by_shape]
-    unasked = [f"{method.upper()} {path} ({by_shape[_shape(path)]})" for path, method in operations
-               if _shape(path) in by_shape and method not in ROWS.get(by_shape[_shape(path)], Row(methods=())).methods]
+    unrouted = [f"{method.upper()} {path}" for path, method in operations if route_shape(path) not in by_shape]
+    unasked = [f"{method.upper()} {path} ({by_shape[route_shape(path)]})" for path, method in operations
+               if route_shape(path) in by_shape and method not in ROWS.get(by_shape[route_shape(path)], Row(methods=())).methods]
     with capsys.disabled():
         print(f"\nteam matrix: {len(patterns)} URL patterns ({len(names)} names), {len(operations)} API path x methods")
     problems = [*(f"URL without a row: {m}" for m in missing), *(f"row of no URL: {s}" for s in stale),
