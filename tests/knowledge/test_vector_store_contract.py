@@ -13,8 +13,7 @@ from knowledge.ml.sparse import bm25_vector
 from knowledge.stores import PointRecord
 from knowledge.stores.edge import EdgeQdrantStore
 from knowledge.stores.qdrant_server import ServerQdrantStore
-
-DIM = 8
+from tests.support.vector_points import DIM, point, vec
 
 
 def _stores():
@@ -33,19 +32,6 @@ def store(request, tmp_path):
         yield ServerQdrantStore(":memory:")
     else:
         yield ServerQdrantStore(os.environ["QDRANT_URL"], api_key=os.environ.get("QDRANT_API_KEY") or None)
-
-
-def vec(i: int) -> list[float]:
-    v = np.zeros(DIM, dtype=np.float32)
-    v[i % DIM] = 1.0
-    v[(i + 1) % DIM] = 0.3
-    return (v / np.linalg.norm(v)).tolist()
-
-
-def point(doc: int, pos: int, text: str, axis: int) -> PointRecord:
-    idx, val = bm25_vector(text)
-    return PointRecord(id=str(uuid.uuid5(uuid.NAMESPACE_OID, f"{doc}:{pos}:{text}")), dense=vec(axis), sparse_indices=idx, sparse_values=val,
-                       payload={"document_id": doc, "text": text, "position": pos})
 
 
 def search(store, name, text, axis, limit=5):
@@ -117,7 +103,7 @@ def test_edge_readers_in_other_processes_see_each_new_version(tmp_path):
     writer.ensure_collection(name, DIM)
     writer.replace_documents(name, {1: [point(1, 0, "first", 0)]})
     assert search(reader, name, "first", 0)[0].payload["text"] == "first"
-    script = ("import sys; from tests.knowledge.test_vector_store_contract import point; from knowledge.stores.edge import EdgeQdrantStore; "
+    script = ("import sys; from tests.support.vector_points import point; from knowledge.stores.edge import EdgeQdrantStore; "
               "EdgeQdrantStore(sys.argv[1]).replace_documents('shared', {2: [point(2, 0, 'second', 4)]})")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "q")], check=True, env={**os.environ, "PYTHONPATH": f"platform:.:{os.environ.get('PYTHONPATH', '')}"})
     assert search(reader, name, "second", 4)[0].payload["text"] == "second"
