@@ -2,13 +2,13 @@
 
 import pytest
 
-from experts.models import Expert
+from tests.factories import make_expert
 
 
 @pytest.fixture
 def experts():
     """Two active experts (dmv, ssa) and a disabled one (va), none public."""
-    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles")
-    ssa = Expert.objects.create(slug="ssa", name="Social Security")
-    Expert.objects.create(slug="va", name="Veterans Affairs", status="disabled")
+    dmv = make_expert("dmv", "Motor Vehicles", public=False)
+    ssa = make_expert("ssa", "Social Security", public=False)
+    make_expert("va", "Veterans Affairs", status="disabled", public=False)
     return dmv, ssa

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 
 from clients.models import ApiKey
 from clients.services import create_key, hash_key
-from experts.models import Expert
+from tests.factories import roads_and_pensions
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery staple"
@@ -15,9 +14,7 @@ PASSWORD = "correct horse battery staple"
 
 @pytest.fixture
 def teams(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    roads, _pensions = roads_and_pensions()  # dmv in roads, ssa in pensions, both private
     staff = django_user_model.objects.create_user("staff", password=PASSWORD, is_staff=True)
     member = django_user_model.objects.create_user("member", password=PASSWORD)
     member.groups.add(roads)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
@@ -13,15 +12,16 @@ from experts.models import Expert, ExpertVersion
 from knowledge.models import Document
 from labeling.models import ReviewDecision
 from routing.models import Feedback, RouterVersion, RoutingEvent
+from tests.factories import make_expert, make_team
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def world(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads, description="Licences, plates and registrations.")
-    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    roads, pensions = make_team("roads"), make_team("pensions")
+    dmv = make_expert("dmv", "Motor Vehicles", team=roads, description="Licences, plates and registrations.", public=False)
+    ssa = make_expert("ssa", "Social Security", team=pensions, public=False)
     member = django_user_model.objects.create_user("rita", "rita@example.com", "pw-rita-1234")
     member.groups.add(roads)
     return dmv, ssa, member
@@ -136,7 +136,7 @@ def test_staff_choose_the_fallback_expert_from_its_page_and_others_may_not(clien
     from audit.models import AuditEntry
     from experts.selectors import fallback_slugs
 
-    Expert.objects.create(slug="general", name="General help", status="active")
+    make_expert("general", "General help", status="active", public=False)
     staff = django_user_model.objects.create_user("ops", "ops@example.com", "pw-ops-12345", is_staff=True)
     member = django_user_model.objects.create_user("kim", "kim@example.com", "pw-kim-12345")
     client.force_login(member)

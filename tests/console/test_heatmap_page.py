@@ -9,17 +9,17 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.heatmap import Heatmap, HeatRow, traffic_heatmap
-from experts.models import Expert
 from routing.models import RoutingEvent
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def experts():
-    Expert.objects.create(slug="dmv", name="Motor Vehicles")
-    Expert.objects.create(slug="ssa", name="Social Security")
-    Expert.objects.create(slug="va", name="Veterans Affairs", status="disabled")
+    make_expert("dmv", "Motor Vehicles", public=False)
+    make_expert("ssa", "Social Security", public=False)
+    make_expert("va", "Veterans Affairs", status="disabled", public=False)
 
 
 def event(slug: str, at: datetime) -> RoutingEvent:

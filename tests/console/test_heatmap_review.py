@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from console import heatmap
 from experts.models import Expert
 from labeling.models import ReviewDecision
 from routing.models import RoutingEvent
+from tests.factories import make_expert, make_team
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def world(django_user_model):
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    dmv = Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    ssa = Expert.objects.create(slug="ssa", name="Social Security", team=pensions)
+    roads, pensions = make_team("roads"), make_team("pensions")
+    dmv = make_expert("dmv", "Motor Vehicles", team=roads, public=False)
+    ssa = make_expert("ssa", "Social Security", team=pensions, public=False)
     for i in range(3):
         RoutingEvent.objects.create(request_id=f"d{i}", mode="auto", expert="dmv")
     RoutingEvent.objects.create(request_id="s0", mode="auto", expert="ssa")

@@ -7,8 +7,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert
 from serving import chat
+from tests.factories import make_expert
 from tests.support.chat_results import fake_result
 
 pytestmark = pytest.mark.django_db
@@ -17,8 +17,8 @@ QUESTION = "I lost my card, how do I get a replacement?"
 
 @pytest.fixture
 def experts(db):
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", public=True)
-    Expert.objects.create(slug="ssa", name="Social Security", public=True)
+    make_expert("dmv", "Motor Vehicles")
+    make_expert("ssa", "Social Security")
 
 
 def asked_back(question: str, model: str = "auto", **_: object) -> chat.ChatResult:

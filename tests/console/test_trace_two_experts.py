@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert
 from routing.models import RoutingEvent
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def staff(django_user_model):
-    Expert.objects.create(slug="dmv", name="Motor Vehicles")
-    Expert.objects.create(slug="ssa", name="Social Security")
+    make_expert("dmv", "Motor Vehicles", public=False)
+    make_expert("ssa", "Social Security", public=False)
     return django_user_model.objects.create_user("admin", "admin@example.com", "pw-admin-1234", is_staff=True)
 
 

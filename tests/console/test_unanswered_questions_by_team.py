@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert
 from labeling.models import Query, ReviewDecision
 from routing.models import Feedback, RoutingEvent
 from tests.factories import make_expert, make_promoted_run, make_team, make_user
@@ -95,7 +94,7 @@ def test_i_cannot_label_or_dismiss_another_teams_unanswered_question_however_i_p
 
 def test_a_shared_question_is_labelled_only_to_an_expert_i_may_change_and_dismissed_only_by_its_teams(client, teams):
     ana, _bob, _staff = teams
-    Expert.objects.create(slug="faq", name="General FAQ")  # no team: everyone sees it, staff change it
+    make_expert("faq", "General FAQ", public=False)  # no team: everyone sees it, staff change it
     unanswered("shared", ["ssa", "dmv"], question="Is my car part of my pension?")
     answered_by_faq = RoutingEvent.objects.create(request_id="faq-q", mode="auto", expert="faq", router_version=1, question="Opening hours?",
                                                   experts=[{"slug": "faq", "score": 0.41}, {"slug": "dmv", "score": 0.39}])
