@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
 from routing.models import RouterVersion
+from tests.factories import make_expert
 
 PASSWORD = "correct horse battery staple"
 
@@ -20,7 +21,7 @@ def expert(db, settings):
     """An expert with an active v1 and a candidate v2 that differ in their prompt (served by a language model:
     under the default extractive generator a prompt experiment is refused, see test_experiment_generator)."""
     settings.GENERATOR = "transformers"
-    e = Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    e = make_expert("dmv", "Motor Vehicles", public=False)
     ExpertVersion.objects.create(expert=e, version=1, status="active", system_prompt="v1")
     ExpertVersion.objects.create(expert=e, version=2, status="candidate", system_prompt="v2")
     return e
@@ -28,7 +29,7 @@ def expert(db, settings):
 
 @pytest.fixture
 def lonely_expert(db):
-    e = Expert.objects.create(slug="ssa", name="Social Security")
+    e = make_expert("ssa", "Social Security", public=False)
     ExpertVersion.objects.create(expert=e, version=1, status="active")
     return e
 

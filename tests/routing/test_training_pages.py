@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert
 from routing.models import RouterVersion, TrainingRun
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -34,8 +34,8 @@ def version(n: int, active: bool = False) -> RouterVersion:
 
 @pytest.fixture
 def runs():
-    Expert.objects.create(slug="dmv", name="Motor Vehicles")
-    Expert.objects.create(slug="ssa", name="Social Security")
+    make_expert("dmv", "Motor Vehicles", public=False)
+    make_expert("ssa", "Social Security", public=False)
     old = TrainingRun.objects.create(
         params={"balance_weight": 0.1, "label_noise": 0.0, "hidden_dim": 256, "epochs": 60},
         history=[{"epoch": 1, "train_loss": 1.2, "val_loss": 1.3, "val_accuracy": 0.5}],

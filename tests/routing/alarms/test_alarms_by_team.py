@@ -7,7 +7,6 @@ import importlib
 
 import pytest
 from django.apps import apps
-from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from experts.models import Expert
@@ -15,6 +14,7 @@ from routing.alarms import services
 from routing.alarms.models import Alarm
 from routing.experiments import services as experiment_services
 from routing.models import RoutingEvent
+from tests.factories import make_expert, make_team
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +24,9 @@ SECRET = "MARKER-B-exp7 pensions prompt"
 @pytest.fixture
 def teams(django_user_model, expert, lonely_expert, staff):
     """Team A (roads: ``lanes``), team B (pensions: ``dmv`` with v1 and v2, and ``ssa``), a member of each, and staff."""
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
+    roads, pensions = make_team("roads"), make_team("pensions")
     Expert.objects.filter(slug__in=["dmv", "ssa"]).update(team=pensions)
-    Expert.objects.create(slug="lanes", name="Lanes", team=roads)
+    make_expert("lanes", "Lanes", team=roads, public=False)
     ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")
     ana.groups.add(roads)
     bob = django_user_model.objects.create_user("bob", "bob@example.com", "pw-bob-1234")

@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
 from routing.experiments import services
 from routing.experiments.models import Experiment
+from tests.factories import make_expert
 
 from ..conftest import PASSWORD
 
 
 @pytest.fixture
 def prompt_versions(db):
-    e = Expert.objects.create(slug="va", name="Veterans")
+    e = make_expert("va", "Veterans", public=False)
     ExpertVersion.objects.create(expert=e, version=1, status="active", system_prompt="Answer briefly.")
     ExpertVersion.objects.create(expert=e, version=2, status="candidate", system_prompt="Answer in detail.", adapter_path="/adapters/va-v2")
     return e

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experts.models import Expert
 from routing import services
 from routing.models import RouterVersion
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def labelled(settings, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=2, fingerprint="t", status=RunStatus.PROMOTED)
     for index, slug in enumerate(["dmv", "ssa"]):
-        expert = Expert.objects.create(slug=slug, name=slug)
+        expert = make_expert(slug, slug, public=False)
         proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
         for j in range(30):
             text = f"{slug} question {j}"

@@ -10,6 +10,7 @@ from jobs.models import Job
 from routing.alarms.models import Alarm, DriftReport
 from routing.models import RouterVersion, RoutingEvent
 from routing.schedules import routines as jobs
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 DIM = 16
@@ -39,7 +40,7 @@ def trained(settings, monkeypatch):
     run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=2, fingerprint="t", status=RunStatus.PROMOTED)
     encoder = AxisEncoder()
     for index, (slug, word) in enumerate([("dmv", "licence"), ("ssa", "pension")]):
-        expert = Expert.objects.create(slug=slug, name=slug)
+        expert = make_expert(slug, slug, public=False)
         proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
         texts = [f"{word} question {j}" for j in range(40)]
         for text, v in zip(texts, encoder.encode(texts), strict=True):

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.urls import reverse
 
-from experts.models import Expert
 from jobs.models import Job
+from tests.factories import two_teams
 
 pytestmark = pytest.mark.django_db
 
 
 def test_the_last_message_of_a_scheduled_check_names_no_other_teams_expert(client, django_user_model, staff):
     call_command("ensure_schedules", verbosity=0)
-    roads, pensions = Group.objects.create(name="roads"), Group.objects.create(name="pensions")
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads)
-    Expert.objects.create(slug="vault-7f3a", name="MARKER-B Pension Vault", team=pensions)
+    roads, _pensions = two_teams()  # dmv in roads; vault-7f3a, "MARKER-B Pension Vault", in pensions
     Job.objects.create(kind="scheduled_refresh_knowledge", key="scheduled:refresh_knowledge", title="Refresh knowledge bases", status="running",
                        message="indexing MARKER-B Pension Vault (vault-7f3a) after dmv")
     ana = django_user_model.objects.create_user("ana", "ana@example.com", "pw-ana-1234")

@@ -14,6 +14,7 @@ from routing.alarms.models import Alarm, EvaluationSnapshot
 from routing.models import RoutingEvent
 from routing.schedules import scheduling
 from routing.schedules.models import ScheduledRun
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -112,12 +113,11 @@ def test_a_valid_crontab_passes():
 def test_knowledge_refresh_indexes_only_experts_with_pending_documents(settings, monkeypatch):
     from django.utils import timezone
 
-    from experts.models import Expert
     from knowledge.models import Document
     from routing.schedules import routines as jobs
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    dmv, ssa = Expert.objects.create(slug="dmv", name="dmv"), Expert.objects.create(slug="ssa", name="ssa")
+    dmv, ssa = make_expert("dmv", "dmv", public=False), make_expert("ssa", "ssa", public=False)
     Document.objects.create(expert=dmv, external_id="a", title="a", content_hash="h", text="changed text")  # indexed_at empty: changed
     Document.objects.create(expert=ssa, external_id="b", title="b", content_hash="h", text="same", indexed_at=timezone.now())
     job = Job.objects.create(kind="t", key="t", title="t")
