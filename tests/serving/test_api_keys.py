@@ -7,8 +7,7 @@ import json
 import pytest
 
 from clients.services import revoke_key
-from experts.models import Expert
-from tests.factories import make_key
+from tests.factories import make_expert, make_key
 
 pytestmark = pytest.mark.django_db
 
@@ -75,8 +74,8 @@ def test_allowed_experts_is_the_keys_scope_within_what_its_user_may_ask():
 
     from serving.api.auth import ApiKeyAuthentication, allowed_experts
 
-    Expert.objects.create(slug="dmv", name="DMV")
-    Expert.objects.create(slug="ssa", name="SSA")
+    make_expert("dmv", "DMV", public=False)
+    make_expert("ssa", "SSA", public=False)
     scoped = make_key("scoped", scopes=["ssa"]).secret
     unscoped = make_key("all").secret  # a staff operator's key: every expert
     for secret, expected in ((scoped, {"ssa"}), (unscoped, {"dmv", "ssa"})):
@@ -87,8 +86,8 @@ def test_allowed_experts_is_the_keys_scope_within_what_its_user_may_ask():
 
 
 def test_a_model_outside_the_keys_scope_is_403(client):
-    Expert.objects.create(slug="dmv", name="DMV")
-    Expert.objects.create(slug="ssa", name="SSA")
+    make_expert("dmv", "DMV", public=False)
+    make_expert("ssa", "SSA", public=False)
     secret = make_key("ssa only", scopes=["ssa"]).secret
     response = chat(client, "dmv", **bearer(secret))
     assert response.status_code == 403

@@ -16,9 +16,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from experts.generation import get_generator
-from experts.models import Expert
 from knowledge import search
 from knowledge.models import Document
+from tests.factories import make_expert
 from tests.support.hashing_encoder import HashingEncoder, serve_with
 from tests.support.serving import chat, meta_of
 
@@ -54,7 +54,7 @@ def dmv(db, settings, tmp_path, monkeypatch, owner, django_capture_on_commit_cal
     settings.EVENTS_SYNC = True
     get_generator.cache_clear()
     caches[settings.BREAKER_CACHE].clear()
-    expert = Expert.objects.create(slug="dmv", name="Motor Vehicles", public=True, chunk_size=300, chunk_overlap=50)
+    expert = make_expert("dmv", "Motor Vehicles", chunk_size=300, chunk_overlap=50)
     owner.is_staff = True
     owner.save(update_fields=["is_staff"])
     api = APIClient()

@@ -21,8 +21,9 @@ from experts.generation import get_generator
 from experts.generation.transformers import TransformersGenerator
 from experts.generation.vllm import VllmGenerator
 from experts.ml.prompting import build_messages
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
 from knowledge import ingest
+from tests.factories import make_expert
 from tests.support.hashing_encoder import HashingEncoder, serve_with
 from tests.support.serving import chat, meta_of
 
@@ -113,7 +114,7 @@ def dmv(server, settings, tmp_path, monkeypatch):
     settings.EVENTS_SYNC = True
     get_generator.cache_clear()
     caches[settings.BREAKER_CACHE].clear()
-    expert = Expert.objects.create(slug="dmv", name="Motor Vehicles", public=True, chunk_size=300, chunk_overlap=50)
+    expert = make_expert("dmv", "Motor Vehicles", chunk_size=300, chunk_overlap=50)
     ingest.ingest_files(expert, [("renew.txt", RENEW)])
     # What the generator was asked, to compare with what the in-process model would be shown (not a stand-in: it still answers).
     asked: list = []

@@ -20,6 +20,7 @@ from routing.ml import conversation as conversation_rule
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
 from serving import chat, route, traces
+from tests.factories import make_expert
 from tests.support.serving import DIM, EXPERTS, FakeStore, install_router
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +46,7 @@ def test_the_nearest_expert_is_ranked_first_with_all_three_as_failover(router):
 
 
 def test_a_question_like_nothing_seen_abstains_to_the_fallback_expert(router):
-    Expert.objects.create(slug="general", name="General", is_fallback=True, public=True)
+    make_expert("general", "General", is_fallback=True)
     decision = route.route("what is the meaning of life")
     assert decision.abstained
     assert decision.fallback == "general"
@@ -54,7 +55,7 @@ def test_a_question_like_nothing_seen_abstains_to_the_fallback_expert(router):
 
 
 def test_an_abstained_answer_comes_from_the_fallback_experts_collection(router, monkeypatch):
-    Expert.objects.create(slug="general", name="General", is_fallback=True, public=True)
+    make_expert("general", "General", is_fallback=True)
     searched = []
     monkeypatch.setattr(chat.knowledge, "search_experts", lambda experts, *a, **k: searched.append([e.slug for e in experts]) or [])
     result = chat.answer("what is the meaning of life", model="auto")
@@ -178,7 +179,7 @@ def test_warming_up_loads_the_router_and_leaves_the_load_window_empty(router):
 
 def test_training_from_labels_stores_diagnostics_and_an_abstain_threshold(labelled):
     labelled({"dmv": 40, "ssa": 40, "va": 40})
-    Expert.objects.create(slug="empty", name="Nobody labelled me", public=True)
+    make_expert("empty", "Nobody labelled me")
     version = services.train_router_from_labels({"epochs": 5, "seed": 0, "hidden_dim": 128})
     assert version.is_active
     assert version.experts == EXPERTS

@@ -12,6 +12,7 @@ from experts.models import Expert
 from routing.models import Conversation
 from serving import conversations, events, route
 from serving.events import EventWriter
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def ttl(settings):
 
 
 def test_active_experts_are_read_once_within_the_ttl_and_again_after_a_save(ttl):
-    dmv = Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
+    dmv = make_expert("dmv", "DMV", status=ExpertStatus.ACTIVE, public=False)
     assert selectors.active_expert_slugs() == {"dmv"}
     with CaptureQueriesContext(connection) as queries:
         assert selectors.active_expert_slugs() == {"dmv"}
@@ -39,7 +40,7 @@ def test_active_experts_are_read_once_within_the_ttl_and_again_after_a_save(ttl)
 
 def test_without_a_ttl_every_call_reads_the_database(settings):
     settings.SERVING_CACHE_TTL_S = 0
-    Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
+    make_expert("dmv", "DMV", status=ExpertStatus.ACTIVE, public=False)
     with CaptureQueriesContext(connection) as queries:
         selectors.active_expert_slugs()
         selectors.active_expert_slugs()
@@ -47,7 +48,7 @@ def test_without_a_ttl_every_call_reads_the_database(settings):
 
 
 def test_clear_serving_caches_forgets_queryset_updates_too(ttl):
-    Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
+    make_expert("dmv", "DMV", status=ExpertStatus.ACTIVE, public=False)
     assert selectors.active_expert_slugs() == {"dmv"}
     Expert.objects.filter(slug="dmv").update(status=ExpertStatus.DISABLED)  # no signal: only the TTL or a clear shows it
     assert selectors.active_expert_slugs() == {"dmv"}
@@ -90,7 +91,7 @@ def test_knowledge_base_models_are_read_once_within_the_ttl_and_again_after_a_sa
     from knowledge.models import KnowledgeBase
     from knowledge.selectors import collection_models
 
-    dmv = Expert.objects.create(slug="dmv", name="DMV", status=ExpertStatus.ACTIVE)
+    dmv = make_expert("dmv", "DMV", status=ExpertStatus.ACTIVE, public=False)
     kb = KnowledgeBase.objects.create(expert=dmv, embedding_model="model-a", dimension=384, chunk_size=800, chunk_overlap=100)
     assert collection_models([dmv]) == {dmv.pk: "model-a"}
     with CaptureQueriesContext(connection) as queries:

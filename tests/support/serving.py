@@ -19,12 +19,12 @@ from django.core.cache import caches
 from encoders import embedding_space
 from experts.generation import GenerationError, stream_by_words
 from experts.ml.extractive import NOT_FOUND, Answer
-from experts.models import Expert
 from knowledge.stores import Hit, StoreUnavailable
 from routing.ml.router import RouterNet
 from routing.models import RouterVersion, RoutingEvent
 from serving import chat as serving_chat
 from serving import events, expert_answer, route
+from tests.factories import make_expert
 
 DIM = 8
 EXPERTS = ["dmv", "ssa", "va"]
@@ -134,7 +134,7 @@ def install_router(tmp_path, settings, *, embedding_model: str) -> RouterVersion
     settings.ROUTER_LOAD_PENALTY = 0.0
     settings.ROUTER_CAPACITY = 1.0
     for slug in EXPERTS:
-        Expert.objects.create(slug=slug, name=slug.upper(), public=True)
+        make_expert(slug, slug.upper())
     torch.manual_seed(0)
     model = RouterNet(input_dim=DIM, n_experts=3, use_conv=False, hidden_dim=128, prototypes_per_expert=1, prototype_weight=20.0)
     with torch.no_grad():
@@ -264,7 +264,7 @@ def labelled(db, settings, tmp_path, monkeypatch):
         rng = np.random.default_rng(0)
         run = ClusteringRun.objects.create(model=settings.EMBEDDING_MODEL, eps=0.2, min_samples=3, n_experts=len(sizes), fingerprint="t", status=RunStatus.PROMOTED)
         for index, (slug, size) in enumerate(sizes.items()):
-            expert = Expert.objects.create(slug=slug, name=slug, public=True)
+            expert = make_expert(slug, slug)
             proposal = Proposal.objects.create(run=run, index=index, name=slug, status=ProposalStatus.PROMOTED, expert=expert)
             for j in range(size):
                 text = f"{slug} question {j}"
