@@ -12,6 +12,7 @@ import io
 import pytest
 
 from experts.models import Expert
+from tests.factories import make_expert
 from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
 
@@ -46,12 +47,12 @@ def kb(db, store, encoder_stub):
 
 @pytest.fixture
 def dmv(db) -> Expert:
-    return Expert.objects.create(slug="dmv", name="Motor Vehicles", chunk_size=300, chunk_overlap=50)
+    return make_expert("dmv", "Motor Vehicles", chunk_size=300, chunk_overlap=50, public=False)
 
 
 @pytest.fixture
 def ssa(db) -> Expert:
-    return Expert.objects.create(slug="ssa", name="Social Security", chunk_size=300, chunk_overlap=50)
+    return make_expert("ssa", "Social Security", chunk_size=300, chunk_overlap=50, public=False)
 
 
 def make_pdf(text: str) -> bytes:

@@ -10,12 +10,13 @@ from knowledge.ingest import upsert_document
 from knowledge.parsers import DocumentInput
 from knowledge.search import search_expert
 from knowledge.selectors import collection_name
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the drops run on commit
 
 
 def indexed(slug: str, text: str) -> Expert:
-    expert = Expert.objects.create(slug=slug, name=slug.title(), chunk_size=300, chunk_overlap=50)
+    expert = make_expert(slug, slug.title(), chunk_size=300, chunk_overlap=50, public=False)
     upsert_document(expert, DocumentInput(external_id="d", title="Handbook", text=text))
     index_pending(expert)
     return expert
@@ -29,7 +30,7 @@ def test_deleting_an_expert_drops_its_collection_and_its_successor_serves_none_o
     old.delete()
 
     assert kb.count(name) == 0
-    new = Expert.objects.create(slug="pensions", name="Pensions")
+    new = make_expert("pensions", "Pensions", public=False)
     assert search_expert(new, "pension appeal procedure room", limit=5) == []
 
 
@@ -39,7 +40,7 @@ def test_a_new_expert_finds_its_collection_empty_whatever_a_deleted_one_left(kb)
     Expert.objects.filter(pk=old.pk).update(slug="renamed")  # no signal: as if the store was down when "pensions" went
     assert kb.count(name) > 0
 
-    new = Expert.objects.create(slug="pensions", name="Pensions")
+    new = make_expert("pensions", "Pensions", public=False)
 
     assert kb.count(name) == 0
     assert search_expert(new, "pension appeal procedure room", limit=5) == []

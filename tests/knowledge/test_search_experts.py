@@ -9,6 +9,7 @@ from knowledge import ingest, search
 from knowledge.ml import conversation as search_conversation
 from knowledge.ml import routed
 from knowledge.ml.routed import routing_weights
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -43,7 +44,7 @@ def test_without_weights_every_chosen_collection_counts_the_same():
 
 @pytest.fixture
 def three(kb, dmv, ssa):
-    va = Expert.objects.create(slug="va", name="Veterans", chunk_size=300, chunk_overlap=50)
+    va = make_expert("va", "Veterans", chunk_size=300, chunk_overlap=50, public=False)
     ingest.ingest_files(dmv, [("renew.txt", b"Renew your driving licence online at the motor vehicles office.")])
     ingest.ingest_files(ssa, [("retire.txt", b"Apply for retirement benefits online with social security.")])
     ingest.ingest_files(va, [("gi.txt", b"Veterans apply online for education benefits under the GI Bill.")])
