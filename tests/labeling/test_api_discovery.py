@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from experts.models import Expert
 from jobs.models import Job
 from labeling.models import Assignment
+from tests.factories import make_expert, make_team
 
 from .conftest import direction, proposal
 
@@ -227,7 +228,7 @@ def test_it_promotes_a_proposal_into_the_runs_team(api, three_topics, team):
 
 
 def test_a_member_may_not_promote_over_another_teams_expert(api, three_topics):
-    Expert.objects.create(slug="theirs", name="Theirs", team=Group.objects.create(name="Others"))
+    make_expert("theirs", "Theirs", team=make_team("Others"), public=False)
 
     response = api.post(f"/api/v1/discovery/proposals/{proposal(three_topics, 'Licences').pk}/promote", {"name": "Theirs"}, format="json")
 

@@ -8,6 +8,7 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from experts.models import Expert
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +32,7 @@ def test_a_member_makes_a_department_of_their_team(member):
 
 
 def test_a_taken_name_is_a_conflict_and_nothing_changes(member):
-    Expert.objects.create(slug="motor-vehicles", name="Motor Vehicles", description="theirs")
+    make_expert("motor-vehicles", "Motor Vehicles", description="theirs", public=False)
 
     response = member.post("/api/v1/experts", {"name": "Motor Vehicles", "description": "mine"}, format="json")
 

@@ -14,6 +14,7 @@ from knowledge.parsers import DocumentInput
 from labeling import proposals, services
 from labeling.ml.seeding import NO_EVIDENCE, by_documents, conversation_evidence
 from labeling.models import Assignment
+from tests.factories import make_expert
 from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +53,7 @@ def hashing(monkeypatch, settings, tmp_path):
 def departments_with_documents() -> dict[str, Expert]:
     experts = {}
     for slug, (name, text) in DOCUMENTS.items():
-        expert = Expert.objects.create(slug=slug, name=name, description=f"{name}: what the office does", chunk_size=300, chunk_overlap=50)
+        expert = make_expert(slug, name, description=f"{name}: what the office does", chunk_size=300, chunk_overlap=50, public=False)
         upsert_document(expert, DocumentInput(external_id=slug, title=name, text=text))
         index_pending(expert)
         experts[slug] = expert

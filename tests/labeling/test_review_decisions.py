@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from experts.models import Expert
 from labeling import proposals as edits
 from labeling import selectors, services
 from labeling.models import Assignment, Query, ReviewDecision
+from tests.factories import make_expert, make_team
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +65,7 @@ def test_dismissing_records_a_decision_without_training_data(promoted):
 
 
 def test_a_label_needs_question_text_and_a_promoted_run(three_topics):
-    expert = Expert.objects.create(slug="roads", name="Roads")
+    expert = make_expert("roads", "Roads", public=False)
     with pytest.raises(edits.ReviewError, match="no stored question text"):
         services.record_review_decision("chatcmpl-4", "  ", "low_confidence", "", expert)
     with pytest.raises(edits.ReviewError, match="no promoted clustering run"):
@@ -75,7 +75,7 @@ def test_a_label_needs_question_text_and_a_promoted_run(three_topics):
 
 def test_an_expert_without_a_proposal_in_the_run_gets_one_so_the_router_can_learn_it(promoted):
     run, _experts = promoted
-    roads = Expert.objects.create(slug="roads", name="Roads", team=run.team)  # a label goes to a run of the expert's own team
+    roads = make_expert("roads", "Roads", team=run.team, public=False)  # a label goes to a run of the expert's own team
 
     decision, _ = services.record_review_decision("chatcmpl-5", "Where do I pay road tax?", "abstained", "", roads)
 
@@ -86,10 +86,9 @@ def test_an_expert_without_a_proposal_in_the_run_gets_one_so_the_router_can_lear
 
 
 def test_a_label_never_lands_in_another_teams_run(promoted):
-    from django.contrib.auth.models import Group
 
     run, _experts = promoted
-    elsewhere = Expert.objects.create(slug="payroll", name="Payroll", team=Group.objects.create(name="Another team"))
+    elsewhere = make_expert("payroll", "Payroll", team=make_team("Another team"), public=False)
     with pytest.raises(edits.ReviewError, match="no promoted clustering run holds Payroll"):
         services.record_review_decision("chatcmpl-6", "When is payday?", "abstained", "", elsewhere)
     assert not Assignment.objects.filter(run=run, proposal__expert=elsewhere).exists()

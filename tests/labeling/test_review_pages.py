@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from experts.models import Expert
 from labeling.models import Assignment, Proposal, ReviewAction
+from tests.factories import make_expert, make_team
 
 from .conftest import proposal
 
@@ -267,7 +268,7 @@ def test_an_unknown_run_is_404(console):
 def test_a_member_promotes_into_the_runs_team_only_and_never_over_another_teams_expert(console, three_topics, owner, team):
     theirs = Group.objects.create(name="Pensions desk")
     owner.groups.add(theirs)  # even a member of the other team too: the run's team owns what it promotes
-    Expert.objects.create(slug="state-pensions", name="State pensions", team=Group.objects.create(name="Benefits"))
+    make_expert("state-pensions", "State pensions", team=make_team("Benefits"), public=False)
     pensions, licences = proposal(three_topics, "Pensions"), proposal(three_topics, "Licences")
 
     def promote(p, name, team):
