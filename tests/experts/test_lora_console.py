@@ -9,8 +9,9 @@ from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from experts.choices import VersionStatus
-from experts.models import Expert, ExpertVersion, TrainingExample
+from experts.models import ExpertVersion, TrainingExample
 from jobs.models import Job
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 PAGE = "/experts/dmv/adapters/"
@@ -23,7 +24,7 @@ def team(db):
 
 @pytest.fixture
 def dmv(team):
-    return Expert.objects.create(slug="dmv", name="DMV", team=team)
+    return make_expert("dmv", "DMV", team=team, public=False)
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from experts.choices import ExampleSource
-from experts.models import Expert, TrainingExample
+from experts.models import TrainingExample
 from jobs.choices import JobStatus
 from knowledge.ingest import ingest_files
 from labeling.choices import ProposalStatus
 from labeling.models import Assignment, ClusteringRun, Proposal, Query
+from tests.factories import make_expert
 from tests.support.hashing_encoder import HashingEncoder, use_encoder
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,7 @@ def grounded_setup(monkeypatch, settings, tmp_path):
     for module in ("labeling.grounding", "experts.generation.extractive"):
         monkeypatch.setattr(f"{module}.get_encoder", lambda *a, **k: enc)
     get_store.cache_clear()
-    expert = Expert.objects.create(slug="dmv", name="DMV", chunk_size=300, chunk_overlap=50)
+    expert = make_expert("dmv", "DMV", chunk_size=300, chunk_overlap=50, public=False)
     ingest_files(expert, [
         ("renew.md", b"# Renewals\n\nRenew your driver license online before it expires. Renewal costs 64 dollars."),
         ("plates.md", b"# Plates\n\nOrder replacement licence plates at a service centre with the old plates."),

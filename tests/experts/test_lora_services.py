@@ -10,10 +10,11 @@ import torch
 from experts import services
 from experts.choices import ExampleSource, ExampleSplit, VersionStatus
 from experts.ml.lora_errors import LoraError
-from experts.models import Expert, ExpertVersion, TrainingExample
+from experts.models import ExpertVersion, TrainingExample
 from jobs.choices import JobStatus
 from jobs.models import Job
 from jobs.services import JobReporter, run_job
+from tests.factories import make_expert
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,7 @@ FAST = {"rank": 4, "alpha": 8, "dropout": 0.0, "epochs": 1, "max_steps": 4, "bat
 
 @pytest.fixture
 def expert(db):
-    return Expert.objects.create(slug="dmv", name="DMV")
+    return make_expert("dmv", "DMV", public=False)
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_lora_transformers_backend_is_chosen_by_setting_and_warms_up_the_busiest
     _fill(expert)
     train(expert, {**FAST, "max_steps": 1})
     services.activate_version(ExpertVersion.objects.get(expert=expert, version=1))
-    other = Expert.objects.create(slug="ssa", name="SSA")
+    other = make_expert("ssa", "SSA", public=False)
     lora_settings.GENERATOR = "transformers"
     lora_settings.ADAPTER_CACHE_SIZE = 1
     get_generator.cache_clear()

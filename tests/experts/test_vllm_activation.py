@@ -9,7 +9,8 @@ import pytest
 
 from experts import services
 from experts.generation.vllm import VllmGenerator
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
+from tests.factories import make_expert
 from tests.support.vllm import FakeVllm, replay
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +23,7 @@ def versions(tmp_path, settings) -> tuple[ExpertVersion, ExpertVersion]:
     (base / "config.json").write_text("{}")
     settings.BASE_MODEL = str(base)
     settings.GENERATOR = "vllm"
-    expert = Expert.objects.create(slug="dmv", name="DMV")
+    expert = make_expert("dmv", "DMV", public=False)
     made = []
     for number, status in ((1, "active"), (2, "candidate")):
         folder = tmp_path / f"dmv-v{number}"

@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 
 from experts.breaker import breaker_for
 from experts.generation.vllm import VllmGenerator
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
+from tests.factories import make_expert
 from tests.support.vllm import FakeVllm, recorded, replay
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +30,7 @@ def dmv(tmp_path, base) -> ExpertVersion:
     folder = tmp_path / "dmv-v2"
     folder.mkdir()
     (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "base_model_name_or_path": str(base)}))
-    expert = Expert.objects.create(slug="dmv", name="DMV")
+    expert = make_expert("dmv", "DMV", public=False)
     return ExpertVersion.objects.create(expert=expert, version=2, status="active", adapter_path=str(folder), base_model=str(base))
 
 
@@ -82,7 +83,7 @@ def test_an_unknown_expert_is_404(staff, base):
 
 def test_an_expert_without_an_adapter_is_409(monkeypatch, staff, base):
     fake = fake_vllm(monkeypatch)
-    Expert.objects.create(slug="dmv", name="DMV")
+    make_expert("dmv", "DMV", public=False)
     response = staff.post(REGISTER)
     assert response.status_code == 409
     assert response.json()["error"]["type"] == "no_adapter"

@@ -31,7 +31,8 @@ from rest_framework.test import APIClient
 
 from experts.generation import GenerationError, GenerationUnavailable
 from experts.generation.vllm import VllmGenerator
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
+from tests.factories import make_expert
 from tools.vllm_check import build_base, first_token_logprobs, measure, request_for, select_parity, start_server, train_adapter
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "")
@@ -58,7 +59,7 @@ def _free_port() -> int:
 
 
 def _activate(slug: str, adapter: dict, base: str) -> ExpertVersion:
-    expert = Expert.objects.create(slug=slug, name=slug.upper())
+    expert = make_expert(slug, slug.upper(), public=False)
     return ExpertVersion.objects.create(expert=expert, version=1, status="active", adapter_path=adapter["path"], base_model=base)
 
 
