@@ -8,14 +8,13 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from experts.models import Expert
 from knowledge.models import Document
 from labeling.models import Assignment, ClusteringRun, Proposal, Query
 from routing.models import Feedback, RouterVersion, RoutingEvent
 from sbcommon.hashing import text_hash
+from tests.factories import make_expert, make_team
 
 SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR") or Path(settings.BASE_DIR) / "var" / "test-artifacts" / "screenshots")
 MISROUTED = "When can I start drawing my retirement pension?"
@@ -33,11 +32,11 @@ QUESTIONS = {
 def seed_demo_world() -> None:
     """Three team-owned experts, a week of traffic, a misrouted low-confidence question with a thumbs-down,
     an active router, and a promoted clustering run with labelled questions to train the next router on."""
-    roads, benefits = Group.objects.create(name="roads"), Group.objects.create(name="benefits")
+    roads, benefits = make_team("roads"), make_team("benefits")
     experts = {
-        "dmv": Expert.objects.create(slug="dmv", name="Motor Vehicles", team=roads, description="Driver licences, vehicle registration and plates."),
-        "ssa": Expert.objects.create(slug="ssa", name="Social Security", team=benefits, description="Retirement, disability and survivor benefits."),
-        "va": Expert.objects.create(slug="va", name="Veterans Affairs", team=benefits, description="Health care, pensions and education for veterans."),
+        "dmv": make_expert("dmv", "Motor Vehicles", team=roads, description="Driver licences, vehicle registration and plates.", public=False),
+        "ssa": make_expert("ssa", "Social Security", team=benefits, description="Retirement, disability and survivor benefits.", public=False),
+        "va": make_expert("va", "Veterans Affairs", team=benefits, description="Health care, pensions and education for veterans.", public=False),
     }
     for slug, expert in experts.items():
         for i in range(3):

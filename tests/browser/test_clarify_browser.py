@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from experts.models import Expert
 from serving import chat
 from serving.chat import Source
+from tests.factories import make_expert
 
 from .accounts import PASSWORD, log_in
 from .playground import FakeTurn
@@ -37,7 +37,7 @@ def test_the_choices_are_buttons_and_one_asks_the_question_of_its_expert(live_se
 
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD)
     for choice in CHOICES:
-        Expert.objects.create(slug=choice["slug"], name=choice["name"], public=True)
+        make_expert(choice["slug"], choice["name"])
     asked = []
 
     def open_stream(question: str, model: str = "auto", **kwargs: object) -> FakeTurn:

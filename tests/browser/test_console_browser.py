@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
 from routing.models import RouterVersion, RoutingEvent
 from serving import chat
+from tests.factories import make_expert
 
 from .accounts import PASSWORD, log_in
 from .navigation import open_nav
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def seed() -> Job:
     """A small console worth looking at: three experts with documents and traffic, a router, jobs."""
     for slug, name, docs in [("dmv", "Motor Vehicles", 15), ("ssa", "Social Security", 12), ("va", "Veterans Affairs", 9)]:
-        expert = Expert.objects.create(slug=slug, name=name)
+        expert = make_expert(slug, name, public=False)
         for i in range(docs):
             Document.objects.create(expert=expert, external_id=f"{slug}-{i}", title=f"{name} {i}", content_hash=f"{slug}{i}", text="…", chunk_count=3)
     for slug, n in [("dmv", 5), ("ssa", 2)]:

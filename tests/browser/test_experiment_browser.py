@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from experts.models import Expert, ExpertVersion
+from experts.models import ExpertVersion
 from routing.experiments.models import Experiment
+from tests.factories import make_expert
 
 from .accounts import PASSWORD, log_in
 from .demo_world import shot
@@ -18,7 +19,7 @@ def test_an_experiment_is_created_from_dropdowns_and_a_draft_is_deleted(live_ser
 
     settings.GENERATOR = "transformers"  # a prompt experiment needs a model that reads the prompt
     django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
-    expert = Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    expert = make_expert("dmv", "Motor Vehicles", public=False)
     ExpertVersion.objects.create(expert=expert, version=1, status="active", system_prompt="Answer briefly.")
     ExpertVersion.objects.create(expert=expert, version=2, status="candidate", system_prompt="Answer briefly, citing the page.")
     page, base = browser_page, live_server.url

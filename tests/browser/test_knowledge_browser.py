@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from experts.models import Expert
 from jobs.models import Job
 from knowledge.models import Document
+from tests.factories import make_expert
 
 from .accounts import PASSWORD, log_in
 
@@ -50,7 +50,7 @@ def test_a_user_uploads_a_document_and_finds_it_by_searching(live_server, django
     from playwright.sync_api import expect
 
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD, is_staff=True)  # teamless experts: staff edit
-    Expert.objects.create(slug="dmv", name="Motor Vehicles", chunk_size=400, chunk_overlap=60)
+    make_expert("dmv", "Motor Vehicles", chunk_size=400, chunk_overlap=60, public=False)
     guide = tmp_path / "licence-guide.md"
     guide.write_text(GUIDE)
     page = browser_page

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from experts.models import Expert, ExpertVersion, TrainingExample
+from experts.models import ExpertVersion, TrainingExample
+from tests.factories import make_expert
 
 from .accounts import PASSWORD, log_in
 
@@ -19,7 +20,7 @@ def test_lora_a_team_edits_training_data_and_prompts_and_rolls_back(live_server,
     from playwright.sync_api import expect
 
     django_user_model.objects.create_user("owner", "owner@example.com", PASSWORD, is_staff=True)
-    Expert.objects.create(slug="dmv", name="Motor Vehicles")
+    make_expert("dmv", "Motor Vehicles", public=False)
     page = browser_page
     page.goto(f"{live_server.url}/experts/dmv/adapters/data/", timeout=60_000)  # the first request imports the console
     log_in(page, "owner")

@@ -5,15 +5,15 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from experts.models import Expert
 from routing.models import RouterVersion, RoutingEvent, TrainingRun
+from tests.factories import make_expert
 
 
 def seed_traffic() -> TrainingRun:
     """Three experts with a day of lopsided traffic, two router versions and the run that made the newer one."""
     experts = [("dmv", "Motor Vehicles"), ("ssa", "Social Security"), ("va", "Veterans Affairs")]
     for slug, name in experts:
-        Expert.objects.create(slug=slug, name=name)
+        make_expert(slug, name, public=False)
     now = timezone.now()
     for hour in range(24):
         for slug, n in [("dmv", 3 + hour % 5), ("ssa", 1 + hour % 3), ("va", hour % 2)]:
