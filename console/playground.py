@@ -180,18 +180,20 @@ def _conversation_refused(form: PlaygroundForm) -> dict[str, Any]:
     return {"form": form}
 
 
-def _result_context(result: chat.ChatResult, form: PlaygroundForm | None = None) -> dict[str, Any]:
-    """The answer panel's context; with the form, the conversation a follow-up continues (its id and questions so far)."""
+def _result_context(result: chat.ChatResult, form: PlaygroundForm) -> dict[str, Any]:
+    """The answer panel's context: the answer, the question it answers, and an empty form for the next question of the
+    conversation it continues (its id and questions so far)."""
+    question = form.cleaned_data["question"].strip()
     follow_up = {}
-    if form is not None and result.conversation_id:
-        asked = [*(form.cleaned_data.get("earlier") or []), form.cleaned_data["question"].strip()]
+    if result.conversation_id:
+        asked = [*(form.cleaned_data.get("earlier") or []), question]
         follow_up = {"conversation_id": result.conversation_id, "earlier": "\n".join(asked[-conversations.CONTEXT_TURNS :]),
                      "earlier_count": len(asked)}
     ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1), "chosen": str(e["slug"]) == result.expert}
               for e in result.decision.experts]
     return {
-        # Under an answer the form is empty for the next question; the answer card shows the one asked.
-        **({"form": form.next_question(), "asked_question": form.cleaned_data["question"].strip()} if form is not None else {}),
+        "form": form.next_question(),
+        "asked_question": question,
         "source_label": _SOURCE_LABELS.get(result.answer_source, result.answer_source),
         "evidence": traces.routing_evidence(result.decision),
         "fallback_note": _fallback_note(result),
@@ -202,7 +204,7 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm | None = None)
         "citations": [_with_href(c) for c in result.citations],
         "passages": [_with_href(p) for p in result.passages],
         "follow_up": follow_up,
-        "clarify_question": form.cleaned_data["question"].strip() if form is not None and result.clarify else "",
+        "clarify_question": question if result.clarify else "",
     }
 
 

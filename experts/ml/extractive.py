@@ -393,8 +393,8 @@ def extractive_answer(
         read = np.asarray(reader(question, [r.text for r in head]))
         ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     ranked = stating_first(question, ranked)
-    if max_words:  # no sentence runs past the answer's bound
-        ranked = [replace(r, text=bounded(quoted(r.text), max_words)) for r in ranked]
+    if max_words:  # no sentence runs past the answer's bound (quoting only shortens a sentence: the others stay as they are)
+        ranked = [replace(r, text=bounded(quoted(r.text), max_words)) if len(r.text.split()) > max_words else r for r in ranked]
     added = complete(ranked, max_words) if max_words and max_sentences == 1 else []
     # The best sentence's passage first, then the others; in each, the sentences in the page's order (a "Yes." before its
     # detail), each passage cited once.
