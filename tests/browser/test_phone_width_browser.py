@@ -28,7 +28,7 @@ def pages() -> list[str]:
     Expert.objects.filter(slug="ssa").update(name="Social Security Administration: retirement, disability and survivors")
     Document.objects.create(expert=expert, external_id="long", content_hash="long", text="…", chunk_count=4,
                             title="Appeal A Decision | Social Security Administration | What To Do If You Disagree With Our Decision")
-    # An answer made of two experts' parts: the traces list names both, the long name above among them.
+    # An answer made of two experts' parts: the traces list and its trace page name both, the long name above among them.
     RoutingEvent.objects.create(request_id="chatcmpl-both", mode="auto", router_version=1, expert="dmv", question="Renew my licence and start my pension?",
                                 experts=[{"slug": "dmv", "score": 0.5}, {"slug": "ssa", "score": 0.45}], trace={"experts_answering": ["dmv", "ssa"]})
     job = Job.objects.create(kind="train_router", title="Train router", status="succeeded", progress=1.0)
@@ -39,7 +39,8 @@ def pages() -> list[str]:
              "console-audit"]
     urls = [reverse(name) for name in names]
     urls += [reverse("console-expert", args=["dmv"]), reverse("knowledge-expert", args=["dmv"]), reverse("console-job", args=[job.pk]),
-             reverse("console-trace", args=["chatcmpl-misroute"]), reverse("console-experiment", args=[experiment.pk]),
+             reverse("console-trace", args=["chatcmpl-misroute"]), reverse("console-trace", args=["chatcmpl-both"]),
+             reverse("console-experiment", args=[experiment.pk]),
              reverse("expert-adapters", args=["dmv"])]
     return urls
 
