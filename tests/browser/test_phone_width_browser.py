@@ -1,6 +1,8 @@
 """Every console page at a phone's width (390 px): nothing makes the page itself scroll sideways.
 
-Wide tables scroll inside their own box (``.table-wrap``); forms, ids and long words wrap.
+Wide tables scroll inside their own box (``.table-wrap``); forms, ids and long words wrap. The tables a domain
+team reads on a phone (the Overview's, the Traces list's, the jobs list's) do not even scroll in their box:
+each row stacks into a block with its column's label before each value.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from .demo_world import seed_demo_world, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 1000}
+# Each table-wrap's id (its table's) with how far its table overflows it; a table that fits reads 0.
+TABLE_OVERFLOW = """[...document.querySelectorAll('.table-wrap')].map(w => [
+    w.querySelector('table').id || w.closest('section').id || 'table', w.scrollWidth - w.clientWidth])"""
 
 
 def pages() -> list[str]:
@@ -60,3 +66,31 @@ def test_no_console_page_scrolls_sideways_on_a_phone(live_server, django_user_mo
             too_wide[path] = width
             shot(page, "phone-" + path.strip("/").replace("/", "-") or "overview")
     assert too_wide == {}
+
+
+def test_the_overview_traces_and_jobs_tables_fit_a_phone_without_sideways_scrolling(live_server, django_user_model, browser_page):
+    django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True, is_superuser=True)
+    seed_demo_world()
+    pages()  # the long expert name, the two-expert answer
+    Job.objects.create(kind="train_router", title="Train router v2", status="running", progress=0.4, message="Embedding 1,200 labelled questions")
+    # The router's second choice answered, in an experiment's arm: the row's two badges.
+    RoutingEvent.objects.create(request_id="chatcmpl-second", mode="auto", router_version=1, expert="ssa", arm="treatment",
+                                question="I moved house last month: who do I tell first, and do I need to update my licence and my pension both?",
+                                experts=[{"slug": "dmv", "score": 0.48}, {"slug": "ssa", "score": 0.46}])
+    page, base = browser_page, live_server.url
+    log_in(page, "admin", f"{base}/")
+    # Each page's tables, and one label its stacked rows must show.
+    expected = {"console-overview": (["experts", "running-jobs"], "Team"), "console-traces": (["traces"], "Answered by"),
+                "console-jobs": (["jobs"], "Kind")}
+    for name, (tables, label) in expected.items():
+        page.set_viewport_size(PHONE)
+        page.goto(f"{base}{reverse(name)}")
+        overflow = dict(page.evaluate(TABLE_OVERFLOW))
+        assert sorted(overflow) == tables, name
+        if any(px > 1 for px in overflow.values()):
+            shot(page, f"phone-tables-{name}")
+        assert {table: px for table, px in overflow.items() if px > 1} == {}, name
+        labels = page.evaluate("[...document.querySelectorAll('.table-wrap td')].map(td => getComputedStyle(td, '::before').content)")
+        assert f'"{label}"' in labels, name
+        page.set_viewport_size(DESKTOP)  # a laptop still gets the plain table, its header row showing
+        assert page.locator(".table-wrap thead th").first.is_visible(), name

@@ -352,5 +352,5 @@ def test_the_trace_list_gives_the_answering_experts_own_score_and_says_when_it_w
     assert 'title="the router\'s first choice was Motor Vehicles"' in page
     # An answer made of two experts' parts names both, not only the first part's expert; the rows' traces are not loaded for it.
     assert [row["answered_by"] for row in response.context["rows"]] == [["dmv", "ssa"], [], ["ssa"], ["dmv"]]
-    assert "<td>Motor Vehicles and Social Security</td>" in page
+    assert '<td class="wide" data-label="Answered by">Motor Vehicles and Social Security</td>' in page
     assert all("trace" in row["event"].get_deferred_fields() for row in response.context["rows"])
