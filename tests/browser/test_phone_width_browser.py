@@ -1,8 +1,9 @@
 """Every console page at a phone's width (390 px): nothing makes the page itself scroll sideways.
 
 Wide tables scroll inside their own box (``.table-wrap``); forms, ids and long words wrap. The tables a domain
-team reads on a phone (the Overview's, the Traces list's, the jobs list's) do not even scroll in their box:
-each row stacks into a block with its column's label before each value.
+team reads on a phone (the Overview's, the Traces list's, the jobs list's, the experiments', Discovery's runs,
+the knowledge list's, an expert's documents and versions) do not even scroll in their box: each row stacks into
+a block with its column's label before each value.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from experts.models import Expert
+from experts.models import Expert, ExpertVersion
 from jobs.models import Job
 from knowledge.models import Document
 from routing.experiments.models import Experiment
@@ -64,33 +65,42 @@ def test_no_console_page_scrolls_sideways_on_a_phone(live_server, django_user_mo
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > PHONE["width"] + 1:
             too_wide[path] = width
-            shot(page, "phone-" + path.strip("/").replace("/", "-") or "overview")
+            shot(page, "phone-" + (path.strip("/").replace("/", "-") or "overview"))
     assert too_wide == {}
 
 
-def test_the_overview_traces_and_jobs_tables_fit_a_phone_without_sideways_scrolling(live_server, django_user_model, browser_page):
+def test_the_console_tables_fit_a_phone_without_sideways_scrolling(live_server, django_user_model, browser_page):
     django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True, is_superuser=True)
-    seed_demo_world()
-    pages()  # the long expert name, the two-expert answer
+    seed_demo_world()  # a promoted clustering run, three documents on each expert
+    pages()  # the long expert name and document title, the two-expert answer, an experiment
     Job.objects.create(kind="train_router", title="Train router v2", status="running", progress=0.4, message="Embedding 1,200 labelled questions")
     # The router's second choice answered, in an experiment's arm: the row's two badges.
     RoutingEvent.objects.create(request_id="chatcmpl-second", mode="auto", router_version=1, expert="ssa", arm="treatment",
                                 question="I moved house last month: who do I tell first, and do I need to update my licence and my pension both?",
                                 experts=[{"slug": "dmv", "score": 0.48}, {"slug": "ssa", "score": 0.46}])
+    # An expert's versions, one with an adapter on a base model: at 1280 px they overflowed their half-width card.
+    dmv = Expert.objects.get(slug="dmv")
+    ExpertVersion.objects.create(expert=dmv, version=1, status="retired", system_prompt="Answer briefly.")
+    ExpertVersion.objects.create(expert=dmv, version=2, status="active", base_model="meta-llama/Llama-3.1-8B-Instruct", adapter_path="/adapters/dmv-v2",
+                                 system_prompt="You answer questions about driver licences, vehicle registration and plates, citing the page you quote.")
     page, base = browser_page, live_server.url
     log_in(page, "admin", f"{base}/")
     # Each page's tables, and one label its stacked rows must show.
-    expected = {"console-overview": (["experts", "running-jobs"], "Team"), "console-traces": (["traces"], "Answered by"),
-                "console-jobs": (["jobs"], "Kind")}
-    for name, (tables, label) in expected.items():
+    expected = {reverse("console-overview"): (["experts", "running-jobs"], "Team"), reverse("console-traces"): (["traces"], "Answered by"),
+                reverse("console-jobs"): (["jobs"], "Kind"), reverse("console-experiments"): (["experiments"], "A vs B"),
+                reverse("labeling-runs"): (["runs"], "Proposals"), reverse("knowledge-list"): (["knowledge-bases"], "Embedding model"),
+                reverse("knowledge-expert", args=["dmv"]): (["documents"], "Set aside"),
+                reverse("console-expert", args=["dmv"]): (["traffic-table", "versions"], "Adapter")}
+    for path, (tables, label) in expected.items():
         page.set_viewport_size(PHONE)
-        page.goto(f"{base}{reverse(name)}")
+        page.goto(f"{base}{path}")
         overflow = dict(page.evaluate(TABLE_OVERFLOW))
-        assert sorted(overflow) == tables, name
+        assert sorted(overflow) == tables, path
         if any(px > 1 for px in overflow.values()):
-            shot(page, f"phone-tables-{name}")
-        assert {table: px for table, px in overflow.items() if px > 1} == {}, name
+            shot(page, "phone-tables-" + (path.strip("/").replace("/", "-") or "overview"))
+        assert {table: px for table, px in overflow.items() if px > 1} == {}, path
         labels = page.evaluate("[...document.querySelectorAll('.table-wrap td')].map(td => getComputedStyle(td, '::before').content)")
-        assert f'"{label}"' in labels, name
-        page.set_viewport_size(DESKTOP)  # a laptop still gets the plain table, its header row showing
-        assert page.locator(".table-wrap thead th").first.is_visible(), name
+        assert f'"{label}"' in labels, path
+        page.set_viewport_size(DESKTOP)  # a laptop still gets the plain table, its header row showing, and it fits its card
+        assert page.locator(".table-wrap thead th").first.is_visible(), path
+        assert {table: px for table, px in page.evaluate(TABLE_OVERFLOW) if px > 1} == {}, path

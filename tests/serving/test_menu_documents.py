@@ -85,8 +85,8 @@ def test_each_document_says_how_much_of_it_no_answer_quotes_and_the_console_show
     html = client.get(reverse("knowledge-expert", args=["dmv"])).content.decode()
     page = Document.objects.get(expert=dmv, external_id="renew.txt")
     menu = Document.objects.get(expert=dmv, external_id="menu.md")
-    assert f'<td class="num" id="set-aside-{page.pk}">none</td>' in html
-    assert f'<td class="num" id="set-aside-{menu.pk}">{round(menu.set_aside * 100)}%</td>' in html
+    assert f'<td class="num" id="set-aside-{page.pk}" data-label="Set aside">none</td>' in html
+    assert f'<td class="num" id="set-aside-{menu.pk}" data-label="Set aside">{round(menu.set_aside * 100)}%</td>' in html
 
 
 @pytest.mark.parametrize("question", QUESTIONS)
