@@ -136,6 +136,10 @@ def evaluate_answers(folder: Path, config: AnswerConfig | None = None, say: Say 
             return loaded.flat
         return loaded.experts.get(q.get("domain") or "")  # oracle: the gold expert (none for a question without one)
 
+    def asked(q: dict[str, Any], mode: str) -> Any:
+        model = model_for(mode, q)
+        return ask(q, model, loaded.scope(model))
+
     modes = [m for m in MODES if m in config.modes]
     results: dict[str, dict[str, Any]] = {m: {} for m in modes}
     rows: dict[tuple[str, str], list[Scored]] = {}
@@ -147,16 +151,16 @@ def evaluate_answers(folder: Path, config: AnswerConfig | None = None, say: Say 
         with generating_with(generator):
             for mode in modes:
                 t0 = time.perf_counter()
-                got = [scored(ask(q, model_for(mode, q)), q, external, loaded.experts.get(q["domain"], ""), dataset.relevant.get(str(q.get("query_id"))))
+                got = [scored(asked(q, mode), q, external, loaded.experts.get(q["domain"], ""), dataset.relevant.get(str(q.get("query_id"))))
                        for q in questions]
                 rows[(mode, generator)] = got
                 figures = summarise(got)
                 if facts and (mode != "oracle" or all(q.get("domain") in loaded.experts for q in facts)):
-                    fact_rows = [scored(ask(q, model_for(mode, q)), q, external, loaded.experts.get(q.get("domain") or "", "")) for q in facts]
+                    fact_rows = [scored(asked(q, mode), q, external, loaded.experts.get(q.get("domain") or "", "")) for q in facts]
                     figures["questions"] = summarise(fact_rows)
                     rows[(mode, f"{generator}/questions")] = fact_rows
                 if unanswerable and mode != "oracle":
-                    figures["abstained_unanswerable"] = summarise([scored(ask(q, model_for(mode, q)), q, external) for q in unanswerable])["abstained"]
+                    figures["abstained_unanswerable"] = summarise([scored(asked(q, mode), q, external) for q in unanswerable])["abstained"]
                 results[mode][generator] = figures
                 say(f"  {mode:7s} {generator:10s} F1 {figures['f1']}  recall {figures['recall']}  words {figures['words']}  "
                     f"junk {figures['junk_rate']}  abstained {figures['abstained']}  ({time.perf_counter() - t0:.0f} s)")

@@ -62,7 +62,7 @@ def evaluate_retrieval(folder: Path, passages: bool = False, say: Say = print, l
         ndcg, recall, retrieve_ms, gold_expert, refused = [], [], [], [], []
         for q in questions:
             named = model or (loaded.flat if arm == "flat" else loaded.experts[q["domain"]])
-            got = scored(ask(q, named), q, external, loaded.experts[q["domain"]])
+            got = scored(ask(q, named, loaded.scope(named)), q, external, loaded.experts[q["domain"]])
             gold, ranked = dataset.relevant[str(q["query_id"])], _ranking(got.documents)
             ndcg.append(ndcg_at_k(ranked, gold))
             recall.append(recall_at_k(ranked, gold))
