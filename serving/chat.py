@@ -350,14 +350,14 @@ class ChatTurn:
         on its own ("What's the weather tomorrow?" mid-way through a DMV conversation) changed the subject,
         and the conversation's words would find it passages it does not ask about (the in-scope score reads
         the question alone). It is searched as asked; ``turns_left_out`` says how many turns were left out. A turn that
-        opens as a reply ("Yes, it was cancelled.", ``routing.ml.conversation.is_reply``) keeps its conversation: it
-        answers it, whatever the router makes of it alone.
+        opens as a reply or points back at what was said ("Yes, it was cancelled.", "Who should complete this?",
+        ``routing.ml.conversation.continues``) keeps its conversation, whatever the router makes of it alone.
         """
         weight = knowledge.context_weight()
         texts = [clean_question(q) for q in self.request.earlier_questions][-conversations.CONTEXT_TURNS :]
         if not weight or (not texts and self._stored_turns is None):
             return None
-        if self.decision is not None and self.decision.abstained and not conversation_rule.is_reply(self.question):
+        if self.decision is not None and self.decision.abstained and not conversation_rule.continues(self.question):
             stored = 0 if self._stored_turns is None else len(self._stored_turns[-conversations.CONTEXT_TURNS :])
             self.turns_left_out = len(texts) or stored
             return None

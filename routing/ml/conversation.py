@@ -26,16 +26,19 @@ STICKY_MARGIN = 0.15
 # unsure between ssa and va, asked after questions about a driver licence, went to dmv). The largest floor
 # that cost nothing on doc2dial's validation split (figures in docs/EVALUATIONS.md).
 PLAUSIBLE = 0.05
-# A turn that opens as a reply ("Yes, it was cancelled.", "No, I guess not.", "thank you", "and could you help me
-# ...") answers its conversation: it does not change the subject, whatever the router makes of it alone. Of clinc150's
-# 1,200 out-of-scope questions one opens so (0.1%); of doc2dial's validation follow-ups, 33%.
+# A turn that opens as a reply ("Yes, it was cancelled.", "No, I guess not.", "thank you", "and could you help me ...")
+# or points back at what was said ("Who should complete this?", "It was not quite 30 days.") continues its
+# conversation: it does not change the subject, whatever the router makes of it alone. Chosen on doc2dial's validation
+# split against clinc150's out-of-scope questions asked as follow-ups in its conversations (docs/EVALUATIONS.md).
 _REPLY = re.compile(r"^\W*(?:yes|yeah|yep|yup|no|nope|ok|okay|sure|thanks|thank you|right|correct|exactly|alright|great|"
                     r"i see|and|so|but)\b", re.IGNORECASE)
+_POINTS_BACK = re.compile(r"\b(?:it|its|this|that|these|those|they|them|their|he|she|him|her|his)\b", re.IGNORECASE)
 
 
-def is_reply(question: str) -> bool:
-    """Whether ``question`` opens as a reply to the conversation (``_REPLY``): it belongs to the conversation's subject."""
-    return bool(_REPLY.match(question))
+def continues(question: str) -> bool:
+    """Whether ``question`` opens as a reply or points back at what was said before (``_REPLY``, ``_POINTS_BACK``):
+    it belongs to its conversation's subject."""
+    return bool(_REPLY.match(question) or _POINTS_BACK.search(question))
 
 
 def unsure(probs: np.ndarray, below: float) -> bool:

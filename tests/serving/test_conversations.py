@@ -119,23 +119,25 @@ def test_a_follow_up_the_router_places_nowhere_is_searched_alone_with_its_conver
     assert meta["conversation_search"] == {"earlier_turns": 0, "left_out": 1, "reason": "question_out_of_scope"}
 
 
-def test_a_reply_the_router_places_nowhere_is_still_searched_with_its_conversation(serving, client, searches):
+@pytest.mark.parametrize("follow_up", ["Yes, what about next year?", "what about it next year?"])
+def test_a_reply_or_a_turn_pointing_back_is_still_searched_with_its_conversation(serving, client, searches, follow_up):
     conversation_id = chat(client, "my pension", model="auto").json()["switchboard"]["conversation_id"]
-    meta = chat(client, "Yes, what about next year?", conversation_id=conversation_id, model="auto").json()["switchboard"]
+    meta = chat(client, follow_up, conversation_id=conversation_id, model="auto").json()["switchboard"]
     assert meta["abstained"] is True
     assert searches[-1] is not None  # a reply cannot change the subject: the conversation is searched
     assert searches[-1].vectors.shape == (1, DIM)
     assert meta["conversation_search"] == {"earlier_turns": 1}
 
 
-@pytest.mark.parametrize(("question", "reply"), [
+@pytest.mark.parametrize(("question", "continues"), [
     ("Yes, it was cancelled.", True), ("no, I guess not", True), ("thank you", True), ("OK", True),
     ("and could you help me understand the default?", True), ("so how much do I lose if I start early?", True),
+    ("Who should complete this?", True), ("It was not quite 30 days.", True), ("can those not in high school use the forecaster?", True),
     ("What's the weather tomorrow?", False), ("Is there information on same sex marriages?", False),
     ("Nobody told me about the deadline", False), ("sofa delivery times", False), ("", False),
 ])
-def test_a_reply_is_a_turn_that_opens_as_one(question, reply):
-    assert conversation_rule.is_reply(question) is reply
+def test_a_turn_continues_its_conversation_when_it_replies_or_points_back(question, continues):
+    assert conversation_rule.continues(question) is continues
 
 
 def test_the_requests_earlier_messages_are_left_out_too_when_the_router_places_the_question_nowhere(serving, client, searches):
