@@ -62,11 +62,11 @@ def test_the_validation_split_is_asked_when_named(tmp_path):
 @pytest.mark.skipif(not DOC2DIAL.exists(), reason="the shared doc2dial dataset is not here")
 def test_on_doc2dial_the_replayed_retrieval_holds_its_floors():
     """Regression floors a little under today's replayed figures (docs/EVALUATIONS.md: flat 0.7225, oracle 0.745, routed
-    top-2 0.717, top-1 0.676 nDCG@5), and the BM25 reference the shared README gives. Routed search is level with flat
-    search here within noise (-0.006, standard error 0.006; issue 55 asks for at least flat): reported, not asserted."""
+    top-2 0.724, top-1 0.676 nDCG@5), and the BM25 reference the shared README gives. Routed search reaches flat search
+    here within noise (+0.0015, standard error 0.0058; issue 55 asks for at least flat): reported, not asserted."""
     report = evaluate_retrieval(DOC2DIAL, say=print)
 
-    floors = {"flat": 0.70, "oracle": 0.72, "routed_top1": 0.65, "routed_top2": 0.69}
+    floors = {"flat": 0.70, "oracle": 0.72, "routed_top1": 0.65, "routed_top2": 0.70}
     for arm, floor in floors.items():
         assert report[arm]["hybrid"]["ndcg@5"] >= floor, arm
         assert report[arm]["hybrid"]["recall@5"] > 0.539, arm  # BM25 over one flat index
