@@ -193,19 +193,26 @@ class TraceDetailView(LoginRequiredMixin, View):
         suggested = feedback.suggested_expert if feedback is not None else ""
         if suggested and not request.user.is_staff and suggested not in visible_slugs(request.user):
             suggested = ""  # another team's label proposal for a question both teams may see stays theirs
+        passages = [{"index": n, **p} for n, p in enumerate(trace.get("passages") or [], start=1) if isinstance(p, dict)]
+        selection = trace.get("selection") if isinstance(trace.get("selection"), dict) else None
+        marks = citation_marks(passages, selection, merged=len(answering) > 1)
+        for p in passages:
+            p["mark"] = marks.get(p.get("index"))
+        if selection is not None:  # each quoted sentence's passage as the answer cites it ("cited as [1]")
+            selection = {**selection, "quoted": [{**q, "mark": marks.get(q.get("passage"))} for q in selection.get("quoted") or [] if isinstance(q, dict)]}
         timings = [("Embedding", event.embed_ms), ("Routing", event.route_ms), ("Retrieval", event.retrieve_ms), ("Answer", event.generate_ms)]
         context = {
             "event": event,
             "evidence": trace.get("evidence") or {"routed": event.router_version is not None},
             "has_trace": bool(trace),
             "scores": [{"slug": s, "score": v, "percent": round(100 * v / best, 1), "chosen": s == event.expert or s in answering} for s, v in scores.items()],
-            "passages": trace.get("passages") or [],
+            "passages": passages,
             "spelling": trace.get("spelling") if isinstance(trace.get("spelling"), dict) else None,
             "kept": trace.get("kept_by_conversation") if isinstance(trace.get("kept_by_conversation"), dict) else None,
             "earlier_turns_searched": trace.get("earlier_turns_searched") if isinstance(trace.get("earlier_turns_searched"), int) else 0,
             "earlier_turns_left_out": trace.get("earlier_turns_left_out") if isinstance(trace.get("earlier_turns_left_out"), int) else 0,
             "answer": trace.get("answer", ""),
-            "selection": trace.get("selection") if isinstance(trace.get("selection"), dict) else None,
+            "selection": selection,
             "experts_answering": answering,
             "asked": trace.get("asked") if isinstance(trace.get("asked"), dict) else {},
             "clarify": trace.get("clarify") if isinstance(trace.get("clarify"), list) else [],
@@ -217,6 +224,25 @@ class TraceDetailView(LoginRequiredMixin, View):
             "feedback_form": feedback_form(request.user),
         }
         return render(request, self.template_name, context)
+
+
+def citation_marks(passages: list[dict[str, Any]], selection: dict[str, Any] | None, *, merged: bool = False) -> dict[Any, int]:
+    """The citation number the answer gives each cited passage, by the passage's place in the retrieval (its ``index``).
+
+    The answer numbers its citations in the order it cites them, the trace lists passages in retrieval order: an extractive
+    answer cites its best sentence's passage first ([1]), then the other passages it quotes in retrieval order
+    (``experts.ml.extractive.extractive_answer``). A trace does not keep the order a model cited in, so where more than
+    one passage is cited and no quoted sentence says which came first (or two experts' answers were merged and renumbered),
+    no numbers are given rather than wrong ones.
+    """
+    cited = [p.get("index") for p in passages if p.get("cited") and isinstance(p.get("index"), int)]
+    if len(cited) == 1:
+        return {cited[0]: 1}
+    quoted = [q for q in (selection or {}).get("quoted") or [] if isinstance(q, dict)]
+    if merged or not cited or not quoted or quoted[0].get("passage") not in cited:
+        return {}
+    lead = quoted[0]["passage"]
+    return {index: mark for mark, index in enumerate([lead, *sorted(i for i in cited if i != lead)], start=1)}
 
 
 class TraceFeedbackView(LoginRequiredMixin, View):

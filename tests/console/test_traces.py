@@ -354,3 +354,36 @@ def test_the_trace_list_gives_the_answering_experts_own_score_and_says_when_it_w
     assert [row["answered_by"] for row in response.context["rows"]] == [["dmv", "ssa"], [], ["ssa"], ["dmv"]]
     assert '<td class="wide" data-label="Answered by">Motor Vehicles and Social Security</td>' in page
     assert all("trace" in row["event"].get_deferred_fields() for row in response.context["rows"])
+
+
+def test_the_trace_gives_each_cited_passage_the_number_the_answer_cites_it_by(client, world):
+    from serving.chat import ChatResult
+
+    _, staff = world
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    passages = [{"index": i, "title": title, "expert": "dmv", "document_id": i, "chunk_id": str(i), "score": 0.9 - i / 10, "text": "t"}
+                for i, title in enumerate(["Fees", "Plates", "Renewals"], start=1)]
+    # The extractive answer cites its best sentence's passage (the third retrieved) first, then the first.
+    selection = {"quoted": [{"passage": 3, "sentence": 4, "score": 2.1, "text": "Renew online.", "reasons": ["answers the question"]}],
+                 "runner_up": {"passage": 2, "sentence": 1, "score": 1.2, "text": "Plates."}, "candidates": 9}
+    result = ChatResult(answer="Renew online. [1] It costs $30. [2]", expert="dmv", decision=decision, citations=[passages[2], passages[0]],
+                        passages=passages, grounded=True, mode="auto", timings={}, request_id="r", selection=selection)
+    event("r-marks", "dmv", trace=traces.build(decision, result))
+    client.force_login(staff)
+    response = client.get(reverse("console-trace", args=["r-marks"]))
+    page = response.content.decode()
+
+    assert [(p["title"], p["mark"]) for p in response.context["passages"]] == [("Fees", 2), ("Plates", None), ("Renewals", 1)]
+    assert "Quoted sentence 4 of passage 3, cited as [1]: answers the question." in page
+    assert page.count(">cited as [1]</span>") == page.count(">cited as [2]</span>") == 1
+    assert page.index("Fees") < page.index(">cited as [2]<") < page.index("Renewals") < page.index(">cited as [1]<")
+
+
+def test_the_trace_gives_no_citation_numbers_it_cannot_know():
+    from console.traces import citation_marks
+
+    two = [{"index": 1, "cited": True}, {"index": 2, "cited": False}, {"index": 3, "cited": True}]
+    assert citation_marks(two, None) == {}  # a model's answer citing two: the order it cited them in is not kept
+    assert citation_marks(two, {"quoted": [{"passage": 3}]}, merged=True) == {}  # two experts' answers renumbered together
+    assert citation_marks(two, {"quoted": [{"passage": 3}]}) == {3: 1, 1: 2}
+    assert citation_marks([{"index": 1, "cited": False}, {"index": 2, "cited": True}], None) == {2: 1}  # one cited: it is [1]
