@@ -356,3 +356,14 @@ def test_experts_cut_short_from_an_expert_page_lead_to_the_overview_list(client,
     response = client.get("/experts/")
     assert response.status_code == 302
     assert response["Location"] == reverse("console-overview") + "#experts"
+
+
+def test_the_playground_names_the_in_scope_score_and_keeps_confidence_for_the_routers_probability(console, experts, monkeypatch):
+    result = fake_result()
+    result.decision.abstained, result.decision.score, result.decision.threshold = True, 1.021, 1.231
+    html = answered(console, monkeypatch, result)
+
+    assert "the question's in-scope score 1.02 is below the 1.23 needed to route it." in html
+    assert "confidence 1.021" not in html
+    assert "Confidence: the router's probability that the question is each expert's." in html
+    assert 'aria-label="confidence 0.910"' in html

@@ -80,7 +80,7 @@ def test_an_abstention_is_explained_with_its_score_threshold_and_the_expert_it_w
     event("r-none", "", question="What is the weather?", abstained=True, trace=trace, answer_source="none")
     client.force_login(staff)
     page = client.get(reverse("console-trace", args=["r-none"])).content.decode()
-    assert "its confidence 0.210 was below the threshold 0.325" in page
+    assert "its in-scope score 0.21 was below the 0.33 needed to route it" in page
     assert "It would have chosen <strong>Motor Vehicles</strong>" in page  # the expert by its name, not its slug
     assert 'id="router-views"' not in page  # a decision without the spelling view says nothing of views
     assert "What is the weather?" in page
@@ -387,3 +387,27 @@ def test_the_trace_gives_no_citation_numbers_it_cannot_know():
     assert citation_marks(two, {"quoted": [{"passage": 3}]}, merged=True) == {}  # two experts' answers renumbered together
     assert citation_marks(two, {"quoted": [{"passage": 3}]}) == {3: 1, 1: 2}
     assert citation_marks([{"index": 1, "cited": False}, {"index": 2, "cited": True}], None) == {2: 1}  # one cited: it is [1]
+
+
+def test_the_in_scope_score_is_named_as_such_and_confidence_is_the_routers_probability(client, world):
+    _, staff = world
+    abstained = Decision(experts=[{"slug": "dmv", "score": 0.45}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
+                         abstained=True, raw_scores={"dmv": 0.45, "ssa": 0.3}, score=1.021, threshold=1.231)
+    routed = dataclasses.replace(abstained, abstained=False, score=1.95)
+    event("r-out", "", abstained=True, trace=traces.build(abstained, None))
+    event("r-in", "dmv", trace=traces.build(routed, None))
+    client.force_login(staff)
+    out = client.get(reverse("console-trace", args=["r-out"])).content.decode()
+    routed_page = client.get(reverse("console-trace", args=["r-in"])).content.decode()
+    listed = client.get(reverse("console-traces")).content.decode()
+
+    assert "its in-scope score 1.02 was below the 1.23 needed to route it" in out
+    assert "In-scope score 1.95, at or above the 1.23 needed to route" in routed_page
+    for page in (out, routed_page):
+        assert "confidence 1.0" not in page.lower()  # the in-scope score is not a confidence
+        assert "Confidence that an expert covers it" not in page
+        assert "Confidence: the router's probability that the question is each expert's." in page  # the bars are
+        assert 'aria-label="confidence 0.450"' in page
+        assert "{#" not in page  # the partial's note stays a comment
+        assert "runner-up Social Security (confidence 0.150)" in page
+    assert '<th title="the router\'s probability for the expert that answered">Confidence</th>' in listed
