@@ -1,9 +1,9 @@
 """Every console page at a phone's width (390 px): nothing makes the page itself scroll sideways.
 
 Wide tables scroll inside their own box (``.table-wrap``); forms, ids and long words wrap. The tables a domain
-team reads on a phone (the Overview's, the Traces list's, the jobs list's, the experiments', Discovery's runs,
-the knowledge list's, an expert's documents and versions) do not even scroll in their box: each row stacks into
-a block with its column's label before each value.
+team reads on a phone (the Overview's, the Traces list's, the jobs list's, the experiments', Discovery's runs and
+latest jobs, the knowledge list's, an expert's documents, versions and knowledge jobs) do not even scroll in their
+box: each row stacks into a block with its column's label before each value.
 """
 
 from __future__ import annotations
@@ -74,6 +74,11 @@ def test_the_console_tables_fit_a_phone_without_sideways_scrolling(live_server, 
     seed_demo_world()  # a promoted clustering run, three documents on each expert
     pages()  # the long expert name and document title, the two-expert answer, an experiment
     Job.objects.create(kind="train_router", title="Train router v2", status="running", progress=0.4, message="Embedding 1,200 labelled questions")
+    # The Latest jobs of Discovery and of an expert's knowledge base: at 390 px they overflowed their cards by 39 and 63 px.
+    Job.objects.create(kind="cluster_queries", title="Cluster the imported questions", status="running", progress=0.35,
+                       message="Embedding 4,812 questions from the help-desk export", params={"team": None})
+    Job.objects.create(kind="index_documents", title="Index documents for Motor Vehicles", status="succeeded", progress=1.0,
+                       message="Indexed 3 documents (12 chunks)", params={"expert": "dmv"})
     # The router's second choice answered, in an experiment's arm: the row's two badges.
     RoutingEvent.objects.create(request_id="chatcmpl-second", mode="auto", router_version=1, expert="ssa", arm="treatment",
                                 question="I moved house last month: who do I tell first, and do I need to update my licence and my pension both?",
@@ -88,8 +93,8 @@ def test_the_console_tables_fit_a_phone_without_sideways_scrolling(live_server, 
     # Each page's tables, and one label its stacked rows must show.
     expected = {reverse("console-overview"): (["experts", "running-jobs"], "Team"), reverse("console-traces"): (["traces"], "Answered by"),
                 reverse("console-jobs"): (["jobs"], "Kind"), reverse("console-experiments"): (["experiments"], "A vs B"),
-                reverse("labeling-runs"): (["runs"], "Proposals"), reverse("knowledge-list"): (["knowledge-bases"], "Embedding model"),
-                reverse("knowledge-expert", args=["dmv"]): (["documents"], "Set aside"),
+                reverse("labeling-runs"): (["discovery-jobs", "runs"], "Proposals"), reverse("knowledge-list"): (["knowledge-bases"], "Embedding model"),
+                reverse("knowledge-expert", args=["dmv"]): (["documents", "kb-jobs"], "Set aside"),
                 reverse("console-expert", args=["dmv"]): (["traffic-table", "versions"], "Adapter")}
     for path, (tables, label) in expected.items():
         page.set_viewport_size(PHONE)
@@ -101,6 +106,8 @@ def test_the_console_tables_fit_a_phone_without_sideways_scrolling(live_server, 
         assert {table: px for table, px in overflow.items() if px > 1} == {}, path
         labels = page.evaluate("[...document.querySelectorAll('.table-wrap td')].map(td => getComputedStyle(td, '::before').content)")
         assert f'"{label}"' in labels, path
+        if {"discovery-jobs", "kb-jobs"} & set(tables):  # a job's status and progress are labelled too
+            assert '"Progress"' in labels, path
         page.set_viewport_size(DESKTOP)  # a laptop still gets the plain table, its header row showing, and it fits its card
         assert page.locator(".table-wrap thead th").first.is_visible(), path
         assert {table: px for table, px in page.evaluate(TABLE_OVERFLOW) if px > 1} == {}, path
