@@ -40,3 +40,39 @@ def test_an_experiment_is_created_from_dropdowns_and_a_draft_is_deleted(live_ser
     page.click("#delete-draft")
     expect(page.locator(".notice.success")).to_contain_text("deleted")
     assert not Experiment.objects.exists()
+
+
+# Each of the new-experiment form's lists: how much narrower it is than its longest option needs (0: every option reads whole).
+CUT_OFF = """[...document.querySelectorAll('#new-experiment .train-form:not(details *) select')].map(select => {
+    const whole = select.cloneNode(true);
+    whole.style.cssText = 'position: absolute; visibility: hidden; width: auto; max-width: none; min-width: 0';
+    document.body.appendChild(whole);
+    const short = Math.max(0, whole.getBoundingClientRect().width - select.getBoundingClientRect().width);
+    whole.remove();
+    return [select.id, Math.round(short)];
+})"""
+# Each main field's control with its top, and its field's top: fields side by side must have their controls in line.
+CONTROLS = """[...document.querySelectorAll('#new-experiment .train-form:not(details *) > .param')].map(param => [
+    param.querySelector('input, select').id, Math.round(param.getBoundingClientRect().top),
+    Math.round(param.querySelector('input, select').getBoundingClientRect().top)])"""
+
+
+def test_the_new_experiment_forms_lists_read_whole_and_line_up_on_a_laptop(live_server, django_user_model, browser_page):
+    django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
+    expert = make_expert("dmv", "Motor Vehicles", public=False)
+    ExpertVersion.objects.create(expert=expert, version=1, status="active", system_prompt="Answer briefly.")
+    ExpertVersion.objects.create(expert=expert, version=2, status="candidate", system_prompt="Answer briefly, citing the page.")
+    page, base = browser_page, live_server.url
+    log_in(page, "admin", f"{base}/experiments/")
+    for width in (1280, 1024, 800, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        cut = {select: px for select, px in page.evaluate(CUT_OFF) if px > 1}
+        rows: dict[int, set[int]] = {}
+        for _, field_top, control_top in page.evaluate(CONTROLS):
+            rows.setdefault(field_top, set()).add(control_top)
+        if (cut and width >= 800) or any(len(tops) > 1 for tops in rows.values()):
+            shot(page, f"experiment-form-{width}")
+        if width >= 800:  # a phone's list is too narrow for a long version label: its picker shows it whole
+            assert cut == {}, width  # at 1280 px "Two versions of an expert" read "Two versions of an exp"
+        assert all(len(tops) == 1 for tops in rows.values()), (width, rows)  # a wrapped label pushed its list below its neighbours'
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
