@@ -229,12 +229,16 @@ class TraceDetailView(LoginRequiredMixin, View):
 def citation_marks(passages: list[dict[str, Any]], selection: dict[str, Any] | None, *, merged: bool = False) -> dict[Any, int]:
     """The citation number the answer gives each cited passage, by the passage's place in the retrieval (its ``index``).
 
-    The answer numbers its citations in the order it cites them, the trace lists passages in retrieval order: an extractive
+    A trace keeps each cited passage's mark (``cited_as``, ``serving.traces.build``). For a trace recorded before it did:
+    the answer numbers its citations in the order it cites them, the trace lists passages in retrieval order: an extractive
     answer cites its best sentence's passage first ([1]), then the other passages it quotes in retrieval order
     (``experts.ml.extractive.extractive_answer``). A trace does not keep the order a model cited in, so where more than
     one passage is cited and no quoted sentence says which came first (or two experts' answers were merged and renumbered),
     no numbers are given rather than wrong ones.
     """
+    stored = {p.get("index"): p["cited_as"] for p in passages if isinstance(p.get("cited_as"), int)}
+    if stored:  # the trace keeps the mark the answer gave each passage (``serving.traces.build``)
+        return stored
     cited = [p.get("index") for p in passages if p.get("cited") and isinstance(p.get("index"), int)]
     if len(cited) == 1:
         return {cited[0]: 1}

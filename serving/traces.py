@@ -54,12 +54,14 @@ def build(decision: Decision | None, result: Any) -> dict[str, Any]:
         return trace
     if result.refusal:
         trace["refusal"] = result.refusal
-    cited = {(c.get("document_id"), c.get("chunk_id")) for c in result.citations}
+    # The answer's citation marks in the order it gives them: [1] is ``result.citations[0]``.
+    marks = {(c.get("document_id"), c.get("chunk_id")): mark for mark, c in enumerate(result.citations, start=1)}
     trace["passages"] = [
         {"index": p.get("index"), "title": str(p.get("title") or "")[:300], "expert": p.get("expert", ""), "document_id": p.get("document_id"),
          "score": p.get("score"), "source": str(p.get("source") or "")[:300], "url": str(p.get("url") or "")[:500],
-         "cited": (p.get("document_id"), p.get("chunk_id")) in cited}
+         "cited": mark is not None, "cited_as": mark}
         for p in result.passages[:MAX_PASSAGES]
+        for mark in [marks.get((p.get("document_id"), p.get("chunk_id")))]
     ]
     trace["citations"] = len(result.citations)
     if result.spelling:

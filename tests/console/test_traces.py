@@ -389,6 +389,20 @@ def test_the_trace_gives_no_citation_numbers_it_cannot_know():
     assert citation_marks([{"index": 1, "cited": False}, {"index": 2, "cited": True}], None) == {2: 1}  # one cited: it is [1]
 
 
+def test_a_trace_keeps_the_mark_the_answer_gave_each_cited_passage():
+    from console.traces import citation_marks
+    from serving.chat import ChatResult
+
+    decision = Decision(experts=[{"slug": "dmv", "score": 0.9}], router_version=3, embed_ms=1, route_ms=1, raw_scores={"dmv": 0.9}, score=0.95, threshold=0.3)
+    passages = [{"index": i, "title": f"P{i}", "expert": "dmv", "document_id": i, "chunk_id": str(i), "score": 0.5} for i in (1, 2, 3)]
+    # A model's answer citing the third passage first, then the first: [1] and [2] in that order.
+    result = ChatResult(answer="Online [1], by mail [2].", expert="dmv", decision=decision, citations=[passages[2], passages[0]], passages=passages,
+                        grounded=True, mode="auto", timings={}, request_id="r")
+    kept = traces.build(decision, result)["passages"]
+    assert [(p["index"], p["cited"], p["cited_as"]) for p in kept] == [(1, True, 2), (2, False, None), (3, True, 1)]
+    assert citation_marks(kept, None) == {3: 1, 1: 2}  # known, though no sentence says which came first
+
+
 def test_the_in_scope_score_is_named_as_such_and_confidence_is_the_routers_probability(client, world):
     _, staff = world
     abstained = Decision(experts=[{"slug": "dmv", "score": 0.45}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
