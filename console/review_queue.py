@@ -7,7 +7,7 @@ its experts (``routing.selectors.event_experts``). Staff do everything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -188,6 +188,7 @@ class ReviewItem:
     margin: float | None
     feedback_comment: str
     suggested_expert: str = ""  # who the user said should have answered ("wrong expert")
+    earlier: str = ""  # the question asked just before it in its conversation ("" when none the reviewer may see)
 
 
 def primary_reason(reasons: tuple[str, ...]) -> str:
@@ -271,7 +272,24 @@ def review_queue(visible: set[str] | None, min_score: float, min_margin: float, 
                                     proposed if visible is None or proposed in visible else ""))
             if len(items) >= limit:
                 break
-    return items
+    return _with_earlier(items, visible)
+
+
+def _with_earlier(items: list[ReviewItem], visible: set[str] | None) -> list[ReviewItem]:
+    """``items`` with the question asked just before each in its conversation, where its text is stored and the reviewer
+    may see that turn (``event_is_visible``): "Is it possible to do it online?" says nothing without it. One query."""
+    conversations = {item.event.conversation_id for item in items if item.event.conversation_id}
+    if not conversations:
+        return items
+    turns: dict[str, list[RoutingEvent]] = {}
+    for e in RoutingEvent.objects.filter(conversation_id__in=conversations).exclude(question="").order_by("created_at", "id"):
+        turns.setdefault(e.conversation_id, []).append(e)
+    out = []
+    for item in items:
+        asked = (item.event.created_at, item.event.pk)
+        before = [e for e in turns.get(item.event.conversation_id, []) if (e.created_at, e.pk) < asked and event_is_visible(e, visible)]
+        out.append(replace(item, earlier=before[-1].question) if before else item)
+    return out
 
 
 @dataclass(frozen=True)
@@ -322,10 +340,12 @@ def recent_decisions(user: Any, limit: int = 15, scan: int = 50) -> list[RecentD
 
 
 def group_identical(items: list[ReviewItem]) -> list[list[ReviewItem]]:
-    """``items`` grouped by their question (case and spacing ignored), in first-seen order; without text each stands alone."""
+    """``items`` grouped by their question and the one asked before it (case and spacing ignored), in first-seen order:
+    the same follow-up after another question asks something else. Without text each stands alone."""
     groups: dict[str, list[ReviewItem]] = {}
     for item in items:
         text = " ".join(item.event.question.lower().split())
-        groups.setdefault(text or f"#{item.event.pk}", []).append(item)
+        before = " ".join(item.earlier.lower().split())
+        groups.setdefault(f"{text}\n{before}" if text else f"#{item.event.pk}", []).append(item)
     return list(groups.values())
 

@@ -174,3 +174,25 @@ def test_ticked_questions_are_labelled_together(client, world):
     refused = client.post(reverse("console-review"), {"bulk": "1", "expert": "ssa", "selected": ["b3"]}, follow=True)
     assert "Choose one of your experts." in refused.content.decode()
     assert not ReviewDecision.objects.filter(request_id="b3").exists()
+
+
+def test_a_follow_up_shows_the_question_asked_before_it_where_the_reviewer_may_see_that_turn(client, world):
+    *_, member, staff = world
+    for request_id, expert, question, conversation in (("c1-1", "dmv", "How long before I need a New York licence?", "c1"),
+                                                       ("c2-1", "ssa", "When can I start my pension?", "c2"),
+                                                       ("c1-2", "", "Is it possible to do it online?", "c1"),
+                                                       ("c2-2", "", "Is it possible to do it online?", "c2")):
+        e = event(request_id, expert, [0.9, 0.05] if expert else [0.2, 0.1], question=question, abstained=not expert)
+        RoutingEvent.objects.filter(pk=e.pk).update(conversation_id=conversation)
+    client.force_login(staff)
+    response = client.get(reverse("console-review"))
+    page = response.content.decode()
+    assert "Follow-up to “How long before I need a New York licence?”" in page
+    assert "Follow-up to “When can I start my pension?”" in page
+    # The same follow-up after another question asks something else: two rows, not one "asked 2 times".
+    assert [r["count"] for r in response.context["rows"] if r["item"].event.question.startswith("Is it")] == [1, 1]
+
+    client.force_login(member)  # roads sees its own expert's turn, not the pension team's
+    page = client.get(reverse("console-review")).content.decode()
+    assert "Follow-up to “How long before I need a New York licence?”" in page
+    assert "When can I start my pension?" not in page
