@@ -190,11 +190,14 @@ def test_attaching_and_detaching_noise_from_the_page(console, three_topics):
 
     assert "Attached 1 queries within distance 0.35." in response.content.decode()
     assert Assignment.objects.filter(run=three_topics, proposal__isnull=True).count() == 1
+    # The header's noise share says where attached noise went: "18% noise" beside "0 unassigned" read as a contradiction.
+    assert "noise (1 placed in the nearest proposal)</span>" in response.content.decode()
 
     response = console.post(reverse("labeling-detach-noise", args=[three_topics.pk]), headers=HTMX)
 
     assert "Detached 1 noise queries" in response.content.decode()
     assert Assignment.objects.filter(run=three_topics, proposal__isnull=True).count() == 2
+    assert "placed in the nearest proposal" not in response.content.decode()
 
 
 def test_promoting_from_the_page_creates_the_expert_owned_by_the_runs_team(console, three_topics, team):
