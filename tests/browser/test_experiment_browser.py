@@ -14,14 +14,19 @@ from .demo_world import shot
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_experiment_is_created_from_dropdowns_and_a_draft_is_deleted(live_server, django_user_model, browser_page, settings):
-    from playwright.sync_api import expect
-
-    settings.GENERATOR = "transformers"  # a prompt experiment needs a model that reads the prompt
+@pytest.fixture
+def two_versions(django_user_model):
+    """A staff admin, and dmv's serving version 1 and candidate version 2: what a new experiment compares."""
     django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
     expert = make_expert("dmv", "Motor Vehicles", public=False)
     ExpertVersion.objects.create(expert=expert, version=1, status="active", system_prompt="Answer briefly.")
     ExpertVersion.objects.create(expert=expert, version=2, status="candidate", system_prompt="Answer briefly, citing the page.")
+
+
+def test_an_experiment_is_created_from_dropdowns_and_a_draft_is_deleted(live_server, two_versions, browser_page, settings):
+    from playwright.sync_api import expect
+
+    settings.GENERATOR = "transformers"  # a prompt experiment needs a model that reads the prompt
     page, base = browser_page, live_server.url
     log_in(page, "admin", f"{base}/experiments/")
     page.fill("#id_name", "Citing the page")
@@ -57,11 +62,7 @@ CONTROLS = """[...document.querySelectorAll('#new-experiment .train-form:not(det
     Math.round(param.querySelector('input, select').getBoundingClientRect().top)])"""
 
 
-def test_the_new_experiment_forms_lists_read_whole_and_line_up_on_a_laptop(live_server, django_user_model, browser_page):
-    django_user_model.objects.create_user("admin", "admin@example.com", PASSWORD, is_staff=True)
-    expert = make_expert("dmv", "Motor Vehicles", public=False)
-    ExpertVersion.objects.create(expert=expert, version=1, status="active", system_prompt="Answer briefly.")
-    ExpertVersion.objects.create(expert=expert, version=2, status="candidate", system_prompt="Answer briefly, citing the page.")
+def test_the_new_experiment_forms_lists_read_whole_and_line_up_on_a_laptop(live_server, two_versions, browser_page):
     page, base = browser_page, live_server.url
     log_in(page, "admin", f"{base}/experiments/")
     for width in (1280, 1024, 800, 390):
