@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dbscan import SparseDBSCAN
-from .grouping import group_topics, suggest_n_groups
+from .grouping import by_size, group_topics, suggest_n_groups
 from .pair_labels import NOISE
 from .radius import normalise
 
@@ -64,19 +64,6 @@ def neighbour_means(x: np.ndarray, k: int = NEIGHBOURS, budget_bytes: int = 128 
     return normalise(out)
 
 
-def _by_size(groups: np.ndarray) -> np.ndarray:
-    """Groups renumbered largest first (``-1`` kept), empty ones dropped."""
-    out = np.full(groups.shape, NOISE, dtype=int)
-    kept = groups != NOISE
-    if not kept.any():
-        return out
-    ids, counts = np.unique(groups[kept], return_counts=True)
-    order = ids[np.argsort(-counts, kind="stable")]
-    rank = {int(g): r for r, g in enumerate(order)}
-    out[kept] = [rank[int(g)] for g in groups[kept]]
-    return out
-
-
 def smoothed_kmeans(x: np.ndarray, n_groups: int, neighbours: int = NEIGHBOURS, starts: int = KMEANS_STARTS, seed: int = 0) -> np.ndarray:
     """K-means (``starts`` k-means++ starts, lowest objective wins) on the neighbour means of ``x``."""
     from sklearn.cluster import KMeans
@@ -120,5 +107,5 @@ def discover(
     groups = group(x, topics, k, grouping, seed)
     if noise == "leave":
         groups = np.where(topics == NOISE, NOISE, groups)
-    return Discovery(topics=topics, groups=_by_size(groups), n_groups=k, k_suggested=suggested,
+    return Discovery(topics=topics, groups=by_size(groups), n_groups=k, k_suggested=suggested,
                      topic_eps=float(model.eps_) if own else float("nan"), grouping=grouping, noise=noise)

@@ -153,13 +153,19 @@ def group_topics(x: np.ndarray, labels: np.ndarray, n_groups: int) -> np.ndarray
     out[member] = np.argmax(topic_sums @ gc.T, axis=1)[topic_of[member]]
     if noise.size:
         out[noise] = np.argmax(x[noise] @ gc.T, axis=1)
-    # Number proposals by size, largest first, dropping any left empty by the last step.
-    kept = out[out != NOISE]
-    counts = np.bincount(kept, minlength=n_groups)
-    order = [g for g in np.argsort(-counts, kind="stable") if counts[g] > 0]
-    rank = np.full(n_groups, NOISE, dtype=int)
-    rank[order] = np.arange(len(order))
-    out[out != NOISE] = rank[kept]
+    return by_size(out)  # any proposal the last step left empty is dropped
+
+
+def by_size(groups: np.ndarray) -> np.ndarray:
+    """Groups renumbered largest first (``-1`` kept), empty ones dropped."""
+    out = np.full(groups.shape, NOISE, dtype=int)
+    kept = groups != NOISE
+    if not kept.any():
+        return out
+    ids, counts = np.unique(groups[kept], return_counts=True)
+    order = ids[np.argsort(-counts, kind="stable")]
+    rank = {int(g): r for r, g in enumerate(order)}
+    out[kept] = [rank[int(g)] for g in groups[kept]]
     return out
 
 

@@ -2,18 +2,13 @@
 
 A team often has each department's documents before it has a labelled log. Then every question carries
 a signal no clustering of the questions alone has: how well each department's documents match it
-(``evidence``: the best dense cosine of the question against each department's passages). On doc2dial,
-with the four agencies' documents, giving each first turn to its best-matching department scores ARI
-0.726 on val, 0.859 on train and 0.813 on test against the agencies, where k-means on the questions told
-K = 4 scores 0.388 / 0.627 / 0.505 (docs/EVALUATIONS.md, "Discovery with documents"). Blending the
-evidence into k-means (the questions' neighbour means beside w times the centred evidence, w 0.5 to 4)
-lost to the plain rule on val (0.705 at best), so the rule has no knob.
+(``evidence``: the best dense cosine of the question against each department's passages). Giving each
+question to its best-matching department beat k-means on the questions, plain or blended with the
+evidence, on doc2dial, so the rule has no knob (docs/EVALUATIONS.md, "Discovery with documents").
 
 A conversation is decided as one: its questions' evidence averaged (``conversation_evidence``), since a
 follow-up ("and how long does that take?") that says little to a clustering of questions still matches
-its department's documents. On doc2dial's val split, every question scored where its conversation goes,
-the average of the conversation's questions scores ARI 0.918 against 0.710 for its first question's
-evidence alone (the best of each question's, 0.889; held out, val and test, 0.914 against 0.788).
+its department's documents.
 """
 
 from __future__ import annotations
