@@ -1,8 +1,7 @@
 """Retention of routing records: old routing events and expired conversations are deleted.
 
-Run daily by the ``event_retention`` schedule (``routing.schedules.routines``) and by the
-``routing.tasks.purge_routing_events`` task. ``serving.events`` and ``serving.conversations`` write
-these rows on the request path and keep these functions under their old names there.
+Run daily by the ``event_retention`` schedule (``routing.schedules.routines``). ``serving.events`` and
+``serving.conversations`` write these rows on the request path and keep these functions under their old names there.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from celery import shared_task
 
 from jobs.services import run_job
 
-from . import retention, services
+from . import services
 
 
 def _train(job, reporter):
@@ -24,9 +24,3 @@ def _train(job, reporter):
 def train_router(self, job_id: int) -> None:
     """Train a router on the promoted experts' queries; it goes live by the job's ``activation`` policy (default "always")."""
     run_job(job_id, _train)
-
-
-@shared_task(acks_late=True, max_retries=0)
-def purge_routing_events(days: int | None = None) -> int:
-    """Delete routing events older than ROUTING_EVENT_RETENTION_DAYS (schedule it daily with beat)."""
-    return retention.purge_old_events(days)

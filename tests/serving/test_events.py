@@ -129,15 +129,13 @@ def test_retention_deletes_only_events_older_than_the_window(settings):
 
 
 @pytest.mark.django_db
-def test_the_retention_task_uses_the_setting(settings):
-    from routing.tasks import purge_routing_events
-
+def test_the_retention_uses_the_setting(settings):
     settings.ROUTING_EVENT_RETENTION_DAYS = 10
     settings.EVENTS_SYNC = True
     events.record(**fields(1))
     events.record(**fields(2))
     RoutingEvent.objects.filter(request_id="chatcmpl-1").update(created_at=timezone.now() - timedelta(days=11))
-    assert purge_routing_events.delay().get() == 1
+    assert purge_old_events() == 1
     assert list(RoutingEvent.objects.values_list("request_id", flat=True)) == ["chatcmpl-2"]
 
 
