@@ -14,22 +14,18 @@ import re
 
 import numpy as np
 
-# The rule's weight and threshold (``blend``, ``unsure``), chosen on doc2dial's validation split (the docstring
-# above); weight 0 turns the rule off.
+# ``blend``'s weight (0 turns the rule off) and ``unsure``'s threshold.
 CONTEXT_WEIGHT = 3.0
 CONTEXT_BELOW = 0.6
 # A conversation keeps its expert unless another expert's router score beats it by more than this
 # (``serving.conversations.sticky_order``). Set by hand when conversations were built, not tuned on data.
 STICKY_MARGIN = 0.15
-# The conversation breaks a tie among the experts the question itself could mean; it never moves the
-# question to one the question alone rules out ("how do I apply for disability benefits as a veteran?",
-# unsure between ssa and va, asked after questions about a driver licence, went to dmv). The largest floor
-# that cost nothing on doc2dial's validation split (figures in docs/EVALUATIONS.md).
+# The conversation breaks a tie among the experts the question itself could mean, never moving it to one the question
+# alone rules out: the largest floor that cost nothing on doc2dial's validation split.
 PLAUSIBLE = 0.05
-# A turn that opens as a reply ("Yes, it was cancelled.", "No, I guess not.", "thank you", "and could you help me ...")
-# or points back at what was said ("Who should complete this?", "It was not quite 30 days.") continues its
-# conversation: it does not change the subject, whatever the router makes of it alone. Chosen on doc2dial's validation
-# split against clinc150's out-of-scope questions asked as follow-ups in its conversations (docs/EVALUATIONS.md).
+# A turn that opens as a reply ("Yes, it was cancelled.", "and could you help me ...") or points back at what was said
+# ("Who should complete this?") does not change the subject, whatever the router makes of it alone; chosen on doc2dial's
+# validation split (docs/EVALUATIONS.md).
 _REPLY = re.compile(r"^\W*(?:yes|yeah|yep|yup|no|nope|ok|okay|sure|thanks|thank you|right|correct|exactly|alright|great|"
                     r"i see|and|so|but)\b", re.IGNORECASE)
 _POINTS_BACK = re.compile(r"\b(?:it|its|this|that|these|those|they|them|their|he|she|him|her|his)\b", re.IGNORECASE)

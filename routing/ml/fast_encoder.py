@@ -21,11 +21,8 @@ import numpy as np
 FILE = "fast_encoder.npz"
 META = "fast_encoder.json"
 MAX_PIECES = 64  # word pieces read per question (questions are short; the full encoder reads 256)
-# Training settings: Adam (sparse for the table) at 3e-3, batches of 128, up to 12 epochs, stopped
-# after 2 without a better validation cosine. One setting, not tuned (docs/EVALUATIONS.md).
-# The experts' documents lend the distillation their sentences (the words users ask about, which the
-# training questions may never use), at most this many, a seeded sample: they raise the cosine with
-# MiniLM on doc2dial. The cap bounds the job's encoding time, not tuned.
+# The experts' documents lend the distillation their sentences (words users ask about that training questions may
+# never use), a seeded sample of at most this many to bound the job's time. None of these settings was tuned.
 DOCUMENT_SENTENCES = 20_000
 LEARNING_RATE = 3e-3
 BATCH_SIZE = 128

@@ -33,21 +33,15 @@ from .router import NumpyScorer, RouterNet
 from .training import Context, TrainConfig, TrainResult, abstain_threshold, calibrate, probability_metrics, route_scores, train_router
 
 BLEND_WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-# How the blend weight is chosen (``fit_blend``). NLL reads every question's probability, not only the
-# top one; the one-standard-error rule says which weights the validation questions cannot tell apart, and
-# the typo copies decide among those. The rule's picks, and the earlier rule's, are in docs/EVALUATIONS.md.
+# How ``fit_blend`` chooses the weight: NLL reads every question's probability, not only the top one (picks in docs/EVALUATIONS.md).
 BLEND_RULE = "lowest validation NLL as written; within one standard error of it, lowest NLL on the typo copies"
 LOG_FLOOR = math.log(1e-12)  # blend_logits' floor on the network's probabilities
-# The nearest training questions' weight in the logits (``fit_nearest_weight``), each expert's evidence a
-# mean cosine (0-1). The rule, not a figure, is the blend's; the grid spans "none" to "the nearest
-# questions decide" (a cosine gap of 0.05 at 40 is a factor of e^2). Validation picks, and what test
-# then said, are in docs/EVALUATIONS.md.
+# The nearest questions' weight in the logits (``fit_nearest_weight``), from "none" to "they decide" (a cosine gap
+# of 0.05 at 40 is a factor of e^2); validation's picks are in docs/EVALUATIONS.md.
 NEAREST_WEIGHTS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0)
 NEAREST_RULE = ("highest validation macro-F1 as written (what the router is compared on); among the weights that reach it, lowest validation "
                 "NLL as written, and within one standard error of that, the smallest weight within one standard error of the lowest NLL on the typo copies")
-# Which network serves (``train_text_router``): the MLP, or the linear head (``routing.ml.linear``) where
-# the router built on it (the same character view, blend and nearest questions, fitted again) has the
-# better macro-F1 on the validation questions as written. A tie keeps the MLP.
+# Which network serves (``train_text_router``): the MLP, or the linear head (``routing.ml.linear``) with the same views fitted again.
 HEAD_RULE = "higher validation macro-F1 as written, of the served router on the MLP or on the linear head (C on validation); ties: the MLP"
 BLEND_FILE = "blend.json"
 CHAR_FOLDER = "charview"
