@@ -219,18 +219,16 @@ class TrainingCompareView(LoginRequiredMixin, View):
         if any(i not in runs for i in ids):
             raise Http404("no such training run")
         left, right = (training_detail_context(runs[i], request.user) for i in ids)
-        keys = sorted({k for k, _ in left["params"]} | {k for k, _ in right["params"]})
         lp, rp = dict(left["params"]), dict(right["params"])
-        metric_keys = sorted({k for k, _ in left["val_metrics"]} | {k for k, _ in right["val_metrics"]})
         lm, rm = dict(left["val_metrics"]), dict(right["val_metrics"])
         # The calibration facts, one row each with both runs' values (in _DIAGNOSTIC_FACTS order).
         ld, rd = dict(left["diagnostic_facts"]), dict(right["diagnostic_facts"])
         diagnostics = [label for _, label in _DIAGNOSTIC_FACTS if label in ld or label in rd]
         return render(request, self.template_name, {
             "left": left, "right": right,
-            "params": [{"key": k, "a": lp.get(k), "b": rp.get(k), "differs": lp.get(k) != rp.get(k)} for k in keys],
+            "params": [{"key": k, "a": lp.get(k), "b": rp.get(k), "differs": lp.get(k) != rp.get(k)} for k in sorted(lp | rp)],
             "metrics": [{"key": k, "a": a, "b": b, "delta": (b - a) if a is not None and b is not None else None}
-                        for k, a, b in [(k, lm.get(k), rm.get(k)) for k in metric_keys] + [(k, ld.get(k), rd.get(k)) for k in diagnostics]],
+                        for k, a, b in [(k, lm.get(k), rm.get(k)) for k in sorted(lm | rm)] + [(k, ld.get(k), rd.get(k)) for k in diagnostics]],
             "runs": runs_list,
         })
 

@@ -67,8 +67,6 @@ DEFAULTS: tuple[Schedule, ...] = (
              routines.event_retention),
 )
 BY_NAME = {s.name: s for s in DEFAULTS}
-WORK: dict[str, Work] = {s.name: s.work for s in DEFAULTS}
-"""The work of each schedule, by name: ``(job, reporter) -> result dict``, run by ``run_scheduled``."""
 
 
 class InvalidCrontab(ValueError):
@@ -151,10 +149,9 @@ def fire(name: str, *, slot_seconds: int = 60, now: Any = None) -> Job | None:
     Raises:
         KeyError: an unknown schedule name (a PeriodicTask edited by hand to something we do not run).
     """
-    if name not in WORK:
+    if name not in BY_NAME:
         raise KeyError(f"unknown schedule {name!r}")
     slot = slot_for(now or timezone.now(), slot_seconds)
-    schedule = BY_NAME.get(name)
     # The claim and the job commit together: a worker killed in between leaves neither, and the
     # redelivered message (acks late) claims the period again.
     with transaction.atomic():
@@ -163,7 +160,7 @@ def fire(name: str, *, slot_seconds: int = 60, now: Any = None) -> Job | None:
                 run = ScheduledRun.objects.create(task=name, slot=slot)
         except IntegrityError:
             return None
-        job = enqueue_once(f"scheduled_{name}", f"scheduled:{name}", schedule.title if schedule else name, run_scheduled, {"schedule": name, "slot": slot})
+        job = enqueue_once(f"scheduled_{name}", f"scheduled:{name}", BY_NAME[name].title, run_scheduled, {"schedule": name, "slot": slot})
         run.job = job
         run.save(update_fields=["job"])
     return job
@@ -175,11 +172,10 @@ def last_outcome(name: str) -> Job | None:
 
 
 def _dispatch(job: Job, reporter: JobReporter) -> dict[str, Any] | None:
-    name = job.params.get("schedule", "")
-    work = WORK.get(name)
-    if work is None:
-        raise JobFailed(f"unknown scheduled job {name!r}")
-    return work(job, reporter)
+    schedule = BY_NAME.get(job.params.get("schedule", ""))
+    if schedule is None:
+        raise JobFailed(f"unknown scheduled job {job.params.get('schedule', '')!r}")
+    return schedule.work(job, reporter)
 
 
 @shared_task(name="experiments.run_scheduled", bind=True, acks_late=True, max_retries=1)
