@@ -26,6 +26,7 @@ from ..alarms.models import Alarm
 from ..alarms.services import raise_alarm
 from ..models import Feedback, RouterVersion, RoutingEvent
 from . import stats as abtest
+from .assignment import clear_cache as clear_serving_cache
 from .choices import OPEN_STATUSES, ExperimentKind, ExperimentStatus, Metric
 from .models import Experiment
 
@@ -155,7 +156,7 @@ def _transition(experiment: Experiment, allowed: tuple[str, ...], to: str, verb:
             exp.ended_at = timezone.now()
             fields.append("ended_at")
         exp.save(update_fields=fields)
-    _invalidate_serving_cache()
+    clear_serving_cache()
     return exp
 
 
@@ -221,7 +222,7 @@ def promote(experiment: Experiment, *, force_arm: str | None = None) -> Experime
         _switch_to(exp, version)
         exp.status, exp.winner, exp.ended_at, exp.decision = ExperimentStatus.PROMOTED, arm, timezone.now(), report["decision"]
         exp.save(update_fields=["status", "winner", "ended_at", "decision", "previous_version"])
-    _invalidate_serving_cache()
+    clear_serving_cache()
     return exp
 
 
@@ -236,14 +237,8 @@ def rollback(experiment: Experiment) -> Experiment:
         _switch_to(exp, exp.previous_version)  # type: ignore[arg-type]
         exp.status = ExperimentStatus.ROLLED_BACK
         exp.save(update_fields=["status"])
-    _invalidate_serving_cache()
+    clear_serving_cache()
     return exp
-
-
-def _invalidate_serving_cache() -> None:
-    from . import assignment as serving
-
-    serving.clear_cache()
 
 
 # --- reading the metrics ---------------------------------------------------------------------------

@@ -122,12 +122,8 @@ class KnowledgeCombiner:
     word_scale: float = 0.0  # the weight of ``DistinctWords``' evidence in the in-scope score
 
     def __post_init__(self) -> None:
-        self._active = not np.allclose(self.weights, ROUTER_ALONE)  # read per question: decided once
-
-    @property
-    def active(self) -> bool:
-        """Whether the evidence changes the ranking (False: validation kept the router alone)."""
-        return self._active
+        # Whether the evidence changes the ranking (False: validation kept the router alone); read per question, decided once.
+        self.active = not np.allclose(self.weights, ROUTER_ALONE)
 
     @property
     def in_scope(self) -> bool:
