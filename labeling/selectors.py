@@ -239,8 +239,7 @@ def undoable_action(run: ClusteringRun) -> ReviewAction | None:
 
 def _nearest_others(proposals: list[Proposal]) -> dict[int, tuple[Proposal, float]]:
     """For each proposal with a centroid, the other one whose centroid is most similar."""
-    with_centroid = [(p, centroid_of(p)) for p in proposals]
-    with_centroid = [(p, c) for p, c in with_centroid if c is not None]
+    with_centroid = [(p, c) for p in proposals if (c := centroid_of(p)) is not None]
     if len(with_centroid) < 2:
         return {}
     cents = np.stack([c for _, c in with_centroid])
@@ -260,8 +259,7 @@ def with_nearest(run: ClusteringRun, assignments: Iterable[Assignment], proposal
     """Unassigned queries with their nearest open proposal and its cosine distance."""
     items = list(assignments)
     out = [UnassignedQuery(a.query_id, a.query.text) for a in items]
-    candidates = [(p, centroid_of(p)) for p in proposals if p.status == ProposalStatus.PROPOSED]
-    candidates = [(p, c) for p, c in candidates if c is not None]
+    candidates = [(p, c) for p in proposals if p.status == ProposalStatus.PROPOSED and (c := centroid_of(p)) is not None]
     if not items or not candidates:
         return out
     try:
