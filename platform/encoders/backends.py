@@ -22,9 +22,7 @@ def make_encoder(name: str, threads: int = 1, sub_batch: int | None = None, back
         sub_batch = int(sub_batch if sub_batch is not None else SUB_BATCH)
         if backend == "onnx-int8":
             # Dynamic quantisation scales activations per pass, so a text's int8 vector depends on the texts
-            # beside it (alone against in a pass of 8: cosine down to 0.982 on demo questions). One text a
-            # pass keeps a question's vector, and so its route, the same under load, at a cost in speed
-            # (622 against 999 questions/s in passes of 8 on this project's CPU, one thread).
+            # beside it: one text a pass keeps a question's vector, and so its route, the same under load.
             sub_batch = 1
         return OnnxEncoder.exported(name, resolve_model_path(model_name(name)), backend, cache_dir or settings.ENCODER_EXPORT_DIR, threads=threads,
                                     sub_batch=sub_batch, parallel=parallel)

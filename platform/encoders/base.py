@@ -12,8 +12,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 # Texts per forward pass at most: a call's texts are sorted by length and run in passes of this many,
-# which pads less than one long pass (32 demo questions ran ~1.5x faster in passes of 8 than in one
-# pass of 32, on 1 thread and on 2).
+# which pads less than one long pass (demo questions; docs/CONFIGURATION.md).
 SUB_BATCH = 8
 
 

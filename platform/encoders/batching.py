@@ -173,11 +173,8 @@ class MicroBatchingEncoder:
 
     def _run(self) -> None:
         if self.batch_threads:
-            # torch's thread count is process-wide. The batcher only runs where concurrent one-text
-            # encodes arrive, i.e. in a serving process, where the encoder is the only torch user
-            # (the router scores with numpy) and its forward passes are serialised by its lock: a
-            # batch of texts is where extra threads pay (~4x over one text at a time with 2 cores,
-            # ~1.3x with 1 thread), so the batched pass may use the cores (ENCODER_THREADS).
+            # torch's thread count is process-wide; the batcher runs only in a serving process, where the
+            # encoder is the only torch user, so its batched passes may use the cores (ENCODER_THREADS).
             try:
                 import torch
 

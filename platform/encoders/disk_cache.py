@@ -74,12 +74,11 @@ class DiskCachedEncoder:
         self.disk_hits += len(texts) - len(missing)
         self.disk_misses += len(missing)
         if missing:
-            distinct = list(dict.fromkeys(keys[i] for i in missing))
-            first: dict[bytes, str] = {}
+            first: dict[bytes, str] = {}  # each distinct text once, in order
             for i in missing:
                 first.setdefault(keys[i], texts[i])
-            vectors = np.asarray(self.inner.encode([first[k] for k in distinct], batch_size=batch_size), dtype=np.float32)
-            row = dict(zip(distinct, vectors, strict=True))
+            vectors = np.asarray(self.inner.encode(list(first.values()), batch_size=batch_size), dtype=np.float32)
+            row = dict(zip(first, vectors, strict=True))
             for i in missing:
                 out[i] = row[keys[i]]
             self._store(row)

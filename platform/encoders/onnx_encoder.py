@@ -68,10 +68,8 @@ SAMPLE_TEXTS = (
 )
 
 # A batch job's passes (``parallel``): texts sorted by their length in word pieces, at most this many a pass once
-# padded (a longer text alone), and at most ``sub_batch`` texts. Against passes of 8 texts sorted by characters, on
-# this project's 2-core machine, two passes side by side, median of 3 runs: doc2dial's chunks 40.5 -> 36.0 ms of CPU
-# each, their sentences 9.5 -> 7.5, its validation questions 4.4 -> 3.7; budgets of 128 to 1024 measured within ~5%
-# of each other (a measuring script since deleted; docs/EVALUATIONS.md#bench-ingest). Vectors move by ~1e-7.
+# padded (a longer text alone), and at most ``sub_batch`` texts. Chosen on doc2dial's chunks, sentences and
+# questions (docs/EVALUATIONS.md#bench-ingest).
 PASS_TOKENS = 256
 
 _lock = threading.Lock()
@@ -212,10 +210,8 @@ class OnnxEncoder:
     ``threads`` CPUs run each pass together (ONNX Runtime's threads within an operation), or, with
     ``parallel``, a call's passes side by side, ``threads`` at a time, each on one thread, longest
     first, the passes formed by a budget of word pieces (``PASS_TOKENS``): what a batch job's many
-    passes want. Two threads within each pass spent ~35% more CPU than two passes side by side
-    (their threads spin while they wait for each other; worse on shared cores): doc2dial's chunks
-    on this project's 2-core machine, 41 against 27 ms of CPU a passage (at 128 word pieces) under
-    other jobs' load (docs/EVALUATIONS.md#bench-ingest).
+    passes want, since threads within one pass spin while they wait for each other
+    (docs/EVALUATIONS.md#bench-ingest).
     """
 
     def __init__(self, onnx_file: Path, model_path: str, max_length: int, *, name: str, backend: str = "onnx",

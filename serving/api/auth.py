@@ -155,11 +155,15 @@ class ChatApiMixin:
         super().permission_denied(request, message=message, code=code)
 
     def finalize_response(self, request, response, *args, **kwargs):
+        """Every error body carries OpenAI's four keys (``param`` and ``code`` may be null)."""
         response = super().finalize_response(request, response, *args, **kwargs)
         error = getattr(response, "data", None)
         error = error.get("error") if isinstance(error, dict) else None
-        if isinstance(error, dict) and error.get("type") in ("invalid_api_key", "rate_limit_exceeded"):
-            error.setdefault("code", error["type"])  # OpenAI's clients read the reason from ``code``
+        if isinstance(error, dict) and response.status_code >= 400:
+            if error.get("type") in ("invalid_api_key", "rate_limit_exceeded"):
+                error.setdefault("code", error["type"])  # OpenAI's clients read the reason from ``code``
+            error.setdefault("param", None)
+            error.setdefault("code", None)
         match = getattr(request, "resolver_match", None)
         metrics.observe_response(match.url_name if match and match.url_name else type(self).__name__, response.status_code)
         return response

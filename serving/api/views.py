@@ -54,18 +54,6 @@ def _model_refusal(request, model: str, allowed: set[str]) -> Response | None:
     return _error(f"unknown model {model!r}; use one of: {known}", 404, "invalid_request_error", code="model_not_found", param="model")
 
 
-class OpenAIErrorsMixin:
-    """Every error body of these views carries OpenAI's four keys (``param`` and ``code`` may be null)."""
-
-    def finalize_response(self, request, response, *args, **kwargs):
-        response = super().finalize_response(request, response, *args, **kwargs)
-        data = getattr(response, "data", None)
-        if response.status_code >= 400 and isinstance(data, dict) and isinstance(data.get("error"), dict):
-            data["error"].setdefault("param", None)
-            data["error"].setdefault("code", None)
-        return response
-
-
 def _usage(turn: chat.ChatTurn, answer: str) -> dict[str, int]:
     """Token counts approximated by whitespace-separated words (the extractive backend has no tokenizer)."""
     prompt = len(turn.request.question.split()) + sum(len(m["content"].split()) for m in turn.request.history)
@@ -180,9 +168,9 @@ def _sse_events(turn: chat.ChatTurn, include_usage: bool) -> Iterator[bytes]:
     closed and the event recorded as ``client_cancelled``.
     """
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        body = {"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-        return _sse(body)
+        """One chunk; ``extra`` adds keys (``switchboard``, ``usage``) or replaces ``choices``."""
+        return _sse({"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
 
     try:
         yield chunk({"role": "assistant", "content": ""}, switchboard=_routing_meta(turn))
@@ -202,15 +190,13 @@ def _sse_events(turn: chat.ChatTurn, include_usage: bool) -> Iterator[bytes]:
                     yield chunk({"content": piece})
         yield chunk({}, _finish_reason(result), switchboard=_answer_meta(turn))
         if include_usage:
-            body = {"id": turn.request_id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.request.model,
-                    "choices": [], "usage": _usage(turn, result.answer)}
-            yield _sse(body)
+            yield chunk({}, choices=[], usage=_usage(turn, result.answer))
         yield _sse("[DONE]")
     finally:
         turn.close()
 
 
-class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+class ChatCompletionsView(ChatApiMixin, APIView):
     """``POST /v1/chat/completions``: route, retrieve, answer, in OpenAI's response shape (``stream: true``: server-sent events)."""
 
     @extend_schema(
@@ -268,7 +254,7 @@ class ChatCompletionsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         return response
 
 
-class ModelsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+class ModelsView(ChatApiMixin, APIView):
     """``GET /v1/models``: the auto modes and the active experts the caller may ask (``experts.access``)."""
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
@@ -280,7 +266,7 @@ class ModelsView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         return Response({"object": "list", "data": data})
 
 
-class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+class RouteView(ChatApiMixin, APIView):
     """``POST /api/v1/route``: the routing decision only."""
 
     @extend_schema(request=RouteRequestSerializer, responses={200: OpenApiTypes.OBJECT})
@@ -305,7 +291,7 @@ class RouteView(OpenAIErrorsMixin, ChatApiMixin, APIView):
         })
 
 
-class FeedbackView(OpenAIErrorsMixin, ChatApiMixin, APIView):
+class FeedbackView(ChatApiMixin, APIView):
     """``POST /api/v1/feedback``: thumbs up or down (and a comment) on a chat completion, by its ``id``.
 
     Posting again for the same response updates the verdict (one row per response); a response
