@@ -132,12 +132,9 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with code {self.proc.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.base}/readyz", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            with contextlib.suppress(urllib.error.URLError, OSError), urllib.request.urlopen(f"{self.base}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
             time.sleep(0.5)
         raise RuntimeError(f"the server was not ready within {timeout:.0f} s; see {self.log_path}")
 
@@ -220,10 +217,8 @@ class HttpConnection:
         writer, self._writer, self._reader = self._writer, None, None
         if writer is not None:
             writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
-            except OSError:
-                pass
 
 
 async def _drive(base: str, questions: list[str], concurrency: int, duration: float, model: str, run: str,

@@ -241,12 +241,8 @@ def bench_soak(duration: float = 300.0, rps: float = 5.0, var_dir: str | None = 
             say(f"starting uvicorn on {server.base}, data in {folder}, faults in {faults_file}")
             server.wait_ready()
             experts = _experts(server.base)
-            # The warm-up asks every held-out question once at least, at the soak's own rate: a server that has been
-            # up a while has split and encoded the passages they retrieve (the generator's chunk cache, the encoder's
-            # vector cache) and its native allocators (torch, glibc) have seen those input shapes. That memory grows
-            # with the distinct passages served, not with time: with rss_start read after a few dozen requests it
-            # showed up as 10-17% "growth" during the soak. A faster warm-up would not do: its bigger batches and
-            # more threads leave a higher plateau (~+30%) than the soak's rate needs, and would hide a real leak.
+            # Every held-out question once at least, at the soak's own rate: memory grows with the distinct passages
+            # served (caches, allocators), not with time, so rss_start is read once they have all been seen.
             warm_s = max(warmup, len(questions) / rps)
             say(f"warming up for {warm_s:.0f} s at {rps} requests/s (every held-out question once: {len(questions)}) ...")
             warm, _ = asyncio.run(_load(server.base, questions, rps, warm_s, [], faults_file, say, "warm"))

@@ -80,9 +80,8 @@ class Loaded:
 
     def scope(self, model: str | None) -> set[str]:
         """The experts a question asked as ``model`` may reach, as a client whose API key is scoped to them: the flat
-        arm its one expert, every other arm the dataset's own experts. Unscoped, a routed search the router is unsure
-        of, widened to the other experts (``knowledge.search.search_experts``), read the flat arm's copy of every
-        document too, which no team has: on doc2dial's validation split 267 of 417 questions got a passage twice."""
+        arm its one expert, every other arm the dataset's own experts (a widened routed search must not read the
+        flat arm's copy of every document, which no team has)."""
         return {self.flat} if self.flat and model == self.flat else set(self.experts.values())
 
 

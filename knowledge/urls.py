@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import services, views
 
 urlpatterns = [
     path("", views.KnowledgeListView.as_view(), name="knowledge-list"),
@@ -11,8 +11,8 @@ urlpatterns = [
     path("<slug:slug>/upload/", views.UploadView.as_view(), name="knowledge-upload"),
     path("<slug:slug>/search/", views.SearchView.as_view(), name="knowledge-search"),
     path("<slug:slug>/chunking/", views.ChunkingView.as_view(), name="knowledge-chunking"),
-    path("<slug:slug>/index/", views.IndexView.as_view(), name="knowledge-index"),
-    path("<slug:slug>/rebuild/", views.RebuildView.as_view(), name="knowledge-rebuild"),
-    path("<slug:slug>/drop/", views.DropView.as_view(), name="knowledge-drop"),
+    path("<slug:slug>/index/", views.JobActionView.as_view(enqueue=services.enqueue_index), name="knowledge-index"),
+    path("<slug:slug>/rebuild/", views.JobActionView.as_view(enqueue=services.enqueue_rebuild), name="knowledge-rebuild"),
+    path("<slug:slug>/drop/", views.JobActionView.as_view(enqueue=services.enqueue_drop), name="knowledge-drop"),
     path("<slug:slug>/documents/<int:pk>/delete/", views.DeleteDocumentView.as_view(), name="knowledge-delete"),
 ]

@@ -146,30 +146,14 @@ class ChunkingView(LoginRequiredMixin, View):
         return redirect("console-job", job.pk)
 
 
-class _JobAction(LoginRequiredMixin, View):
-    """A POST button that starts one job for the expert and opens its progress page."""
+class JobActionView(LoginRequiredMixin, View):
+    """A POST button that starts one job for the expert (``enqueue``, a service) and opens its progress page."""
 
-    def start(self, request: HttpRequest, expert: Expert) -> Any:
-        raise NotImplementedError
+    enqueue: Any = None  # set by urls.py: services.enqueue_index, enqueue_rebuild or enqueue_drop
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         expert = get_expert_or_404(request.user, slug, edit=True)
-        return redirect("console-job", self.start(request, expert).pk)
-
-
-class IndexView(_JobAction):
-    def start(self, request, expert):
-        return services.enqueue_index(expert, user=request.user)
-
-
-class RebuildView(_JobAction):
-    def start(self, request, expert):
-        return services.enqueue_rebuild(expert, user=request.user)
-
-
-class DropView(_JobAction):
-    def start(self, request, expert):
-        return services.enqueue_drop(expert, user=request.user)
+        return redirect("console-job", self.enqueue(expert, user=request.user).pk)
 
 
 class ReembedView(LoginRequiredMixin, View):

@@ -250,95 +250,87 @@ def train_lora(
         LoraError: bad parameters or data; BaseModelNotFound; TrainingOutOfMemory.
     """
     import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     previous = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(base_model, train, evaluation, params, Path(out_dir), Path(work_dir), on_step, min_examples)
+        out, work = Path(out_dir), Path(work_dir)
+        params.validate()
+        check_examples(train, min_examples=min_examples)
+        check_examples(evaluation, min_examples=0)
+        work.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(params.seed)
+        use_qlora = params.qlora and qlora_available()
+        tokenizer, model = load_base(base_model, qlora=use_qlora, dtype=torch.bfloat16 if params.bf16 and not use_qlora and bf16_native() else None)
+        if use_qlora:
+            model = prepare_model_for_kbit_training(model)
+        missing = [m for m in params.target_modules if not any(name.endswith(m) for name, _ in model.named_modules())]
+        if missing:
+            raise LoraError(f"target modules {missing} do not exist in {base_model!r}")
+        layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+        config = LoraConfig(
+            r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
+            target_modules=list(params.target_modules), task_type="CAUSAL_LM",
+            layers_to_transform=list(range(max(0, layers - params.top_layers), layers)) if params.top_layers and layers else None,
+        )
+        # The adapter's own weights stay float32 on a bfloat16 base (peft's autocast_adapter_dtype).
+        model = get_peft_model(model, config)
+        pad_id = tokenizer.pad_token_id
+        encoded_train = [encode_example(tokenizer, e, params.max_length) for e in train]
+        encoded_eval = [encode_example(tokenizer, e, params.max_length) for e in evaluation]
+        steps_per_epoch = math.ceil(len(encoded_train) / params.batch_size)
+        total = params.max_steps or max(1, math.ceil(params.epochs * steps_per_epoch))
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=params.learning_rate)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / total))
+        start, curve = _load_checkpoint(work, model, optimizer, scheduler)
+        # LoRA starts as the identity (B = 0), so before the first step this is the bare base model's loss.
+        base_eval_loss = _base_loss(work, start, lambda: evaluate_loss(model, encoded_eval, pad_id, params.batch_size))
+        model.train()
+        loss_value = curve[-1]["loss"] if curve else float("nan")
+        try:
+            for step in range(start + 1, total + 1):
+                epoch, index = divmod(step - 1, steps_per_epoch)
+                batch_ids = _batches(len(encoded_train), params.batch_size, params.seed, epoch)[index]
+                batch = {k: v.to(model.device) for k, v in collate([encoded_train[i] for i in batch_ids], pad_id).items()}
+                summed, tokens = answer_loss(model, batch)
+                loss = summed / max(1, tokens)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                loss_value = float(loss.detach())
+                curve.append({"step": step, "loss": round(loss_value, 5)})
+                if step % params.checkpoint_steps == 0 and step < total:
+                    _save_checkpoint(work, model, optimizer, scheduler, step, curve)
+                if on_step is not None:
+                    on_step(step, total, loss_value)
+            eval_loss = evaluate_loss(model, encoded_eval, pad_id, params.batch_size)
+        except Exception as exc:
+            if _is_oom(exc):
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                raise TrainingOutOfMemory(
+                    f"out of memory while training on {device()}: lower batch_size ({params.batch_size}), "
+                    f"max_length ({params.max_length}) or rank ({params.rank}), or enable QLoRA on a GPU"
+                ) from None
+            raise
+        save_adapter(model, base_model, out, params)
+        shutil.rmtree(work, ignore_errors=True)
+        return TrainResult(
+            adapter_dir=out,
+            steps=total,
+            train_loss=loss_value,
+            eval_loss=eval_loss,
+            eval_perplexity=math.exp(min(eval_loss, 50.0)) if eval_loss is not None else None,
+            base_eval_loss=base_eval_loss,
+            loss_curve=curve,
+            resumed_from=start,
+        )
     finally:
         torch.set_num_threads(previous)
-
-
-def _train(
-    base_model: str, train: Sequence[Example], evaluation: Sequence[Example], params: LoraParams,
-    out: Path, work: Path, on_step: StepCallback | None, min_examples: int,
-) -> TrainResult:
-    import torch
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-
-    params.validate()
-    check_examples(train, min_examples=min_examples)
-    check_examples(evaluation, min_examples=0)
-    work.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(params.seed)
-    use_qlora = params.qlora and qlora_available()
-    tokenizer, model = load_base(base_model, qlora=use_qlora, dtype=torch.bfloat16 if params.bf16 and not use_qlora and bf16_native() else None)
-    if use_qlora:
-        model = prepare_model_for_kbit_training(model)
-    missing = [m for m in params.target_modules if not any(name.endswith(m) for name, _ in model.named_modules())]
-    if missing:
-        raise LoraError(f"target modules {missing} do not exist in {base_model!r}")
-    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
-    config = LoraConfig(
-        r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
-        target_modules=list(params.target_modules), task_type="CAUSAL_LM",
-        layers_to_transform=list(range(max(0, layers - params.top_layers), layers)) if params.top_layers and layers else None,
-    )
-    # The adapter's own weights stay float32 on a bfloat16 base (peft's autocast_adapter_dtype).
-    model = get_peft_model(model, config)
-    pad_id = tokenizer.pad_token_id
-    encoded_train = [encode_example(tokenizer, e, params.max_length) for e in train]
-    encoded_eval = [encode_example(tokenizer, e, params.max_length) for e in evaluation]
-    steps_per_epoch = math.ceil(len(encoded_train) / params.batch_size)
-    total = params.max_steps or max(1, math.ceil(params.epochs * steps_per_epoch))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=params.learning_rate)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / total))
-    start, curve = _load_checkpoint(work, model, optimizer, scheduler)
-    # LoRA starts as the identity (B = 0), so before the first step this is the bare base model's loss.
-    base_eval_loss = _base_loss(work, start, lambda: evaluate_loss(model, encoded_eval, pad_id, params.batch_size))
-    model.train()
-    loss_value = curve[-1]["loss"] if curve else float("nan")
-    try:
-        for step in range(start + 1, total + 1):
-            epoch, index = divmod(step - 1, steps_per_epoch)
-            batch_ids = _batches(len(encoded_train), params.batch_size, params.seed, epoch)[index]
-            batch = {k: v.to(model.device) for k, v in collate([encoded_train[i] for i in batch_ids], pad_id).items()}
-            summed, tokens = answer_loss(model, batch)
-            loss = summed / max(1, tokens)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = float(loss.detach())
-            curve.append({"step": step, "loss": round(loss_value, 5)})
-            if step % params.checkpoint_steps == 0 and step < total:
-                _save_checkpoint(work, model, optimizer, scheduler, step, curve)
-            if on_step is not None:
-                on_step(step, total, loss_value)
-        eval_loss = evaluate_loss(model, encoded_eval, pad_id, params.batch_size)
-    except Exception as exc:
-        if _is_oom(exc):
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            raise TrainingOutOfMemory(
-                f"out of memory while training on {device()}: lower batch_size ({params.batch_size}), "
-                f"max_length ({params.max_length}) or rank ({params.rank}), or enable QLoRA on a GPU"
-            ) from None
-        raise
-    save_adapter(model, base_model, out, params)
-    shutil.rmtree(work, ignore_errors=True)
-    return TrainResult(
-        adapter_dir=out,
-        steps=total,
-        train_loss=loss_value,
-        eval_loss=eval_loss,
-        eval_perplexity=math.exp(min(eval_loss, 50.0)) if eval_loss is not None else None,
-        base_eval_loss=base_eval_loss,
-        loss_curve=curve,
-        resumed_from=start,
-    )
 
 
 def save_adapter(model: Any, base_model: str, out_dir: Path, params: LoraParams) -> None:
