@@ -193,10 +193,7 @@ class ReviewItem:
 
 def primary_reason(reasons: tuple[str, ...]) -> str:
     """The reason recorded with a decision: a thumbs-down wins, then abstention, then low confidence."""
-    for r in ("thumbs_down", "abstained", "likely_misroute", "low_confidence"):
-        if r in reasons:
-            return r
-    return "low_confidence"
+    return next((r for r in ("thumbs_down", "abstained", "likely_misroute") if r in reasons), "low_confidence")
 
 
 def _scores(event: RoutingEvent) -> list[float]:

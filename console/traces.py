@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -32,6 +32,9 @@ from serving.feedback import ResponseNotFound, UnknownExpert, record_feedback
 
 PAGE_SIZE = 50
 _PERIODS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+_OUTCOMES = {"abstained": Q(abstained=True), "fallback": Q(answer_source="extractive_fallback"), "failed": ~Q(status_code=200)}
+# The filters that are one lookup of their value.
+_LOOKUPS = {"q": "question__icontains", "experiment": "experiment_id", "since": "created_at__gte", "until": "created_at__lt"}
 
 
 class TraceFilterForm(forms.Form):
@@ -92,35 +95,19 @@ def visible_event(user: Any, request_id: str) -> RoutingEvent:
 
 def filtered(events: QuerySet[RoutingEvent], data: dict[str, Any]) -> QuerySet[RoutingEvent]:
     """``events`` narrowed by a valid ``TraceFilterForm``'s cleaned data, newest first, with their feedback."""
-    if data.get("q"):
-        events = events.filter(question__icontains=data["q"])
+    events = events.filter(**{lookup: data[key] for key, lookup in _LOOKUPS.items() if data.get(key)})
     if data.get("expert") == "-":
         events = events.filter(expert="")
     elif data.get("expert"):
         events = events.filter(expert=data["expert"])
     if data.get("period") in _PERIODS:
         events = events.filter(created_at__gte=timezone.now() - _PERIODS[data["period"]])
-    outcome = data.get("outcome")
-    if outcome == "abstained":
-        events = events.filter(abstained=True)
-    elif outcome == "fallback":
-        events = events.filter(answer_source="extractive_fallback")
-    elif outcome == "failed":
-        events = events.exclude(status_code=200)
+    if data.get("outcome") in _OUTCOMES:
+        events = events.filter(_OUTCOMES[data["outcome"]])
     rated = Feedback.objects.filter(request_id=OuterRef("request_id"))
-    feedback = data.get("feedback")
-    if feedback == "down":
-        events = events.filter(Exists(rated.filter(rating=-1)))
-    elif feedback == "up":
-        events = events.filter(Exists(rated.filter(rating=1)))
-    elif feedback == "none":
-        events = events.exclude(Exists(rated))
-    if data.get("experiment"):
-        events = events.filter(experiment_id=data["experiment"])
-    if data.get("since"):
-        events = events.filter(created_at__gte=data["since"])
-    if data.get("until"):
-        events = events.filter(created_at__lt=data["until"])
+    feedback = {"down": Exists(rated.filter(rating=-1)), "up": Exists(rated.filter(rating=1)), "none": ~Exists(rated)}.get(data.get("feedback"))
+    if feedback is not None:
+        events = events.filter(feedback)
     return events.order_by("-created_at", "-id")
 
 

@@ -19,6 +19,7 @@ is written last (a temporary file renamed), so a folder without one is a half-wr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,21 +78,15 @@ def app_version() -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         version = None
     commit = None
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         found = subprocess.run(["git", "-C", str(settings.BASE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         commit = found.stdout.strip() or None if found.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        pass
     return {"version": version, "commit": commit}
 
 
 def latest_migrations(applied: set[tuple[str, str]]) -> dict[str, str]:
     """The latest applied migration of each app (migration names start with their number)."""
-    latest: dict[str, str] = {}
-    for app, name in applied:
-        if name > latest.get(app, ""):
-            latest[app] = name
-    return dict(sorted(latest.items()))
+    return dict(sorted(applied))  # in order of app, then name: each app keeps its latest
 
 
 def _sqlite_applied(path: Path) -> set[tuple[str, str]]:

@@ -78,7 +78,7 @@ def folder_bytes(root: Path) -> int:
 
 def verify(root: Path, files: list[dict[str, Any]]) -> str | None:
     """The first difference between the files under ``root`` and the manifest's list ``files``, or None when they match."""
-    listed = {f["path"] for f in files}
+    listed = {f["path"] for f in files} | {"manifest.json"}
     for entry in files:
         path = root / entry["path"]
         if not path.is_file():
@@ -88,5 +88,4 @@ def verify(root: Path, files: list[dict[str, Any]]) -> str | None:
         if sha256_file(path) != entry["sha256"]:
             return f"{entry['path']}'s checksum does not match the manifest"
     extra = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in listed)
-    extra = [p for p in extra if p != "manifest.json"]
     return f"{extra[0]} is not in the manifest" if extra else None

@@ -1,11 +1,9 @@
 """Keep the garbage collector off the objects a serving process loads once.
 
-A server process holds ~640k objects that live as long as it does (Django, DRF, torch, numpy,
-scipy, the router). Python's cyclic collector walks all of them at every full collection, and
-under load those collections come often: they were ~35% of the CPU a chat request cost here
-(7.3 ms of CPU per request in-process, 4.5 ms after ``freeze_startup_objects``). ``gc.freeze()``
-moves everything alive at that point to a permanent generation the collector skips; objects made
-later are collected as before. Garbage is collected first, so none of it is frozen.
+A server process holds ~640k objects that live as long as it does, which the cyclic collector walked
+at every full collection (docs/ARCHITECTURE.md, "The serving process"). ``gc.freeze()`` moves
+everything alive at that point to a permanent generation the collector skips; objects made later are
+collected as before. Garbage is collected first, so none of it is frozen.
 
 Some of what a server keeps is loaded by its first requests (the router, each collection's index,
 the serving caches), so ``freeze_after_requests`` freezes again once after a number of requests.

@@ -1,6 +1,7 @@
 """ASGI entry point (served by uvicorn; needed for streaming responses)."""
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -151,11 +152,9 @@ async def refuse_body(exc: BodyTooLarge, scope: dict, send) -> None:
 class RequestThreads:
     """Single-thread executors kept between requests: each request borrows one for all its sync work.
 
-    Django's handler opened a ``ThreadSensitiveContext`` per request, which started a thread for it
-    and joined it at the end: ~9% of the serving process's time went to starting and joining threads
-    under load, and every request opened a new database connection (connections are per thread).
-    A borrowed executor keeps its thread, and with ``DB_CONN_MAX_AGE`` its connection, across
-    requests, as a WSGI server's worker threads do. Executors come back most recent first (hot
+    Django starts and joins a thread per request, each with a new database connection; a borrowed
+    executor keeps its thread and its connection, as a WSGI server's worker threads do
+    (docs/ARCHITECTURE.md, "The serving process"). Executors come back most recent first (hot
     caches); beyond ``keep`` idle ones, the extras are shut down.
     """
 
@@ -183,13 +182,10 @@ class RequestThreads:
 class OneThreadASGIHandler(ASGIHandler):
     """Django's ASGI handler, with the middleware chain and the view run together in one thread per request.
 
-    Every view here and most of the middleware (Django's own, WhiteNoise, ours) are synchronous.
-    Django's handler starts an async chain that ends in an async inner handler, so a request went
-    to a thread for the sync middleware, back to the event loop for the inner handler, and to the
-    thread again for the view; under load each crossing waits for the GIL. Here the chain is built
-    synchronous (as under WSGI) and the whole of it runs in the request's thread: one round trip.
-    Requests are still read and responses (streams included) still sent by the event loop. The
-    thread is borrowed from ``RequestThreads`` instead of started for the request.
+    Every view here and most of the middleware are synchronous, so the chain is built synchronous (as
+    under WSGI) and runs whole in the request's thread, borrowed from ``RequestThreads``: one crossing
+    where Django's handler makes three (docs/ARCHITECTURE.md, "The serving process"). Requests are
+    still read and responses (streams included) still sent by the event loop.
     """
 
     def __init__(self):
@@ -217,8 +213,6 @@ class OneThreadASGIHandler(ASGIHandler):
     def _respond(self, request):
         """The whole synchronous part of a request, in its thread: ``request_started``, the chain, and the close.
 
-        Django's handler crosses to the request's thread three times (``request_started``, the view, the
-        close), each crossing event-loop work and a wait for the GIL (``bench handler``, docs/EVALUATIONS.md).
         A complete response is closed here, before its bytes are sent; a streaming one after its last chunk.
         """
         signals.request_started.send(sender=self.__class__, scope=request.scope)
@@ -274,10 +268,8 @@ class OneThreadASGIHandler(ASGIHandler):
 
         async def process_request(request, send):
             response = await self.run_get_response(request)
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # the client went away while the response was being sent
                 await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client went away while the response was being sent
             return response
 
         # As Django does: a disconnect while the response is computed or sent cancels the sending
@@ -295,10 +287,8 @@ class OneThreadASGIHandler(ASGIHandler):
                     raise
             else:
                 task.cancel()
-                try:
+                with contextlib.suppress(asyncio.CancelledError):
                     await task
-                except asyncio.CancelledError:
-                    pass
         try:
             response = tasks[1].result()
         except asyncio.CancelledError:

@@ -12,6 +12,7 @@ process groups, and on Linux get SIGTERM if the supervisor itself is killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -127,10 +128,8 @@ class Supervisor:
     def signal_all(self, sig: int) -> None:
         for child in reversed(self.children):  # the last started (web) goes first
             if child.proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.proc.pid, sig)
-                except ProcessLookupError:
-                    pass
 
     def stop_all(self, timeout: float, force: threading.Event) -> None:
         """SIGTERM every child, wait up to ``timeout`` seconds, then SIGKILL what is left."""
