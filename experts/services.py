@@ -139,14 +139,11 @@ def held_out_split(fingerprint: str) -> str:
 
 def _check_pair(question: Any, answer: Any, split: Any) -> list[str]:
     problems = []
-    if not isinstance(question, str) or not question.strip():
-        problems.append("'question' must be a non-empty string")
-    elif len(question) > MAX_EXAMPLE_CHARS:
-        problems.append(f"'question' is longer than {MAX_EXAMPLE_CHARS} characters")
-    if not isinstance(answer, str) or not answer.strip():
-        problems.append("'answer' must be a non-empty string")
-    elif len(answer) > MAX_EXAMPLE_CHARS:
-        problems.append(f"'answer' is longer than {MAX_EXAMPLE_CHARS} characters")
+    for name, value in (("question", question), ("answer", answer)):
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"'{name}' must be a non-empty string")
+        elif len(value) > MAX_EXAMPLE_CHARS:
+            problems.append(f"'{name}' is longer than {MAX_EXAMPLE_CHARS} characters")
     if split not in (None, "", *ExampleSplit.values):
         problems.append(f"'split' must be one of {', '.join(ExampleSplit.values)}, not {split!r}")
     return problems

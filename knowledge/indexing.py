@@ -32,9 +32,8 @@ from .stores import PointRecord, get_store
 
 logger = logging.getLogger(__name__)
 
-# Documents embedded together and swapped into the collection in one write. Each write copies the
-# collection's snapshot (knowledge.stores.embedded), so fewer, larger batches write less; kept at the
-# size batches always had, since a larger one changes little when the encoder's passes dominate.
+# Documents embedded together and swapped into the collection in one write (each write copies the collection's
+# version, so fewer, larger batches write less; the encoder's passes dominate either way).
 INDEX_BATCH = 50
 # The share of an indexing job's progress bar that ends when its chunks are searchable; the sentence vectors
 # fill the rest (doc2dial: searchable at 41 of 70 s, docs/EVALUATIONS.md#bench-ingest).

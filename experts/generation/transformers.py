@@ -91,8 +91,7 @@ class GeneratorConfig:
         values = {
             "base_model": settings.BASE_MODEL, "cache_size": settings.ADAPTER_CACHE_SIZE, "max_tokens": settings.GENERATOR_MAX_TOKENS,
             "min_score": settings.EXTRACTIVE_MIN_SCORE, "queue_max": settings.GENERATION_QUEUE_MAX, "timeout_s": settings.GENERATION_TIMEOUT_S,
-            # torch's threads are per process; TORCH_THREADS is this process's (two threads on two busy
-            # cores were ~5x slower than one: they spin waiting for each other).
+            # torch's threads are per process; TORCH_THREADS is this process's (threads on busy cores spin waiting for each other).
             "threads": settings.TORCH_THREADS, "dtype": settings.GENERATION_DTYPE, "scorer_spec": settings.EXTRACTIVE_SENTENCE_SCORER,
             "max_passages": SHOWN_PASSAGES, "passage_chars": PASSAGE_CHARS, "stop_at_paragraph": STOP_AT_PARAGRAPH,
             "lead_sentence": LEAD_SENTENCE, "decoding": DECODING, "select_shortlist": SHORTLIST,

@@ -115,32 +115,22 @@ class VllmGenerator:
             yield from stream_chosen(request, self.select(request), max_passages=self.max_passages, stop_at_paragraph=self.stop_at_paragraph,
                                      min_score=self.min_score)
             return
-        payload = self.payload(request, stream=True)
+        response = self._send("POST", "/v1/chat/completions", json=self.payload(request, stream=True), what=self._what(request),
+                              adapter=request.adapter is not None, stream=True)
         parts: list[str] = []
         markers = CitationStream(request.passages[: self.max_passages], request.citation_format)
-        for attempt in range(self.retries + 1):
-            try:
-                with self._client.stream("POST", "/v1/chat/completions", json=payload) as response:
-                    if response.status_code in _RETRY_STATUSES and attempt < self.retries:
-                        self._backoff(attempt, f"HTTP {response.status_code}")
-                        continue
-                    if response.status_code >= 400:
-                        response.read()
-                        _raise_for_status(response, self._what(request), adapter=request.adapter is not None)
-                    for delta in _sse_deltas(response.iter_lines()):
-                        parts.append(delta)
-                        shown = markers.feed(delta)
-                        if shown:
-                            yield shown
-                break
-            except httpx.ConnectError as exc:
-                if parts or attempt >= self.retries:
-                    raise self._unavailable(exc, attempt + 1) from exc
-                self._backoff(attempt, "connection refused")
-            except httpx.TimeoutException as exc:
-                raise self._timeout(exc) from exc
-            except httpx.TransportError as exc:
-                raise GenerationUnavailable(f"the vLLM server at {self.base_url} broke the stream: {exc}") from exc
+        try:
+            for delta in _sse_deltas(response.iter_lines()):
+                parts.append(delta)
+                shown = markers.feed(delta)
+                if shown:
+                    yield shown
+        except httpx.TimeoutException as exc:
+            raise self._timeout(exc) from exc
+        except httpx.TransportError as exc:
+            raise GenerationUnavailable(f"the vLLM server at {self.base_url} broke the stream: {exc}") from exc
+        finally:
+            response.close()
         text = "".join(parts).strip()
         if not text:
             raise GenerationError(f"the vLLM server streamed an empty answer for {self._what(request)}")
@@ -312,11 +302,13 @@ class VllmGenerator:
 
     # --- transport with retries --------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, *, what: str, json: Any = None, retry: bool = True, adapter: bool = False) -> httpx.Response:
+    def _send(self, method: str, path: str, *, what: str, json: Any = None, retry: bool = True, adapter: bool = False,
+              stream: bool = False) -> httpx.Response:
+        """The server's answer (``stream``: its body not read yet, for the caller to close); errors raised as their kind."""
         attempts = self.retries + 1 if retry else 1
         for attempt in range(attempts):
             try:
-                response = self._client.request(method, path, json=json)
+                response = self._client.send(self._client.build_request(method, path, json=json), stream=stream)
             except httpx.ConnectError as exc:
                 if attempt + 1 >= attempts:
                     raise self._unavailable(exc, attempts) from exc
@@ -327,8 +319,11 @@ class VllmGenerator:
             except httpx.TransportError as exc:
                 raise GenerationUnavailable(f"the vLLM server at {self.base_url} broke the connection: {exc}") from exc
             if response.status_code in _RETRY_STATUSES and attempt + 1 < attempts:
+                response.close()
                 self._backoff(attempt, f"HTTP {response.status_code}")
                 continue
+            if response.status_code >= 400:
+                response.read()
             _raise_for_status(response, what, adapter=adapter)
             return response
         raise AssertionError("unreachable")  # the loop returns or raises
