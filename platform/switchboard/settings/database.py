@@ -28,10 +28,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- backups ----------------------------------------------------------------------------------
-# The daily scheduled backup (operations.services; its time is edited on the Schedules page) writes a folder
-# per backup into BACKUP_DIR and keeps the last BACKUP_KEEP. Fixed settings, not environment variables (the
-# operator's variables are capped at 60): make $VAR_DIR/backups a link to another disk to keep them off the
-# data's own. `manage.py backup --to DIR` writes anywhere.
+# The daily scheduled backup (operations.services) writes a folder per backup into BACKUP_DIR and keeps the last
+# BACKUP_KEEP; link $VAR_DIR/backups to another disk to keep them off the data's own. Fixed settings: the
+# operator's environment variables are capped at 60 (tests/platform/test_env_example.py).
 BACKUP_DIR = VAR_DIR / "backups"
 BACKUP_KEEP = 7
 

