@@ -240,15 +240,19 @@ class TransformersGenerator:
             raise AdapterError(f"adapter {adapter.name} could not be loaded from {adapter.path}: {exc}") from None
 
     def _model_for(self, adapter: AdapterRef | None):
-        """The model to call and a context to call it in (caller holds the queue)."""
+        """The model to call and a factory of the context to call it in (caller holds the queue).
+
+        A factory, since peft's ``disable_adapter()`` is a single-use context and the bare model's context is
+        entered once for the prompt prefix state and again for the answer.
+        """
         self._ensure_base()
         if adapter is None:
             if self._peft is None:
-                return self._base, nullcontext()
-            return self._peft, _Reusable(self._peft.disable_adapter)
+                return self._base, nullcontext
+            return self._peft, self._peft.disable_adapter
         self._ensure_adapter(adapter)
         self._peft.set_adapter(adapter.name)
-        return self._peft, nullcontext()
+        return self._peft, nullcontext
 
     def warm_up(self, adapters: list[AdapterRef]) -> list[str]:
         """Load the base model and up to ``cache_size`` of ``adapters`` (hottest first); returns those loaded.
@@ -310,7 +314,7 @@ class TransformersGenerator:
         state = self._prefixes.get(key)
         if state is None:
             state = DynamicCache()
-            with context, torch.no_grad():
+            with context(), torch.no_grad():
                 model(input_ids=torch_tensor([ids[:shared]]).to(self._base.device), cache=state, use_cache=True)
             self._prefixes[key] = state
             while len(self._prefixes) > PREFIX_CACHE_SIZE:
@@ -366,7 +370,7 @@ class TransformersGenerator:
         with self.queue.hold(budget):
             model, context, inputs, stop, kwargs = self._prepare(request, shown, deadline, threading.Event())
             try:
-                with context, torch.no_grad():
+                with context(), torch.no_grad():
                     output = model.generate(**inputs, **kwargs)
             except (RuntimeError, ValueError) as exc:
                 raise GenerationError(f"generation failed: {exc}") from None
@@ -405,7 +409,7 @@ class TransformersGenerator:
             # the state after the system message, as free decoding reuses it; computed before ``context`` is entered
             # (entered inside it, the bare model's disable_adapter() would re-enable the adapter on its way out)
             prefix = self._prefix_cache(model, context, request, plan.prompt)
-            with context, torch.no_grad():
+            with context(), torch.no_grad():
                 chosen = decide(plan, score_continuations(model, plan.prompt, plan.continuations, prefix=prefix))
         except (RuntimeError, ValueError) as exc:
             raise GenerationError(f"generation failed: {exc}") from None
@@ -424,7 +428,7 @@ class TransformersGenerator:
         with self.queue.hold():
             model, context = self._model_for(request.adapter)
             inputs = self._inputs(request, shown, 1)
-            with context, torch.no_grad():
+            with context(), torch.no_grad():
                 return model(**inputs).logits[0, -1].float().cpu()
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
@@ -460,7 +464,7 @@ class TransformersGenerator:
 
         def run() -> None:
             try:
-                with context, torch.no_grad():
+                with context(), torch.no_grad():
                     model.generate(**inputs, **kwargs, streamer=streamer)
             except BaseException as exc:  # reported to the consumer below
                 errors.append(exc)
@@ -497,26 +501,6 @@ class TransformersGenerator:
             yield answer
         finally:
             cancel.set()  # the consumer went away (or we are done): the model stops at its next token
-
-
-class _Reusable:
-    """A context manager making a new ``factory()`` context at each entry.
-
-    peft's ``disable_adapter()`` is a single-use context; the bare model's context is entered once
-    for the prompt prefix state and again for the answer.
-    """
-
-    def __init__(self, factory: Any) -> None:
-        self.factory = factory
-        self._open: list[Any] = []
-
-    def __enter__(self) -> Any:
-        context = self.factory()
-        self._open.append(context)
-        return context.__enter__()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._open.pop().__exit__(*exc)
 
 
 def _stop_criteria(deadline: float, cancel: threading.Event, tokenizer: Any, prompt_len: int, stops: tuple[str, ...]) -> Any:
