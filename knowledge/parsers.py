@@ -20,7 +20,6 @@ from typing import Any
 
 from sbcommon.sanitize import clean_structure
 
-KINDS = ("text", "markdown", "html", "pdf", "docx", "jsonl")
 SNIFF_BYTES = 8192
 # 200,000 words of English are about 1.2 million characters; five million leaves room for manuals.
 MAX_DOCUMENT_CHARS = 5_000_000
@@ -106,7 +105,7 @@ _BINARY_SUFFIXES = {".pdf": "pdf", ".docx": "docx"}
 
 
 def sniff(data: bytes, filename: str = "", complete: bool = True) -> str:
-    """The kind of file ``data`` is (one of ``KINDS``), from its content; ``ParseError`` if it is none of them.
+    """The kind of file ``data`` is (text, markdown, html, pdf, docx or jsonl), from its content; ``ParseError`` if none.
 
     With ``complete=False`` ``data`` is only the file's first bytes: a ZIP is then taken for a
     .docx until the whole file is parsed.
