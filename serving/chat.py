@@ -485,9 +485,7 @@ class ChatTurn:
         return "".join(self._streamed)
 
     def _timings(self) -> dict[str, float]:
-        timings = dict(self.timings)
-        timings["total_ms"] = (time.perf_counter() - self._t0) * 1000
-        return timings
+        return {**self.timings, "total_ms": (time.perf_counter() - self._t0) * 1000}
 
     def _record(self, status_code: int, error_kind: str = "") -> None:
         """The routing event of this request (once), through ``serving.events`` (batched off the hot path there)."""

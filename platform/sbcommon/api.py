@@ -53,16 +53,10 @@ class LeanSerializer(serializers.Serializer):
 
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
     if isinstance(detail, dict):
-        out: list[str] = []
-        for key, value in detail.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            out.extend(_flatten(value, "" if key == "non_field_errors" else name))
-        return out
+        return [line for key, value in detail.items()
+                for line in _flatten(value, "" if key == "non_field_errors" else f"{prefix}.{key}" if prefix else str(key))]
     if isinstance(detail, list):
-        out = []
-        for item in detail:
-            out.extend(_flatten(item, prefix))
-        return out
+        return [line for item in detail for line in _flatten(item, prefix)]
     return [f"{prefix}: {detail}" if prefix else str(detail)]
 
 

@@ -38,15 +38,11 @@ def write_credentials(path: Path, username: str, password: str) -> None:
 
 
 def read_credentials(path: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
     try:
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition(": ")
-            if sep:
-                values[key.strip()] = value.strip()
+        lines = path.read_text().splitlines()
     except OSError:
         return {}
-    return values
+    return {key.strip(): value.strip() for key, sep, value in (line.partition(": ") for line in lines) if sep}
 
 
 class Command(BaseCommand):
