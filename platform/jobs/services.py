@@ -271,9 +271,8 @@ class JobReporter:
 
     def log(self, line: str) -> None:
         logger.info("job %s: %s", self.job_id, line)
-        if self.job_id is None:
-            return
-        _append_log(self.job_id, line)
+        if self.job_id is not None:
+            _append_log(self.job_id, line)
 
 
 def _append_log(job_id: int, line: str) -> None:
