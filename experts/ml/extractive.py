@@ -152,6 +152,12 @@ ANSWER_WORDS = 60
 # ELIGIBILITY CRITERIA", "Health care Compensation payments") at recall -0.0010 (standard error 0.0005: the labels
 # hold the reference's words now and then); 8 words cost -0.0021. Kept for what a person reads, not for the metric.
 FRAGMENT_WORDS = 5
+# A completing sentence whose content words are mostly those of a sentence already in the answer (Jaccard at least
+# this) repeats it: pages restate a rule in two sections ("If you are not a US citizen, you must have DHS
+# documentation ..." and "However, you must have DHS documentation ..."), and the answer quoted both. On doc2dial's
+# validation split it changed 5 of 501 answers (with the demo's questions) and left recall level (0.5277 both); set
+# for what a person reads, not tuned.
+NEAR_DUPLICATE = 0.7
 # The scorer's first sentences the reader (``experts.ml.reader``), when given, re-orders: the best size on doc2dial's
 # validation split (``manage.py train_reader``, all train questions, gold-document candidates, int8; figures:
 # docs/EVALUATIONS.md).
@@ -301,22 +307,25 @@ def rank_sentences(question: str, passages: list[Passage], embed: Callable[[list
 
 
 def complete(ranked: list[RankedSentence], max_words: int) -> list[RankedSentence]:
-    """The sentences that complete the best one (``ranked[0]``): the next best by the scorer, each text once and none
-    a question, that still fit while the answer stays within ``max_words``.
+    """The sentences that complete the best one (``ranked[0]``): the next best by the scorer, none a question or a near
+    repeat of one already chosen (``NEAR_DUPLICATE``), that still fit while the answer stays within ``max_words``.
 
     The fact a question needs is often not in the best-scored sentence but in one of the next few (the scorer's best
     of five holds more of the gold answer than its first pick); a sentence too long to fit is passed over for shorter ones,
     and a label of fewer than ``FRAGMENT_WORDS`` words that ends no sentence is passed over.
     """
     best = ranked[0]
-    words, seen, out = len(quoted(best.text).split()), {quoted(best.text).lower()}, []
+    words, said, out = len(quoted(best.text).split()), [word_set(quoted(best.text))], []
     for r in ranked[1:]:
         text = quoted(r.text)
-        if not text or text.endswith("?") or text.lower() in seen or words + len(text.split()) > max_words:
-            continue  # a question (an FAQ's own, a heading's) answers nothing; the same sentence twice says nothing more
+        if not text or text.endswith("?") or words + len(text.split()) > max_words:
+            continue  # a question (an FAQ's own, a heading's) answers nothing
         if len(text.split()) < FRAGMENT_WORDS and text[-1] not in ".!":
             continue  # a link's or a heading's label ("Find your proofs", "Retirement Estimator") completes nothing
-        seen.add(text.lower())
+        content = word_set(text)
+        if any(len(content & s) >= NEAR_DUPLICATE * len(content | s) for s in said):
+            continue  # the same sentence twice, or nearly, says nothing more
+        said.append(content)
         out.append(r)
         words += len(text.split())
     return out

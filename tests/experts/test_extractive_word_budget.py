@@ -51,3 +51,16 @@ def test_a_links_label_never_completes_an_answer(monkeypatch):
     assert "replacement forms" not in text
     monkeypatch.setattr("experts.ml.extractive.FRAGMENT_WORDS", 0)
     assert "replacement forms" in ExtractiveGenerator().generate(request).text  # the label would have been quoted
+
+
+def test_a_sentence_the_answer_already_says_is_not_quoted_again(monkeypatch):
+    """Pages restate a rule in two sections; the answer quotes it once (``extractive.NEAR_DUPLICATE``)."""
+    again = "However, you must have US Department of Homeland Security DHS documentation that supports your legal status in this country."
+    first = Passage(text="If you are not a US citizen, you must have US Department of Homeland Security DHS documentation that supports "
+                    "your legal status in this country. The expiration date of that document is added to your license.", title="Non US citizens", score=0.8, chunk_id="dmv-4")
+    second = Passage(text=f"{again} Bring the original documents to a DMV office.", title="Non US citizens — Documents", score=0.7, chunk_id="dmv-5")
+    request = GenerationRequest(question="Can someone who is not a US citizen get a license?", expert="dmv", passages=[first, second])
+    text = ExtractiveGenerator().generate(request).text
+    assert text.count("legal status") == 1
+    monkeypatch.setattr("experts.ml.extractive.NEAR_DUPLICATE", 1.01)  # no sentence counts as a repeat
+    assert ExtractiveGenerator().generate(request).text.count("legal status") == 2
