@@ -29,14 +29,33 @@
     if (message && !window.confirm(message)) event.preventDefault();
   }, true);
 
+  // On a phone the top bar's Menu button opens and closes the nav and the account (css: .topbar.menu-open).
+  var topbar = document.querySelector(".topbar");
+  var menuButton = topbar && topbar.querySelector(".menu-button");
+  function setPhoneMenu(open) {
+    topbar.classList.toggle("menu-open", open);
+    menuButton.setAttribute("aria-expanded", open ? "true" : "false");
+  }
+  if (menuButton) {
+    menuButton.addEventListener("click", function () { setPhoneMenu(!topbar.classList.contains("menu-open")); });
+  }
+
   // The nav's menus: one open at a time, closed by a click elsewhere or Escape.
   document.addEventListener("click", function (event) {
     document.querySelectorAll("details.nav-group[open]").forEach(function (menu) {
       if (!menu.contains(event.target)) menu.open = false;
     });
+    if (menuButton && !topbar.contains(event.target)) setPhoneMenu(false);
   });
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape") return;
-    document.querySelectorAll("details.nav-group[open]").forEach(function (menu) { menu.open = false; });
+    var open = document.querySelectorAll("details.nav-group[open]");
+    open.forEach(function (menu) { menu.open = false; });
+    if (!open.length && menuButton && topbar.classList.contains("menu-open")) {
+      // With no group open, Escape closes the phone's menu, and gives the focus back to its button rather than to nothing.
+      var inside = topbar.contains(document.activeElement);
+      setPhoneMenu(false);
+      if (inside) menuButton.focus();
+    }
   });
 })();
