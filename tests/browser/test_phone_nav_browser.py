@@ -71,8 +71,9 @@ def test_the_top_bar_takes_one_line_of_a_phone_and_its_menu_reaches_every_nav_li
     page.keyboard.press("Tab")
     group, label, path = next(link for link in links if link[0] == NAV_GROUPS[1].lower())
     assert page.evaluate("document.activeElement.textContent.trim()") == label
-    page.keyboard.press("Escape")  # the group closes, the menu stays open
+    page.keyboard.press("Escape")  # the group closes, its name keeps the focus, the menu stays open
     assert page.locator("nav.nav").is_visible()
+    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
     page.keyboard.press("Escape")  # then the menu closes, and the focus is back on its button
     assert not page.locator("nav.nav").is_visible()
     assert page.evaluate("document.activeElement.className") == "menu-button"

@@ -50,7 +50,11 @@
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape") return;
     var open = document.querySelectorAll("details.nav-group[open]");
-    open.forEach(function (menu) { menu.open = false; });
+    open.forEach(function (menu) {
+      var inside = menu.contains(document.activeElement);
+      menu.open = false;
+      if (inside) menu.querySelector("summary").focus();  // the focus stays where it was, on the menu's name
+    });
     if (!open.length && menuButton && topbar.classList.contains("menu-open")) {
       // With no group open, Escape closes the phone's menu, and gives the focus back to its button rather than to nothing.
       var inside = topbar.contains(document.activeElement);
