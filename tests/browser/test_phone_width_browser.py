@@ -112,7 +112,7 @@ def test_the_console_tables_fit_a_phone_without_sideways_scrolling(live_server, 
         assert page.locator(".table-wrap thead th").first.is_visible(), path
         assert {table: px for table, px in page.evaluate(TABLE_OVERFLOW) if px > 1} == {}, path
     # The heatmap's day of hours fits a laptop's card (its Total column was 29 px past the card's edge at 1280 px); on a
-    # phone the grid scrolls inside its card on purpose.
+    # phone each expert's hours wrap six to a line (test_heatmap_phone_browser.py).
     page.set_viewport_size(DESKTOP)
     page.goto(f"{base}{reverse('console-heatmap')}")
     overflow = dict(page.evaluate(TABLE_OVERFLOW))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -69,9 +70,10 @@ def test_the_page_shows_each_count_as_text_in_its_cell(console, experts):
     cells = [c.count for c in row(response.context["heatmap"], "dmv").cells]
     assert sorted(c for c in cells if c) == [1, 2]  # positions are checked against a fixed clock above
     html = response.content.decode()
-    assert '<td class="num heat hot" style="--heat: 1.00"><a href="/traces/?expert=dmv&amp;since=' in html  # the count links to its traces
+    # The count links to its traces; its cell is labelled with its hour (what a phone shows above the count).
+    assert re.search(r'<td class="num heat hot" style="--heat: 1.00" data-label="\d\d:00"><a href="/traces/\?expert=dmv&amp;since=', html)
     assert 'title="the traces of these requests">2</a></td>' in html
-    assert '<td class="num heat" style="--heat: 0.50"><a href=' in html
+    assert re.search(r'<td class="num heat" style="--heat: 0.50" data-label="\d\d:00"><a href=', html)
     assert 'title="the traces of these requests">1</a></td>' in html
     assert "Motor Vehicles" in html
     assert "Social Security" in html
