@@ -189,8 +189,9 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm) -> dict[str, 
         asked = [*(form.cleaned_data.get("earlier") or []), question]
         follow_up = {"conversation_id": result.conversation_id, "earlier": "\n".join(asked[-conversations.CONTEXT_TURNS :]),
                      "earlier_count": len(asked)}
-    ranked = [{"slug": str(e["slug"]), "score": float(e["score"]), "percent": round(100 * float(e["score"]), 1), "chosen": str(e["slug"]) == result.expert}
-              for e in result.decision.experts]
+    # Each expert's confidence (the router's probability, before the load penalty), as its trace gives it, in the order tried.
+    confidence = {str(e["slug"]): float(result.decision.raw_scores.get(str(e["slug"]), e["score"])) for e in result.decision.experts}
+    ranked = [{"slug": slug, "score": score, "percent": round(100 * score, 1), "chosen": slug == result.expert} for slug, score in confidence.items()]
     return {
         "form": form.next_question(),
         "asked_question": question,

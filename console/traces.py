@@ -129,8 +129,8 @@ class TraceListView(LoginRequiredMixin, View):
             events = events.order_by("-created_at", "-id")
         page = Paginator(events.only(
             "request_id", "created_at", "question", "expert", "abstained", "answer_source", "status_code", "total_ms", "experts", "arm",
-        ).annotate(  # a two-expert answer's experts, read from the trace in the database: not every row's whole trace
-            experts_answering=KeyTransform("experts_answering", "trace"),
+        ).annotate(  # a two-expert answer's experts and the router's probabilities, read from the trace in the database: not every row's whole trace
+            experts_answering=KeyTransform("experts_answering", "trace"), router_scores=KeyTransform("scores", "trace"),
         ), PAGE_SIZE).get_page(request.GET.get("page"))
         ratings = dict(Feedback.objects.filter(request_id__in=[e.request_id for e in page]).values_list("request_id", "rating"))
         rows = [{"event": e, "rating": ratings.get(e.request_id), "answered_by": answered_by(e), **answering_score(e)} for e in page]
@@ -150,14 +150,33 @@ def answered_by(event: RoutingEvent) -> list[str]:
     return [event.expert] if event.expert else []
 
 
+def confidences(scores: Any, ranked: list[dict[str, Any]]) -> dict[str, float]:
+    """Each expert's confidence: the router's probability that the question is that expert's, as the trace keeps it
+    (``scores``, before the load penalty), else the ranking's score (an event recorded before traces kept it).
+
+    The ranking (``RoutingEvent.experts``) holds the scores after the load penalty, which orders the experts: the trace
+    page shows them apart, under that name; everywhere else confidence is this figure.
+    """
+    if isinstance(scores, dict) and scores:
+        return {str(slug): float(score or 0.0) for slug, score in scores.items()}
+    return {str(e.get("slug")): float(e.get("score") or 0.0) for e in ranked}
+
+
+def ranking(event: RoutingEvent) -> list[dict[str, Any]]:
+    """The router's final ranking of the event's experts, best first (after the load penalty and capacity limits)."""
+    return [e for e in event.experts if isinstance(e, dict)] if isinstance(event.experts, list) else []
+
+
 def answering_score(event: RoutingEvent) -> dict[str, Any]:
-    """The router's score of the expert that answered (``top``), and its place in the ranking (``rank``, 1 = the router's
-    first choice), as the traces list shows them; the first choice's score where no ranked expert answered."""
-    ranked = [e for e in event.experts if isinstance(e, dict)] if isinstance(event.experts, list) else []
+    """The router's confidence in the expert that answered (``top``, as the trace page gives it), and the expert's place in
+    the ranking (``rank``, 1 = the router's first choice), as the traces list shows them; the first choice's confidence
+    where no ranked expert answered."""
+    ranked = ranking(event)
+    confidence = confidences(getattr(event, "router_scores", None), ranked)
     for rank, e in enumerate(ranked, start=1):
         if event.expert and e.get("slug") == event.expert:
-            return {"top": e.get("score"), "rank": rank, "rank_label": _ORDINALS.get(rank, f"no. {rank}"), "first": ranked[0].get("slug")}
-    return {"top": ranked[0].get("score") if ranked else None, "rank": None, "rank_label": "", "first": None}
+            return {"top": confidence.get(event.expert), "rank": rank, "rank_label": _ORDINALS.get(rank, f"no. {rank}"), "first": ranked[0].get("slug")}
+    return {"top": confidence.get(str(ranked[0].get("slug"))) if ranked else None, "rank": None, "rank_label": "", "first": None}
 
 
 _ORDINALS = {2: "second", 3: "third"}
@@ -172,8 +191,8 @@ class TraceDetailView(LoginRequiredMixin, View):
         event = visible_event(request.user, request_id)
         trace = event.trace if isinstance(event.trace, dict) else {}
         # Events recorded before traces existed keep only the router's ranking.
-        ranked = event.experts if isinstance(event.experts, list) else []
-        scores = trace.get("scores") or {str(e.get("slug")): float(e.get("score") or 0.0) for e in ranked if isinstance(e, dict)}
+        ranked = ranking(event)
+        scores = confidences(trace.get("scores"), ranked)
         best = max(scores.values(), default=0.0) or 1.0
         answering = trace.get("experts_answering") if isinstance(trace.get("experts_answering"), list) else []  # two experts' parts
         feedback = Feedback.objects.filter(request_id=request_id).first()
@@ -207,10 +226,20 @@ class TraceDetailView(LoginRequiredMixin, View):
             "timings": [{"label": label, "ms": ms} for label, ms in timings],
             "feedback": feedback,
             "suggested_expert": suggested,
-            "runner_up": ranked[1] if len(ranked) > 1 else None,
+            "runner_up": {"slug": ranked[1].get("slug"), "score": scores.get(str(ranked[1].get("slug")))} if len(ranked) > 1 else None,
+            "load_balanced": load_balanced(ranked, scores),
             "feedback_form": feedback_form(request.user),
         }
         return render(request, self.template_name, context)
+
+
+def load_balanced(ranked: list[dict[str, Any]], confidence: dict[str, float]) -> list[dict[str, Any]]:
+    """The ranking's scores after the load penalty, in the order the experts were tried, where any differs from its
+    confidence (shown to 3 decimals); empty where the penalty changed nothing (or the event kept no confidences apart)."""
+    rows = [{"slug": str(e.get("slug")), "score": float(e.get("score") or 0.0), "confidence": confidence.get(str(e.get("slug")))} for e in ranked]
+    if all(row["confidence"] is None or round(row["score"], 3) == round(row["confidence"], 3) for row in rows):
+        return []
+    return rows
 
 
 def citation_marks(passages: list[dict[str, Any]], selection: dict[str, Any] | None, *, merged: bool = False) -> dict[Any, int]:

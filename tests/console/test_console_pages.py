@@ -367,3 +367,15 @@ def test_the_playground_names_the_in_scope_score_and_keeps_confidence_for_the_ro
     assert "confidence 1.021" not in html
     assert "Confidence: the router's probability that the question is each expert's." in html
     assert 'aria-label="confidence 0.910"' in html
+
+
+def test_the_playground_gives_the_confidence_its_trace_gives_not_the_score_after_load_balancing(console, experts, monkeypatch):
+    result = fake_result()
+    # Load balancing moved Social Security up a little and Motor Vehicles down: the bars are the router's probabilities.
+    result.decision.experts = [{"slug": "dmv", "score": 0.905}, {"slug": "ssa", "score": 0.075}]
+    result.decision.raw_scores = {"dmv": 0.91, "ssa": 0.07}
+    html = answered(console, monkeypatch, result)
+
+    assert 'aria-label="confidence 0.910"' in html
+    assert 'aria-label="confidence 0.070"' in html
+    assert "0.905" not in html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import timedelta
 
 import pytest
@@ -19,9 +20,10 @@ pytestmark = pytest.mark.django_db
 
 
 def event(request_id: str, expert: str, *, question: str = "", abstained: bool = False, trace: dict | None = None, **fields) -> RoutingEvent:
+    fields.setdefault("experts", [{"slug": "dmv", "score": 0.8}, {"slug": "ssa", "score": 0.15}])
     return RoutingEvent.objects.create(
         request_id=request_id, mode="auto", expert=expert, router_version=3, abstained=abstained, question=question,
-        experts=[{"slug": "dmv", "score": 0.8}, {"slug": "ssa", "score": 0.15}], trace=trace or {}, total_ms=42.0, **fields,
+        trace=trace or {}, total_ms=42.0, **fields,
     )
 
 
@@ -408,8 +410,8 @@ def test_the_in_scope_score_is_named_as_such_and_confidence_is_the_routers_proba
     abstained = Decision(experts=[{"slug": "dmv", "score": 0.45}, {"slug": "ssa", "score": 0.3}], router_version=3, embed_ms=1, route_ms=1,
                          abstained=True, raw_scores={"dmv": 0.45, "ssa": 0.3}, score=1.021, threshold=1.231)
     routed = dataclasses.replace(abstained, abstained=False, score=1.95)
-    event("r-out", "", abstained=True, trace=traces.build(abstained, None))
-    event("r-in", "dmv", trace=traces.build(routed, None))
+    event("r-out", "", abstained=True, trace=traces.build(abstained, None), experts=abstained.experts)
+    event("r-in", "dmv", trace=traces.build(routed, None), experts=routed.experts)
     client.force_login(staff)
     out = client.get(reverse("console-trace", args=["r-out"])).content.decode()
     routed_page = client.get(reverse("console-trace", args=["r-in"])).content.decode()
@@ -423,5 +425,32 @@ def test_the_in_scope_score_is_named_as_such_and_confidence_is_the_routers_proba
         assert "Confidence: the router's probability that the question is each expert's." in page  # the bars are
         assert 'aria-label="confidence 0.450"' in page
         assert "{#" not in page  # the partial's note stays a comment
-        assert "runner-up Social Security (confidence 0.150)" in page
+        assert "runner-up Social Security (confidence 0.300)" in page
     assert '<th title="the router\'s probability for the expert that answered">Confidence</th>' in listed
+
+
+def test_the_list_and_the_trace_give_an_answer_the_same_confidence_and_only_the_trace_the_score_after_load_balancing(client, world):
+    _, staff = world
+    # The router was surer of Motor Vehicles, but it had answered more than its share of the recent questions: load
+    # balancing put Social Security first, and Social Security answered. The list said 0.50 (after the penalty), its
+    # trace 0.460 (before).
+    balanced = Decision(experts=[{"slug": "ssa", "score": 0.5}, {"slug": "dmv", "score": 0.48}], router_version=3, embed_ms=1, route_ms=1,
+                        raw_scores={"dmv": 0.52, "ssa": 0.46}, score=1.9, threshold=1.2)
+    event("r-balanced", "ssa", question="When does my pension start?", trace=traces.build(balanced, None), experts=balanced.experts)
+    unbalanced = dataclasses.replace(balanced, experts=[{"slug": "dmv", "score": 0.52}, {"slug": "ssa", "score": 0.46}])
+    event("r-plain", "dmv", question="Renew my licence", trace=traces.build(unbalanced, None), experts=unbalanced.experts)
+    client.force_login(staff)
+    listed = client.get(reverse("console-traces"), {"q": "pension"}).content.decode()
+    page = client.get(reverse("console-trace", args=["r-balanced"])).content.decode()
+
+    in_list = re.findall(r'data-label="Confidence">([0-9.]+)', listed)
+    on_trace = re.findall(r'<li class="chosen">\s*<span class="expert-name" title="ssa">Social Security</span>.*?<span class="score">([0-9.]+)</span>', page, re.S)
+    assert in_list == on_trace == ["0.460"]
+    assert "router's second choice" not in listed  # load balancing made it the router's first
+    assert "runner-up Motor Vehicles (confidence 0.520)" in page
+    # The score the experts were tried by, named apart, on the trace page only.
+    assert ("<strong>Score after load balancing</strong>, the order the experts were tried in: Social Security 0.500, Motor Vehicles 0.480."
+            in page)
+    assert "0.500" not in listed
+    assert "load balancing" not in listed.lower()
+    assert 'id="router-load-balanced"' not in client.get(reverse("console-trace", args=["r-plain"])).content.decode()  # nothing to tell apart
