@@ -20,12 +20,14 @@ from .junk import looks_like_junk
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+_PARTS_WORDS = re.compile("[-'\u2019]")
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces; but a hyphen parts words, so that
-    "non-driver" and "non - driver" (the same words, as doc2dial's extraction spaces them) read the same."""
-    text = text.lower().replace("-", " ").translate(_PUNCTUATION)
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces; but a hyphen or an apostrophe parts
+    words, so that "non-driver" and "non - driver", or "don't" and "don t" (the same words, as doc2dial's extraction spaces
+    them or drops the apostrophe), read the same."""
+    text = _PARTS_WORDS.sub(" ", text.lower()).translate(_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
