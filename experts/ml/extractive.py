@@ -76,6 +76,11 @@ _SPLIT_CONTRACTION = re.compile(r"\b(?:(\w+n) (t)|((?i:you|we|they|who|what|that
                                 r"(?=[\s,.;:!?)]|$)")
 
 
+# A download link's label glued into the text around it ("Download VA Form 22-8691 PDF If you have any questions ..."):
+# the page's link, not its prose. The sentence beside it stays; the form it names is named in the prose as well.
+_DOWNLOAD_LABEL = re.compile(r"\bDownload\b[^.!?\n]{0,100}?\bPDF\b\s*")
+
+
 def _apostrophe(match: re.Match[str]) -> str:
     word, ending = next((match.group(i), match.group(i + 1)) for i in (1, 3, 5, 7) if match.group(i))
     return f"{word}'{ending}"
@@ -83,9 +88,10 @@ def _apostrophe(match: re.Match[str]) -> str:
 
 def quoted(sentence: str) -> str:
     """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
-    heading line, a space before punctuation or around a hyphen, or in place of a contraction's apostrophe."""
+    heading line, a download link's label, a space before punctuation or around a hyphen, or in place of a contraction's
+    apostrophe."""
     text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
-    return _SPLIT_CONTRACTION.sub(_apostrophe, text).strip()
+    return _SPLIT_CONTRACTION.sub(_apostrophe, _DOWNLOAD_LABEL.sub("", text)).strip()
 
 
 @dataclass
@@ -408,7 +414,8 @@ def extractive_answer(
     ranking = rank_sentences(question, passages, embed, max_passages=max_passages, cache=cache, scorer=scorer)
     if ranking is None:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
-    ranked = [r for r in ranking.sentences if not looks_like_junk(quoted(r.text))]  # a menu, link list or tag cloud is never quoted
+    # A menu, link list or tag cloud is never quoted, nor a sentence that quotes to nothing (a download link's label alone).
+    ranked = [r for r in ranking.sentences if quoted(r.text) and not looks_like_junk(quoted(r.text))]
     if not ranked:
         return Answer(text=NOT_FOUND, citations=[], grounded=False)
     if reader is not None and len(ranked) > 1:

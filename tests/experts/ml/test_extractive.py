@@ -50,6 +50,9 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("If you re sure you don t need it, you ll file the service member s form. I m done.",
      "If you're sure you don't need it, you'll file the service member's form. I'm done."),
     ("Walk 10 m north; Medicare Part B s rules; Vitamin D.", "Walk 10 m north; Medicare Part B s rules; Vitamin D."),
+    # A download link's label glued into the prose is the page's link, not its text.
+    ("Fill out VA Form 22-8691. Download VA Form 22-8691 PDF If you have questions, call us.", "Fill out VA Form 22-8691. If you have questions, call us."),
+    ("Download VA Form 20-0996 PDF", ""),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
@@ -220,3 +223,11 @@ def test_a_sentence_is_not_cut_at_a_middle_initial_or_a_months_abbreviation_but_
     assert split_sentences(text) == ["Under the William D. Ford Federal Direct Loan Program you default after 270 days.",
                                      "The deadline is Oct. 1 this year.", "You can enroll in Medicare Part B.",
                                      "If you enroll late, you pay more each month."]
+
+
+def test_a_download_label_alone_is_never_the_answer(encoder):
+    label = Passage(text="Download VA Form 20-0996 PDF", title="Higher-Level Review", score=0.9)
+    prose = Passage(text="To request a Higher-Level Review, fill out VA Form 20-0996 and send it to us.", title="Higher-Level Review", score=0.8)
+    # Asked in the label's own words, the label scores best of all, yet quotes to nothing.
+    answer = extractive_answer("Download VA Form 20-0996 PDF", [label, prose], encoder.encode)
+    assert answer.text.startswith("To request a Higher-Level Review")
