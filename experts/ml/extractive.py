@@ -81,6 +81,14 @@ _SPLIT_CONTRACTION = re.compile(r"\b(?:(\w+n) (t)|((?i:you|we|they|who|what|that
 _DOWNLOAD_LABEL = re.compile(r"\bDownload\b[^.!?\n]{0,100}?\bPDF\b\s*")
 
 
+# A link's title run into its description, no space between ("EligibilitySee if you're eligible ...", "About GI Bill
+# benefitsLearn how the GI Bill works"): the description opens with an imperative a page's links use. The answer
+# parts them with a colon (no sentence end, so ``junk.looks_like_junk`` still reads a run of such links as one).
+_GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Change|Check|Choose|Compare|Connect|Contact|Discover|Download|"
+                          r"Estimate|Explore|File|Find|Get|Go|Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|"
+                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch)\b)")
+
+
 def _apostrophe(match: re.Match[str]) -> str:
     word, ending = next((match.group(i), match.group(i + 1)) for i in (1, 3, 5, 7) if match.group(i))
     return f"{word}'{ending}"
@@ -89,9 +97,9 @@ def _apostrophe(match: re.Match[str]) -> str:
 def quoted(sentence: str) -> str:
     """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
     heading line, a download link's label, a space before punctuation or around a hyphen, or in place of a contraction's
-    apostrophe."""
+    apostrophe; and with a link's title parted from the description run into it."""
     text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
-    return _SPLIT_CONTRACTION.sub(_apostrophe, _DOWNLOAD_LABEL.sub("", text)).strip()
+    return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, _DOWNLOAD_LABEL.sub("", text))).strip()
 
 
 @dataclass

@@ -53,6 +53,9 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     # A download link's label glued into the prose is the page's link, not its text.
     ("Fill out VA Form 22-8691. Download VA Form 22-8691 PDF If you have questions, call us.", "Fill out VA Form 22-8691. If you have questions, call us."),
     ("Download VA Form 20-0996 PDF", ""),
+    # A link's title run into its description is parted from it; a brand's capital inside a word is not.
+    ("EligibilitySee if you're eligible. About GI Bill benefitsLearn how it works.", "Eligibility: See if you're eligible. About GI Bill benefits: Learn how it works."),
+    ("Use YouTube, PowerPoint or eFile. Getting there.", "Use YouTube, PowerPoint or eFile. Getting there."),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
