@@ -51,6 +51,7 @@ class OverviewView(LoginRequiredMixin, TemplateView):
             router=router,
             router_accuracy=accuracy,
             router_accuracy_percent=None if accuracy is None else 100 * accuracy,
+            labels=label_quality(None if user.is_staff else {e.slug for e in experts}),
             running=shown_jobs(user, list(jobs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:10])),  # oldest first
             jobs=shown_jobs(user, list(jobs[:5])),
             alarms=open_alarms(None if user.is_staff else {e.slug for e in experts}),
@@ -69,6 +70,49 @@ class ExpertsView(LoginRequiredMixin, RedirectView):
 
 
 # --- reads ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LabelQuality:
+    """How far the labels the router learnt from can be trusted: its validation figure is agreement with them, no more.
+
+    ``reviewed``/``reviewed_agree``: review decisions with a label, and how many named the expert the router chose;
+    ``discovered``/``elsewhere``: the latest discovery run's questions in a proposal whose documents were matched, and
+    how many of them have their best-matching documents in another expert (``labeling.selectors.pointing_elsewhere``).
+    """
+
+    reviewed: int
+    reviewed_agree: int
+    discovered: int
+    elsewhere: int
+
+    @property
+    def reviewed_percent(self) -> float | None:
+        return 100 * self.reviewed_agree / self.reviewed if self.reviewed else None
+
+    @property
+    def elsewhere_percent(self) -> float | None:
+        return 100 * self.elsewhere / self.discovered if self.discovered else None
+
+
+def label_quality(slugs: set[str] | None = None) -> LabelQuality:
+    """The signals beside the router's agreement with its labels, over the experts in ``slugs`` (None: all)."""
+    from labeling.models import Assignment, ClusteringRun
+    from labeling.selectors import pointing_elsewhere
+
+    from .heatmap import review_confusion
+
+    confusion = review_confusion(visible=slugs)
+    agree = sum(cell["n"] for row in confusion["rows"] for cell in row["cells"] if cell["diagonal"])
+    discovered = elsewhere = 0
+    run = ClusteringRun.objects.filter(assignments__documents_point_to__isnull=False).order_by("-created_at", "-id").first()
+    if run is not None:
+        matched = Assignment.objects.filter(run=run, proposal__isnull=False, documents_point_to__isnull=False)
+        pointing = pointing_elsewhere(run)
+        if slugs is not None:
+            matched, pointing = matched.filter(proposal__expert__slug__in=slugs), pointing.filter(proposal__expert__slug__in=slugs)
+        discovered, elsewhere = matched.count(), pointing.count()
+    return LabelQuality(confusion["total"], agree, discovered, elsewhere)
+
 
 def shown_jobs(user: Any, jobs: list[Any]) -> list[Any]:
     """``jobs`` as the jobs pages show them to ``user``: other teams' experts left out of their text."""

@@ -103,6 +103,31 @@ def test_the_overview_shows_the_active_router_and_its_validation_accuracy(consol
     assert '<span class="stat-value" id="router-accuracy">94.6%</span>' in html
 
 
+def test_the_overview_names_the_router_figure_agreement_with_labels_beside_how_good_the_labels_are(console, experts):
+    """Issue 56: 93% "accuracy" was agreement with cluster labels while reviewers found the router right far less often."""
+    from labeling.models import Assignment, Query, ReviewDecision
+    from tests.factories import make_promoted_run
+
+    dmv, ssa = experts
+    RouterVersion.objects.create(version=1, path="/x/v1", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="a", metrics={"val": {"accuracy": 0.933}}, is_active=True)
+    html = console.get(reverse("console-overview")).content.decode()
+    assert "Agrees with your labels" in html
+    assert "Validation accuracy" not in html
+    assert "No reviews yet to check it against." in html
+    assert "discovery run" not in html  # no run matched questions with documents
+
+    for i, (routed, label) in enumerate([("dmv", dmv), ("dmv", dmv), ("dmv", ssa), ("ssa", ssa)]):
+        ReviewDecision.objects.create(request_id=f"r{i}", reason="low_confidence", routed_expert=routed, expert=label)
+    run = make_promoted_run(dmv, ssa)
+    by_expert = {p.expert_id: p for p in run.proposals.all()}
+    for i, (proposal_expert, documents_expert) in enumerate([(dmv, dmv), (dmv, ssa), (ssa, ssa), (ssa, ssa), (ssa, None)]):
+        query = Query.objects.create(text=f"question {i}", text_hash=f"h{i}", row_hash=f"row{i}", source="log")
+        Assignment.objects.create(run=run, query=query, topic=0, proposal=by_expert[proposal_expert.pk], documents_point_to=documents_expert)
+    html = console.get(reverse("console-overview")).content.decode()
+    assert "Reviewers agreed with the router on 75% of 4 reviewed questions." in html
+    assert "25% of the last discovery run's questions have their best documents in another expert." in html
+
+
 def test_the_overview_says_when_no_router_is_trained(console):
     html = console.get(reverse("console-overview")).content.decode()
     assert "No router is trained yet" in html
