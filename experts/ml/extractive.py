@@ -89,6 +89,12 @@ _GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Chan
                           r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch)\b)")
 
 
+# "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
+# the capitalised opener of the prose run into it ("Learn more about your VA health care coverage If you need help ...").
+_LEARN_MORE = re.compile(r"\bLearn more\b[^.!?\n]*?(?:[.!?](?=\s|$)|\Z|\s+(?=(?:A|Also|An|Call|Find|For|Get|If|In|No|Note|Our|Please|The|These|"
+                         r"This|To|We|When|Yes|You|Your)\b))")
+
+
 def _apostrophe(match: re.Match[str]) -> str:
     word, ending = next((match.group(i), match.group(i + 1)) for i in (1, 3, 5, 7) if match.group(i))
     return f"{word}'{ending}"
@@ -96,10 +102,11 @@ def _apostrophe(match: re.Match[str]) -> str:
 
 def quoted(sentence: str) -> str:
     """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
-    heading line, a download link's label, a space before punctuation or around a hyphen, or in place of a contraction's
+    heading line, a download or "learn more" link's label, a space before punctuation or around a hyphen, or in place of a contraction's
     apostrophe; and with a link's title parted from the description run into it."""
     text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
-    return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, _DOWNLOAD_LABEL.sub("", text))).strip()
+    text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
+    return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip()
 
 
 @dataclass

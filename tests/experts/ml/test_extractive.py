@@ -56,6 +56,10 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     # A link's title run into its description is parted from it; a brand's capital inside a word is not.
     ("EligibilitySee if you're eligible. About GI Bill benefitsLearn how it works.", "Eligibility: See if you're eligible. About GI Bill benefits: Learn how it works."),
     ("Use YouTube, PowerPoint or eFile. Getting there.", "Use YouTube, PowerPoint or eFile. Getting there."),
+    # "Learn more about ..." is a link's label: up to its stop, the end, or the prose run into it; in a sentence it stays.
+    ("We can help. Learn more about your coverage If you need help, call us. Learn more about urgent care",
+     "We can help. If you need help, call us."),
+    ("You can learn more about it online. Learn about GI Bill eligibility.", "You can learn more about it online. Learn about GI Bill eligibility."),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
