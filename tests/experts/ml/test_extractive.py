@@ -46,6 +46,8 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     # Hyphenated words and numbers the extraction split apart are joined again; a dash between clauses stays.
     ("Call 800 - 669 - 8477 or use DIAL - IN for a non - driver ID , a one - time code .", "Call 800-669-8477 or use DIAL-IN for a non-driver ID, a one-time code."),
     ("Bring the fasteners - we supply none .", "Bring the fasteners - we supply none."),
+    ("A service - connected disability, a full - time work - study job, an out - of - state license ; benefits - and more .",
+     "A service-connected disability, a full-time work-study job, an out-of-state license; benefits - and more."),
     # A contraction's or a possessive's lost apostrophe is put back; a lone letter that can be no such ending stays.
     ("If you re sure you don t need it, you ll file the service member s form. I m done.",
      "If you're sure you don't need it, you'll file the service member's form. I'm done."),
