@@ -144,9 +144,10 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in parts if len(p) >= 20 or len(parts) == 1]
 
 
-# A stop that ends no sentence: a middle initial after a name ("William D. Ford") or a month's abbreviation ("Oct. 1");
-# but a letter after a label word names a part ("Medicare Part B. If you ...") and does end one.
-_NO_END = re.compile(r"(?:\b[A-Z][a-z]+ [A-Z]|\b(?:Jan|Feb|Mar|Apr|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+# A stop that ends no sentence: a middle initial after a name ("William D. Ford"), a month's abbreviation ("Oct. 1") or
+# "U.S." (doc2dial's documents split 121 sentences there, "be a U.S. | Citizen", "the U.S. | Department of ..."); but a
+# letter after a label word names a part ("Medicare Part B. If you ...") and does end one.
+_NO_END = re.compile(r"(?:\b[A-Z][a-z]+ [A-Z]|\bU\.S|\b(?:Jan|Feb|Mar|Apr|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
 _LABEL = re.compile(r"\b(?:Part|Section|Plan|Title|Form|Schedule|Chapter|Appendix|Step|Option|Tier|Class|Grade|Level|Phase|Type|Item|Question|Exhibit) [A-Z]\.$")
 
 
