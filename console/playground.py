@@ -210,7 +210,7 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm) -> dict[str, 
 
 
 _SOURCE_LABELS = {"model": "model", "extractive": "extractive", "extractive_fallback": "extractive fallback",
-                  "not_found": "nothing found", "none": "no expert", "clarify": "question back"}
+                  "not_found": "nothing found", "none": "no expert", "clarify": "question back", "courtesy": "polite reply"}
 
 
 def _fallback_note(result: chat.ChatResult) -> str:

@@ -225,6 +225,12 @@ class ChatTurn:
             self.choice, question = chosen[0], clean_question(chosen[1])
         self.question = question
         self.conversation = conversations.resolve(req.conversation_id, req.api_key_id, req.user_id)
+        polite = conversation_rule.courtesy(question)
+        if polite:  # only thanks or goodbye: a polite reply, nothing routed, retrieved or generated
+            self.decision = Decision(experts=[], router_version=None, embed_ms=0.0, route_ms=0.0)
+            self._first = Answer(text=polite, citations=[], grounded=False)
+            self.source = Source(answer_source="courtesy")
+            return
         if not req.earlier_questions:  # the request did not send the conversation: its stored question embeddings stand in
             self._stored_turns = conversations.decode_turns(self.conversation.turns or [])
         subject = req.conversation_id or (f"user:{req.user}" if req.user else "") or (f"key:{req.api_key_id}" if req.api_key_id else "")

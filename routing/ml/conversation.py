@@ -31,6 +31,21 @@ _REPLY = re.compile(r"^\W*(?:yes|yeah|yep|yup|no|nope|ok|okay|sure|thanks|thank 
 _POINTS_BACK = re.compile(r"\b(?:it|its|this|that|these|those|they|them|their|he|she|him|her|his)\b", re.IGNORECASE)
 
 
+# A turn that only thanks or says goodbye ("Thanks!", "ok thank you so much for the help", "bye") asks nothing: searched,
+# it was answered with whatever sentence held "thanks" ("... won't expire thanks to a new law ...").
+_THANKS = re.compile(r"^\W*(?:(?:ok(?:ay)?|great|perfect|cool|got it|alright|that'?s (?:all|it|great|helpful|perfect))[\s,.!]+)?"
+                     r"(?:thanks|thank you|thank u|thx|many thanks|cheers)(?: (?:so|very) much)?"
+                     r"(?: for (?:the|your|all the|all your) (?:help|information|info|answers?|time))?[\s.!]*$", re.IGNORECASE)
+_GOODBYE = re.compile(r"^\W*(?:(?:ok(?:ay)?|thanks|thank you)[\s,.!]+)?(?:bye|goodbye|good bye|have a (?:good|nice|great) day)[\s.!]*$",
+                      re.IGNORECASE)
+THANKS_REPLY, GOODBYE_REPLY = "You're welcome.", "Goodbye."
+
+
+def courtesy(question: str) -> str:
+    """The polite reply to a turn that only thanks or says goodbye (``THANKS_REPLY``, ``GOODBYE_REPLY``); "" for any other."""
+    return THANKS_REPLY if _THANKS.match(question) else GOODBYE_REPLY if _GOODBYE.match(question) else ""
+
+
 def continues(question: str) -> bool:
     """Whether ``question`` opens as a reply or points back at what was said before (``_REPLY``, ``_POINTS_BACK``):
     it belongs to its conversation's subject."""
