@@ -188,6 +188,19 @@ def test_the_playground_answers_with_the_routing_path_citations_and_latency(cons
     assert "47.5 ms" in html  # total
 
 
+def test_the_playground_shows_a_polite_reply_as_one_not_as_an_ungrounded_answer(console, experts, monkeypatch):
+    result = fake_result("Thanks so much!")
+    result.answer, result.expert, result.grounded, result.answer_source = "You're welcome.", "", False, "courtesy"
+    result.citations, result.passages = [], []
+    result.decision = route.Decision(experts=[], router_version=None, embed_ms=0.0, route_ms=0.0)
+    html = answered(console, monkeypatch, result)
+
+    assert "polite reply" in html
+    assert "not grounded" not in html
+    assert "Not routed: a reply to thanks or goodbye asks no expert." in html
+    assert "Wrong expert?" not in html
+
+
 def test_the_playground_escapes_the_answer(console, experts, monkeypatch):
     result = fake_result()
     result.answer = "<script>alert(1)</script> [1] [7]"
