@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from routing.ml.conversation import GOODBYE_REPLY, THANKS_REPLY, courtesy
@@ -33,3 +35,12 @@ def test_thanks_gets_a_polite_reply_with_nothing_routed_or_retrieved(serving, cl
 def test_a_question_after_thanks_is_still_answered(serving, client):
     meta = meta_of(chat(client, "thanks, and how do I renew my licence?"))
     assert meta["experts_answering"] == ["dmv"]
+
+
+def test_a_streamed_thanks_gets_the_same_reply(serving, client):
+    body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "thanks!"}]}
+    response = client.post("/v1/chat/completions", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200
+    blocks = [b[len("data: "):] for b in b"".join(response.streaming_content).decode().split("\n\n") if b.strip()]
+    assert blocks[-1] == "[DONE]"
+    assert "".join(json.loads(b)["choices"][0]["delta"].get("content") or "" for b in blocks[:-1]) == THANKS_REPLY
