@@ -94,6 +94,9 @@ class LabelQuality:
         return 100 * self.elsewhere / self.discovered if self.discovered else None
 
 
+RUNS_LOOKED_AT = 10  # the Overview looks for document evidence in this many of the newest discovery runs
+
+
 def label_quality(slugs: set[str] | None = None) -> LabelQuality:
     """The signals beside the router's agreement with its labels, over the experts in ``slugs`` (None: all)."""
     from labeling.models import Assignment, ClusteringRun
@@ -104,7 +107,9 @@ def label_quality(slugs: set[str] | None = None) -> LabelQuality:
     confusion = review_confusion(visible=slugs)
     agree = sum(cell["n"] for row in confusion["rows"] for cell in row["cells"] if cell["diagonal"])
     discovered = elsewhere = 0
-    run = ClusteringRun.objects.filter(assignments__documents_point_to__isnull=False).order_by("-created_at", "-id").first()
+    # The newest of the last few runs that matched its questions with documents (one indexed lookup a run, not a scan).
+    recent = ClusteringRun.objects.order_by("-created_at", "-id")[:RUNS_LOOKED_AT]
+    run = next((r for r in recent if Assignment.objects.filter(run=r, documents_point_to__isnull=False).exists()), None)
     if run is not None:
         matched = Assignment.objects.filter(run=run, proposal__isnull=False, documents_point_to__isnull=False)
         pointing = pointing_elsewhere(run)
