@@ -108,7 +108,8 @@ def label_quality(slugs: set[str] | None = None) -> LabelQuality:
     agree = sum(cell["n"] for row in confusion["rows"] for cell in row["cells"] if cell["diagonal"])
     discovered = elsewhere = 0
     # The newest of the last few runs that matched its questions with documents (one indexed lookup a run, not a scan).
-    recent = ClusteringRun.objects.order_by("-created_at", "-id")[:RUNS_LOOKED_AT]
+    runs = ClusteringRun.objects.all() if slugs is None else ClusteringRun.objects.filter(proposals__expert__slug__in=slugs).distinct()
+    recent = runs.order_by("-created_at", "-id")[:RUNS_LOOKED_AT]
     run = next((r for r in recent if Assignment.objects.filter(run=r, documents_point_to__isnull=False).exists()), None)
     if run is not None:
         matched = Assignment.objects.filter(run=run, proposal__isnull=False, documents_point_to__isnull=False)
