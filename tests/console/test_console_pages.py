@@ -128,6 +128,29 @@ def test_the_overview_names_the_router_figure_agreement_with_labels_beside_how_g
     assert "25% of the last discovery run's questions have their best documents in another expert." in html
 
 
+def test_a_team_member_sees_the_label_figures_of_their_own_experts_only(client, experts):
+    from labeling.models import Assignment, Query, ReviewDecision
+    from tests.factories import make_promoted_run, make_team, make_user
+
+    dmv, ssa = experts
+    roads = make_team("roads")
+    dmv.team, ssa.team = roads, make_team("pensions")
+    dmv.save()
+    ssa.save()
+    RouterVersion.objects.create(version=1, path="/x/v1", experts=["dmv", "ssa"], embedding_model="m", data_fingerprint="a", metrics={"val": {"accuracy": 0.9}}, is_active=True)
+    ReviewDecision.objects.create(request_id="d", reason="low_confidence", routed_expert="dmv", expert=dmv)
+    ReviewDecision.objects.create(request_id="s", reason="low_confidence", routed_expert="dmv", expert=ssa)  # another team's label
+    run = make_promoted_run(dmv, ssa)
+    by_expert = {p.expert_id: p for p in run.proposals.all()}
+    for i, (owner, documents) in enumerate([(dmv, dmv), (dmv, dmv), (ssa, dmv), (ssa, dmv)]):
+        query = Query.objects.create(text=f"q{i}", text_hash=f"h{i}", row_hash=f"r{i}", source="log")
+        Assignment.objects.create(run=run, query=query, topic=0, proposal=by_expert[owner.pk], documents_point_to=documents)
+    client.force_login(make_user("rita", teams=(roads,)))
+    html = client.get(reverse("console-overview")).content.decode()
+    assert "Reviewers agreed with the router on 100% of 1 reviewed question." in html
+    assert "0% of the last discovery run's questions have their best documents in another expert." in html
+
+
 def test_the_overview_says_when_no_router_is_trained(console):
     html = console.get(reverse("console-overview")).content.decode()
     assert "No router is trained yet" in html
