@@ -194,6 +194,8 @@ def test_a_run_page_shows_metrics_and_the_confusion_matrix_with_expert_names(cli
     assert "Accuracy with typos (validation)</dt><dd>0.912" in spelling
     assert "Weight of spelling</dt><dd>0.6" in spelling
     assert "10% of letters" in html
+    # The headline figure is named for what it measures: agreement with the labels the router learnt from.
+    assert '<span class="stat-label">Agrees with your labels</span>' in html
 
 
 @pytest.mark.parametrize(("knowledge", "expected"), [
