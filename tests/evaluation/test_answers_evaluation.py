@@ -18,7 +18,7 @@ from evaluation.workspace import FLAT, history
 from tests.factories import make_key
 from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
-RECALL_FLOOR = 0.52  # today: 0.539-0.548 (auto, extractive, the default 120-question test sample; docs/EVALUATIONS.md)
+RECALL_FLOOR = 0.52  # today: 0.533 (auto, extractive, the default 120-question test sample; 0.539-0.548 before the answers left out link labels; docs/EVALUATIONS.md)
 FULLY_ANSWERED_FLOOR = 0.40  # today: 0.452-0.464, demo/questions.jsonl through auto in the same workspace (target 0.7)
 
 
