@@ -42,19 +42,20 @@ class OverviewView(LoginRequiredMixin, TemplateView):
         router = routing_selectors.active_router()
         accuracy = routing_selectors.validation_accuracy(router)
         experts = list(visible_experts(user).order_by("name", "slug"))
+        slugs = None if user.is_staff else {e.slug for e in experts}  # a team member's figures: their experts' only
         health = expert_health(experts, threshold=settings.ROUTER_ALARM_SHARE, min_requests=settings.LOAD_ALARM_MIN_REQUESTS)
         jobs = visible_jobs(user, visible_slugs)  # by the jobs pages' rule, with the expert access rules filled in
         context.update(
             experts=health,
             active_count=sum(1 for h in health if h.expert.status == ExpertStatus.ACTIVE),
-            traffic=traffic_summary(None if user.is_staff else {e.slug for e in experts}),
+            traffic=traffic_summary(slugs),
             router=router,
             router_accuracy=accuracy,
             router_accuracy_percent=None if accuracy is None else 100 * accuracy,
-            labels=label_quality(None if user.is_staff else {e.slug for e in experts}),
+            labels=label_quality(slugs),
             running=shown_jobs(user, list(jobs.filter(status__in=ACTIVE_STATUSES).order_by("created_at", "id")[:10])),  # oldest first
             jobs=shown_jobs(user, list(jobs[:5])),
-            alarms=open_alarms(None if user.is_staff else {e.slug for e in experts}),
+            alarms=open_alarms(slugs),
             alarms_url=optional_url("console-alarms"),
             over=[h for h in health if h.over_threshold],
             threshold_percent=100 * settings.ROUTER_ALARM_SHARE,
@@ -75,19 +76,16 @@ class ExpertsView(LoginRequiredMixin, RedirectView):
 class LabelQuality:
     """How far the labels the router learnt from can be trusted: its validation figure is agreement with them, no more.
 
-    ``reviewed``/``reviewed_agree``: review decisions with a label, and how many named the expert the router chose;
-    ``discovered``/``elsewhere``: the latest discovery run's questions in a proposal whose documents were matched, and
-    how many of them have their best-matching documents in another expert (``labeling.selectors.pointing_elsewhere``).
+    ``reviewed``/``reviewed_percent``: review decisions with a label, and the share that named the expert the router chose
+    (``heatmap.review_confusion``'s agreement); ``discovered``/``elsewhere``: the latest discovery run's questions in a
+    proposal whose documents were matched, and how many of them have their best-matching documents in another expert
+    (``labeling.selectors.pointing_elsewhere``).
     """
 
     reviewed: int
-    reviewed_agree: int
+    reviewed_percent: float | None
     discovered: int
     elsewhere: int
-
-    @property
-    def reviewed_percent(self) -> float | None:
-        return 100 * self.reviewed_agree / self.reviewed if self.reviewed else None
 
     @property
     def elsewhere_percent(self) -> float | None:
@@ -105,7 +103,6 @@ def label_quality(slugs: set[str] | None = None) -> LabelQuality:
     from .heatmap import review_confusion
 
     confusion = review_confusion(visible=slugs)
-    agree = sum(cell["n"] for row in confusion["rows"] for cell in row["cells"] if cell["diagonal"])
     discovered = elsewhere = 0
     # The newest of the last few runs that matched its questions with documents (one indexed lookup a run, not a scan).
     runs = ClusteringRun.objects.all() if slugs is None else ClusteringRun.objects.filter(proposals__expert__slug__in=slugs).distinct()
@@ -117,7 +114,8 @@ def label_quality(slugs: set[str] | None = None) -> LabelQuality:
         if slugs is not None:
             matched, pointing = matched.filter(proposal__expert__slug__in=slugs), pointing.filter(proposal__expert__slug__in=slugs)
         discovered, elsewhere = matched.count(), pointing.count()
-    return LabelQuality(confusion["total"], agree, discovered, elsewhere)
+    agreement = confusion["agreement"]
+    return LabelQuality(confusion["total"], None if agreement is None else 100 * agreement, discovered, elsewhere)
 
 
 def shown_jobs(user: Any, jobs: list[Any]) -> list[Any]:
