@@ -90,10 +90,13 @@ def train_adapters(loaded: Loaded, steps: int | None, say: Say) -> dict[str, Any
 
 
 def _questions(dataset: Dataset, config: AnswerConfig) -> tuple[list[dict[str, Any]], int]:
-    """The split's questions with a reference answer (a stratified sample of ``config.limit``), and how many there were."""
-    rows = [q for q in dataset.questions(config.split) if q.get("answer")]
+    """The split's questions with a reference answer (a stratified sample of ``config.limit``), and how many there were.
+    A set without reference answers gives the split's questions with a domain: the figures that need no reference
+    (words, junk, abstentions, the expert, citations where qrels exist) are scored, F1 and recall are None."""
+    rows = dataset.questions(config.split)
+    rows = [q for q in rows if q.get("answer")] or rows
     if not rows:
-        raise ValueError(f"{dataset.name} has no {config.split} questions with an 'answer' and a domain")
+        raise ValueError(f"{dataset.name} has no {config.split} questions with a domain")
     available = len(rows)
     if config.limit is not None and config.limit < available:
         rows = [rows[i] for i in stratified_sample([q["domain"] for q in rows], config.limit, seed=SEED)]
@@ -179,11 +182,12 @@ def evaluate_answers(folder: Path, config: AnswerConfig | None = None, say: Say 
                    "knowledge": loaded.router_metrics.get("knowledge", {}).get("fitted")},
         "adapters": adapters,
         "workspace": loaded.seconds,
-        "samples": [{"question": q["text"], "gold": q["answer"], "domain": q["domain"],
+        "samples": [{"question": q["text"], "gold": q.get("answer"), "domain": q["domain"],
                      "answers": {f"{m}/{g}": r[k].answer for (m, g), r in rows.items() if "/" not in g}}
                     for k, q in enumerate(questions[:SAMPLES])],
         "setup": {"dataset": dataset.name, "split": config.split, "questions_available": available, "limit": config.limit,
                   "sample": f"stratified by domain, seed {SEED}" if len(questions) < available else "all",
+                  "reference_answers": sum(bool(q.get("answer")) for q in questions),
                   "modes": modes, "generators": list(config.generators), "documents": "passages.jsonl" if config.passages else "docs.jsonl",
                   "history": "the user's earlier turns, as a client sends them", "questions_file": config.questions_path},
     }

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.datasets import stratified_sample
+from evaluation.datasets import carve_validation, stratified_sample, validation_note
 from evaluation.workspace import Dataset
 from experts.ml.answer_metrics import token_f1
 from experts.ml.extractive import MAX_PASSAGES, ChunkSentenceCache, Passage, candidate_sentences, quoted
@@ -43,14 +43,21 @@ class Candidates:
     f1: np.ndarray
 
 
-def answered(data: Dataset, train_limit: int | None) -> dict[str, list[dict[str, Any]]]:
-    """The train, val and test questions with a gold answer, train cut to a stratified ``train_limit``; ValueError without train or val ones."""
+def answered(data: Dataset, train_limit: int | None) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """The train, val and test questions with a gold answer, train cut to a stratified ``train_limit``, and where the
+    validation ones came from (``validation_note``): a dataset without a val split gives a seeded, stratified 10% of
+    its train questions (``carve_validation``). ValueError without train questions, or too few to carve from."""
     rows = {split: [q for q in data.questions(split) if q.get("answer")] for split in ("train", "val", "test")}
+    carved = not rows["val"]
+    if carved and rows["train"]:
+        held = carve_validation([q["domain"] for q in rows["train"]], np.ones(len(rows["train"]), dtype=bool), seed=SEED)
+        rows["val"] = [q for q, h in zip(rows["train"], held, strict=True) if h]
+        rows["train"] = [q for q, h in zip(rows["train"], held, strict=True) if not h]
     if not rows["train"] or not rows["val"]:
-        raise ValueError(f"{data.name} needs train and validation questions with an 'answer' and a domain")
+        raise ValueError(f"{data.name} needs train questions with an 'answer' and a domain (and a val split, or enough train ones to carve one)")
     if train_limit and len(rows["train"]) > train_limit:
         rows["train"] = [rows["train"][j] for j in stratified_sample([q["domain"] for q in rows["train"]], train_limit, seed=SEED)]
-    return rows
+    return rows, validation_note(carved, seed=SEED)
 
 
 def gold_candidates(data: Dataset, questions: Sequence[dict[str, Any]], encode: Callable[[list[str]], np.ndarray],
@@ -119,7 +126,7 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
     data = Dataset.read(dataset)
     if not data.documents or not data.relevant:
         raise ValueError(f"{dataset} needs docs.jsonl and qrels.jsonl: the reader reads each question's gold document")
-    rows = answered(data, train_limit)
+    rows, validation = answered(data, train_limit)
     encoder = get_encoder(settings.EMBEDDING_MODEL, max(1, settings.TORCH_THREADS))
     items = {split: gold_candidates(data, chosen, encoder.encode, say) for split, chosen in rows.items()}
     say("  candidates: " + ", ".join(f"{split} {len(v)}" for split, v in items.items()) + f" ({time.perf_counter() - started:.0f} s)")
@@ -129,6 +136,7 @@ def train_reader(dataset: Path, out: Path, base_path: str, *, train_limit: int |
         "base": settings.EMBEDDING_MODEL, "layers": LAYERS, "max_length": MAX_LENGTH, "temperature": TEMPERATURE, "train_shortlist": TRAIN_SHORTLIST,
         "dataset": dataset.name, "fit": fitted.report, "rank_bias": [round(float(b), 4) for b in fitted.rank_bias], "command": f"manage.py train_reader --dataset {dataset} --out {out}"
                                                              + (f" --train-limit {train_limit}" if train_limit else "") + (f" --epochs {epochs}" if epochs != 1 else "") + (f" --lr {lr}" if lr != LEARNING_RATE else ""),
+        "validation": validation,
         "candidates": "the gold document's chunks (product chunking), the first three by cosine, ordered by the shipped scorer",
     }
     fitted.save(out, report)

@@ -52,7 +52,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
     data = Dataset.read(dataset)
     if not data.documents:
         raise ValueError(f"{dataset} has no docs.jsonl to quote from")
-    rows = answered(data, train_limit)
+    rows, validation = answered(data, train_limit)
     load(data, say=say)
     encoder = get_encoder(settings.EMBEDDING_MODEL, max(1, settings.TORCH_THREADS))
     cache = ChunkSentenceCache(size=100_000)
@@ -94,6 +94,7 @@ def evaluate_sentences(dataset: Path, train_limit: int | None = DEFAULT_TRAIN_LI
         "pipeline": "product",
         "dataset": dataset.name,
         "n_questions": {split: len(g) for split, g in groups.items()},
+        "validation": validation,
         "picked_f1": picked,
         "shortlist_ceiling": ceiling,
         "candidates_per_question": {split: rounded(float(np.mean([len(f) for _, f in groups[split]]))) if groups[split] else None for split in ("val", "test")},

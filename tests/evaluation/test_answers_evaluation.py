@@ -102,6 +102,23 @@ def test_a_question_file_is_scored_by_its_key_facts(dataset, tmp_path):
     assert "questions" not in report["results"]["oracle"]["extractive"]  # one row names no expert: no oracle for it
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_set_without_reference_answers_is_scored_on_what_needs_none(dataset):
+    rows = [json.loads(line) for line in (dataset / "queries.jsonl").read_text().splitlines()]
+    (dataset / "queries.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer"}) for r in rows) + "\n")
+
+    report = evaluate_answers(dataset, AnswerConfig(limit=None, generators=("extractive",), modes=("auto",)), say=lambda line: None)
+
+    auto = report["results"]["auto"]["extractive"]
+    assert report["n_questions"] == 16
+    assert report["setup"]["reference_answers"] == 0
+    assert auto["f1"] is None
+    assert auto["recall"] is None
+    assert auto["words"] > 0
+    assert auto["junk_rate"] == 0.0
+    assert auto["expert_is_gold"] is not None
+
+
 def test_called_from_code_without_in_place_it_says_how(dataset):
     with pytest.raises(CommandError, match="--in-place"):
         call_command("evaluate", "answers", "--dataset", str(dataset))

@@ -8,7 +8,9 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
+from evaluation.reader import answered
 from evaluation.sentences import evaluate_sentences
+from evaluation.workspace import Dataset
 from experts.ml.sentence_scorer import load_scorer
 from tests.support.eval_datasets import DOC2DIAL, write_answer_dataset
 
@@ -71,7 +73,7 @@ def test_the_command_writes_json_and_refuses_a_dataset_without_answers_or_docume
 
     rows = [json.loads(line) for line in (tiny_dataset / "queries.jsonl").read_text().splitlines()]
     (tiny_dataset / "queries.jsonl").write_text("\n".join(json.dumps({k: v for k, v in r.items() if k != "answer"}) for r in rows) + "\n")
-    with pytest.raises(CommandError, match="with an 'answer'"):
+    with pytest.raises(CommandError, match="train questions with an 'answer'"):
         call_command("evaluate", "sentences", "--dataset", str(tiny_dataset), "--skip-checks", "--in-place", stdout=io.StringIO())
     (tiny_dataset / "docs.jsonl").unlink()
     with pytest.raises(CommandError, match=r"no docs\.jsonl"):
@@ -115,3 +117,19 @@ def test_a_domain_without_an_answerable_train_question_gets_no_scorer_of_its_own
     assert "nothing to fit" in report["domains"]["b"]["skipped"]
     assert report["domains"]["a"]["val"]["n"] == 1
     assert report["paired"]["val"]["n"] == 1
+
+
+def test_a_set_without_a_val_split_has_one_carved_from_train(tiny_dataset):
+    data = Dataset.read(tiny_dataset)
+    for q in data.queries:
+        q["split"] = "train" if q["split"] == "val" else q["split"]
+    train = [q["query_id"] for q in data.questions("train") if q.get("answer")]
+
+    rows, validation = answered(data, None)
+
+    assert validation["source"] == "carved from train"
+    assert rows["val"]
+    assert not {q["query_id"] for q in rows["val"]} & {q["query_id"] for q in rows["train"]}
+    assert sorted(q["query_id"] for q in rows["train"] + rows["val"]) == sorted(train)
+    assert {q["domain"] for q in rows["val"]} == {q["domain"] for q in rows["train"]}  # stratified: every domain is held out
+    assert answered(data, None)[0]["val"] == rows["val"]  # seeded
