@@ -62,6 +62,8 @@ _HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")
 # A space before a comma, stop, colon or semicolon ("If your vehicle is recovered , make sure"): text
 # extracted from HTML, tokenised and joined again, as doc2dial's pages are. Token F1 reads the same words.
 _SPACED_PUNCTUATION = re.compile(r"(?<=\S) +([,.;:!?])(?=\s|$)")
+# ... and a currency sign or a percent sign from its number ("$ 25 for a set of 2 plates", "a rating of at least 30 %").
+_SPACED_SIGN = re.compile(r"(?<=\$) (?=\d)|(?<=\d) (?=%)")
 # The same extraction splits hyphenated words and numbers apart ("non - driver", "VA Form 22 - 8691", "800 - 669 - 8477",
 # "DIAL - IN", "service - connected"); the answer joins them again where the pieces show a compound: two numbers, two
 # capitalised words, an English prefix before the hyphen, or two words of which the second opens no clause (of doc2dial's
@@ -114,9 +116,10 @@ QUOTE_CACHE_SIZE = 20000
 @functools.lru_cache(maxsize=QUOTE_CACHE_SIZE)
 def quoted(sentence: str) -> str:
     """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
-    heading line, a download or "learn more" link's label, a space before punctuation or around a hyphen, or in place of a contraction's
+    heading line, a download or "learn more" link's label, a space before punctuation, around a hyphen, after "$" or before "%", or in place of a contraction's
     apostrophe; and with a link's title parted from the description run into it."""
     text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
+    text = _SPACED_SIGN.sub("", text)
     text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
     return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip()
 

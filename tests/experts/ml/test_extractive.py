@@ -42,7 +42,8 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("Step 2: bring these:\nProof of identity.", "Step 2: bring these:\nProof of identity."),
     ("One sentence alone.", "One sentence alone."),
     ("If your vehicle is recovered , call the police : they cancel the alarm .", "If your vehicle is recovered, call the police: they cancel the alarm."),
-    ("Pay $ 17.50 - or less ; see (page 2) .", "Pay $ 17.50 - or less; see (page 2)."),
+    ("Pay $ 17.50 - or less ; see (page 2) .", "Pay $17.50 - or less; see (page 2)."),
+    ("Plates are $ 25 a set, $ 12.50 for one; a rating of at least 30 % (not 30 people).", "Plates are $25 a set, $12.50 for one; a rating of at least 30% (not 30 people)."),
     # Hyphenated words and numbers the extraction split apart are joined again; a dash between clauses stays.
     ("Call 800 - 669 - 8477 or use DIAL - IN for a non - driver ID , a one - time code .", "Call 800-669-8477 or use DIAL-IN for a non-driver ID, a one-time code."),
     ("Bring the fasteners - we supply none .", "Bring the fasteners - we supply none."),
