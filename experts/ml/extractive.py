@@ -93,13 +93,46 @@ _DOWNLOAD_LABEL = re.compile(r"\bDownload\b[^.!?\n]{0,100}?\bPDF\b\s*")
 # parts them with a colon (no sentence end, so ``junk.looks_like_junk`` still reads a run of such links as one).
 _GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Change|Check|Choose|Compare|Connect|Contact|Discover|Download|"
                           r"Estimate|Explore|File|Find|Get|Go|Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|"
-                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch)\b)")
+                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch|"
+                          # or with prose ("EligibilityIf you have a service-connected disability", "ChecklistIt will help"); not an
+                          # address ("ThankYou@ssa.gov") and not "In" ("LinkedIn").
+                          r"If|It|The|This|We|When|You|Your)\b(?!@))")
 
 
 # "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
 # the capitalised opener of the prose run into it ("Learn more about your VA health care coverage If you need help ...").
 _LEARN_MORE = re.compile(r"\bLearn more\b[^.!?\n]*?(?:[.!?](?=\s|$)|\Z|\s+(?=(?:A|Also|An|Call|Find|For|Get|If|In|No|Note|Our|Please|The|These|"
                          r"This|To|We|When|Yes|You|Your)\b))")
+
+
+# A sentence the page's text ran on without a capital after its stop ("Do not drive a vehicle that is not insured. you
+# could be arrested"): the word after a stop that ends a lowercase word of three letters or more gets its capital, unless
+# that word is an abbreviation that a sentence goes on after ("etc. and").
+_LOWER_AFTER_STOP = re.compile(r"\b([a-z]{3,})\. ([a-z])")
+_GOES_ON = frozenset({"etc", "approx", "incl", "dept", "govt", "misc", "vol", "est", "min", "max", "ext", "fig", "resp", "cont", "ref"})
+
+
+def _capital(match: re.Match[str]) -> str:
+    word, first = match.groups()
+    return match.group() if word in _GOES_ON else f"{word}. {first.upper()}"
+
+
+def _balanced(text: str) -> str:
+    """``text`` without a closing parenthesis it never opened, nor one it opens and never closes: a sentence cut from a
+    parenthesis that began or ends in the sentence beside it ("... born in 1960 or later.) If your full ...")."""
+    drop, opened = set(), []
+    for i, c in enumerate(text):
+        if c == "(":
+            opened.append(i)
+        elif c == ")":
+            if opened:
+                opened.pop()
+            else:
+                drop.add(i)
+    drop.update(opened)
+    if not drop:
+        return text
+    return re.sub(r"\s{2,}", " ", "".join(c for i, c in enumerate(text) if i not in drop)).strip()
 
 
 def _apostrophe(match: re.Match[str]) -> str:
@@ -117,10 +150,12 @@ QUOTE_CACHE_SIZE = 20000
 def quoted(sentence: str) -> str:
     """What an answer quotes of a passage sentence: without the document's footnote markers, its section's
     heading line, a download or "learn more" link's label, a space before punctuation, around a hyphen, after "$" or before "%", or in place of a contraction's
-    apostrophe; and with a link's title parted from the description run into it."""
+    apostrophe, or a parenthesis it does not both open and close; and with a link's title parted from the description run into it and a capital
+    after a stop the page left out."""
     text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
     text = _SPACED_SIGN.sub("", text)
     text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
+    text = _LOWER_AFTER_STOP.sub(_capital, _balanced(text))
     return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip()
 
 

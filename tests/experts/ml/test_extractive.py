@@ -59,6 +59,12 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     # A link's title run into its description is parted from it; a brand's capital inside a word is not.
     ("EligibilitySee if you're eligible. About GI Bill benefitsLearn how it works.", "Eligibility: See if you're eligible. About GI Bill benefits: Learn how it works."),
     ("Use YouTube, PowerPoint or eFile. Getting there.", "Use YouTube, PowerPoint or eFile. Getting there."),
+    ("EligibilityIf you served, apply. ChecklistIt will help. Write to ThankYou@ssa.gov or LinkedIn.",
+     "Eligibility: If you served, apply. Checklist: It will help. Write to ThankYou@ssa.gov or LinkedIn."),
+    # A parenthesis the sentence does not both open and close is the sentence beside it's; so is a missing capital.
+    ("One plate; e.g. motorcycles) You pay (a fee) later.) Or (see", "One plate; e.g. motorcycles You pay (a fee) later. Or see"),
+    ("Do not drive a car that is not insured. you could be arrested, fined etc. and more.",
+     "Do not drive a car that is not insured. You could be arrested, fined etc. and more."),
     # "Learn more about ..." is a link's label: up to its stop, the end, or the prose run into it; in a sentence it stays.
     ("We can help. Learn more about your coverage If you need help, call us. Learn more about urgent care",
      "We can help. If you need help, call us."),
