@@ -132,7 +132,7 @@ def _balanced(text: str) -> str:
     drop.update(opened)
     if not drop:
         return text
-    return re.sub(r"\s{2,}", " ", "".join(c for i, c in enumerate(text) if i not in drop)).strip()
+    return re.sub(r" {2,}", " ", "".join(c for i, c in enumerate(text) if i not in drop)).strip()
 
 
 def _apostrophe(match: re.Match[str]) -> str:
@@ -152,10 +152,10 @@ def quoted(sentence: str) -> str:
     heading line, a download or "learn more" link's label, a space before punctuation, around a hyphen, after "$" or before "%", or in place of a contraction's
     apostrophe, or a parenthesis it does not both open and close; and with a link's title parted from the description run into it and a capital
     after a stop the page left out."""
-    text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _HEADING.sub("", FOOTNOTE.sub("", sentence), count=1)))
+    text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _balanced(_HEADING.sub("", FOOTNOTE.sub("", sentence), count=1))))
     text = _SPACED_SIGN.sub("", text)
     text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
-    text = _LOWER_AFTER_STOP.sub(_capital, _balanced(text))
+    text = _LOWER_AFTER_STOP.sub(_capital, text)
     return _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip()
 
 

@@ -63,6 +63,7 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
      "Eligibility: If you served, apply. Checklist: It will help. Write to ThankYou@ssa.gov or LinkedIn."),
     # A parenthesis the sentence does not both open and close is the sentence beside it's; so is a missing capital.
     ("One plate; e.g. motorcycles) You pay (a fee) later.) Or (see", "One plate; e.g. motorcycles You pay (a fee) later. Or see"),
+    ("The Sweet v. Cal. ), is a lawsuit.", "The Sweet v. Cal., is a lawsuit."),
     ("Do not drive a car that is not insured. you could be arrested, fined etc. and more.",
      "Do not drive a car that is not insured. You could be arrested, fined etc. and more."),
     # "Learn more about ..." is a link's label: up to its stop, the end, or the prose run into it; in a sentence it stays.
