@@ -2,7 +2,7 @@
 
 import pytest
 
-from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted, split_sentences
+from experts.ml.extractive import NOT_FOUND, Passage, extractive_answer, quoted, set_aside_share, split_sentences
 from experts.ml.junk import looks_like_menu
 
 PASSAGES = [
@@ -210,6 +210,17 @@ def test_a_navigation_menu_is_never_quoted_even_when_it_matches_best(encoder):
     assert "64 dollars" in answer.text
     assert answer.selection["set_aside_as_junk"] == 1
     assert extractive_answer("licence renewal fees online", only_menu, encoder.encode, max_sentences=1).text == NOT_FOUND
+
+
+def test_a_line_that_introduces_what_it_does_not_hold_is_never_quoted(encoder):
+    page = [Passage(text="Renewal fees for a licence:\n\nshow mydmv button in megamenu:\n\nRenewal of a licence costs 64 dollars in any office.",
+                    title="Renewals", score=0.7)]
+
+    answer = extractive_answer("licence renewal fees", page, encoder.encode, max_sentences=1, max_words=60)
+
+    assert answer.text == "Renewal of a licence costs 64 dollars in any office. [1]"
+    assert answer.selection["set_aside_as_junk"] == 2
+    assert set_aside_share([page[0].text]) > 0.5
 
 
 def test_no_line_of_a_passage_that_is_a_menu_is_quoted_and_the_next_passage_answers(encoder):
