@@ -89,14 +89,12 @@ _DOWNLOAD_LABEL = re.compile(r"\bDownload\b[^.!?\n]{0,100}?\bPDF\b\s*")
 
 
 # A link's title run into its description, no space between ("EligibilitySee if you're eligible ...", "About GI Bill
-# benefitsLearn how the GI Bill works"): the description opens with an imperative a page's links use. The answer
+# benefitsLearn how the GI Bill works", "ChecklistIt will help"): the description opens with an imperative a page's links
+# use, or with a word that opens prose (not "In": "LinkedIn"; not before an address: "ThankYou@ssa.gov"). The answer
 # parts them with a colon (no sentence end, so ``junk.looks_like_junk`` still reads a run of such links as one).
 _GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Change|Check|Choose|Compare|Connect|Contact|Discover|Download|"
                           r"Estimate|Explore|File|Find|Get|Go|Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|"
-                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch|"
-                          # or with prose ("EligibilityIf you have a service-connected disability", "ChecklistIt will help"); not an
-                          # address ("ThankYou@ssa.gov") and not "In" ("LinkedIn").
-                          r"If|It|The|This|We|When|You|Your)\b(?!@))")
+                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch|If|It|The|This|We|When|You|Your)\b(?!@))")
 
 
 # "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
