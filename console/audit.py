@@ -45,7 +45,10 @@ class AuditLogView(LoginRequiredMixin, View):
             entries, status = entries.none(), 400
         elif form.is_bound:
             data = form.cleaned_data
-            entries = entries.filter(**{lookup: data[key] for key, lookup in (("who", "actor_name__icontains"), ("action", "action")) if data[key]})
+            if data["who"]:
+                entries = entries.filter(actor_name__icontains=data["who"])
+            if data["action"]:
+                entries = entries.filter(action=data["action"])
             if data["what"]:
                 entries = entries.filter(object_type__icontains=data["what"]) | entries.filter(object_repr__icontains=data["what"])
             if data["period"]:

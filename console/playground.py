@@ -27,7 +27,7 @@ from sbcommon.console import LoginRequiredMixin
 from serving import chat, conversations, route, traces
 from serving.sse import event_stream_response
 
-from .traces import feedback_form
+from .traces import confidences, feedback_form
 
 
 class PlaygroundForm(forms.Form):
@@ -190,8 +190,9 @@ def _result_context(result: chat.ChatResult, form: PlaygroundForm) -> dict[str, 
         follow_up = {"conversation_id": result.conversation_id, "earlier": "\n".join(asked[-conversations.CONTEXT_TURNS :]),
                      "earlier_count": len(asked)}
     # Each expert's confidence (the router's probability, before the load penalty), as its trace gives it, in the order tried.
-    confidence = {str(e["slug"]): float(result.decision.raw_scores.get(str(e["slug"]), e["score"])) for e in result.decision.experts}
-    ranked = [{"slug": slug, "score": score, "percent": round(100 * score, 1), "chosen": slug == result.expert} for slug, score in confidence.items()]
+    confidence = confidences(result.decision.raw_scores, result.decision.experts)
+    scores = {str(e["slug"]): confidence.get(str(e["slug"]), float(e["score"])) for e in result.decision.experts}
+    ranked = [{"slug": slug, "score": score, "percent": round(100 * score, 1), "chosen": slug == result.expert} for slug, score in scores.items()]
     return {
         "form": form.next_question(),
         "asked_question": question,

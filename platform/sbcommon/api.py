@@ -53,8 +53,12 @@ class LeanSerializer(serializers.Serializer):
 
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
     if isinstance(detail, dict):
-        return [line for key, value in detail.items()
-                for line in _flatten(value, "" if key == "non_field_errors" else f"{prefix}.{key}" if prefix else str(key))]
+        def name(key: Any) -> str:
+            if key == "non_field_errors":
+                return ""
+            return f"{prefix}.{key}" if prefix else str(key)
+
+        return [line for key, value in detail.items() for line in _flatten(value, name(key))]
     if isinstance(detail, list):
         return [line for item in detail for line in _flatten(item, prefix)]
     return [f"{prefix}: {detail}" if prefix else str(detail)]
