@@ -12,6 +12,12 @@ import re
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 _LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
 _RESTART = re.compile(r"\b[a-z][a-z]*\s+[A-Z][a-z]")  # a capitalised word straight after a lower-case one: a new title or menu item
+# Items run into each other are junk only where they come this close: a menu restarts every few words ("... appeal status
+# View your payment history Upload evidence"), while a rule the page never punctuated restarts once or twice in 40 words at
+# a proper name or a list it introduces ("... in New York State, you must be 18 years of age or older and ... one of these
+# classes Class A ..."). Counting any two restarts had set aside 72 of doc2dial's sentences, most of them such rules (the
+# demo's "minimum age to drive a taxi" lost its answer); a shape, not tuned (docs/EVALUATIONS.md).
+_WORDS_PER_RESTART = 10
 _MIN_WORDS = 9  # shorter runs without a full stop are headings or short answers ("Yes, if available"), not junk
 # A passage of at least this many lines without one sentence end, and no line ending in ":" (which introduces a list),
 # is a menu, link list or tile block: none of its lines is quoted, however well one matches. On doc2dial it flags none of
@@ -24,8 +30,8 @@ def looks_like_junk(text: str) -> bool:
 
     Junk when more than a third of its words are links; or when it is at least ``_MIN_WORDS`` words
     with no sentence end (no ``.``, ``?`` or ``!`` before a space or at the end) and either mostly
-    capitalised words (run-together titles) or items running into each other ("... appeal status View
-    your payment history Upload evidence"); or when over half of four or more lines are one to four
+    capitalised words (run-together titles) or items running into each other at least once every
+    ``_WORDS_PER_RESTART`` words ("... appeal status View your payment history Upload evidence"); or when over half of four or more lines are one to four
     words (a menu).
     """
     body = text.strip()
@@ -36,7 +42,8 @@ def looks_like_junk(text: str) -> bool:
         return True
     if len(words) >= _MIN_WORDS and not _SENTENCE_END.search(body):
         capitalised = sum(w[:1].isupper() for w in words) / len(words)
-        if capitalised > 0.5 or len(_RESTART.findall(body)) >= 2:
+        restarts = len(_RESTART.findall(body))
+        if capitalised > 0.5 or (restarts >= 2 and restarts * _WORDS_PER_RESTART >= len(words)):
             return True
     lines = [line for line in body.splitlines() if line.strip()]
     return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)

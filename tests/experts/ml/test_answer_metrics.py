@@ -80,6 +80,8 @@ def test_a_key_fact_is_held_when_all_its_content_words_are_in_the_answer():
     "Home\nBenefits\nApply\nContact us\nForms",
     # The demo's retirement page's head, once quoted as the answer to "How do I apply for retirement benefits?"
     "Start your application today Apply Online For Retirement Benefits Jump to a topic on this page: Before You Apply / How To Apply / Once You've Applied",
+    # A navigation menu quoted as an answer (issue 55): its items restart every few words.
+    "Check your claim or appeal status View your payment history Upload evidence to support your claim",
 ])
 def test_link_lists_menus_and_run_together_titles_are_junk(answer):
     from experts.ml.answer_metrics import is_junk
@@ -91,6 +93,11 @@ def test_link_lists_menus_and_run_together_titles_are_junk(answer):
     "You can renew your licence online before it expires [1].",
     "Visit https://studentaid.gov to apply for a loan, then sign the promissory note.",
     "Bring these: your old plates, proof of address, and the fee.",
+    # Rules the page never punctuated: a proper name and the list they introduce restart a title once or twice in 40 words.
+    "To drive taxis and other livery vehicles in New York State, you must be 18 years of age or older and you must have a "
+    "driver license that is one of these classes Class A commercial driver license CDL Class B CDL Class C CDL Class E driver license",
+    "For the Post-9/11 GI Bill, we pay: Tuition and fees directly to the school Money for books to you at the beginning of the term "
+    "Housing allowance to you at the end of each month",
     NOT_FOUND,
 ])
 def test_sentences_a_person_reads_are_not_junk(answer):
