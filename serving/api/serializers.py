@@ -75,6 +75,10 @@ class ChatCompletionRequestSerializer(LeanSerializer):
     temperature = serializers.FloatField(required=False, min_value=0, max_value=2)
     max_tokens = serializers.IntegerField(required=False, min_value=1, max_value=32768)
     max_completion_tokens = serializers.IntegerField(required=False, min_value=1, max_value=32768)
+    # OpenAI's ``n`` (choices per request): one answer is routed, retrieved and logged per request, so more than one is refused
+    # rather than silently answered once.
+    n = serializers.IntegerField(required=False, min_value=1, max_value=1, error_messages={
+        "max_value": "Switchboard gives one answer per request: send n = 1 (or leave it out) and ask again for another"})
     user = serializers.CharField(required=False, allow_blank=True, max_length=256)
     conversation_id = serializers.RegexField(ID_PATTERN, required=False, allow_blank=True, max_length=64,
                                              help_text="Continue this conversation (letters, digits, _ . : -; at most 64).")

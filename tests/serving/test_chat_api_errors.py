@@ -58,6 +58,7 @@ def test_a_ten_megabyte_body_is_413_with_the_openai_error_keys(client):
         ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "stream_options": "usage"}, "stream_options"),
         ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "metadata": {"conversation_id": "a b"}}, "conversation_id"),
         ({"model": "auto", "messages": [{"content": "hi"}]}, "role"),
+        ({"model": "auto", "messages": [{"role": "user", "content": "hi"}], "n": 2}, "one answer per request"),
     ],
 )
 def test_wrong_types_and_unsupported_content_are_400_in_openais_shape(client, body, fragment):
