@@ -70,6 +70,12 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("We can help. Learn more about your coverage If you need help, call us. Learn more about urgent care",
      "We can help. If you need help, call us."),
     ("You can learn more about it online. Learn about GI Bill eligibility.", "You can learn more about it online. Learn about GI Bill eligibility."),
+    # A section's label opening the sentence is parted from it; a sentence that opens with a name, or a link's "Sign In", is not.
+    ("Apply Online The easiest way is online. Note We may use one document twice.", "Apply Online: The easiest way is online. Note We may use one document twice."),
+    ("Note We may use one document for two purposes.", "Note: We may use one document for two purposes."),
+    ("New York State residents age 16 or over can apply.", "New York State residents age 16 or over can apply."),
+    ("Sign In to your account below.", "Sign In to your account below."),
+    ("For Direct PLUS Loans the rate is fixed.", "For Direct PLUS Loans the rate is fixed."),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
