@@ -56,6 +56,8 @@ FOOTNOTE = re.compile(r"\s*\[\s*\d{1,3}\s*\]")
 # what the sentence is about); the answer quotes the sentence without it (docs/EVALUATIONS.md has the figures).
 # A line that breaks a sentence ("... in your spouse's name if\nyou and your spouse ...") is no heading:
 # the next line must start as a sentence does.
+# A page's own controls, which its text extraction kept beside a heading ("Choosing a School\nshare link You have ...").
+_PAGE_CONTROL = re.compile(r"(?im)^[ \t]*(?:share link|share this page|print this page|back to top)\b[ \t]*")
 _HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")
 
 
@@ -96,11 +98,12 @@ _GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Chan
                           r"Estimate|Explore|File|Find|Get|Go|Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|"
                           r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch|If|It|The|This|We|When|You|Your)\b(?!@))")
 
-# A section's label that opens the sentence, a space and no stop between ("Citizenship We can accept only certain
-# documents ...", "Apply Online The easiest and quickest way ...", "Note We may use ..."): up to six capitalised words
-# before a word that opens prose and a lower-case word. The answer parts them with a colon, as ``_GLUED_TITLE`` does.
-# Not "In" ("Sign In to your account"). On doc2dial's and the demo's documents it parts 47 sentences, each such a label.
-_LEADING_LABEL = re.compile(r"\A((?:[A-Z][\w'/&-]*\s+){0,5}[A-Z][\w'/&-]*)\s+(?=(?:A|All|An|Each|For|If|It|Most|Our|Some|The|This|To|We|When|You|Your)\s+[a-z])")
+# A section's or a link's label that opens the sentence, a space and no stop between ("Citizenship We can accept only
+# certain documents ...", "Apply Online The easiest and quickest way ...", "Refill your prescriptions We may cover ..."): a
+# capitalised word and up to five more before a word that opens prose, capitalised, and a lower-case word. The answer parts
+# them with a colon, as ``_GLUED_TITLE`` does. Not "In" ("Sign In to your account"), "A" or "An" ("Medicare Part A helps
+# pay"). On doc2dial's and the demo's documents it parts 89 sentences, each opened by such a label.
+_LEADING_LABEL = re.compile(r"\A([A-Z][\w'/&-]*(?:\s+[\w'/&-]+){0,5}?)(?<=\w)\s+(?=(?:All|Each|For|If|It|Most|Our|Some|The|This|To|We|When|You|Your)\s+[a-z])")
 
 # "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
 # the capitalised opener of the prose run into it ("Learn more about your VA health care coverage If you need help ...").
@@ -155,7 +158,7 @@ def quoted(sentence: str) -> str:
     heading line, a download or "learn more" link's label, a space before punctuation, around a hyphen, after "$" or before "%", or in place of a contraction's
     apostrophe, or a parenthesis it does not both open and close; and with a link's title parted from the description run into it, a section's
     label from the sentence it opens, and a capital after a stop the page left out."""
-    text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _balanced(_HEADING.sub("", FOOTNOTE.sub("", sentence), count=1))))
+    text = _SPACED_HYPHEN.sub(r"\1-", _SPACED_PUNCTUATION.sub(r"\1", _balanced(_HEADING.sub("", _PAGE_CONTROL.sub("", FOOTNOTE.sub("", sentence)), count=1))))
     text = _SPACED_SIGN.sub("", text)
     text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
     text = _LOWER_AFTER_STOP.sub(_capital, text)
