@@ -70,20 +70,22 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("We can help. Learn more about your coverage If you need help, call us. Learn more about urgent care",
      "We can help. If you need help, call us."),
     ("You can learn more about it online. Learn about GI Bill eligibility.", "You can learn more about it online. Learn about GI Bill eligibility."),
-    # A section's or link's label opening the sentence is parted from it; a sentence that opens with a name, "Part A" or a link's
-    # "Sign In" is not.
+    # A section's or link's label opening the sentence is parted from it (not a name, "Part A" or "Sign In": the test below).
     ("Apply Online The easiest way is online. Note We may use one document twice.", "Apply Online: The easiest way is online. Note We may use one document twice."),
     ("Note We may use one document for two purposes.", "Note: We may use one document for two purposes."),
-    ("New York State residents age 16 or over can apply.", "New York State residents age 16 or over can apply."),
-    ("Sign In to your account below.", "Sign In to your account below."),
-    ("For Direct PLUS Loans the rate is fixed.", "For Direct PLUS Loans the rate is fixed."),
     ("Refill your prescriptions We may cover services you need.", "Refill your prescriptions: We may cover services you need."),
-    ("Hospital insurance Part A helps pay for care. Your Address - If it changed, write.", "Hospital insurance Part A helps pay for care. Your Address - If it changed, write."),
     # A page's own controls kept beside a heading are dropped with it.
-    ("Choosing a School \nshare link You have a variety of college options.", "You have a variety of college options."),
+    ("Choosing a School \nshare link You have a variety of college options.",
+     "You have a variety of college options."),
 ])
 def test_what_an_answer_quotes_of_a_sentence(sentence, expected):
     assert quoted(sentence) == expected
+
+
+def test_a_sentence_that_opens_with_a_name_part_a_or_a_links_sign_in_keeps_its_words_together():
+    for sentence in ("New York State residents age 16 or over can apply.", "Sign In to your account below.",
+                     "For Direct PLUS Loans the rate is fixed.", "Hospital insurance Part A helps pay for care.", "Your Address - If it changed, write."):
+        assert quoted(sentence) == sentence
 
 
 def test_it_says_so_when_retrieval_is_weak(encoder):
