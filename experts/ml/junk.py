@@ -11,12 +11,17 @@ import re
 
 _SENTENCE_END = re.compile(r"[.!?](\s|$)")
 _LINK = re.compile(r"https?://|www\.|\.(?:gov|com|org|html?)\b", re.IGNORECASE)
-_RESTART = re.compile(r"\b[a-z][a-z]*\s+[A-Z][a-z]")  # a capitalised word straight after a lower-case one: a new title or menu item
-# Items run into each other are junk only where they come this close: a menu restarts every few words ("... appeal status
-# View your payment history Upload evidence"), while a rule the page never punctuated restarts once or twice in 40 words at
-# a proper name or a list it introduces ("... in New York State, you must be 18 years of age or older and ... one of these
-# classes Class A ..."). Counting any two restarts had set aside 72 of doc2dial's sentences, most of them such rules (the
-# demo's "minimum age to drive a taxi" lost its answer); a shape, not tuned (docs/EVALUATIONS.md).
+# A capitalised word straight after a lower-case one: a new title or menu item; not after a word that leads into a name
+# ("at Camp Lejeune", "from August 1953", "in New York").
+_RESTART = re.compile(r"\b(?!(?:a|about|after|against|and|an|as|at|before|between|by|during|for|from|in|into|of|on|or|per|since|than|the|"
+                      r"through|to|under|until|via|with)\s)[a-z]+\s+[A-Z][a-z]")
+# Items run into each other are junk only where they come this close, from the start: a menu restarts every few words
+# ("Check your claim or appeal status View your payment history Upload evidence"), while a rule the page never punctuated
+# opens with prose and then runs into the list it introduces ("To drive taxis ... you must be 18 years of age or older and
+# ... one of these classes Class A ...", "You: Served at Camp Lejeune ... these presumptive conditions: Adult leukemia
+# Aplastic anemia ... Bladder cancer Kidney cancer ..."). Counting any two restarts had set aside 72 of doc2dial's
+# sentences, most of them such rules (the demo's "minimum age to drive a taxi" lost its answer), and counting them
+# anywhere 19 more lists of conditions, documents and programs; a shape, not tuned (docs/EVALUATIONS.md).
 _WORDS_PER_RESTART = 10
 _MIN_WORDS = 9  # shorter runs without a full stop are headings or short answers ("Yes, if available"), not junk
 # A passage of at least this many lines without one sentence end, and no line ending in ":" (which introduces a list),
@@ -30,9 +35,9 @@ def looks_like_junk(text: str) -> bool:
 
     Junk when more than a third of its words are links; or when it is at least ``_MIN_WORDS`` words
     with no sentence end (no ``.``, ``?`` or ``!`` before a space or at the end) and either mostly
-    capitalised words (run-together titles) or items running into each other at least once every
-    ``_WORDS_PER_RESTART`` words ("... appeal status View your payment history Upload evidence"); or when over half of four or more lines are one to four
-    words (a menu).
+    capitalised words (run-together titles) or items running into each other from its first words on, at least
+    once every ``_WORDS_PER_RESTART`` words ("Check your claim or appeal status View your payment history Upload
+    evidence"); or when over half of four or more lines are one to four words (a menu).
     """
     body = text.strip()
     words = body.split()
@@ -42,8 +47,9 @@ def looks_like_junk(text: str) -> bool:
         return True
     if len(words) >= _MIN_WORDS and not _SENTENCE_END.search(body):
         capitalised = sum(w[:1].isupper() for w in words) / len(words)
-        restarts = len(_RESTART.findall(body))
-        if capitalised > 0.5 or (restarts >= 2 and restarts * _WORDS_PER_RESTART >= len(words)):
+        restarts = [m.start() for m in _RESTART.finditer(body)]
+        items = len(restarts) >= 2 and len(restarts) * _WORDS_PER_RESTART >= len(words) and len(body[: restarts[0]].split()) < _WORDS_PER_RESTART
+        if capitalised > 0.5 or items:
             return True
     lines = [line for line in body.splitlines() if line.strip()]
     return len(lines) >= 4 and sum(len(line.split()) <= 4 for line in lines) * 2 > len(lines)

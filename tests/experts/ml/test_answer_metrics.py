@@ -98,6 +98,9 @@ def test_link_lists_menus_and_run_together_titles_are_junk(answer):
     "driver license that is one of these classes Class A commercial driver license CDL Class B CDL Class C CDL Class E driver license",
     "For the Post-9/11 GI Bill, we pay: Tuition and fees directly to the school Money for books to you at the beginning of the term "
     "Housing allowance to you at the end of each month",
+    # Prose first, then the list it introduces, items running into each other: the list is the answer.
+    "You: Served at Camp Lejeune for at least 30 cumulative days from August 1953 through December 1987, and you must have one of these "
+    "conditions: Adult leukemia Aplastic anemia Bladder cancer Kidney cancer Liver cancer Multiple myeloma Parkinson's disease",
     NOT_FOUND,
 ])
 def test_sentences_a_person_reads_are_not_junk(answer):
