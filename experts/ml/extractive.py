@@ -56,9 +56,9 @@ FOOTNOTE = re.compile(r"\s*\[\s*\d{1,3}\s*\]")
 # what the sentence is about); the answer quotes the sentence without it (docs/EVALUATIONS.md has the figures).
 # A line that breaks a sentence ("... in your spouse's name if\nyou and your spouse ...") is no heading:
 # the next line must start as a sentence does.
+_HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")
 # A page's own controls, which its text extraction kept beside a heading ("Choosing a School\nshare link You have ...").
 _PAGE_CONTROL = re.compile(r"(?im)^[ \t]*(?:share link|share this page|print this page|back to top)\b[ \t]*")
-_HEADING = re.compile(r"\A[^\n]*[^\s.!?:;,][ \t]*\n+(?=[A-Z0-9\"'(])")
 
 
 # A space before a comma, stop, colon or semicolon ("If your vehicle is recovered , make sure"): text
@@ -102,7 +102,7 @@ _GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Chan
 # certain documents ...", "Apply Online The easiest and quickest way ...", "Refill your prescriptions We may cover ..."): a
 # capitalised word and up to five more before a word that opens prose, capitalised, and a lower-case word. The answer parts
 # them with a colon, as ``_GLUED_TITLE`` does. Not "In" ("Sign In to your account"), "A" or "An" ("Medicare Part A helps
-# pay"). On doc2dial's and the demo's documents it parts 89 sentences, each opened by such a label.
+# pay"). On doc2dial's and the demo's documents it parts 86 sentences, each opened by such a label.
 _LEADING_LABEL = re.compile(r"\A([A-Z][\w'/&-]*(?:\s+[\w'/&-]+){0,5}?)(?<=\w)\s+(?=(?:All|Each|For|If|It|Most|Our|Some|The|This|To|We|When|You|Your)\s+[a-z])")
 
 # "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
