@@ -98,11 +98,15 @@ class ExtractiveGenerator:
 
     def generate(self, request: GenerationRequest) -> Answer:
         encoder = get_encoder()
-        return extractive_answer(
+        limit = request.max_tokens
+        answer = extractive_answer(
             request.search_question or request.question, request.passages, _embedder(request, encoder), min_score=settings.EXTRACTIVE_MIN_SCORE,
-            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=min(ANSWER_WORDS, request.max_tokens or ANSWER_WORDS), max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
+            max_sentences=settings.EXTRACTIVE_MAX_SENTENCES, max_words=min(ANSWER_WORDS, limit or ANSWER_WORDS), max_passages=MAX_PASSAGES, scorer=scorer_spec(settings),
             cache=chunk_cache(encoder.name), reader=sentence_reader(),
         )
+        if limit and limit < ANSWER_WORDS and (answer.selection or {}).get("cut"):
+            answer.finish_reason = "length"  # the request's max_tokens cut a sentence short, as a model's answer cut at its limit says
+        return answer
 
     def stream(self, request: GenerationRequest) -> Iterator[str | Answer]:
         return stream_by_words(self.generate(request))

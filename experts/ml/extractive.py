@@ -505,6 +505,7 @@ def extractive_answer(
         read = np.asarray(reader(question, [r.text for r in head]))
         ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     ranked = stating_first(question, ranked)
+    cut = {r.row for r in ranked if max_words and len(quoted(r.text).split()) > max_words}  # the sentences quoted only up to the bound
     if max_words:  # no sentence runs past the answer's bound (quoting only shortens a sentence: the others stay as they are)
         ranked = [replace(r, text=bounded(quoted(r.text), max_words)) if len(r.text.split()) > max_words else r for r in ranked]
     added = complete(ranked, max_words) if max_words and max_sentences == 1 else []
@@ -532,6 +533,7 @@ def extractive_answer(
         "read": min(len(ranked), READER_SHORTLIST) if reader is not None else 0,  # the scorer's first sentences the reader re-ordered
         "completed_with": len(added),  # the next best sentences that complete the best one (``complete``)
         "set_aside_as_junk": len(ranking.sentences) - len(ranked),
+        "cut": any(r.row in cut for r in chosen),  # a quoted sentence stops at the bound, marked "..." (``bounded``)
     }
     text = " ".join(f"{' '.join(quotes)} [{cited.index(passage) + 1}]" for passage, quotes in pieces)
     return Answer(text=text, citations=[passages[i - 1] for i in cited], grounded=True, selection=selection)

@@ -41,6 +41,17 @@ def test_a_sentence_longer_than_the_budget_is_quoted_up_to_it():
     assert ExtractiveGenerator().generate(GenerationRequest(question=request.question, expert="va", passages=[listed])).text.count(" ") <= 61
 
 
+def test_an_answer_the_requests_max_tokens_cut_short_finishes_for_length():
+    """OpenAI's ``finish_reason``: "length" where the request's ``max_tokens`` cut the answer, "stop" where it ended."""
+    def finish(max_tokens: int | None) -> str:
+        request = GenerationRequest(question="How do I renew my driver license online?", expert="dmv", passages=[PASSAGE], max_tokens=max_tokens)
+        return ExtractiveGenerator().generate(request).finish_reason
+
+    assert finish(5) == "length"
+    assert finish(len(BEST.split()) + 3) == "stop"  # the best sentence whole, the next ones left out: not cut
+    assert finish(None) == "stop"
+
+
 def test_a_links_label_never_completes_an_answer(monkeypatch):
     page = Passage(text=f"{BEST} The renewal fee is 64 dollars for eight years. Renewal and replacement forms",
                    title="Renewing your license", score=0.8, chunk_id="dmv-3")
