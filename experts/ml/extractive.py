@@ -198,9 +198,10 @@ def split_sentences(text: str) -> list[str]:
 
 # A stop that ends no sentence: a middle initial after a name ("William D. Ford"), a month's abbreviation ("Oct. 1") or
 # "U.S." (doc2dial's documents split 121 sentences there, "be a U.S. | Citizen", "the U.S. | Department of ..."), or "P.O." (16
-# times in doc2dial's and the demo's documents: an answer opened "Box 2700-ESP Albany, NY 12220-0700 When you ..."); but a
+# times in doc2dial's and the demo's documents, some run into the word before, "BureauP.O.": an answer opened "Box 2700-ESP
+# Albany, NY 12220-0700 When you ..."); but a
 # letter after a label word names a part ("Medicare Part B. If you ...") and does end one.
-_NO_END = re.compile(r"(?:\b[A-Z][a-z]+ [A-Z]|\bU\.S|\bP\. ?O|\b(?:Jan|Feb|Mar|Apr|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+_NO_END = re.compile(r"(?:\b[A-Z][a-z]+ [A-Z]|\bU\.S|P\. ?O|\b(?:Jan|Feb|Mar|Apr|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
 _LABEL = re.compile(r"\b(?:Part|Section|Plan|Title|Form|Schedule|Chapter|Appendix|Step|Option|Tier|Class|Grade|Level|Phase|Type|Item|Question|Exhibit) [A-Z]\.$")
 
 

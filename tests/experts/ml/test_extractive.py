@@ -261,11 +261,11 @@ def test_a_menu_is_four_lines_or_more_without_a_sentence_or_a_list_they_introduc
 def test_a_sentence_is_not_cut_at_a_middle_initial_a_months_abbreviation_us_or_po_but_is_after_a_named_part():
     text = ("Under the William D. Ford Federal Direct Loan Program you default after 270 days. The deadline is Oct. 1 this year. "
             "You can enroll in Medicare Part B. If you enroll late, you pay more each month. Be a U.S. Citizen or ask the U.S. "
-            "Department of State. Write to NYS DMV, P.O. Box 2700, Albany.")
+            "Department of State. Write to NYS DMV, P.O. Box 2700, Albany. Or the Production BureauP.O. Box 2688, Albany.")
     assert split_sentences(text) == ["Under the William D. Ford Federal Direct Loan Program you default after 270 days.",
                                      "The deadline is Oct. 1 this year.", "You can enroll in Medicare Part B.",
                                      "If you enroll late, you pay more each month.", "Be a U.S. Citizen or ask the U.S. Department of State.",
-                                     "Write to NYS DMV, P.O. Box 2700, Albany."]
+                                     "Write to NYS DMV, P.O. Box 2700, Albany.", "Or the Production BureauP.O. Box 2688, Albany."]
 
 
 def test_a_download_label_alone_is_never_the_answer(encoder):
