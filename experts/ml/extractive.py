@@ -94,16 +94,19 @@ _DOWNLOAD_LABEL = re.compile(r"\bDownload\b[^.!?\n]{0,100}?\bPDF\b\s*")
 # benefitsLearn how the GI Bill works", "ChecklistIt will help"): the description opens with an imperative a page's links
 # use, or with a word that opens prose (not "In": "LinkedIn"; not before an address: "ThankYou@ssa.gov"). The answer
 # parts them with a colon (no sentence end, so ``junk.looks_like_junk`` still reads a run of such links as one).
-_GLUED_TITLE = re.compile(r"(?<=[a-z]{2})(?=(?:Access|Apply|Ask|Browse|Call|Change|Check|Choose|Compare|Connect|Contact|Discover|Download|"
-                          r"Estimate|Explore|File|Find|Get|Go|Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|"
-                          r"Sign|Start|Submit|Tell|Track|Update|Upload|Use|View|Visit|Watch|If|It|The|This|We|When|You|Your)\b(?!@))")
+_LINK_VERBS = ("Access|Apply|Ask|Browse|Call|Change|Check|Choose|Compare|Connect|Contact|Discover|Download|Estimate|Explore|File|Find|Get|Go|"
+               "Learn|Manage|Order|Pay|Prepare|Print|Read|Request|Review|Schedule|Search|See|Send|Sign|Start|Submit|Tell|Track|Update|Upload|"
+               "Use|View|Visit|Watch")
+_GLUED_TITLE = re.compile(rf"(?<=[a-z]{{2}})(?=(?:{_LINK_VERBS}|If|It|The|This|We|When|You|Your)\b(?!@))")
 
 # A section's or a link's label that opens the sentence, a space and no stop between ("Citizenship We can accept only
 # certain documents ...", "Apply Online The easiest and quickest way ...", "Refill your prescriptions We may cover ..."): a
 # capitalised word and up to five more before a word that opens prose, capitalised, and a lower-case word. The answer parts
-# them with a colon, as ``_GLUED_TITLE`` does. Not "In" ("Sign In to your account"), "A" or "An" ("Medicare Part A helps
-# pay"). On doc2dial's and the demo's documents it parts 86 sentences, each opened by such a label.
+# a section's label from it with a colon, as ``_GLUED_TITLE`` does, and drops a link's (one that opens with a link's verb,
+# "Learn about the Yellow Ribbon Program", "Estimate Your Retirement Benefits": its link is not in the text). Not "In" ("Sign
+# In to your account"), "A" or "An" ("Medicare Part A helps pay"). On doc2dial's and the demo's documents 86 sentences open so.
 _LEADING_LABEL = re.compile(r"\A([A-Z][\w'/&-]*(?:\s+[\w'/&-]+){0,5}?)(?<=\w)\s+(?=(?:All|Each|For|If|It|Most|Our|Some|The|This|To|We|When|You|Your)\s+[a-z])")
+_LINK_LABEL = re.compile(rf"(?:{_LINK_VERBS})\b")
 
 # "Learn more about ..." is a link's label (its link is not in the text): up to its own stop, the end of the text, or
 # the capitalised opener of the prose run into it ("Learn more about your VA health care coverage If you need help ...").
@@ -162,7 +165,13 @@ def quoted(sentence: str) -> str:
     text = _SPACED_SIGN.sub("", text)
     text = _LEARN_MORE.sub("", _DOWNLOAD_LABEL.sub("", text))
     text = _LOWER_AFTER_STOP.sub(_capital, text)
-    return _LEADING_LABEL.sub(r"\1: ", _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip(), count=1)
+    return _LEADING_LABEL.sub(_label, _GLUED_TITLE.sub(": ", _SPLIT_CONTRACTION.sub(_apostrophe, text)).strip(), count=1)
+
+
+def _label(match: re.Match[str]) -> str:
+    """A leading link's label ("Learn about the Yellow Ribbon Program", "Refill your prescriptions") is dropped: its link is not in the
+    text; a section's ("Citizenship", "Note") is parted from the sentence by a colon."""
+    return "" if _LINK_LABEL.match(match.group(1)) else f"{match.group(1)}: "
 
 
 @dataclass

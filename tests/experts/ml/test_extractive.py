@@ -71,9 +71,10 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
      "We can help. If you need help, call us."),
     ("You can learn more about it online. Learn about GI Bill eligibility.", "You can learn more about it online. Learn about GI Bill eligibility."),
     # A section's or link's label opening the sentence is parted from it (not a name, "Part A" or "Sign In": the test below).
-    ("Apply Online The easiest way is online. Note We may use one document twice.", "Apply Online: The easiest way is online. Note We may use one document twice."),
+    ("Apply Online The easiest way is online. Note We may use one document twice.", "The easiest way is online. Note We may use one document twice."),
     ("Note We may use one document for two purposes.", "Note: We may use one document for two purposes."),
     ("Refill your prescriptions We may cover services you need.", "Refill your prescriptions: We may cover services you need."),
+    ("Learn about the Yellow Ribbon Program If you qualify, you can transfer 36 months.", "If you qualify, you can transfer 36 months."),
     # A page's own controls kept beside a heading are dropped with it.
     ("Choosing a School \nshare link You have a variety of college options.",
      "You have a variety of college options."),
