@@ -169,8 +169,8 @@ def quoted(sentence: str) -> str:
 
 
 def _label(match: re.Match[str]) -> str:
-    """A leading link's label ("Learn about the Yellow Ribbon Program", "Refill your prescriptions") is dropped: its link is not in the
-    text; a section's ("Citizenship", "Note") is parted from the sentence by a colon."""
+    """A leading link's label, one that opens with a link's verb ("Learn about the Yellow Ribbon Program"), is dropped: its link
+    is not in the text; any other label ("Citizenship", "Note", "Refill your prescriptions") is parted from the sentence by a colon."""
     return "" if _LINK_LABEL.match(match.group(1)) else f"{match.group(1)}: "
 
 
@@ -515,9 +515,9 @@ def extractive_answer(
         read = np.asarray(reader(question, [r.text for r in head]))
         ranked = [head[i] for i in np.argsort(-read, kind="stable")] + ranked[READER_SHORTLIST:]
     ranked = stating_first(question, ranked)
-    cut = {r.row for r in ranked if max_words and len(quoted(r.text).split()) > max_words}  # the sentences quoted only up to the bound
-    if max_words:  # no sentence runs past the answer's bound (quoting only shortens a sentence: the others stay as they are)
-        ranked = [replace(r, text=bounded(quoted(r.text), max_words)) if len(r.text.split()) > max_words else r for r in ranked]
+    # No sentence runs past the answer's bound: those longer are quoted up to it (``bounded``), the others stay as they are.
+    cut = {r.row for r in ranked if len(quoted(r.text).split()) > max_words} if max_words else set()
+    ranked = [replace(r, text=bounded(quoted(r.text), max_words)) if r.row in cut else r for r in ranked]
     added = complete(ranked, max_words) if max_words and max_sentences == 1 else []
     # The best sentence's passage first, then the others; in each, the sentences in the page's order (a "Yes." before its
     # detail), each passage cited once.

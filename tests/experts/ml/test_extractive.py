@@ -70,7 +70,8 @@ def test_the_answer_quotes_a_sentence_without_its_sections_heading_line(encoder)
     ("We can help. Learn more about your coverage If you need help, call us. Learn more about urgent care",
      "We can help. If you need help, call us."),
     ("You can learn more about it online. Learn about GI Bill eligibility.", "You can learn more about it online. Learn about GI Bill eligibility."),
-    # A section's or link's label opening the sentence is parted from it (not a name, "Part A" or "Sign In": the test below).
+    # A label opening the sentence is parted from it, or dropped when it opens with a link's verb (not a name, "Part A" or
+    # "Sign In": the test below).
     ("Apply Online The easiest way is online. Note We may use one document twice.", "The easiest way is online. Note We may use one document twice."),
     ("Note We may use one document for two purposes.", "Note: We may use one document for two purposes."),
     ("Refill your prescriptions We may cover services you need.", "Refill your prescriptions: We may cover services you need."),
